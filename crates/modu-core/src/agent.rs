@@ -1,0 +1,663 @@
+//! [`Agent`]: configuration, builder, requests and results.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{RunContext, UserContext};
+use crate::error::AgentError;
+use crate::event::EventSink;
+use crate::message::{Message, Usage};
+use crate::model::ChatModel;
+use crate::output::{JsonCodec, OutputCodec, TextCodec};
+use crate::provider::{AllowAllAuthorizer, ToolAuthorizer, ToolProvider};
+use crate::store::{CheckpointStore, ConversationStore};
+use crate::tool::{Tool, ToolSpec};
+
+/// Retries of model calls (on transient errors) and of idempotent tools (on retryable errors).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RetryConfig {
+    /// Attempts in all, the first included (1 = no retry).
+    pub max_attempts: u32,
+    /// The wait before the first retry.
+    pub initial_backoff: Duration,
+    /// The longest wait between attempts.
+    pub max_backoff: Duration,
+    /// Each wait is the previous one times this.
+    pub multiplier: f64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            multiplier: 2.0,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// `max_attempts` attempts with the default backoff.
+    pub fn new(max_attempts: u32) -> Self {
+        RetryConfig {
+            max_attempts: max_attempts.max(1),
+            ..RetryConfig::default()
+        }
+    }
+
+    /// No retries.
+    pub fn none() -> Self {
+        Self::new(1)
+    }
+
+    /// Sets the backoff: first wait and longest wait.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
+    /// The wait after failed attempt number `attempt` (from 1).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = self.multiplier.max(1.0).powi(attempt.saturating_sub(1).min(30) as i32);
+        let secs = self.initial_backoff.as_secs_f64() * factor;
+        Duration::try_from_secs_f64(secs)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+}
+
+/// Limits of one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunLimits {
+    /// Model answers that call tools, at most, before the run fails.
+    pub max_turns: u32,
+    /// Tool calls in the whole run, at most.
+    pub max_tool_calls: u32,
+    /// One timeout shared by every model call, tool call and store operation of the run.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            max_turns: 16,
+            max_tool_calls: 64,
+            timeout: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+impl RunLimits {
+    /// Sets `max_turns`.
+    pub fn max_turns(mut self, n: u32) -> Self {
+        self.max_turns = n;
+        self
+    }
+    /// Sets `max_tool_calls`.
+    pub fn max_tool_calls(mut self, n: u32) -> Self {
+        self.max_tool_calls = n;
+        self
+    }
+    /// Sets the shared timeout (`None` for no timeout).
+    pub fn timeout(mut self, t: Option<Duration>) -> Self {
+        self.timeout = t;
+        self
+    }
+}
+
+/// When the final answer gets a request of its own, without tools (seed 002).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinalizationMode {
+    /// Only when the agent has tools and structured output: tool requests carry tool schemas
+    /// only, and a separate request carries the output schema only (the default).
+    #[default]
+    StructuredOnly,
+    /// Always a separate final request, for text and structured output alike.
+    Always,
+    /// Never: the last answer of the tool loop is the final answer. With tools and structured
+    /// output the model never sees the schema, so say it in the instructions.
+    Disabled,
+}
+
+/// Sampling settings sent with every request of the agent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ModelSettings {
+    /// Temperature.
+    pub temperature: Option<f32>,
+    /// Most tokens per answer.
+    pub max_tokens: Option<u32>,
+    /// Seed.
+    pub seed: Option<u64>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Let the model call several tools at once.
+    pub parallel_tool_calls: Option<bool>,
+}
+
+type InstructionFn<C> = Arc<dyn Fn(&RunContext<C>) -> String + Send + Sync>;
+
+/// The agent's instructions: a fixed text, or a function of the run context.
+pub enum Instructions<C> {
+    /// A fixed text.
+    Static(String),
+    /// Computed for every model call from the run context.
+    Dynamic(InstructionFn<C>),
+}
+
+impl<C> Clone for Instructions<C> {
+    fn clone(&self) -> Self {
+        match self {
+            Instructions::Static(s) => Instructions::Static(s.clone()),
+            Instructions::Dynamic(f) => Instructions::Dynamic(Arc::clone(f)),
+        }
+    }
+}
+
+impl<C> Instructions<C> {
+    pub(crate) fn render(&self, ctx: &RunContext<C>) -> String {
+        match self {
+            Instructions::Static(s) => s.clone(),
+            Instructions::Dynamic(f) => f(ctx),
+        }
+    }
+}
+
+pub(crate) struct ToolEntry<C> {
+    pub(crate) tool: Arc<dyn Tool<C>>,
+    pub(crate) validator: Arc<jsonschema::Validator>,
+}
+
+impl<C> Clone for ToolEntry<C> {
+    fn clone(&self) -> Self {
+        ToolEntry {
+            tool: Arc::clone(&self.tool),
+            validator: Arc::clone(&self.validator),
+        }
+    }
+}
+
+pub(crate) fn compile_tool<C>(tool: Arc<dyn Tool<C>>) -> Result<ToolEntry<C>, AgentError> {
+    let spec = tool.spec();
+    if spec.name.is_empty()
+        || !spec
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+    {
+        return Err(AgentError::Configuration {
+            message: format!(
+                "tool name {:?} is invalid: use letters, digits, '_', '-' or '.'",
+                spec.name
+            ),
+        });
+    }
+    let validator = jsonschema::validator_for(&spec.parameters).map_err(|e| AgentError::Configuration {
+        message: format!("tool {} has an invalid parameter schema: {e}", spec.name),
+    })?;
+    Ok(ToolEntry {
+        tool,
+        validator: Arc::new(validator),
+    })
+}
+
+pub(crate) struct AgentInner<C, O> {
+    pub(crate) name: String,
+    pub(crate) instructions: Option<Instructions<C>>,
+    pub(crate) model: Arc<dyn ChatModel>,
+    pub(crate) tools: Vec<ToolEntry<C>>,
+    pub(crate) tool_providers: Vec<Arc<dyn ToolProvider<C>>>,
+    pub(crate) codec: Arc<dyn OutputCodec<Output = O>>,
+    pub(crate) retry: RetryConfig,
+    pub(crate) limits: RunLimits,
+    pub(crate) finalization: FinalizationMode,
+    pub(crate) settings: ModelSettings,
+    pub(crate) sink: Option<Arc<dyn EventSink>>,
+    pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
+    pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
+    pub(crate) fingerprint: String,
+}
+
+/// An agent: a model, instructions, tools and the policies that drive a run.
+///
+/// `C` is the application's context type handed to tools ([`RunContext<C>`]); `O` is the
+/// output type (`String` for text, any `T: JsonSchema + Deserialize` with
+/// [`AgentBuilder::output`]). Cloning is cheap; one agent serves any number of concurrent runs.
+///
+/// ```
+/// use modu_core::{Agent, FunctionTool};
+/// use modu_testing::ScriptedModel;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct AddArgs { a: i64, b: i64 }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let add = FunctionTool::<()>::typed("add", "Add two integers", |_ctx, a: AddArgs| async move { Ok(a.a + a.b) });
+/// let model = ScriptedModel::new()
+///     .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+///     .text("2 + 3 = 5");
+/// let agent = Agent::builder(model).instructions("Use the tools.").tool(add).build().unwrap();
+/// let result = agent.run("What is 2 + 3?").await;
+/// assert_eq!(result.output.as_deref(), Some("2 + 3 = 5"));
+/// assert_eq!(result.messages.len(), 4); // user, tool call, tool result, answer
+/// # }
+/// ```
+pub struct Agent<C = (), O = String> {
+    pub(crate) inner: Arc<AgentInner<C, O>>,
+}
+
+impl<C, O> Clone for Agent<C, O> {
+    fn clone(&self) -> Self {
+        Agent {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C, O> fmt::Debug for Agent<C, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.inner.name)
+            .field("model", &self.inner.model.model_name())
+            .field(
+                "tools",
+                &self
+                    .inner
+                    .tools
+                    .iter()
+                    .map(|t| t.tool.spec().name.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Send + Sync + 'static> Agent<C, String> {
+    /// Starts building an agent around a model.
+    pub fn builder(model: impl ChatModel + 'static) -> AgentBuilder<C, String> {
+        Self::builder_arc(Arc::new(model))
+    }
+
+    /// Starts building an agent around a shared model.
+    pub fn builder_arc(model: Arc<dyn ChatModel>) -> AgentBuilder<C, String> {
+        AgentBuilder {
+            name: "agent".to_owned(),
+            instructions: None,
+            model,
+            tools: Vec::new(),
+            tool_providers: Vec::new(),
+            codec: Arc::new(TextCodec),
+            retry: RetryConfig::default(),
+            limits: RunLimits::default(),
+            finalization: FinalizationMode::default(),
+            settings: ModelSettings::default(),
+            sink: None,
+            conversations: None,
+            checkpoints: None,
+            authorizer: Arc::new(AllowAllAuthorizer),
+        }
+    }
+}
+
+impl<C, O> Agent<C, O> {
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The specs of the agent's own tools (not those of tool providers).
+    pub fn tool_specs(&self) -> Vec<ToolSpec> {
+        self.inner.tools.iter().map(|t| t.tool.spec().clone()).collect()
+    }
+
+    /// A fingerprint of what a checkpoint depends on (tools, output schema, policy); resuming
+    /// with an agent whose fingerprint differs fails.
+    pub fn fingerprint(&self) -> &str {
+        &self.inner.fingerprint
+    }
+
+    /// The conversation store, if any.
+    pub fn conversation_store(&self) -> Option<&Arc<dyn ConversationStore>> {
+        self.inner.conversations.as_ref()
+    }
+
+    /// The checkpoint store, if any.
+    pub fn checkpoint_store(&self) -> Option<&Arc<dyn CheckpointStore>> {
+        self.inner.checkpoints.as_ref()
+    }
+}
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder<C, O> {
+    name: String,
+    instructions: Option<Instructions<C>>,
+    model: Arc<dyn ChatModel>,
+    tools: Vec<Arc<dyn Tool<C>>>,
+    tool_providers: Vec<Arc<dyn ToolProvider<C>>>,
+    codec: Arc<dyn OutputCodec<Output = O>>,
+    retry: RetryConfig,
+    limits: RunLimits,
+    finalization: FinalizationMode,
+    settings: ModelSettings,
+    sink: Option<Arc<dyn EventSink>>,
+    conversations: Option<Arc<dyn ConversationStore>>,
+    checkpoints: Option<Arc<dyn CheckpointStore>>,
+    authorizer: Arc<dyn ToolAuthorizer>,
+}
+
+impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
+    /// The agent's name (events, telemetry, results).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Fixed instructions (the system message).
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(Instructions::Static(text.into()));
+        self
+    }
+
+    /// Instructions computed from the run context before every model call.
+    pub fn instructions_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&RunContext<C>) -> String + Send + Sync + 'static,
+    {
+        self.instructions = Some(Instructions::Dynamic(Arc::new(f)));
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool<C> + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool<C>>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds a provider that opens tools per run (MCP servers, skills).
+    pub fn tool_provider(mut self, provider: impl ToolProvider<C> + 'static) -> Self {
+        self.tool_providers.push(Arc::new(provider));
+        self
+    }
+
+    /// Adds a shared tool provider.
+    pub fn tool_provider_arc(mut self, provider: Arc<dyn ToolProvider<C>>) -> Self {
+        self.tool_providers.push(provider);
+        self
+    }
+
+    /// Structured output: the final answer is parsed into `T`.
+    pub fn output<T>(self) -> AgentBuilder<C, T>
+    where
+        T: serde::de::DeserializeOwned + Serialize + schemars::JsonSchema + Send + 'static,
+    {
+        self.codec(JsonCodec::<T>::new())
+    }
+
+    /// A custom output codec.
+    pub fn codec<K: OutputCodec>(self, codec: K) -> AgentBuilder<C, K::Output> {
+        AgentBuilder {
+            name: self.name,
+            instructions: self.instructions,
+            model: self.model,
+            tools: self.tools,
+            tool_providers: self.tool_providers,
+            codec: Arc::new(codec),
+            retry: self.retry,
+            limits: self.limits,
+            finalization: self.finalization,
+            settings: self.settings,
+            sink: self.sink,
+            conversations: self.conversations,
+            checkpoints: self.checkpoints,
+            authorizer: self.authorizer,
+        }
+    }
+
+    /// Retry settings.
+    pub fn retry(mut self, retry: RetryConfig) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Run limits.
+    pub fn limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// When to make a separate final request.
+    pub fn finalization_mode(mut self, mode: FinalizationMode) -> Self {
+        self.finalization = mode;
+        self
+    }
+
+    /// Sampling settings.
+    pub fn model_settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Sets the temperature.
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.settings.temperature = Some(t);
+        self
+    }
+
+    /// Sends every event to this sink.
+    pub fn event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Keeps conversations (sessions) in this store.
+    pub fn conversation_store(mut self, store: Arc<dyn ConversationStore>) -> Self {
+        self.conversations = Some(store);
+        self
+    }
+
+    /// Checkpoints runs in this store, so that `Agent::resume` can finish them.
+    pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.checkpoints = Some(store);
+        self
+    }
+
+    /// Checks every tool call against this authorizer right before it runs.
+    pub fn authorizer(mut self, authorizer: Arc<dyn ToolAuthorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
+    }
+
+    /// Builds the agent, checking tool names and schemas.
+    pub fn build(self) -> Result<Agent<C, O>, AgentError> {
+        let mut entries = Vec::with_capacity(self.tools.len());
+        let mut seen = HashMap::new();
+        for tool in self.tools {
+            let name = tool.spec().name.clone();
+            if seen.insert(name.clone(), ()).is_some() {
+                return Err(AgentError::Configuration {
+                    message: format!("two tools are named {name:?}"),
+                });
+            }
+            entries.push(compile_tool(tool)?);
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(AgentError::Configuration {
+                message: "retry.max_attempts must be at least 1".into(),
+            });
+        }
+        let fingerprint = fingerprint(&entries, self.codec.as_ref(), "standard/1");
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                name: self.name,
+                instructions: self.instructions,
+                model: self.model,
+                tools: entries,
+                tool_providers: self.tool_providers,
+                codec: self.codec,
+                retry: self.retry,
+                limits: self.limits,
+                finalization: self.finalization,
+                settings: self.settings,
+                sink: self.sink,
+                conversations: self.conversations,
+                checkpoints: self.checkpoints,
+                authorizer: self.authorizer,
+                fingerprint,
+            }),
+        })
+    }
+}
+
+fn fingerprint<C, O: Send + 'static>(
+    tools: &[ToolEntry<C>],
+    codec: &dyn OutputCodec<Output = O>,
+    policy: &str,
+) -> String {
+    // FNV-1a over a canonical description: stable across processes and Rust versions.
+    let mut names: Vec<(String, String)> = tools
+        .iter()
+        .map(|t| (t.tool.spec().name.clone(), t.tool.spec().parameters.to_string()))
+        .collect();
+    names.sort();
+    let desc = serde_json::json!({
+        "policy": policy,
+        "tools": names,
+        "output": codec.response_format().map(|f| f.schema),
+    })
+    .to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in desc.as_bytes() {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// One run's input: the new messages, the application context and run options.
+pub struct AgentRequest<C> {
+    /// The new input messages (usually one user message).
+    pub input: Vec<Message>,
+    /// The application's context, shared with every tool call.
+    pub context: Arc<C>,
+    /// The session (conversation) to continue and append to.
+    pub session_id: Option<String>,
+    /// Who the run is for.
+    pub user: UserContext,
+    /// Free metadata for the run (tool providers read their options here, e.g. `mcp.servers`).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// A run id to use instead of a fresh one.
+    pub run_id: Option<String>,
+}
+
+impl<C> AgentRequest<C> {
+    /// A request with a user message and an application context.
+    pub fn new(context: C, input: impl Into<String>) -> Self {
+        Self::with_context_arc(Arc::new(context), input)
+    }
+
+    /// A request with a user message and a shared application context.
+    pub fn with_context_arc(context: Arc<C>, input: impl Into<String>) -> Self {
+        AgentRequest {
+            input: vec![Message::user(input)],
+            context,
+            session_id: None,
+            user: UserContext::default(),
+            metadata: serde_json::Map::new(),
+            run_id: None,
+        }
+    }
+
+    /// Continues (and appends to) a session.
+    pub fn session(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// Sets the user context.
+    pub fn user(mut self, user: UserContext) -> Self {
+        self.user = user;
+        self
+    }
+
+    /// Adds a metadata entry.
+    pub fn metadata(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.metadata.insert(key.into(), value);
+        self
+    }
+
+    /// Uses this run id.
+    pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// Replaces the input messages.
+    pub fn messages(mut self, input: Vec<Message>) -> Self {
+        self.input = input;
+        self
+    }
+}
+
+impl<C: Default> From<&str> for AgentRequest<C> {
+    fn from(s: &str) -> Self {
+        AgentRequest::new(C::default(), s)
+    }
+}
+
+impl<C: Default> From<String> for AgentRequest<C> {
+    fn from(s: String) -> Self {
+        AgentRequest::new(C::default(), s)
+    }
+}
+
+/// What a run produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AgentResult<O = String> {
+    /// The run's id (also the checkpoint key).
+    pub run_id: String,
+    /// The agent that answered.
+    pub agent: String,
+    /// The output, when the run succeeded.
+    pub output: Option<O>,
+    /// The run's messages: the input, every tool call and result, and the answer. History
+    /// loaded from the session is not repeated here.
+    pub messages: Vec<Message>,
+    /// The run's usage (tokens and requests).
+    pub usage: Usage,
+    /// Counters and policy data (`model_calls`, `tool_calls`, `turns`, `resumed`, …).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Why the run failed, if it did.
+    pub error: Option<AgentError>,
+}
+
+impl<O> AgentResult<O> {
+    /// Whether the run succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none() && self.output.is_some()
+    }
+
+    /// The output, or the error.
+    pub fn into_output(self) -> Result<O, AgentError> {
+        match (self.output, self.error) {
+            (_, Some(e)) => Err(e),
+            (Some(o), None) => Ok(o),
+            (None, None) => Err(AgentError::Cancelled),
+        }
+    }
+}

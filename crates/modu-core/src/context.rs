@@ -1,0 +1,190 @@
+//! [`RunContext`]: what every tool, instruction function and hook of a run receives.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Usage;
+
+/// Who the run is for: an id, roles (for RBAC) and free attributes.
+///
+/// It is serialised with the run state, so keep secrets out of it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserContext {
+    /// The user's id, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The user's roles; the RBAC authorizer checks tools against them.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Anything else the application wants tools and policies to see.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, serde_json::Value>,
+}
+
+impl UserContext {
+    /// A user context with these roles.
+    pub fn with_roles<I, S>(roles: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        UserContext {
+            roles: roles.into_iter().map(Into::into).collect(),
+            ..UserContext::default()
+        }
+    }
+
+    /// Whether the user has this role.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+}
+
+struct Inner<C> {
+    context: Arc<C>,
+    run_id: String,
+    session_id: Option<String>,
+    agent_name: String,
+    user: UserContext,
+    usage: Arc<Mutex<Usage>>,
+    tool_input: Option<serde_json::Value>,
+}
+
+/// The context of one run, handed to every tool call, instruction function and hook.
+///
+/// It wraps the application's own context `C` (dependencies, per-request data) and carries the
+/// run's metadata: ids, the user context, the aggregated [`Usage`] and, for a run nested inside
+/// another as a tool, the structured `tool_input`. Cloning is cheap (one `Arc`).
+///
+/// Nested runs (agent-as-tool) share the same application context and usage counter as their
+/// parent: usage recorded in the child is visible in the parent.
+pub struct RunContext<C> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for RunContext<C> {
+    fn clone(&self) -> Self {
+        RunContext {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for RunContext<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("run_id", &self.inner.run_id)
+            .field("session_id", &self.inner.session_id)
+            .field("agent_name", &self.inner.agent_name)
+            .field("user", &self.inner.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> RunContext<C> {
+    /// A context for a run. The run loop builds these; tests and custom runners may too.
+    pub fn new(context: Arc<C>, run_id: impl Into<String>) -> Self {
+        RunContext {
+            inner: Arc::new(Inner {
+                context,
+                run_id: run_id.into(),
+                session_id: None,
+                agent_name: String::new(),
+                user: UserContext::default(),
+                usage: Arc::new(Mutex::new(Usage::default())),
+                tool_input: None,
+            }),
+        }
+    }
+
+    fn rebuild(&self, f: impl FnOnce(&mut Inner<C>)) -> Self {
+        let mut inner = Inner {
+            context: Arc::clone(&self.inner.context),
+            run_id: self.inner.run_id.clone(),
+            session_id: self.inner.session_id.clone(),
+            agent_name: self.inner.agent_name.clone(),
+            user: self.inner.user.clone(),
+            usage: Arc::clone(&self.inner.usage),
+            tool_input: self.inner.tool_input.clone(),
+        };
+        f(&mut inner);
+        RunContext { inner: Arc::new(inner) }
+    }
+
+    /// The same context with a session id.
+    pub fn with_session_id(&self, session_id: Option<String>) -> Self {
+        self.rebuild(|i| i.session_id = session_id)
+    }
+
+    /// The same context with a user context.
+    pub fn with_user(&self, user: UserContext) -> Self {
+        self.rebuild(|i| i.user = user)
+    }
+
+    /// The same context with an agent name.
+    pub fn with_agent_name(&self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.rebuild(|i| i.agent_name = name)
+    }
+
+    /// A derived context for a nested run: same application context and usage counter, a new
+    /// run id and the nested run's structured input.
+    pub fn derive_nested(&self, run_id: impl Into<String>, tool_input: serde_json::Value) -> Self {
+        let run_id = run_id.into();
+        self.rebuild(|i| {
+            i.run_id = run_id;
+            i.tool_input = Some(tool_input);
+        })
+    }
+
+    /// The application's context.
+    pub fn context(&self) -> &C {
+        &self.inner.context
+    }
+
+    /// The application's context as a shared pointer.
+    pub fn context_arc(&self) -> Arc<C> {
+        Arc::clone(&self.inner.context)
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.inner.run_id
+    }
+
+    /// The session (conversation) id, when the run belongs to one.
+    pub fn session_id(&self) -> Option<&str> {
+        self.inner.session_id.as_deref()
+    }
+
+    /// The name of the agent running.
+    pub fn agent_name(&self) -> &str {
+        &self.inner.agent_name
+    }
+
+    /// Who the run is for.
+    pub fn user(&self) -> &UserContext {
+        &self.inner.user
+    }
+
+    /// The structured input of a run nested as a tool (agent-as-tool), if this is one.
+    pub fn tool_input(&self) -> Option<&serde_json::Value> {
+        self.inner.tool_input.as_ref()
+    }
+
+    /// The usage aggregated so far by this run (and by runs nested in it).
+    pub fn usage(&self) -> Usage {
+        *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds usage to the run's total.
+    pub fn add_usage(&self, usage: Usage) {
+        *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner) += usage;
+    }
+
+    pub(crate) fn set_usage(&self, usage: Usage) {
+        *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner) = usage;
+    }
+}

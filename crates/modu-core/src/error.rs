@@ -1,0 +1,133 @@
+//! The error a run ends with.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelError;
+use crate::store::StoreError;
+
+/// Why a run ended without an answer. It is data (serialisable, cloneable) because it travels
+/// in [`crate::AgentResult`], in events and in checkpoints; causes are kept as text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentError {
+    /// A model call failed (after any retries).
+    #[error("model call failed ({kind}): {message}")]
+    Model {
+        /// The [`ModelError::kind`].
+        kind: String,
+        /// The error's text.
+        message: String,
+        /// Whether the failure was transient (a resume may succeed).
+        retryable: bool,
+    },
+    /// The run's shared timeout elapsed.
+    #[error("the run timed out after {after_ms} ms")]
+    Timeout {
+        /// The configured timeout, in milliseconds.
+        after_ms: u64,
+    },
+    /// `RunLimits::max_turns` reached: the model kept calling tools.
+    #[error("the run reached its limit of {limit} model turns")]
+    MaxTurnsExceeded {
+        /// The limit.
+        limit: u32,
+    },
+    /// `RunLimits::max_tool_calls` reached.
+    #[error("the run reached its limit of {limit} tool calls")]
+    MaxToolCallsExceeded {
+        /// The limit.
+        limit: u32,
+    },
+    /// The final answer did not parse, even after one corrective request.
+    #[error("the final answer does not fit the output schema: {message}")]
+    Output {
+        /// The parse error.
+        message: String,
+    },
+    /// A store (conversation, checkpoint) failed.
+    #[error("store operation {operation} failed: {message}")]
+    Store {
+        /// The operation (`"checkpoint.save"`, …).
+        operation: String,
+        /// The error's text.
+        message: String,
+    },
+    /// No checkpoint exists for the run.
+    #[error("no checkpoint for run {run_id}")]
+    CheckpointNotFound {
+        /// The run.
+        run_id: String,
+    },
+    /// The checkpoint cannot be read (corrupted, or of an unknown schema version).
+    #[error("checkpoint of run {run_id} cannot be read: {message}")]
+    CheckpointInvalid {
+        /// The run.
+        run_id: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The checkpoint was written by an agent with other tools, policy or output.
+    #[error("checkpoint of run {run_id} belongs to an incompatible agent ({message})")]
+    ResumeIncompatible {
+        /// The run.
+        run_id: String,
+        /// What differs.
+        message: String,
+    },
+    /// The run has nothing left to resume.
+    #[error("run {run_id} has already completed")]
+    AlreadyCompleted {
+        /// The run.
+        run_id: String,
+    },
+    /// A tool provider (MCP, skills) could not open its tools.
+    #[error("tool provider {provider} failed: {message}")]
+    ToolProvider {
+        /// The provider.
+        provider: String,
+        /// The error's text.
+        message: String,
+    },
+    /// The run was configured wrongly.
+    #[error("invalid configuration: {message}")]
+    Configuration {
+        /// What is wrong.
+        message: String,
+    },
+    /// The history does not fit the model's context even after dropping all it may drop.
+    #[error("conversation memory overflow: {message}")]
+    MemoryOverflow {
+        /// Details.
+        message: String,
+    },
+    /// The run was cancelled.
+    #[error("the run was cancelled")]
+    Cancelled,
+}
+
+impl AgentError {
+    /// Whether `Agent::resume` may finish the run: transient model, store and timeout failures.
+    pub fn is_resumable(&self) -> bool {
+        match self {
+            AgentError::Model { retryable, .. } => *retryable,
+            AgentError::Timeout { .. } | AgentError::Store { .. } | AgentError::ToolProvider { .. } => true,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn from_model(err: &ModelError) -> Self {
+        AgentError::Model {
+            kind: err.kind().to_owned(),
+            message: err.to_string(),
+            retryable: err.is_retryable(),
+        }
+    }
+
+    pub(crate) fn from_store(operation: &str, err: &StoreError) -> Self {
+        AgentError::Store {
+            operation: operation.to_owned(),
+            message: err.to_string(),
+        }
+    }
+}

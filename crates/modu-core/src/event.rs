@@ -1,0 +1,239 @@
+//! Events: one serialisable type for everything a run does, and the [`EventSink`] trait that
+//! receives them.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AgentError;
+use crate::message::Usage;
+use crate::model::FinishReason;
+use crate::tool::ToolError;
+
+/// Something that happened in a run.
+///
+/// Every event names its run. The caller's stream ([`crate::Agent::stream`]) and every
+/// configured [`EventSink`] see the same events, in the same order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// A run started (or resumed from a checkpoint).
+    RunStarted {
+        /// The run.
+        run_id: String,
+        /// The agent's name.
+        agent: String,
+        /// The session, when the run belongs to one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+        /// The run this one is nested in (agent-as-tool).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_run_id: Option<String>,
+        /// Whether the run continues from a checkpoint.
+        #[serde(default)]
+        resumed: bool,
+    },
+    /// A model request is about to be sent.
+    ModelCallStarted {
+        /// The run.
+        run_id: String,
+        /// The model's name.
+        model: String,
+        /// The number of this model call in the run, from 1.
+        call: u32,
+        /// How many tools the request offers.
+        tools: usize,
+        /// Whether the request asks for structured output.
+        structured: bool,
+    },
+    /// A piece of the model's answer text.
+    ModelDelta {
+        /// The run.
+        run_id: String,
+        /// The text.
+        text: String,
+    },
+    /// A model request finished.
+    ModelCallFinished {
+        /// The run.
+        run_id: String,
+        /// The model's name.
+        model: String,
+        /// The number of this model call in the run.
+        call: u32,
+        /// Token usage of the request.
+        usage: Usage,
+        /// Why the model stopped.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<FinishReason>,
+        /// How many tools it called.
+        tool_calls: usize,
+        /// How long it took, in milliseconds.
+        duration_ms: u64,
+    },
+    /// A model request failed.
+    ModelCallFailed {
+        /// The run.
+        run_id: String,
+        /// The model's name.
+        model: String,
+        /// The number of this model call in the run.
+        call: u32,
+        /// The error's kind (see [`crate::ModelError::kind`]).
+        error_kind: String,
+        /// Whether the run loop will try again.
+        will_retry: bool,
+    },
+    /// A tool call is about to run.
+    ToolCallStarted {
+        /// The run.
+        run_id: String,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The call's arguments (after JSON parsing).
+        arguments: serde_json::Value,
+    },
+    /// A tool call finished (or was refused before running).
+    ToolCallFinished {
+        /// The run.
+        run_id: String,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// Whether it succeeded.
+        ok: bool,
+        /// How many times it ran (0 when refused before running).
+        attempts: u32,
+        /// How long it took, in milliseconds.
+        duration_ms: u64,
+        /// The error, when it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<ToolError>,
+    },
+    /// The run state was saved.
+    CheckpointSaved {
+        /// The run.
+        run_id: String,
+    },
+    /// A store operation failed.
+    StoreFailed {
+        /// The run.
+        run_id: String,
+        /// What was being done (`"conversation.load"`, `"checkpoint.save"`, …).
+        operation: String,
+        /// The error, without secrets.
+        message: String,
+    },
+    /// The run finished with an answer.
+    RunCompleted {
+        /// The run.
+        run_id: String,
+        /// The agent's name.
+        agent: String,
+        /// The run's usage.
+        usage: Usage,
+        /// The output as JSON.
+        output: serde_json::Value,
+        /// How long the run took, in milliseconds.
+        duration_ms: u64,
+    },
+    /// The run ended with an error.
+    RunFailed {
+        /// The run.
+        run_id: String,
+        /// The agent's name.
+        agent: String,
+        /// The run's usage.
+        usage: Usage,
+        /// The error.
+        error: AgentError,
+        /// How long the run took, in milliseconds.
+        duration_ms: u64,
+    },
+}
+
+impl AgentEvent {
+    /// The run the event belongs to.
+    pub fn run_id(&self) -> &str {
+        match self {
+            AgentEvent::RunStarted { run_id, .. }
+            | AgentEvent::ModelCallStarted { run_id, .. }
+            | AgentEvent::ModelDelta { run_id, .. }
+            | AgentEvent::ModelCallFinished { run_id, .. }
+            | AgentEvent::ModelCallFailed { run_id, .. }
+            | AgentEvent::ToolCallStarted { run_id, .. }
+            | AgentEvent::ToolCallFinished { run_id, .. }
+            | AgentEvent::CheckpointSaved { run_id }
+            | AgentEvent::StoreFailed { run_id, .. }
+            | AgentEvent::RunCompleted { run_id, .. }
+            | AgentEvent::RunFailed { run_id, .. } => run_id,
+        }
+    }
+
+    /// The event's type name as it appears in JSON (`"run_started"`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentEvent::RunStarted { .. } => "run_started",
+            AgentEvent::ModelCallStarted { .. } => "model_call_started",
+            AgentEvent::ModelDelta { .. } => "model_delta",
+            AgentEvent::ModelCallFinished { .. } => "model_call_finished",
+            AgentEvent::ModelCallFailed { .. } => "model_call_failed",
+            AgentEvent::ToolCallStarted { .. } => "tool_call_started",
+            AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
+            AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
+            AgentEvent::StoreFailed { .. } => "store_failed",
+            AgentEvent::RunCompleted { .. } => "run_completed",
+            AgentEvent::RunFailed { .. } => "run_failed",
+        }
+    }
+}
+
+/// A sink failure. The run loop logs it and carries on: a sink never stops a run.
+#[derive(Debug, thiserror::Error)]
+#[error("event sink failed: {message}")]
+pub struct SinkError {
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Receives every event of the runs of an agent.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Handles one event. An error is logged and counted; it never stops the run.
+    async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError>;
+}
+
+/// A sink that collects events in memory (for tests and debugging).
+#[derive(Debug, Default)]
+pub struct CollectingEventSink {
+    events: std::sync::Mutex<Vec<AgentEvent>>,
+}
+
+impl CollectingEventSink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The events received so far.
+    pub fn events(&self) -> Vec<AgentEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[async_trait]
+impl EventSink for CollectingEventSink {
+    async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError> {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(event.clone());
+        Ok(())
+    }
+}

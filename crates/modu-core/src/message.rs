@@ -1,0 +1,280 @@
+//! The message model: what a conversation is made of.
+//!
+//! Everything here is plain data with a stable, documented JSON form, because it is what
+//! conversation stores and checkpoints persist. The JSON of a [`Message`] looks like this:
+//!
+//! ```json
+//! {"role":"user","content":[{"type":"text","text":"What is 2 + 3?"}]}
+//! {"role":"assistant","content":[],"tool_calls":[{"id":"call_1","name":"add","arguments":"{\"a\":2,\"b\":3}"}]}
+//! {"role":"tool","tool_call_id":"call_1","name":"add","content":[{"type":"text","text":"5"}]}
+//! {"role":"assistant","content":[{"type":"text","text":"2 + 3 = 5"}]}
+//! ```
+//!
+//! Fields that are empty are omitted when serialising and default when reading, so a message
+//! written by an older version still reads.
+
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions for the model.
+    System,
+    /// The person or program the agent works for.
+    User,
+    /// The model.
+    Assistant,
+    /// The result of a tool call, answering one of the assistant's tool calls.
+    Tool,
+}
+
+impl Role {
+    /// The lowercase name used on the wire (`"system"`, `"user"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One part of a message's content. Only text exists today; the enum leaves room for images
+/// and other media without changing the JSON of existing messages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+}
+
+impl ContentPart {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentPart::Text { text: text.into() }
+    }
+
+    /// The text of this part, if it is text.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            ContentPart::Text { text } => Some(text),
+        }
+    }
+}
+
+/// A tool call the model asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The id the model gave the call; the tool's result answers it by this id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments exactly as the model wrote them: a JSON document in a string. It is kept
+    /// raw because models do write invalid JSON, and the run loop must be able to tell them.
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A tool call.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+}
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its content. An assistant message that only calls tools has none.
+    #[serde(default)]
+    pub content: Vec<ContentPart>,
+    /// The tool calls of an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For a tool message: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// For a tool message: whether the content reports an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+impl Message {
+    fn with_text(role: Role, text: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: vec![ContentPart::text(text)],
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            is_error: false,
+        }
+    }
+
+    /// A system message.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::with_text(Role::System, text)
+    }
+
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::with_text(Role::User, text)
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self::with_text(Role::Assistant, text)
+    }
+
+    /// An assistant message that calls tools (and may carry text too).
+    pub fn assistant_tool_calls(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        let text = text.into();
+        Message {
+            role: Role::Assistant,
+            content: if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![ContentPart::text(text)]
+            },
+            tool_calls,
+            tool_call_id: None,
+            name: None,
+            is_error: false,
+        }
+    }
+
+    /// A tool result answering the call `tool_call_id`.
+    pub fn tool_result(
+        tool_call_id: impl Into<String>,
+        name: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
+        Message {
+            role: Role::Tool,
+            content: vec![ContentPart::text(content)],
+            tool_calls: Vec::new(),
+            tool_call_id: Some(tool_call_id.into()),
+            name: Some(name.into()),
+            is_error,
+        }
+    }
+
+    /// All text parts joined together.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.content {
+            if let Some(t) = part.as_text() {
+                out.push_str(t);
+            }
+        }
+        out
+    }
+
+    /// Whether this is an assistant message that calls tools.
+    pub fn has_tool_calls(&self) -> bool {
+        !self.tool_calls.is_empty()
+    }
+}
+
+/// Token and request counts. Adding two `Usage`s adds every field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens sent to the model.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Tokens the model produced.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Input plus output, as the server reported it (or computed when it did not).
+    #[serde(default)]
+    pub total_tokens: u64,
+    /// Model requests made.
+    #[serde(default)]
+    pub requests: u64,
+}
+
+impl Usage {
+    /// Usage of one request with the given token counts.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Self {
+        Usage {
+            input_tokens,
+            output_tokens,
+            total_tokens: input_tokens + output_tokens,
+            requests: 1,
+        }
+    }
+}
+
+impl std::ops::Add for Usage {
+    type Output = Usage;
+    fn add(self, rhs: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens + rhs.input_tokens,
+            output_tokens: self.output_tokens + rhs.output_tokens,
+            total_tokens: self.total_tokens + rhs.total_tokens,
+            requests: self.requests + rhs.requests,
+        }
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, rhs: Usage) {
+        *self = *self + rhs;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_form_is_stable() -> Result<(), serde_json::Error> {
+        let m = Message::assistant_tool_calls("", vec![ToolCall::new("c1", "add", "{\"a\":1}")]);
+        let json = serde_json::to_string(&m)?;
+        assert_eq!(
+            json,
+            r#"{"role":"assistant","content":[],"tool_calls":[{"id":"c1","name":"add","arguments":"{\"a\":1}"}]}"#
+        );
+        let back: Message = serde_json::from_str(&json)?;
+        assert_eq!(back, m);
+        let t = Message::tool_result("c1", "add", "2", false);
+        assert_eq!(
+            serde_json::to_string(&t)?,
+            r#"{"role":"tool","content":[{"type":"text","text":"2"}],"tool_call_id":"c1","name":"add"}"#
+        );
+        // An old or minimal message still reads.
+        let minimal: Message = serde_json::from_str(r#"{"role":"user"}"#)?;
+        assert!(minimal.content.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn usage_adds() {
+        let mut u = Usage::new(10, 5);
+        u += Usage::new(1, 2);
+        assert_eq!(
+            u,
+            Usage {
+                input_tokens: 11,
+                output_tokens: 7,
+                total_tokens: 18,
+                requests: 2
+            }
+        );
+    }
+}

@@ -1,0 +1,507 @@
+//! The model boundary: [`ChatModel`], what goes in ([`ChatRequest`]) and what comes out
+//! ([`ChatEvent`] deltas, folded into a [`ChatResponse`]).
+//!
+//! A provider implements one method, [`ChatModel::stream`]. A non-streaming call is the same
+//! stream folded by [`ChatResponseBuilder`], so every model call takes one path whether the
+//! caller streams or not.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::BoxError;
+use crate::message::{Message, Role, ToolCall, Usage};
+
+/// A tool as the model sees it: name, description and the JSON schema of its parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The JSON schema of the tool's arguments (an object schema).
+    pub parameters: serde_json::Value,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call a tool.
+    None,
+    /// The model must call this tool.
+    Named(String),
+}
+
+/// A JSON schema the model's answer must follow (OpenAI's `response_format: json_schema`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResponseFormat {
+    /// A name for the schema (letters, digits, `_` and `-`).
+    pub name: String,
+    /// The schema.
+    pub schema: serde_json::Value,
+    /// Ask the server to enforce the schema strictly where it can.
+    pub strict: bool,
+}
+
+/// One request to a model.
+///
+/// Tools and a response format are never sent together by the run loop: tool-using requests
+/// carry tool definitions, a finalization request carries the schema.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChatRequest {
+    /// The conversation as the model should see it, system instructions first.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// Whether and which tool the model must call. `None` leaves it to the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Let the model call several tools in one answer. `None` leaves it to the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// A JSON schema the answer must follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// The most tokens to generate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Stop sequences.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// A seed for reproducible sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Provider-specific fields passed through as they are (for example vLLM's
+    /// `guided_json`, or Ollama's `options`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extras: BTreeMap<String, serde_json::Value>,
+}
+
+impl ChatRequest {
+    /// A request with these messages and nothing else set.
+    pub fn new(messages: Vec<Message>) -> Self {
+        ChatRequest {
+            messages,
+            ..ChatRequest::default()
+        }
+    }
+
+    /// Adds tools.
+    pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the response format.
+    pub fn with_response_format(mut self, format: ResponseFormat) -> Self {
+        self.response_format = Some(format);
+        self
+    }
+
+    /// Sets the tool choice.
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Sets the temperature.
+    pub fn with_temperature(mut self, t: f32) -> Self {
+        self.temperature = Some(t);
+        self
+    }
+
+    /// Sets the maximum number of tokens to generate.
+    pub fn with_max_tokens(mut self, n: u32) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+
+    /// Sets the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Adds a provider extra.
+    pub fn with_extra(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.extras.insert(key.into(), value);
+        self
+    }
+}
+
+/// Why the model stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end of the answer or a stop sequence.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The model called tools.
+    ToolCalls,
+    /// The server filtered the content.
+    ContentFilter,
+    /// Something else, as the server named it.
+    Other(String),
+}
+
+/// One delta of a streamed model answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ChatEvent {
+    /// A piece of the answer's text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A fragment of a tool call. Fragments with the same `index` belong to one call; `id`
+    /// and `name` may come once or be repeated, `arguments` fragments are concatenated.
+    ToolCallDelta {
+        /// Which call of the answer this fragment belongs to.
+        index: usize,
+        /// The call's id, when this fragment carries it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The tool's name, when this fragment carries it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// A piece of the arguments' JSON text.
+        #[serde(default)]
+        arguments: String,
+    },
+    /// Token usage of the request (usually at the end).
+    Usage {
+        /// The usage.
+        usage: Usage,
+    },
+    /// The model finished.
+    Finish {
+        /// Why.
+        reason: FinishReason,
+    },
+}
+
+/// A stream of deltas from a model.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, ModelError>> + Send>>;
+
+/// A whole model answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    /// The assistant message (text and/or tool calls).
+    pub message: Message,
+    /// Token usage (`requests` is 1).
+    pub usage: Usage,
+    /// Why the model stopped, when the server said.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// Errors a model call can end with. Providers map their failures onto these so the run loop
+/// can decide what to retry.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The connection failed or broke (refused, reset, cut mid-stream).
+    #[error("transport error: {message}")]
+    Transport {
+        /// What happened, without secrets.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The call did not finish in time.
+    #[error("model call timed out after {0:?}")]
+    Timeout(Duration),
+    /// The server asked us to slow down (HTTP 429).
+    #[error("rate limited by the model server{}", retry_after.map(|d| format!(" (retry after {d:?})")).unwrap_or_default())]
+    RateLimited {
+        /// How long the server asked us to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The server refused our credentials (HTTP 401/403).
+    #[error("model server refused the credentials (HTTP {status}): {message}")]
+    Authentication {
+        /// The HTTP status.
+        status: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// The server does not know the model (HTTP 404).
+    #[error("the model server does not know model {model:?}: {message}")]
+    ModelNotFound {
+        /// The model asked for.
+        model: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The request does not fit the model's context window.
+    #[error("context length exceeded: {message}")]
+    ContextLengthExceeded {
+        /// The server's message.
+        message: String,
+    },
+    /// Any other error status from the server.
+    #[error("model server answered HTTP {status}: {body}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The body (trimmed).
+        body: String,
+        /// How long the server asked us to wait, when it said.
+        retry_after: Option<Duration>,
+    },
+    /// The server's answer could not be understood.
+    #[error("invalid response from the model server: {message}")]
+    InvalidResponse {
+        /// What was wrong.
+        message: String,
+    },
+    /// The request itself is invalid (found before sending it).
+    #[error("invalid request: {message}")]
+    InvalidRequest {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl ModelError {
+    /// A transport error with a cause.
+    pub fn transport(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        ModelError::Transport {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// An invalid-response error.
+    pub fn invalid_response(message: impl Into<String>) -> Self {
+        ModelError::InvalidResponse {
+            message: message.into(),
+        }
+    }
+
+    /// Whether trying the same request again may succeed: rate limits, timeouts, transport
+    /// failures and server-side (5xx, 408) statuses.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Transport { .. } | ModelError::Timeout(_) | ModelError::RateLimited { .. } => true,
+            ModelError::Status { status, .. } => *status >= 500 || *status == 408,
+            _ => false,
+        }
+    }
+
+    /// How long the server asked us to wait before trying again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ModelError::RateLimited { retry_after } | ModelError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A short stable name of the error's kind (`"rate_limited"`, `"timeout"`, …), for
+    /// events and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Transport { .. } => "transport",
+            ModelError::Timeout(_) => "timeout",
+            ModelError::RateLimited { .. } => "rate_limited",
+            ModelError::Authentication { .. } => "authentication",
+            ModelError::ModelNotFound { .. } => "model_not_found",
+            ModelError::ContextLengthExceeded { .. } => "context_length_exceeded",
+            ModelError::Status { .. } => "status",
+            ModelError::InvalidResponse { .. } => "invalid_response",
+            ModelError::InvalidRequest { .. } => "invalid_request",
+        }
+    }
+}
+
+/// A chat model: anything that turns a [`ChatRequest`] into a stream of [`ChatEvent`]s.
+///
+/// Object safe: agents hold models as `Arc<dyn ChatModel>`.
+///
+/// ```
+/// use modu_core::{ChatModel, ChatRequest, Message};
+/// use modu_testing::ScriptedModel;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), modu_core::ModelError> {
+/// let model = ScriptedModel::new().text("hello");
+/// let answer = model.complete(ChatRequest::new(vec![Message::user("hi")])).await?;
+/// assert_eq!(answer.message.text(), "hello");
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// The model's name as sent to the server (used in events and telemetry).
+    fn model_name(&self) -> &str;
+
+    /// Sends the request and returns the answer as a stream of deltas. Dropping the stream
+    /// must abort the request.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError>;
+
+    /// Sends the request and waits for the whole answer: the stream, folded.
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        let mut stream = self.stream(request).await?;
+        let mut builder = ChatResponseBuilder::default();
+        while let Some(event) = stream.next().await {
+            builder.push(event?);
+        }
+        builder.finish()
+    }
+}
+
+#[async_trait]
+impl<M: ChatModel + ?Sized> ChatModel for std::sync::Arc<M> {
+    fn model_name(&self) -> &str {
+        (**self).model_name()
+    }
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        (**self).stream(request).await
+    }
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        (**self).complete(request).await
+    }
+}
+
+#[derive(Default, Debug)]
+struct PartialCall {
+    id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+}
+
+/// Folds [`ChatEvent`] deltas into a [`ChatResponse`].
+///
+/// Tool-call fragments are assembled by index: an id or name repeated in every fragment is
+/// taken once, argument fragments are concatenated in order. Calls come out ordered by index.
+#[derive(Default, Debug)]
+pub struct ChatResponseBuilder {
+    text: String,
+    calls: BTreeMap<usize, PartialCall>,
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+}
+
+impl ChatResponseBuilder {
+    /// Adds one delta.
+    pub fn push(&mut self, event: ChatEvent) {
+        match event {
+            ChatEvent::TextDelta { text } => self.text.push_str(&text),
+            ChatEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
+                let call = self.calls.entry(index).or_default();
+                if let Some(id) = id.filter(|s| !s.is_empty()) {
+                    if call.id.is_none() {
+                        call.id = Some(id);
+                    }
+                }
+                if let Some(name) = name.filter(|s| !s.is_empty()) {
+                    if call.name.is_none() {
+                        call.name = Some(name);
+                    }
+                }
+                call.arguments.push_str(&arguments);
+            }
+            ChatEvent::Usage { usage } => self.usage = Some(usage),
+            ChatEvent::Finish { reason } => self.finish = Some(reason),
+        }
+    }
+
+    /// The text received so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The assembled response. Fails when a tool call never received a name.
+    pub fn finish(self) -> Result<ChatResponse, ModelError> {
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (index, call) in self.calls {
+            let name = call
+                .name
+                .ok_or_else(|| ModelError::invalid_response(format!("tool call #{index} has no name")))?;
+            let id = call.id.unwrap_or_else(|| format!("call_{index}"));
+            let arguments = if call.arguments.trim().is_empty() {
+                "{}".to_owned()
+            } else {
+                call.arguments
+            };
+            tool_calls.push(ToolCall { id, name, arguments });
+        }
+        let message = if tool_calls.is_empty() {
+            crate::Message::assistant(self.text)
+        } else {
+            crate::Message::assistant_tool_calls(self.text, tool_calls)
+        };
+        debug_assert_eq!(message.role, Role::Assistant);
+        let mut usage = self.usage.unwrap_or_default();
+        usage.requests = 1;
+        if usage.total_tokens == 0 {
+            usage.total_tokens = usage.input_tokens + usage.output_tokens;
+        }
+        Ok(ChatResponse {
+            message,
+            usage,
+            finish_reason: self.finish,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assembles_fragments_by_index() -> Result<(), ModelError> {
+        let mut b = ChatResponseBuilder::default();
+        let frag = |index, id: Option<&str>, name: Option<&str>, args: &str| ChatEvent::ToolCallDelta {
+            index,
+            id: id.map(str::to_owned),
+            name: name.map(str::to_owned),
+            arguments: args.to_owned(),
+        };
+        b.push(frag(1, Some("b"), Some("mul"), "{\"x\""));
+        b.push(frag(0, Some("a"), Some("add"), "{\"a\":"));
+        b.push(frag(1, Some("b"), Some("mul"), ":2}"));
+        b.push(frag(0, None, None, "1}"));
+        b.push(ChatEvent::Usage {
+            usage: Usage::new(3, 4),
+        });
+        let r = b.finish()?;
+        assert_eq!(r.message.tool_calls.len(), 2);
+        assert_eq!(r.message.tool_calls[0], ToolCall::new("a", "add", "{\"a\":1}"));
+        assert_eq!(r.message.tool_calls[1], ToolCall::new("b", "mul", "{\"x\":2}"));
+        assert_eq!(r.usage.total_tokens, 7);
+        Ok(())
+    }
+
+    #[test]
+    fn nameless_call_is_invalid() {
+        let mut b = ChatResponseBuilder::default();
+        b.push(ChatEvent::ToolCallDelta {
+            index: 0,
+            id: None,
+            name: None,
+            arguments: "{}".into(),
+        });
+        assert!(matches!(b.finish(), Err(ModelError::InvalidResponse { .. })));
+    }
+}

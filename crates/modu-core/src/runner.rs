@@ -1,0 +1,1162 @@
+//! The run loop.
+//!
+//! One [`Run`] drives a run from its first model call to its result. The standard decision
+//! policy asks the model, runs the tools it calls (concurrently, results in call order), asks
+//! again, and finalizes the answer. Every model call goes through [`Run::call_model`] (retry,
+//! the run's shared deadline, events, usage), every tool batch through [`Run::run_tools`]
+//! (lookup, validation, authorization, timeout, retry, result cap, events, a checkpoint after
+//! each finished call), and the state is checkpointed after every step so `Agent::resume` can
+//! continue a run that failed on a transient error.
+
+use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::agent::{Agent, AgentInner, AgentRequest, AgentResult, FinalizationMode, ToolEntry, compile_tool};
+use crate::context::{RunContext, UserContext};
+use crate::error::AgentError;
+use crate::event::{AgentEvent, EventSink};
+use crate::message::{Message, Role, Usage};
+use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
+use crate::provider::ToolSession;
+use crate::tool::{ToolError, ToolErrorKind, truncate_result};
+
+type ToolCallOutcome = Result<serde_json::Value, ToolError>;
+
+/// The version of the checkpoint format written by this crate.
+pub const CHECKPOINT_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+enum Phase {
+    /// Asking the model, running the tools it calls.
+    Act,
+    /// The tool loop ended with this draft; the final request is next.
+    Finalize { draft: String },
+}
+
+/// The serialisable state of a run (what a checkpoint holds besides its header).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RunState {
+    /// The run's messages: input, tool calls, tool results, answer.
+    messages: Vec<Message>,
+    phase: Phase,
+    usage: Usage,
+    model_calls: u32,
+    turns: u32,
+    tool_calls: u32,
+    /// Results of the current tool batch that already finished (by call id).
+    #[serde(default)]
+    pending_results: BTreeMap<String, Message>,
+}
+
+/// A checkpoint: the run state with what is needed to check and rebuild the run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Checkpoint {
+    schema_version: u32,
+    run_id: String,
+    agent: String,
+    fingerprint: String,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    user: UserContext,
+    #[serde(default)]
+    metadata: serde_json::Map<String, serde_json::Value>,
+    state: RunState,
+}
+
+/// Sends events to the sink and to the caller's stream.
+struct Emitter {
+    sink: Option<Arc<dyn EventSink>>,
+    stream: Option<mpsc::Sender<AgentEvent>>,
+}
+
+impl Emitter {
+    fn active(&self) -> bool {
+        self.sink.is_some() || self.stream.is_some()
+    }
+
+    async fn emit(&self, event: AgentEvent) {
+        if let Some(sink) = &self.sink {
+            if let Err(err) = sink.publish(&event).await {
+                tracing::warn!(error = %err, event = event.kind(), "event sink failed");
+            }
+        }
+        if let Some(tx) = &self.stream {
+            if !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. }) {
+                // A caller that dropped its stream no longer listens; the run goes on.
+                let _ = tx.send(event).await;
+            }
+        }
+    }
+}
+
+struct VisibleTool<C> {
+    entry: ToolEntry<C>,
+}
+
+/// Everything a run reads but does not change.
+struct Env<C, O> {
+    agent: Arc<AgentInner<C, O>>,
+    ctx: RunContext<C>,
+    tools: HashMap<String, VisibleTool<C>>,
+    tool_order: Vec<String>,
+    emitter: Emitter,
+    deadline: Option<Instant>,
+    started: Instant,
+    fingerprint: String,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    history: Vec<Message>,
+}
+
+struct Run<C, O> {
+    env: Env<C, O>,
+    state: RunState,
+    sessions: Vec<Box<dyn ToolSession<C>>>,
+    resumed: bool,
+}
+
+enum Start<C> {
+    Fresh(AgentRequest<C>),
+    Resume {
+        checkpoint: Box<Checkpoint>,
+        context: Arc<C>,
+    },
+}
+
+impl<C, O> Agent<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// Runs the agent to its answer.
+    ///
+    /// Never panics on bad input: a failure ends up in [`AgentResult::error`].
+    pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> AgentResult<O> {
+        let emitter = Emitter {
+            sink: self.inner.sink.clone(),
+            stream: None,
+        };
+        execute(Arc::clone(&self.inner), Start::Fresh(request.into()), emitter).await
+    }
+
+    /// Runs the agent, yielding its events as they happen and the result at the end.
+    ///
+    /// The run proceeds on a spawned task; dropping the stream cancels it.
+    pub fn stream(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
+        self.spawn_stream(Start::Fresh(request.into()))
+    }
+
+    fn spawn_stream(&self, start: Start<C>) -> RunStream<O> {
+        let (tx, rx) = mpsc::channel(256);
+        let emitter = Emitter {
+            sink: self.inner.sink.clone(),
+            stream: Some(tx),
+        };
+        let inner = Arc::clone(&self.inner);
+        let handle = tokio::spawn(execute(inner, start, emitter));
+        RunStream {
+            rx,
+            handle: Some(handle),
+            agent: self.inner.name.clone(),
+        }
+    }
+
+    /// Continues a run that failed on a transient error from its last checkpoint.
+    ///
+    /// Tool calls whose results were checkpointed are not run again. Fails with a typed error
+    /// when there is no checkpoint, when it cannot be read, or when it was written by an
+    /// incompatible agent (other tools, output schema or policy).
+    pub async fn resume(&self, run_id: &str, context: C) -> AgentResult<O> {
+        self.resume_arc(run_id, Arc::new(context)).await
+    }
+
+    /// [`Agent::resume`] with a shared context.
+    pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> AgentResult<O> {
+        let emitter = Emitter {
+            sink: self.inner.sink.clone(),
+            stream: None,
+        };
+        match self.load_checkpoint(run_id).await {
+            Ok(checkpoint) => {
+                execute(
+                    Arc::clone(&self.inner),
+                    Start::Resume {
+                        checkpoint: Box::new(checkpoint),
+                        context,
+                    },
+                    emitter,
+                )
+                .await
+            }
+            Err(error) => AgentResult {
+                run_id: run_id.to_owned(),
+                agent: self.inner.name.clone(),
+                output: None,
+                messages: Vec::new(),
+                usage: Usage::default(),
+                metadata: serde_json::Map::new(),
+                error: Some(error),
+            },
+        }
+    }
+
+    /// Whether a checkpoint exists for the run (it can be resumed).
+    pub async fn has_checkpoint(&self, run_id: &str) -> Result<bool, AgentError> {
+        let Some(store) = &self.inner.checkpoints else {
+            return Ok(false);
+        };
+        store
+            .load(run_id)
+            .await
+            .map(|c| c.is_some())
+            .map_err(|e| AgentError::from_store("checkpoint.load", &e))
+    }
+
+    async fn load_checkpoint(&self, run_id: &str) -> Result<Checkpoint, AgentError> {
+        let Some(store) = &self.inner.checkpoints else {
+            return Err(AgentError::Configuration {
+                message: "resume needs a checkpoint store".into(),
+            });
+        };
+        let bytes = store
+            .load(run_id)
+            .await
+            .map_err(|e| AgentError::from_store("checkpoint.load", &e))?
+            .ok_or_else(|| AgentError::CheckpointNotFound {
+                run_id: run_id.to_owned(),
+            })?;
+        let invalid = |message: String| AgentError::CheckpointInvalid {
+            run_id: run_id.to_owned(),
+            message,
+        };
+        let raw: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
+        let version = raw
+            .get("schema_version")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| invalid("no schema_version".into()))?;
+        if version != u64::from(CHECKPOINT_SCHEMA_VERSION) {
+            return Err(invalid(format!(
+                "schema_version {version} is not supported (this build reads {CHECKPOINT_SCHEMA_VERSION})"
+            )));
+        }
+        let checkpoint: Checkpoint =
+            serde_json::from_value(raw).map_err(|e| invalid(format!("malformed state: {e}")))?;
+        if checkpoint.run_id != run_id {
+            return Err(invalid(format!("it belongs to run {}", checkpoint.run_id)));
+        }
+        if checkpoint.fingerprint != self.inner.fingerprint {
+            return Err(AgentError::ResumeIncompatible {
+                run_id: run_id.to_owned(),
+                message: format!(
+                    "the checkpoint was written by agent {:?} with fingerprint {}, this agent has {}",
+                    checkpoint.agent, checkpoint.fingerprint, self.inner.fingerprint
+                ),
+            });
+        }
+        Ok(checkpoint)
+    }
+}
+
+/// The events of a streamed run, then its result.
+pub struct RunStream<O> {
+    rx: mpsc::Receiver<AgentEvent>,
+    handle: Option<tokio::task::JoinHandle<AgentResult<O>>>,
+    agent: String,
+}
+
+/// One item of a [`RunStream`].
+#[derive(Debug)]
+pub enum StreamItem<O> {
+    /// An event of the run.
+    Event(AgentEvent),
+    /// The run succeeded; its result (always the last item).
+    Completed(Box<AgentResult<O>>),
+    /// The run failed; its result (always the last item).
+    Failed(Box<AgentResult<O>>),
+}
+
+impl<O> Stream for RunStream<O> {
+    type Item = StreamItem<O>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(event)) => return Poll::Ready(Some(StreamItem::Event(event))),
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => {}
+        }
+        let Some(handle) = this.handle.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(handle).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(joined) => {
+                this.handle = None;
+                let result = joined.unwrap_or_else(|e| AgentResult {
+                    run_id: String::new(),
+                    agent: this.agent.clone(),
+                    output: None,
+                    messages: Vec::new(),
+                    usage: Usage::default(),
+                    metadata: serde_json::Map::new(),
+                    error: Some(if e.is_cancelled() {
+                        AgentError::Cancelled
+                    } else {
+                        AgentError::Configuration {
+                            message: "the run task panicked".into(),
+                        }
+                    }),
+                });
+                Poll::Ready(Some(if result.error.is_none() {
+                    StreamItem::Completed(Box::new(result))
+                } else {
+                    StreamItem::Failed(Box::new(result))
+                }))
+            }
+        }
+    }
+}
+
+impl<O> Drop for RunStream<O> {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.abort();
+        }
+    }
+}
+
+use std::future::Future;
+
+async fn execute<C, O>(agent: Arc<AgentInner<C, O>>, start: Start<C>, emitter: Emitter) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let started = Instant::now();
+    let deadline = agent.limits.timeout.map(|t| started + t);
+    let (ctx, state, metadata, resumed) = match start {
+        Start::Fresh(req) => {
+            let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let ctx = RunContext::new(req.context, run_id)
+                .with_session_id(req.session_id)
+                .with_user(req.user)
+                .with_agent_name(agent.name.clone());
+            let state = RunState {
+                messages: req.input,
+                phase: Phase::Act,
+                usage: Usage::default(),
+                model_calls: 0,
+                turns: 0,
+                tool_calls: 0,
+                pending_results: BTreeMap::new(),
+            };
+            (ctx, state, req.metadata, false)
+        }
+        Start::Resume { checkpoint, context } => {
+            let cp = *checkpoint;
+            let ctx = RunContext::new(context, cp.run_id)
+                .with_session_id(cp.session_id)
+                .with_user(cp.user)
+                .with_agent_name(agent.name.clone());
+            ctx.set_usage(cp.state.usage);
+            (ctx, cp.state, cp.metadata, true)
+        }
+    };
+    let fingerprint = agent.fingerprint.clone();
+    let run = Run {
+        env: Env {
+            agent,
+            ctx,
+            tools: HashMap::new(),
+            tool_order: Vec::new(),
+            emitter,
+            deadline,
+            started,
+            fingerprint,
+            metadata,
+            history: Vec::new(),
+        },
+        state,
+        sessions: Vec::new(),
+        resumed,
+    };
+    run.execute().await
+}
+
+impl<C, O> Run<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    async fn execute(mut self) -> AgentResult<O> {
+        let env = &self.env;
+        if env.emitter.active() {
+            env.emitter
+                .emit(AgentEvent::RunStarted {
+                    run_id: env.ctx.run_id().to_owned(),
+                    agent: env.agent.name.clone(),
+                    session_id: env.ctx.session_id().map(str::to_owned),
+                    parent_run_id: None,
+                    resumed: self.resumed,
+                })
+                .await;
+        }
+        let outcome = self.drive().await;
+        for session in std::mem::take(&mut self.sessions) {
+            session.close().await;
+        }
+        self.finish(outcome).await
+    }
+
+    async fn drive(&mut self) -> Result<O, AgentError> {
+        self.open_tools().await?;
+        self.load_history().await?;
+        if !self.resumed {
+            self.checkpoint().await?;
+        }
+        self.standard_loop().await
+    }
+
+    async fn open_tools(&mut self) -> Result<(), AgentError> {
+        for entry in &self.env.agent.tools {
+            let name = entry.tool.spec().name.clone();
+            self.env.tool_order.push(name.clone());
+            self.env.tools.insert(name, VisibleTool { entry: entry.clone() });
+        }
+        let providers = self.env.agent.tool_providers.clone();
+        for provider in providers {
+            let session = with_deadline(
+                self.env.deadline,
+                self.env.agent.limits.timeout,
+                provider.open(&self.env.ctx),
+            )
+            .await?
+            .map_err(|e| AgentError::ToolProvider {
+                provider: e.provider.clone(),
+                message: e.message.clone(),
+            })?;
+            for tool in session.tools() {
+                let name = tool.spec().name.clone();
+                if self.env.tools.contains_key(&name) {
+                    self.sessions.push(session);
+                    return Err(AgentError::Configuration {
+                        message: format!(
+                            "tool provider {} offers tool {name:?}, which already exists",
+                            provider.name()
+                        ),
+                    });
+                }
+                let entry = compile_tool(tool)?;
+                self.env.tool_order.push(name.clone());
+                self.env.tools.insert(name, VisibleTool { entry });
+            }
+            self.sessions.push(session);
+        }
+        Ok(())
+    }
+
+    async fn load_history(&mut self) -> Result<(), AgentError> {
+        let (Some(store), Some(session)) = (&self.env.agent.conversations, self.env.ctx.session_id()) else {
+            return Ok(());
+        };
+        match with_deadline(self.env.deadline, self.env.agent.limits.timeout, store.load(session)).await? {
+            Ok(history) => {
+                self.env.history = history;
+                Ok(())
+            }
+            Err(e) => {
+                self.store_failed("conversation.load", &e.to_string()).await;
+                Err(AgentError::from_store("conversation.load", &e))
+            }
+        }
+    }
+
+    async fn store_failed(&self, operation: &str, message: &str) {
+        if self.env.emitter.active() {
+            self.env
+                .emitter
+                .emit(AgentEvent::StoreFailed {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    operation: operation.to_owned(),
+                    message: message.to_owned(),
+                })
+                .await;
+        }
+    }
+
+    // ----- the standard decision policy -----
+
+    async fn standard_loop(&mut self) -> Result<O, AgentError> {
+        loop {
+            match self.state.phase.clone() {
+                Phase::Act => {
+                    if let Some(calls) = self.unanswered_tool_calls() {
+                        self.run_tools(calls).await?;
+                        continue;
+                    }
+                    if self.state.turns >= self.env.agent.limits.max_turns {
+                        return Err(AgentError::MaxTurnsExceeded {
+                            limit: self.env.agent.limits.max_turns,
+                        });
+                    }
+                    let tools = self.visible_definitions();
+                    let separate_final = self.needs_separate_finalization(!tools.is_empty());
+                    let format = if separate_final || !tools.is_empty() {
+                        None
+                    } else {
+                        self.env.agent.codec.response_format()
+                    };
+                    let request = self.build_request(self.request_messages(), tools, format.clone());
+                    let response = self.call_model(request).await?;
+                    self.state.turns += 1;
+                    if response.message.has_tool_calls() {
+                        let n = response.message.tool_calls.len() as u32;
+                        let limit = self.env.agent.limits.max_tool_calls;
+                        if self.state.tool_calls + n > limit {
+                            return Err(AgentError::MaxToolCallsExceeded { limit });
+                        }
+                        self.state.messages.push(response.message);
+                        self.checkpoint().await?;
+                        continue;
+                    }
+                    let text = response.message.text();
+                    if separate_final {
+                        self.state.phase = Phase::Finalize { draft: text };
+                        self.checkpoint().await?;
+                        continue;
+                    }
+                    return self.accept_final(response.message, format).await;
+                }
+                Phase::Finalize { draft } => {
+                    let mut messages = self.request_messages();
+                    if !draft.is_empty() {
+                        messages.push(Message::assistant(draft));
+                    }
+                    messages.push(Message::user(
+                        "Write the final answer to the request above now, in the requested format, without calling tools.",
+                    ));
+                    let format = self.env.agent.codec.response_format();
+                    let request = self.build_request(messages, Vec::new(), format.clone());
+                    let response = self.call_model(request).await?;
+                    return self.accept_final(response.message, format).await;
+                }
+            }
+        }
+    }
+
+    fn needs_separate_finalization(&self, has_tools: bool) -> bool {
+        match self.env.agent.finalization {
+            FinalizationMode::Disabled => false,
+            FinalizationMode::Always => true,
+            FinalizationMode::StructuredOnly => has_tools && self.env.agent.codec.response_format().is_some(),
+        }
+    }
+
+    /// Parses the final answer; one corrective request on failure.
+    async fn accept_final(&mut self, answer: Message, format: Option<ResponseFormat>) -> Result<O, AgentError> {
+        let text = answer.text();
+        match self.env.agent.codec.parse(&text) {
+            Ok(output) => {
+                self.state.messages.push(answer);
+                Ok(output)
+            }
+            Err(first) => {
+                let mut messages = self.request_messages();
+                messages.push(answer);
+                messages.push(Message::user(format!(
+                    "Your answer could not be parsed: {}. Answer again with only a JSON value that fits the required schema.",
+                    first.message
+                )));
+                let request = self.build_request(messages, Vec::new(), format);
+                let response = self.call_model(request).await?;
+                let text = response.message.text();
+                match self.env.agent.codec.parse(&text) {
+                    Ok(output) => {
+                        self.state.messages.push(response.message);
+                        Ok(output)
+                    }
+                    Err(second) => Err(AgentError::Output {
+                        message: second.message,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// The tool calls of the last assistant message that have no result yet.
+    fn unanswered_tool_calls(&self) -> Option<Vec<crate::message::ToolCall>> {
+        let last = self.state.messages.last()?;
+        (last.role == Role::Assistant && last.has_tool_calls()).then(|| last.tool_calls.clone())
+    }
+
+    fn visible_definitions(&self) -> Vec<ToolDefinition> {
+        self.env
+            .tool_order
+            .iter()
+            .filter_map(|name| self.env.tools.get(name))
+            .filter(|t| t.entry.tool.is_enabled(&self.env.ctx))
+            .map(|t| t.entry.tool.spec().definition())
+            .collect()
+    }
+
+    fn request_messages(&self) -> Vec<Message> {
+        let mut messages = Vec::with_capacity(1 + self.env.history.len() + self.state.messages.len());
+        if let Some(instructions) = &self.env.agent.instructions {
+            let text = instructions.render(&self.env.ctx);
+            if !text.is_empty() {
+                messages.push(Message::system(text));
+            }
+        }
+        messages.extend(self.env.history.iter().cloned());
+        messages.extend(self.state.messages.iter().cloned());
+        messages
+    }
+
+    fn build_request(
+        &self,
+        messages: Vec<Message>,
+        tools: Vec<ToolDefinition>,
+        format: Option<ResponseFormat>,
+    ) -> ChatRequest {
+        let s = &self.env.agent.settings;
+        let has_tools = !tools.is_empty();
+        let mut request = ChatRequest::new(messages).with_tools(tools);
+        request.response_format = format;
+        request.temperature = s.temperature;
+        request.max_tokens = s.max_tokens;
+        request.seed = s.seed;
+        request.stop = s.stop.clone();
+        if has_tools {
+            request.parallel_tool_calls = s.parallel_tool_calls;
+        }
+        request
+    }
+
+    /// One model call: events, deltas, retry on transient errors, the shared deadline, usage.
+    async fn call_model(&mut self, request: ChatRequest) -> Result<ChatResponse, AgentError> {
+        let agent = Arc::clone(&self.env.agent);
+        let model = agent.model.as_ref();
+        let emitter = &self.env.emitter;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            self.state.model_calls += 1;
+            let call = self.state.model_calls;
+            if emitter.active() {
+                emitter
+                    .emit(AgentEvent::ModelCallStarted {
+                        run_id: self.env.ctx.run_id().to_owned(),
+                        model: model.model_name().to_owned(),
+                        call,
+                        tools: request.tools.len(),
+                        structured: request.response_format.is_some(),
+                    })
+                    .await;
+            }
+            let call_started = Instant::now();
+            let run_id = self.env.ctx.run_id();
+            let attempt_fut = async {
+                let mut stream = model.stream(request.clone()).await?;
+                let mut builder = ChatResponseBuilder::default();
+                while let Some(event) = stream.next().await {
+                    let event = event?;
+                    if emitter.active() {
+                        if let crate::model::ChatEvent::TextDelta { text } = &event {
+                            if !text.is_empty() {
+                                emitter
+                                    .emit(AgentEvent::ModelDelta {
+                                        run_id: run_id.to_owned(),
+                                        text: text.clone(),
+                                    })
+                                    .await;
+                            }
+                        }
+                    }
+                    builder.push(event);
+                }
+                builder.finish()
+            };
+            let outcome = with_deadline(self.env.deadline, agent.limits.timeout, attempt_fut).await?;
+            match outcome {
+                Ok(response) => {
+                    self.state.usage += response.usage;
+                    self.env.ctx.add_usage(response.usage);
+                    if emitter.active() {
+                        emitter
+                            .emit(AgentEvent::ModelCallFinished {
+                                run_id: run_id.to_owned(),
+                                model: model.model_name().to_owned(),
+                                call,
+                                usage: response.usage,
+                                finish_reason: response.finish_reason.clone(),
+                                tool_calls: response.message.tool_calls.len(),
+                                duration_ms: call_started.elapsed().as_millis() as u64,
+                            })
+                            .await;
+                    }
+                    return Ok(response);
+                }
+                Err(err) => {
+                    let will_retry = err.is_retryable() && attempt < agent.retry.max_attempts;
+                    // A failed request still counts as a request.
+                    self.state.usage.requests += 1;
+                    self.env.ctx.add_usage(Usage {
+                        requests: 1,
+                        ..Usage::default()
+                    });
+                    if emitter.active() {
+                        emitter
+                            .emit(AgentEvent::ModelCallFailed {
+                                run_id: run_id.to_owned(),
+                                model: model.model_name().to_owned(),
+                                call,
+                                error_kind: err.kind().to_owned(),
+                                will_retry,
+                            })
+                            .await;
+                    }
+                    if !will_retry {
+                        return Err(AgentError::from_model(&err));
+                    }
+                    let wait = err.retry_after().unwrap_or_else(|| agent.retry.backoff(attempt));
+                    sleep_within(self.env.deadline, agent.limits.timeout, wait).await?;
+                }
+            }
+        }
+    }
+
+    /// Runs a batch of tool calls concurrently; results are appended in call order.
+    async fn run_tools(&mut self, calls: Vec<crate::message::ToolCall>) -> Result<(), AgentError> {
+        let todo: Vec<(usize, &crate::message::ToolCall)> = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !self.state.pending_results.contains_key(&c.id))
+            .collect();
+        let fresh = todo.len() as u32;
+        let limit = self.env.agent.limits.max_tool_calls;
+        if self.state.tool_calls + fresh > limit {
+            return Err(AgentError::MaxToolCallsExceeded { limit });
+        }
+        self.state.tool_calls += fresh;
+        {
+            let env = &self.env;
+            let mut running: FuturesUnordered<_> = todo
+                .into_iter()
+                .map(|(index, call)| async move { (index, env.run_tool(call).await) })
+                .collect();
+            while let Some((index, result)) = running.next().await {
+                let message = result?;
+                self.state.pending_results.insert(calls[index].id.clone(), message);
+                if env.agent.checkpoints.is_some() && !running.is_empty() {
+                    save_checkpoint(env, &self.state).await?;
+                }
+            }
+        }
+        for call in &calls {
+            if let Some(m) = self.state.pending_results.remove(&call.id) {
+                self.state.messages.push(m);
+            }
+        }
+        self.checkpoint().await
+    }
+
+    async fn checkpoint(&mut self) -> Result<(), AgentError> {
+        save_checkpoint(&self.env, &self.state).await
+    }
+
+    async fn finish(self, outcome: Result<O, AgentError>) -> AgentResult<O> {
+        let env = &self.env;
+        let agent = &env.agent;
+        let run_id = env.ctx.run_id().to_owned();
+        let mut metadata = env.metadata.clone();
+        metadata.insert("model_calls".into(), self.state.model_calls.into());
+        metadata.insert("tool_calls".into(), self.state.tool_calls.into());
+        metadata.insert("turns".into(), self.state.turns.into());
+        if self.resumed {
+            metadata.insert("resumed".into(), true.into());
+        }
+        let (mut output, mut error) = match outcome {
+            Ok(o) => (Some(o), None),
+            Err(e) => (None, Some(e)),
+        };
+        if error.is_none() {
+            if let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id()) {
+                let appended = match with_deadline(
+                    env.deadline,
+                    agent.limits.timeout,
+                    store.append(session, &self.state.messages),
+                )
+                .await
+                {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => {
+                        self.store_failed("conversation.append", &e.to_string()).await;
+                        Err(AgentError::from_store("conversation.append", &e))
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = appended {
+                    // Keep the checkpoint so that a resume can append later.
+                    error = Some(e);
+                }
+            }
+        }
+        if let Some(store) = &agent.checkpoints {
+            let keep = error.as_ref().is_some_and(AgentError::is_resumable);
+            if !keep {
+                if let Err(e) = store.delete(&run_id).await {
+                    self.store_failed("checkpoint.delete", &e.to_string()).await;
+                }
+            }
+        }
+        if error.is_some() && output.is_some() {
+            // The answer exists but was not stored: report both.
+            metadata.insert("answer_not_stored".into(), true.into());
+        }
+        let usage = self.state.usage;
+        let duration_ms = env.started.elapsed().as_millis() as u64;
+        if env.emitter.active() {
+            let event = match (&output, &error) {
+                (Some(o), None) => AgentEvent::RunCompleted {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    output: agent.codec.to_json(o),
+                    duration_ms,
+                },
+                (_, Some(e)) => AgentEvent::RunFailed {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    error: e.clone(),
+                    duration_ms,
+                },
+                (None, None) => AgentEvent::RunFailed {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    error: AgentError::Cancelled,
+                    duration_ms,
+                },
+            };
+            env.emitter.emit(event).await;
+        }
+        if output.is_none() && error.is_none() {
+            error = Some(AgentError::Cancelled);
+            output = None;
+        }
+        AgentResult {
+            run_id,
+            agent: agent.name.clone(),
+            output,
+            messages: self.state.messages,
+            usage,
+            metadata,
+            error,
+        }
+    }
+}
+
+async fn save_checkpoint<C, O>(env: &Env<C, O>, state: &RunState) -> Result<(), AgentError> {
+    let Some(store) = &env.agent.checkpoints else {
+        return Ok(());
+    };
+    let checkpoint = CheckpointRef {
+        schema_version: CHECKPOINT_SCHEMA_VERSION,
+        run_id: env.ctx.run_id(),
+        agent: &env.agent.name,
+        fingerprint: &env.fingerprint,
+        session_id: env.ctx.session_id(),
+        user: env.ctx.user(),
+        metadata: &env.metadata,
+        state,
+    };
+    let bytes = serde_json::to_vec(&checkpoint).map_err(|e| AgentError::Store {
+        operation: "checkpoint.encode".into(),
+        message: e.to_string(),
+    })?;
+    match with_deadline(
+        env.deadline,
+        env.agent.limits.timeout,
+        store.save(env.ctx.run_id(), &bytes),
+    )
+    .await?
+    {
+        Ok(()) => {
+            if env.emitter.active() {
+                env.emitter
+                    .emit(AgentEvent::CheckpointSaved {
+                        run_id: env.ctx.run_id().to_owned(),
+                    })
+                    .await;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if env.emitter.active() {
+                env.emitter
+                    .emit(AgentEvent::StoreFailed {
+                        run_id: env.ctx.run_id().to_owned(),
+                        operation: "checkpoint.save".into(),
+                        message: e.to_string(),
+                    })
+                    .await;
+            }
+            Err(AgentError::from_store("checkpoint.save", &e))
+        }
+    }
+}
+
+/// The borrowed form of [`Checkpoint`], so saving does not clone the state.
+#[derive(Serialize)]
+struct CheckpointRef<'a> {
+    schema_version: u32,
+    run_id: &'a str,
+    agent: &'a str,
+    fingerprint: &'a str,
+    session_id: Option<&'a str>,
+    user: &'a UserContext,
+    metadata: &'a serde_json::Map<String, serde_json::Value>,
+    state: &'a RunState,
+}
+
+impl<C, O> Env<C, O>
+where
+    C: Send + Sync + 'static,
+{
+    /// One tool call: lookup, argument checks, authorization, execution with timeout and
+    /// retry, result cap, events. Failures become a tool message the model can act on; only
+    /// the run's own deadline ends the run.
+    async fn run_tool(&self, call: &crate::message::ToolCall) -> Result<Message, AgentError> {
+        let started = Instant::now();
+        let refused = |error: ToolError| (error, 0u32);
+        let checked: Result<(&VisibleTool<C>, serde_json::Value), (ToolError, u32)> = (|| {
+            let tool = self
+                .tools
+                .get(&call.name)
+                .filter(|t| t.entry.tool.is_enabled(&self.ctx))
+                .ok_or_else(|| {
+                    let available: Vec<&str> = self
+                        .tool_order
+                        .iter()
+                        .filter(|n| self.tools.get(*n).is_some_and(|t| t.entry.tool.is_enabled(&self.ctx)))
+                        .map(String::as_str)
+                        .collect();
+                    refused(
+                        ToolError::new(ToolErrorKind::NotFound, "unknown_tool").with_message(format!(
+                            "there is no tool named {:?}; available tools: {}",
+                            call.name,
+                            available.join(", ")
+                        )),
+                    )
+                })?;
+            let args: serde_json::Value = if call.arguments.trim().is_empty() {
+                serde_json::Value::Object(serde_json::Map::new())
+            } else {
+                serde_json::from_str(&call.arguments).map_err(|e| {
+                    refused(ToolError::validation(
+                        "invalid_json",
+                        format!("the arguments are not valid JSON ({e}); send a JSON object"),
+                    ))
+                })?
+            };
+            let problems: Vec<String> = tool
+                .entry
+                .validator
+                .iter_errors(&args)
+                .take(8)
+                .map(|e| {
+                    let path = e.instance_path().to_string();
+                    if path.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{path}: {e}")
+                    }
+                })
+                .collect();
+            if !problems.is_empty() {
+                return Err(refused(ToolError::validation(
+                    "invalid_arguments",
+                    format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
+                )));
+            }
+            self.agent
+                .authorizer
+                .authorize(self.ctx.user(), &call.name)
+                .map_err(refused)?;
+            Ok((tool, args))
+        })();
+
+        let (outcome, attempts) = match checked {
+            Err((error, attempts)) => (ToolCallOutcome::Err(error), attempts),
+            Ok((tool, args)) => {
+                if self.emitter.active() {
+                    self.emitter
+                        .emit(AgentEvent::ToolCallStarted {
+                            run_id: self.ctx.run_id().to_owned(),
+                            call_id: call.id.clone(),
+                            tool: call.name.clone(),
+                            arguments: args.clone(),
+                        })
+                        .await;
+                }
+                self.execute_with_retry(tool, args).await?
+            }
+        };
+        let (content, error) = match outcome {
+            ToolCallOutcome::Ok(value) => {
+                let text = match value {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let max = self
+                    .tools
+                    .get(&call.name)
+                    .and_then(|t| t.entry.tool.spec().max_result_bytes);
+                (truncate_result(text, max), None)
+            }
+            ToolCallOutcome::Err(e) => (e.model_content(true), Some(e)),
+        };
+        if self.emitter.active() {
+            self.emitter
+                .emit(AgentEvent::ToolCallFinished {
+                    run_id: self.ctx.run_id().to_owned(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    ok: error.is_none(),
+                    attempts,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    error: error.clone(),
+                })
+                .await;
+        }
+        Ok(Message::tool_result(
+            call.id.clone(),
+            call.name.clone(),
+            content,
+            error.is_some(),
+        ))
+    }
+
+    async fn execute_with_retry(
+        &self,
+        tool: &VisibleTool<C>,
+        args: serde_json::Value,
+    ) -> Result<(ToolCallOutcome, u32), AgentError> {
+        let spec = tool.entry.tool.spec();
+        let retry = &self.agent.retry;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let call = tool.entry.tool.call(&self.ctx, args.clone());
+            let result = match spec.timeout {
+                Some(limit) => {
+                    let remaining = self.deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if remaining.is_some_and(|r| r < limit) {
+                        // The run's deadline comes first: it ends the run.
+                        with_deadline(self.deadline, self.agent.limits.timeout, call).await?
+                    } else {
+                        match tokio::time::timeout(limit, call).await {
+                            Ok(r) => r,
+                            Err(_) => Err(ToolError::timeout(limit)),
+                        }
+                    }
+                }
+                None => with_deadline(self.deadline, self.agent.limits.timeout, call).await?,
+            };
+            match result {
+                Ok(value) => return Ok((ToolCallOutcome::Ok(value), attempt)),
+                Err(error) => {
+                    let uncancellable_timeout =
+                        error.kind == ToolErrorKind::Timeout && spec.blocking && !spec.timeout_retry_safe;
+                    let may_retry =
+                        spec.idempotent && error.retryable && !uncancellable_timeout && attempt < retry.max_attempts;
+                    if !may_retry {
+                        let error = if uncancellable_timeout {
+                            ToolError {
+                                retryable: false,
+                                ..error
+                            }
+                        } else {
+                            error
+                        };
+                        return Ok((ToolCallOutcome::Err(error), attempt));
+                    }
+                    sleep_within(self.deadline, self.agent.limits.timeout, retry.backoff(attempt)).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Awaits `fut` within the run's deadline; elapsing ends the run with [`AgentError::Timeout`].
+async fn with_deadline<F: Future>(
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    fut: F,
+) -> Result<F::Output, AgentError> {
+    match deadline {
+        None => Ok(fut.await),
+        Some(d) => tokio::time::timeout_at(d, fut).await.map_err(|_| AgentError::Timeout {
+            after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+        }),
+    }
+}
+
+async fn sleep_within(deadline: Option<Instant>, timeout: Option<Duration>, wait: Duration) -> Result<(), AgentError> {
+    if let Some(d) = deadline {
+        if Instant::now() + wait >= d {
+            return Err(AgentError::Timeout {
+                after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+            });
+        }
+    }
+    tokio::time::sleep(wait).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_ref_and_owned_forms_agree() -> Result<(), serde_json::Error> {
+        let state = RunState {
+            messages: vec![Message::user("hi")],
+            phase: Phase::Finalize { draft: "d".into() },
+            usage: Usage::new(1, 2),
+            model_calls: 1,
+            turns: 1,
+            tool_calls: 0,
+            pending_results: BTreeMap::new(),
+        };
+        let user = UserContext::default();
+        let meta = serde_json::Map::new();
+        let r = CheckpointRef {
+            schema_version: 1,
+            run_id: "r",
+            agent: "a",
+            fingerprint: "f",
+            session_id: Some("s"),
+            user: &user,
+            metadata: &meta,
+            state: &state,
+        };
+        let bytes = serde_json::to_vec(&r)?;
+        let back: Checkpoint = serde_json::from_slice(&bytes)?;
+        assert_eq!(back.session_id.as_deref(), Some("s"));
+        assert_eq!(back.state.phase, Phase::Finalize { draft: "d".into() });
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! `#[tool]`: a function becomes a modu `Tool`.
+//!
+//! ```ignore
+//! use modu::tool;
+//!
+//! /// Add two integers.
+//! #[tool(idempotent, timeout_seconds = 5)]
+//! async fn add(a: i64, b: i64) -> i64 {
+//!     a + b
+//! }
+//!
+//! // `Add` (the function's name in CamelCase) is now a `Tool<C>` for any context `C`:
+//! // Agent::builder(model).tool(Add)
+//! ```
+//!
+//! The generated unit struct implements `Tool<C>` for every `C`, or for the one `C` of a first
+//! parameter `&RunContext<C>`. Parameters become a JSON object whose schema schemars derives;
+//! unknown fields are rejected. Sync functions run on the blocking pool. A function may return
+//! any `Serialize` value or a `Result<T, E>` with `E: Into<BoxError>`: a `ToolError` is passed
+//! through, other errors go to the `error_mapper` (if any) and otherwise become a generic
+//! execution error that reveals nothing of the original to the model.
+#![deny(missing_docs)]
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote};
+use syn::parse::Parser;
+use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Type, parse_macro_input};
+
+#[derive(Default)]
+struct Options {
+    name: Option<String>,
+    idempotent: bool,
+    repair_safe: bool,
+    timeout_retry_safe: bool,
+    timeout_seconds: Option<f64>,
+    max_result_bytes: Option<u64>,
+    error_mapper: Option<syn::Path>,
+}
+
+/// Turns a function into a tool. See the crate documentation.
+#[proc_macro_attribute]
+pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut options = Options::default();
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("name") {
+            let lit: LitStr = meta.value()?.parse()?;
+            options.name = Some(lit.value());
+        } else if meta.path.is_ident("idempotent") {
+            options.idempotent = true;
+        } else if meta.path.is_ident("repair_safe") {
+            options.repair_safe = true;
+        } else if meta.path.is_ident("timeout_retry_safe") {
+            options.timeout_retry_safe = true;
+        } else if meta.path.is_ident("timeout_seconds") {
+            let lit: syn::Lit = meta.value()?.parse()?;
+            options.timeout_seconds = Some(match lit {
+                syn::Lit::Int(i) => i.base10_parse::<u64>()? as f64,
+                syn::Lit::Float(f) => f.base10_parse::<f64>()?,
+                other => return Err(syn::Error::new_spanned(other, "timeout_seconds takes a number")),
+            });
+        } else if meta.path.is_ident("max_result_bytes") {
+            let lit: syn::LitInt = meta.value()?.parse()?;
+            options.max_result_bytes = Some(lit.base10_parse()?);
+        } else if meta.path.is_ident("error_mapper") {
+            options.error_mapper = Some(meta.value()?.parse()?);
+        } else {
+            return Err(meta.error(
+                "unknown #[tool] option; expected name, idempotent, repair_safe, timeout_retry_safe, timeout_seconds, max_result_bytes or error_mapper",
+            ));
+        }
+        Ok(())
+    });
+    if let Err(e) = parser.parse(attr) {
+        return e.to_compile_error().into();
+    }
+    let func = parse_macro_input!(item as ItemFn);
+    match expand(options, func) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn crate_path() -> TokenStream2 {
+    use proc_macro_crate::{FoundCrate, crate_name};
+    let inside_core = std::env::var("CARGO_CRATE_NAME").is_ok_and(|n| n == "modu_core");
+    if let Ok(found) = crate_name("modu") {
+        return match found {
+            FoundCrate::Itself => quote!(::modu),
+            FoundCrate::Name(n) => {
+                let id = format_ident!("{}", n);
+                quote!(::#id)
+            }
+        };
+    }
+    match crate_name("modu-core") {
+        Ok(FoundCrate::Itself) if inside_core => quote!(crate),
+        Ok(FoundCrate::Name(n)) => {
+            let id = format_ident!("{}", n);
+            quote!(::#id)
+        }
+        _ => quote!(::modu_core),
+    }
+}
+
+fn camel_case(name: &str) -> String {
+    name.split('_')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let mut c = s.chars();
+            match c.next() {
+                Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+/// The `C` of a parameter of type `&RunContext<C>`, if it is one.
+fn run_context_type(ty: &Type) -> Option<Type> {
+    let Type::Reference(r) = ty else { return None };
+    let Type::Path(p) = r.elem.as_ref() else { return None };
+    let last = p.path.segments.last()?;
+    if last.ident != "RunContext" {
+        return None;
+    }
+    match &last.arguments {
+        syn::PathArguments::AngleBracketed(a) => a.args.iter().find_map(|arg| match arg {
+            syn::GenericArgument::Type(t) => Some(t.clone()),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+fn returns_result(ret: &ReturnType) -> bool {
+    match ret {
+        ReturnType::Default => false,
+        ReturnType::Type(_, ty) => match ty.as_ref() {
+            Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Result"),
+            _ => false,
+        },
+    }
+}
+
+fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
+    let krate = crate_path();
+    let krate_str = krate.to_string().replace(' ', "");
+    let serde_path = LitStr::new(&format!("{krate_str}::__private::serde"), Span::call_site());
+    let schemars_path = LitStr::new(&format!("{krate_str}::__private::schemars"), Span::call_site());
+
+    if !func.sig.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &func.sig.generics,
+            "#[tool] functions cannot be generic; use a concrete RunContext<C>",
+        ));
+    }
+    let fn_name = &func.sig.ident;
+    let vis = &func.vis;
+    let is_async = func.sig.asyncness.is_some();
+    let tool_name = options.name.clone().unwrap_or_else(|| fn_name.to_string());
+    let struct_name = format_ident!("{}", camel_case(&fn_name.to_string()));
+
+    let description = func
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s), ..
+                }) => Some(s.value().trim().to_owned()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_owned();
+
+    let mut context_ty: Option<Type> = None;
+    let mut field_names = Vec::new();
+    let mut field_types = Vec::new();
+    let mut call_args = Vec::new();
+    for (i, input) in func.sig.inputs.iter().enumerate() {
+        let FnArg::Typed(pt) = input else {
+            return Err(syn::Error::new_spanned(input, "#[tool] functions cannot take self"));
+        };
+        if i == 0 {
+            if let Some(c) = run_context_type(&pt.ty) {
+                context_ty = Some(c);
+                call_args.push(quote!(__ctx));
+                continue;
+            }
+        }
+        let Pat::Ident(pi) = pt.pat.as_ref() else {
+            return Err(syn::Error::new_spanned(
+                &pt.pat,
+                "#[tool] parameters must be plain names",
+            ));
+        };
+        let ident = &pi.ident;
+        field_names.push(ident.clone());
+        field_types.push(pt.ty.as_ref().clone());
+        call_args.push(quote!(#ident));
+    }
+
+    let (impl_generics, ctx_ty) = match &context_ty {
+        Some(c) => (quote!(), quote!(#c)),
+        None => (
+            quote!(<__C: ::core::marker::Send + ::core::marker::Sync + 'static>),
+            quote!(__C),
+        ),
+    };
+
+    let wrapper = if returns_result(&func.sig.output) {
+        quote!(#krate::__private::Fallible)
+    } else {
+        quote!(#krate::__private::Plain)
+    };
+
+    let invoke = if is_async {
+        quote! {
+            let __ctx = ctx;
+            let _ = __ctx;
+            let __out = #fn_name(#(#call_args),*).await;
+            #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__out), __mapper)
+        }
+    } else {
+        quote! {
+            let __owned_ctx = ::core::clone::Clone::clone(ctx);
+            let __result = #krate::tool::run_blocking(move || {
+                let __ctx = &__owned_ctx;
+                let _ = __ctx;
+                let __out = #fn_name(#(#call_args),*);
+                #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__out), __mapper_static())
+            })
+            .await;
+            __result
+        }
+    };
+
+    let mapper_fn = match &options.error_mapper {
+        Some(path) => quote! {
+            fn __mapper_static() -> ::core::option::Option<&'static #krate::ErrorMapper> {
+                static MAPPER: ::std::sync::OnceLock<#krate::ErrorMapper> = ::std::sync::OnceLock::new();
+                ::core::option::Option::Some(MAPPER.get_or_init(|| #krate::__private::mapper_from_fn(#path)))
+            }
+        },
+        None => quote! {
+            fn __mapper_static() -> ::core::option::Option<&'static #krate::ErrorMapper> {
+                ::core::option::Option::None
+            }
+        },
+    };
+
+    let idempotent = options.idempotent;
+    let repair_safe = options.repair_safe;
+    let timeout_retry_safe = options.timeout_retry_safe;
+    let blocking = !is_async;
+    let timeout = match options.timeout_seconds {
+        Some(s) => quote!(.timeout(::std::time::Duration::from_secs_f64(#s))),
+        None => quote!(),
+    };
+    let max_bytes = match options.max_result_bytes {
+        Some(n) => {
+            let n = n as usize;
+            quote!(.max_result_bytes(#n))
+        }
+        None => quote!(),
+    };
+    let args_struct = format_ident!("__ModuToolArgs{}", struct_name);
+    let doc = format!("The `{tool_name}` tool, generated by `#[tool]` from [`{fn_name}`].");
+
+    Ok(quote! {
+        #func
+
+        #[doc = #doc]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #struct_name;
+
+        #[allow(non_camel_case_types, non_snake_case, clippy::all)]
+        const _: () = {
+            #[derive(#krate::__private::serde::Deserialize, #krate::__private::schemars::JsonSchema)]
+            #[serde(crate = #serde_path, deny_unknown_fields)]
+            #[schemars(crate = #schemars_path)]
+            struct #args_struct {
+                #(#field_names: #field_types,)*
+            }
+
+            #mapper_fn
+
+            #[#krate::__private::async_trait]
+            impl #impl_generics #krate::Tool<#ctx_ty> for #struct_name {
+                fn spec(&self) -> &#krate::ToolSpec {
+                    static SPEC: ::std::sync::OnceLock<#krate::ToolSpec> = ::std::sync::OnceLock::new();
+                    SPEC.get_or_init(|| {
+                        #krate::ToolSpec::for_args::<#args_struct>(#tool_name, #description)
+                            .idempotent(#idempotent)
+                            .repair_safe(#repair_safe)
+                            .timeout_retry_safe(#timeout_retry_safe)
+                            .blocking(#blocking)
+                            #timeout
+                            #max_bytes
+                    })
+                }
+
+                async fn call(
+                    &self,
+                    ctx: &#krate::RunContext<#ctx_ty>,
+                    arguments: #krate::__private::serde_json::Value,
+                ) -> ::core::result::Result<#krate::__private::serde_json::Value, #krate::ToolError> {
+                    let __mapper = __mapper_static();
+                    let _ = &__mapper;
+                    let #args_struct { #(#field_names),* } = #krate::tool::parse_arguments::<#args_struct>(arguments)?;
+                    #invoke
+                }
+            }
+        };
+    })
+}

@@ -1,0 +1,2 @@
+//! modu-mcp (work in progress).
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! modu-ollama (work in progress).
+#![deny(missing_docs)]

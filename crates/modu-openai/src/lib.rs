@@ -1,0 +1,2 @@
+//! modu-openai (work in progress).
+#![deny(missing_docs)]

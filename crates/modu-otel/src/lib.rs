@@ -1,0 +1,2 @@
+//! modu-otel (work in progress).
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! modu-redis (work in progress).
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! modu-skills (work in progress).
+#![deny(missing_docs)]

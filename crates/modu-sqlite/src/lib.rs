@@ -1,0 +1,2 @@
+//! modu-sqlite (work in progress).
+#![deny(missing_docs)]

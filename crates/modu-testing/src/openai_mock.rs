@@ -1,0 +1,515 @@
+//! [`MockOpenAiServer`]: an OpenAI Chat Completions server on 127.0.0.1 for tests, examples
+//! and benchmarks.
+//!
+//! It speaks the exact wire format: `POST /v1/chat/completions` answers a JSON
+//! `chat.completion`, or with `"stream": true` an SSE stream of `chat.completion.chunk`s ending
+//! with `data: [DONE]` (and a usage-only chunk when `stream_options.include_usage` is set);
+//! `GET /v1/models` lists the model. Replies come from a queue ([`MockReply`]); when the queue
+//! is empty a deterministic fallback answers like a well-behaved model: it calls the first
+//! offered tool once (arguments synthesised from its schema), then answers in text, or with a
+//! JSON instance of the requested schema when the request has a `response_format`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// One scripted reply of the mock server.
+#[derive(Clone, Debug)]
+pub enum MockReply {
+    /// A text answer.
+    Text(String),
+    /// Tool calls: `(name, arguments JSON text)`.
+    ToolCalls(Vec<(String, String)>),
+    /// An error status with a JSON body and extra headers (e.g. `Retry-After`).
+    Error {
+        /// The HTTP status.
+        status: u16,
+        /// The body.
+        body: Value,
+        /// Extra headers.
+        headers: Vec<(String, String)>,
+    },
+    /// A raw SSE body: each entry is sent as `data: <entry>\n\n`, in order. Add `"[DONE]"`
+    /// yourself when wanted. With `drop_after`, the connection is cut after that many events.
+    RawSse {
+        /// The data payloads.
+        events: Vec<String>,
+        /// Cut the connection after this many events.
+        drop_after: Option<usize>,
+    },
+    /// A raw JSON body with status 200.
+    RawJson(Value),
+    /// Wait, then answer with the inner reply.
+    Delayed(Duration, Box<MockReply>),
+}
+
+#[derive(Default)]
+struct MockState {
+    queue: Mutex<VecDeque<MockReply>>,
+    requests: Mutex<Vec<Value>>,
+    headers: Mutex<Vec<HeaderMap>>,
+    api_key: Mutex<Option<String>>,
+    model: Mutex<String>,
+    record: std::sync::atomic::AtomicBool,
+}
+
+/// A mock OpenAI-compatible server running on 127.0.0.1 until dropped.
+pub struct MockOpenAiServer {
+    addr: SocketAddr,
+    state: Arc<MockState>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl MockOpenAiServer {
+    /// Starts a server on a free port of 127.0.0.1.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::serve(listener)
+    }
+
+    /// Starts a server on this port of 127.0.0.1.
+    pub async fn start_on(port: u16) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        Self::serve(listener)
+    }
+
+    fn serve(listener: tokio::net::TcpListener) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let state = Arc::new(MockState::default());
+        *state.model.lock().unwrap_or_else(PoisonError::into_inner) = "mock-model".into();
+        state.record.store(true, std::sync::atomic::Ordering::Relaxed);
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/models", get(models))
+            .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .with_state(Arc::clone(&state));
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(MockOpenAiServer {
+            addr,
+            state,
+            shutdown: Some(tx),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client is given.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues a reply.
+    pub fn push(&self, reply: MockReply) -> &Self {
+        self.state
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(reply);
+        self
+    }
+
+    /// Requires `Authorization: Bearer KEY` on every request (401 otherwise).
+    pub fn require_api_key(&self, key: impl Into<String>) -> &Self {
+        *self.state.api_key.lock().unwrap_or_else(PoisonError::into_inner) = Some(key.into());
+        self
+    }
+
+    /// Stops recording requests (for load benchmarks).
+    pub fn without_recording(&self) -> &Self {
+        self.state.record.store(false, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// The JSON bodies of every chat request received.
+    pub fn requests(&self) -> Vec<Value> {
+        self.state
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The headers of every chat request received.
+    pub fn request_headers(&self) -> Vec<HeaderMap> {
+        self.state
+            .headers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for MockOpenAiServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+use axum::Json;
+
+async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
+    let model = state.model.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    Json(
+        json!({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "modu-testing"}]}),
+    )
+}
+
+fn error_body(status: u16, message: &str, kind: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": kind, "code": status}});
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Json(body),
+    )
+        .into_response()
+}
+
+async fn chat_completions(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let expected = state.api_key.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if let Some(key) = expected {
+        let ok = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v == format!("Bearer {key}"));
+        if !ok {
+            return error_body(401, "Invalid API Key", "authentication_error");
+        }
+    }
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error_body(400, &format!("invalid JSON body: {e}"), "invalid_request_error"),
+    };
+    if state.record.load(std::sync::atomic::Ordering::Relaxed) {
+        state
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request.clone());
+        state
+            .headers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(headers);
+    }
+    let reply = state
+        .queue
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .pop_front()
+        .unwrap_or_else(|| fallback_reply(&request));
+    respond(&request, reply).await
+}
+
+fn respond(request: &Value, reply: MockReply) -> futures::future::BoxFuture<'_, Response> {
+    Box::pin(async move {
+        let stream = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let include_usage = request
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let model = request
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("mock-model")
+            .to_owned();
+        match reply {
+            MockReply::Delayed(d, inner) => {
+                tokio::time::sleep(d).await;
+                respond(request, *inner).await
+            }
+            MockReply::Error { status, body, headers } => {
+                let mut resp = (
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    Json(body),
+                )
+                    .into_response();
+                for (k, v) in headers {
+                    if let (Ok(name), Ok(value)) = (header::HeaderName::try_from(k), HeaderValue::try_from(v)) {
+                        resp.headers_mut().insert(name, value);
+                    }
+                }
+                resp
+            }
+            MockReply::RawJson(v) => Json(v).into_response(),
+            MockReply::RawSse { events, drop_after } => sse_response(events, drop_after),
+            MockReply::Text(text) => {
+                let usage = usage_for(request, &text);
+                if stream {
+                    let id = completion_id();
+                    let mut events = vec![chunk(&id, &model, json!({"role": "assistant", "content": ""}), None)];
+                    for piece in split_text(&text) {
+                        events.push(chunk(&id, &model, json!({"content": piece}), None));
+                    }
+                    events.push(chunk(&id, &model, json!({}), Some("stop")));
+                    if include_usage {
+                        events.push(usage_chunk(&id, &model, &usage));
+                    }
+                    events.push("[DONE]".into());
+                    sse_response(events, None)
+                } else {
+                    Json(json!({
+                        "id": completion_id(), "object": "chat.completion", "created": 0, "model": model,
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                        "usage": usage,
+                    }))
+                    .into_response()
+                }
+            }
+            MockReply::ToolCalls(calls) => {
+                let usage = usage_for(request, "tool call");
+                let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{}_{i}", short_id())).collect();
+                if stream {
+                    let id = completion_id();
+                    let mut events = vec![chunk(&id, &model, json!({"role": "assistant", "content": null}), None)];
+                    for (i, (name, args)) in calls.iter().enumerate() {
+                        events.push(chunk(
+                            &id,
+                            &model,
+                            json!({"tool_calls": [{"index": i, "id": ids[i], "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                            None,
+                        ));
+                        for piece in split_text(args) {
+                            events.push(chunk(
+                                &id,
+                                &model,
+                                json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
+                                None,
+                            ));
+                        }
+                    }
+                    events.push(chunk(&id, &model, json!({}), Some("tool_calls")));
+                    if include_usage {
+                        events.push(usage_chunk(&id, &model, &usage));
+                    }
+                    events.push("[DONE]".into());
+                    sse_response(events, None)
+                } else {
+                    let tool_calls: Vec<Value> = calls
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (name, args))| json!({"id": ids[i], "type": "function", "function": {"name": name, "arguments": args}}))
+                        .collect();
+                    Json(json!({
+                        "id": completion_id(), "object": "chat.completion", "created": 0, "model": model,
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}, "finish_reason": "tool_calls"}],
+                        "usage": usage,
+                    }))
+                    .into_response()
+                }
+            }
+        }
+    })
+}
+
+fn completion_id() -> String {
+    format!("chatcmpl-{}", short_id())
+}
+
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
+}
+
+fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> String {
+    json!({
+        "id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    })
+    .to_string()
+}
+
+fn usage_chunk(id: &str, model: &str, usage: &Value) -> String {
+    json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [], "usage": usage})
+        .to_string()
+}
+
+/// Splits text into a few pieces on character boundaries (about 16 bytes each).
+fn split_text(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for c in text.chars() {
+        current.push(c);
+        if current.len() >= 16 {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() || out.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+fn usage_for(request: &Value, answer: &str) -> Value {
+    let prompt_chars: usize = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(|ms| {
+            ms.iter()
+                .map(|m| m.get("content").map_or(0, |c| c.to_string().len()))
+                .sum()
+        })
+        .unwrap_or(0);
+    let prompt = (prompt_chars / 4).max(1) as u64;
+    let completion = (answer.len() / 4).max(1) as u64;
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+fn sse_response(events: Vec<String>, drop_after: Option<usize>) -> Response {
+    let stream = futures::stream::iter(events.into_iter().enumerate().map(move |(i, e)| {
+        if drop_after.is_some_and(|n| i >= n) {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "mock: connection dropped",
+            ))
+        } else {
+            Ok::<Bytes, std::io::Error>(Bytes::from(format!("data: {e}\n\n")))
+        }
+    }));
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// The deterministic fallback: call the first tool once, then answer.
+fn fallback_reply(request: &Value) -> MockReply {
+    let messages = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let last_role = messages
+        .last()
+        .and_then(|m| m.get("role"))
+        .and_then(Value::as_str)
+        .unwrap_or("user");
+    let tools = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if last_role != "tool" {
+        if let Some(tool) = tools.first() {
+            let name = tool
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or("tool")
+                .to_owned();
+            let params = tool.pointer("/function/parameters").cloned().unwrap_or(json!({}));
+            let args = instance_of(&params, &params, 0);
+            return MockReply::ToolCalls(vec![(name, args.to_string())]);
+        }
+    }
+    if let Some(schema) = request.pointer("/response_format/json_schema/schema") {
+        return MockReply::Text(instance_of(schema, schema, 0).to_string());
+    }
+    let tool_results: Vec<String> = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .filter_map(|m| {
+            m.get("content")
+                .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned))
+        })
+        .collect();
+    if !tool_results.is_empty() {
+        return MockReply::Text(format!("The tool answered: {}", tool_results.join(", ")));
+    }
+    let question = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|m| m.get("content"))
+        .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned))
+        .unwrap_or_default();
+    MockReply::Text(format!("You said: {question}"))
+}
+
+/// A JSON value fitting (simple) JSON schemas: objects with required properties, arrays,
+/// strings, numbers, integers, booleans, enums, `$ref` to `$defs`.
+pub fn instance_of(schema: &Value, root: &Value, depth: usize) -> Value {
+    if depth > 8 {
+        return Value::Null;
+    }
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let target = r
+            .strip_prefix('#')
+            .and_then(|p| root.pointer(p))
+            .unwrap_or(&Value::Null);
+        return instance_of(target, root, depth + 1);
+    }
+    if let Some(v) = schema.get("const") {
+        return v.clone();
+    }
+    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+        return first.clone();
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(first) = schema.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+            return instance_of(first, root, depth + 1);
+        }
+    }
+    let ty = match schema.get("type") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null")
+            .to_owned(),
+        _ => {
+            if schema.get("properties").is_some() {
+                "object".into()
+            } else {
+                "string".into()
+            }
+        }
+    };
+    match ty.as_str() {
+        "object" => {
+            let mut obj = serde_json::Map::new();
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, v) in props {
+                    obj.insert(k.clone(), instance_of(v, root, depth + 1));
+                }
+            }
+            Value::Object(obj)
+        }
+        "array" => {
+            let item = schema.get("items").map(|i| instance_of(i, root, depth + 1));
+            let min = schema.get("minItems").and_then(Value::as_u64).unwrap_or(1).max(1);
+            match item {
+                Some(i) => Value::Array((0..min).map(|_| i.clone()).collect()),
+                None => Value::Array(Vec::new()),
+            }
+        }
+        "integer" => json!(schema.get("minimum").and_then(Value::as_i64).unwrap_or(2)),
+        "number" => json!(schema.get("minimum").and_then(Value::as_f64).unwrap_or(0.5)),
+        "boolean" => json!(true),
+        "null" => Value::Null,
+        _ => json!("mock"),
+    }
+}

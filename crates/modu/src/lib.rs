@@ -1,0 +1,73 @@
+//! # modu
+//!
+//! A Rust framework for building production AI agents: one small core of traits and a run
+//! loop ([`modu_core`], re-exported here), and one crate per backend, switched on with Cargo
+//! features.
+//!
+//! | feature | brings | crate |
+//! |---|---|---|
+//! | `macros` (default) | `#[tool]` | `modu-macros` |
+//! | `openai` | OpenAI-compatible client (vLLM, llama.cpp, OpenAI) | `modu-openai` |
+//! | `ollama` | Ollama native client | `modu-ollama` |
+//! | `redis` | Redis stores | `modu-redis` |
+//! | `sqlite` | SQLite stores (sqlx) | `modu-sqlite` |
+//! | `mcp` | MCP connector (rmcp) | `modu-mcp` |
+//! | `skills` | Agent Skills | `modu-skills` |
+//! | `otel` | OpenTelemetry GenAI traces and metrics | `modu-otel` |
+//!
+//! The in-memory stores, the scripted test model and the run loop are always there.
+//!
+//! ```
+//! use modu::{Agent, tool};
+//! use modu_testing::ScriptedModel;
+//!
+//! /// Add two integers.
+//! #[tool(idempotent)]
+//! async fn add(a: i64, b: i64) -> i64 {
+//!     a + b
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let model = ScriptedModel::new()
+//!     .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+//!     .text("5");
+//! let agent = Agent::builder(model).tool(Add).build().unwrap();
+//! assert_eq!(agent.run("2 + 3?").await.output.as_deref(), Some("5"));
+//! # }
+//! ```
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub use modu_core::*;
+
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use modu_macros::tool;
+
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
+pub use modu_openai as openai;
+
+#[cfg(feature = "ollama")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ollama")))]
+pub use modu_ollama as ollama;
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use modu_redis as redis;
+
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use modu_sqlite as sqlite;
+
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub use modu_mcp as mcp;
+
+#[cfg(feature = "skills")]
+#[cfg_attr(docsrs, doc(cfg(feature = "skills")))]
+pub use modu_skills as skills;
+
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use modu_otel as otel;
