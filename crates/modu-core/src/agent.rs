@@ -13,7 +13,7 @@ use crate::event::EventSink;
 use crate::message::{Message, Usage};
 use crate::model::ChatModel;
 use crate::output::{JsonCodec, OutputCodec, TextCodec};
-use crate::provider::{AllowAllAuthorizer, ToolAuthorizer, ToolProvider};
+use crate::provider::{AllowAllAuthorizer, ContextProvider, ToolAuthorizer, ToolProvider};
 use crate::store::{CheckpointStore, ConversationStore};
 use crate::tool::{Tool, ToolSpec};
 
@@ -216,6 +216,7 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) model: Arc<dyn ChatModel>,
     pub(crate) tools: Vec<ToolEntry<C>>,
     pub(crate) tool_providers: Vec<Arc<dyn ToolProvider<C>>>,
+    pub(crate) context_providers: Vec<Arc<dyn ContextProvider<C>>>,
     pub(crate) codec: Arc<dyn OutputCodec<Output = O>>,
     pub(crate) retry: RetryConfig,
     pub(crate) limits: RunLimits,
@@ -296,6 +297,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             model,
             tools: Vec::new(),
             tool_providers: Vec::new(),
+            context_providers: Vec::new(),
             codec: Arc::new(TextCodec),
             retry: RetryConfig::default(),
             limits: RunLimits::default(),
@@ -344,6 +346,7 @@ pub struct AgentBuilder<C, O> {
     model: Arc<dyn ChatModel>,
     tools: Vec<Arc<dyn Tool<C>>>,
     tool_providers: Vec<Arc<dyn ToolProvider<C>>>,
+    context_providers: Vec<Arc<dyn ContextProvider<C>>>,
     codec: Arc<dyn OutputCodec<Output = O>>,
     retry: RetryConfig,
     limits: RunLimits,
@@ -401,6 +404,18 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
         self
     }
 
+    /// Adds a context provider; providers run before every model call in the order added.
+    pub fn context_provider(mut self, provider: impl ContextProvider<C> + 'static) -> Self {
+        self.context_providers.push(Arc::new(provider));
+        self
+    }
+
+    /// Adds a shared context provider.
+    pub fn context_provider_arc(mut self, provider: Arc<dyn ContextProvider<C>>) -> Self {
+        self.context_providers.push(provider);
+        self
+    }
+
     /// Structured output: the final answer is parsed into `T`.
     pub fn output<T>(self) -> AgentBuilder<C, T>
     where
@@ -417,6 +432,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             model: self.model,
             tools: self.tools,
             tool_providers: self.tool_providers,
+            context_providers: self.context_providers,
             codec: Arc::new(codec),
             retry: self.retry,
             limits: self.limits,
@@ -509,6 +525,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 model: self.model,
                 tools: entries,
                 tool_providers: self.tool_providers,
+                context_providers: self.context_providers,
                 codec: self.codec,
                 retry: self.retry,
                 limits: self.limits,

@@ -50,6 +50,7 @@ struct Inner<C> {
     user: UserContext,
     usage: Arc<Mutex<Usage>>,
     tool_input: Option<serde_json::Value>,
+    metadata: Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The context of one run, handed to every tool call, instruction function and hook.
@@ -95,6 +96,7 @@ impl<C> RunContext<C> {
                 user: UserContext::default(),
                 usage: Arc::new(Mutex::new(Usage::default())),
                 tool_input: None,
+                metadata: Arc::new(serde_json::Map::new()),
             }),
         }
     }
@@ -108,6 +110,7 @@ impl<C> RunContext<C> {
             user: self.inner.user.clone(),
             usage: Arc::clone(&self.inner.usage),
             tool_input: self.inner.tool_input.clone(),
+            metadata: Arc::clone(&self.inner.metadata),
         };
         f(&mut inner);
         RunContext { inner: Arc::new(inner) }
@@ -121,6 +124,11 @@ impl<C> RunContext<C> {
     /// The same context with a user context.
     pub fn with_user(&self, user: UserContext) -> Self {
         self.rebuild(|i| i.user = user)
+    }
+
+    /// The same context with run metadata.
+    pub fn with_metadata(&self, metadata: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.rebuild(|i| i.metadata = Arc::new(metadata))
     }
 
     /// The same context with an agent name.
@@ -172,6 +180,12 @@ impl<C> RunContext<C> {
     /// The structured input of a run nested as a tool (agent-as-tool), if this is one.
     pub fn tool_input(&self) -> Option<&serde_json::Value> {
         self.inner.tool_input.as_ref()
+    }
+
+    /// The run's metadata ([`crate::AgentRequest::metadata`]): options for tool and context
+    /// providers, such as `mcp.servers`.
+    pub fn metadata(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.inner.metadata
     }
 
     /// The usage aggregated so far by this run (and by runs nested in it).

@@ -89,6 +89,14 @@ pub enum AgentError {
         /// The error's text.
         message: String,
     },
+    /// A context provider (skills, retrieval, history) failed.
+    #[error("context provider {provider} failed: {message}")]
+    ContextProvider {
+        /// The provider.
+        provider: String,
+        /// The error's text.
+        message: String,
+    },
     /// The run was configured wrongly.
     #[error("invalid configuration: {message}")]
     Configuration {

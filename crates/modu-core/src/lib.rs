@@ -11,7 +11,9 @@ pub mod model;
 pub mod output;
 pub mod provider;
 mod runner;
+pub mod sinks;
 pub mod store;
+pub mod tokens;
 pub mod tool;
 
 pub use agent::{

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use crate::BoxError;
 use crate::context::{RunContext, UserContext};
+use crate::message::Message;
 use crate::tool::{Tool, ToolError, ToolErrorKind};
 
 /// A provider failed to open its tools.
@@ -136,4 +137,63 @@ impl ToolAuthorizer for RbacToolAuthorizer {
                 .with_message(format!("the user's roles do not permit calling {tool}")))
         }
     }
+}
+
+/// Which kind of model request a context is being prepared for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Producing a plan (plan-and-execute).
+    Plan,
+    /// Acting: the model may call tools.
+    Act,
+    /// Writing the final answer, without tools.
+    Finalize,
+}
+
+/// What the model will see in the next request, as context providers shape it.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ModelContext {
+    /// The stage the request belongs to (`None` only in a default value).
+    pub stage: Option<Stage>,
+    /// Instruction blocks, joined into the system message in this order.
+    pub instructions: Vec<String>,
+    /// The conversation: history, then the run's messages.
+    pub messages: Vec<Message>,
+    /// The tools offered. Providers may remove tools (a removed tool is refused if called);
+    /// tools are added through [`ToolProvider`]s, not here.
+    pub tools: Vec<crate::model::ToolDefinition>,
+}
+
+/// A context provider failed; the run ends with [`crate::AgentError::ContextProvider`].
+#[derive(Debug, thiserror::Error)]
+#[error("context provider {provider} failed: {message}")]
+pub struct ContextProviderError {
+    /// The provider's name.
+    pub provider: String,
+    /// What happened, without secrets.
+    pub message: String,
+}
+
+/// Runs before every model call, in the order the agent lists them, each receiving the
+/// previous one's output; all are told about the model's new messages after it answers.
+///
+/// Use it to add instructions (skills, retrieved documents, per-user rules) or messages, or to
+/// narrow the tools offered in a stage.
+#[async_trait]
+pub trait ContextProvider<C>: Send + Sync {
+    /// A name for errors and events.
+    fn name(&self) -> &str;
+
+    /// Shapes the next request.
+    async fn invoking(&self, ctx: &RunContext<C>, context: &mut ModelContext) -> Result<(), ContextProviderError>;
+
+    /// Sees the messages the model just produced.
+    async fn invoked(&self, _ctx: &RunContext<C>, _new_messages: &[Message]) -> Result<(), ContextProviderError> {
+        Ok(())
+    }
+
+    /// Called once when the run ends, whatever the outcome (release per-run state here).
+    async fn run_finished(&self, _ctx: &RunContext<C>) {}
 }

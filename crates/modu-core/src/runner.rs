@@ -26,8 +26,9 @@ use crate::error::AgentError;
 use crate::event::{AgentEvent, EventSink};
 use crate::message::{Message, Role, Usage};
 use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
-use crate::provider::ToolSession;
+use crate::provider::{ModelContext, Stage, ToolSession};
 use crate::tool::{ToolError, ToolErrorKind, truncate_result};
+use std::collections::HashSet;
 
 type ToolCallOutcome = Result<serde_json::Value, ToolError>;
 
@@ -121,6 +122,8 @@ struct Env<C, O> {
 struct Run<C, O> {
     env: Env<C, O>,
     state: RunState,
+    /// The tools offered in the last request (`None` before the first request of this process).
+    offered: Option<HashSet<String>>,
     sessions: Vec<Box<dyn ToolSession<C>>>,
     resumed: bool,
 }
@@ -351,6 +354,7 @@ where
             let ctx = RunContext::new(req.context, run_id)
                 .with_session_id(req.session_id)
                 .with_user(req.user)
+                .with_metadata(req.metadata.clone())
                 .with_agent_name(agent.name.clone());
             let state = RunState {
                 messages: req.input,
@@ -368,6 +372,7 @@ where
             let ctx = RunContext::new(context, cp.run_id)
                 .with_session_id(cp.session_id)
                 .with_user(cp.user)
+                .with_metadata(cp.metadata.clone())
                 .with_agent_name(agent.name.clone());
             ctx.set_usage(cp.state.usage);
             (ctx, cp.state, cp.metadata, true)
@@ -388,6 +393,7 @@ where
             history: Vec::new(),
         },
         state,
+        offered: None,
         sessions: Vec::new(),
         resumed,
     };
@@ -415,6 +421,9 @@ where
         let outcome = self.drive().await;
         for session in std::mem::take(&mut self.sessions) {
             session.close().await;
+        }
+        for provider in &self.env.agent.context_providers {
+            provider.run_finished(&self.env.ctx).await;
         }
         self.finish(outcome).await
     }
@@ -510,15 +519,16 @@ where
                             limit: self.env.agent.limits.max_turns,
                         });
                     }
-                    let tools = self.visible_definitions();
+                    let (messages, tools) = self.prepare(Stage::Act, Vec::new()).await?;
                     let separate_final = self.needs_separate_finalization(!tools.is_empty());
                     let format = if separate_final || !tools.is_empty() {
                         None
                     } else {
                         self.env.agent.codec.response_format()
                     };
-                    let request = self.build_request(self.request_messages(), tools, format.clone());
+                    let request = self.build_request(messages, tools, format.clone());
                     let response = self.call_model(request).await?;
+                    self.notify(&response.message).await?;
                     self.state.turns += 1;
                     if response.message.has_tool_calls() {
                         let n = response.message.tool_calls.len() as u32;
@@ -539,16 +549,18 @@ where
                     return self.accept_final(response.message, format).await;
                 }
                 Phase::Finalize { draft } => {
-                    let mut messages = self.request_messages();
+                    let mut extra = Vec::new();
                     if !draft.is_empty() {
-                        messages.push(Message::assistant(draft));
+                        extra.push(Message::assistant(draft));
                     }
-                    messages.push(Message::user(
+                    extra.push(Message::user(
                         "Write the final answer to the request above now, in the requested format, without calling tools.",
                     ));
+                    let (messages, _) = self.prepare(Stage::Finalize, extra).await?;
                     let format = self.env.agent.codec.response_format();
                     let request = self.build_request(messages, Vec::new(), format.clone());
                     let response = self.call_model(request).await?;
+                    self.notify(&response.message).await?;
                     return self.accept_final(response.message, format).await;
                 }
             }
@@ -572,12 +584,14 @@ where
                 Ok(output)
             }
             Err(first) => {
-                let mut messages = self.request_messages();
-                messages.push(answer);
-                messages.push(Message::user(format!(
-                    "Your answer could not be parsed: {}. Answer again with only a JSON value that fits the required schema.",
-                    first.message
-                )));
+                let extra = vec![
+                    answer,
+                    Message::user(format!(
+                        "Your answer could not be parsed: {}. Answer again with only a JSON value that fits the required schema.",
+                        first.message
+                    )),
+                ];
+                let (messages, _) = self.prepare(Stage::Finalize, extra).await?;
                 let request = self.build_request(messages, Vec::new(), format);
                 let response = self.call_model(request).await?;
                 let text = response.message.text();
@@ -610,17 +624,65 @@ where
             .collect()
     }
 
-    fn request_messages(&self) -> Vec<Message> {
-        let mut messages = Vec::with_capacity(1 + self.env.history.len() + self.state.messages.len());
+    /// The context pipeline: the model's view (instructions, history, the run's messages, the
+    /// stage's tools), shaped by every context provider in order. Returns the request's
+    /// messages (system first) and tool definitions, and records which tools were offered.
+    async fn prepare(
+        &mut self,
+        stage: Stage,
+        extra: Vec<Message>,
+    ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
+        let mut context = ModelContext::default();
+        context.stage = Some(stage);
         if let Some(instructions) = &self.env.agent.instructions {
             let text = instructions.render(&self.env.ctx);
             if !text.is_empty() {
-                messages.push(Message::system(text));
+                context.instructions.push(text);
             }
         }
-        messages.extend(self.env.history.iter().cloned());
-        messages.extend(self.state.messages.iter().cloned());
-        messages
+        context
+            .messages
+            .reserve(self.env.history.len() + self.state.messages.len() + extra.len());
+        context.messages.extend(self.env.history.iter().cloned());
+        context.messages.extend(self.state.messages.iter().cloned());
+        context.messages.extend(extra);
+        if stage == Stage::Act {
+            context.tools = self.visible_definitions();
+        }
+        for provider in &self.env.agent.context_providers {
+            provider
+                .invoking(&self.env.ctx, &mut context)
+                .await
+                .map_err(|e| AgentError::ContextProvider {
+                    provider: e.provider,
+                    message: e.message,
+                })?;
+        }
+        // Providers may narrow the tools, never invent executable ones.
+        context.tools.retain(|t| self.env.tools.contains_key(&t.name));
+        if stage == Stage::Act {
+            self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+        }
+        let mut messages = Vec::with_capacity(1 + context.messages.len());
+        if !context.instructions.is_empty() {
+            messages.push(Message::system(context.instructions.join("\n\n")));
+        }
+        messages.extend(context.messages);
+        Ok((messages, context.tools))
+    }
+
+    /// Tells every context provider about the model's new message.
+    async fn notify(&self, message: &Message) -> Result<(), AgentError> {
+        for provider in &self.env.agent.context_providers {
+            provider
+                .invoked(&self.env.ctx, std::slice::from_ref(message))
+                .await
+                .map_err(|e| AgentError::ContextProvider {
+                    provider: e.provider,
+                    message: e.message,
+                })?;
+        }
+        Ok(())
     }
 
     fn build_request(
@@ -751,9 +813,10 @@ where
         self.state.tool_calls += fresh;
         {
             let env = &self.env;
+            let offered = self.offered.as_ref();
             let mut running: FuturesUnordered<_> = todo
                 .into_iter()
-                .map(|(index, call)| async move { (index, env.run_tool(call).await) })
+                .map(|(index, call)| async move { (index, env.run_tool(call, offered).await) })
                 .collect();
             while let Some((index, result)) = running.next().await {
                 let message = result?;
@@ -938,18 +1001,24 @@ where
     /// One tool call: lookup, argument checks, authorization, execution with timeout and
     /// retry, result cap, events. Failures become a tool message the model can act on; only
     /// the run's own deadline ends the run.
-    async fn run_tool(&self, call: &crate::message::ToolCall) -> Result<Message, AgentError> {
+    async fn run_tool(
+        &self,
+        call: &crate::message::ToolCall,
+        offered: Option<&HashSet<String>>,
+    ) -> Result<Message, AgentError> {
         let started = Instant::now();
         let refused = |error: ToolError| (error, 0u32);
         let checked: Result<(&VisibleTool<C>, serde_json::Value), (ToolError, u32)> = (|| {
             let tool = self
                 .tools
                 .get(&call.name)
+                .filter(|_| offered.is_none_or(|o| o.contains(&call.name)))
                 .filter(|t| t.entry.tool.is_enabled(&self.ctx))
                 .ok_or_else(|| {
                     let available: Vec<&str> = self
                         .tool_order
                         .iter()
+                        .filter(|n| offered.is_none_or(|o| o.contains(*n)))
                         .filter(|n| self.tools.get(*n).is_some_and(|t| t.entry.tool.is_enabled(&self.ctx)))
                         .map(String::as_str)
                         .collect();

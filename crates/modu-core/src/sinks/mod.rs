@@ -1,0 +1,1 @@
+//! Event sinks shipped with the core (work in progress).
