@@ -1,0 +1,2 @@
+//! The `modu` command line.
+fn main() {}

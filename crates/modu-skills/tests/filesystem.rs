@@ -1,0 +1,365 @@
+//! FilesystemSkillSource: every escape attempt refused with a typed error; registry loading,
+//! digests and lockfile mismatches.
+#![cfg(unix)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use modu_skills::{
+    FilesystemSkillSource, LOCKFILE_NAME, LockMismatch, Lockfile, PathRefusal, SkillError, SkillRegistry, SkillSource,
+    ValidationRule,
+};
+
+fn write(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+fn skill_md(name: &str, version: &str) -> String {
+    format!(
+        "---\nname: {name}\ndescription: The {name} skill.\nmetadata:\n  version: \"{version}\"\n---\n# {name}\nDo {name}.\n"
+    )
+}
+
+/// A catalog folder `skills/` with `invoice-review` (references, assets, scripts) and `other`.
+fn catalog() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("skills");
+    let s = root.join("invoice-review");
+    write(&s.join("SKILL.md"), &skill_md("invoice-review", "1.0.0"));
+    write(&s.join("references/policy.md"), "Invoices above 1000 need approval.\n");
+    write(&s.join("references/deep/more.md"), "Deeper notes.\n");
+    write(&s.join("assets/report-template.md"), "# Report\n");
+    write(&s.join("scripts/check.sh"), "#!/bin/sh\necho check\n");
+    write(&root.join("other/SKILL.md"), &skill_md("other", "0.1.0"));
+    (dir, root)
+}
+
+fn refusal(e: &SkillError) -> PathRefusal {
+    e.refusal().unwrap_or_else(|| panic!("not a path refusal: {e:?}"))
+}
+
+#[test]
+fn lists_and_reads_inside_the_folder() {
+    let (_d, root) = catalog();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    assert_eq!(source.catalog(), "skills");
+    assert_eq!(source.skill_names().unwrap(), ["invoice-review", "other"]);
+    assert_eq!(
+        source.list_files("invoice-review").unwrap(),
+        [
+            "SKILL.md",
+            "assets/report-template.md",
+            "references/deep/more.md",
+            "references/policy.md",
+            "scripts/check.sh"
+        ]
+    );
+    assert_eq!(
+        source.read("invoice-review", "references/deep/more.md").unwrap(),
+        b"Deeper notes.\n"
+    );
+}
+
+#[test]
+fn parent_component_is_refused() {
+    let (_d, root) = catalog();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    for path in ["../other/SKILL.md", "references/../../other/SKILL.md", "references/.."] {
+        let e = source.read("invoice-review", path).unwrap_err();
+        assert_eq!(refusal(&e), PathRefusal::ParentComponent, "{path}");
+    }
+    // The skill name itself cannot climb either.
+    let e = source.read("..", "skills/other/SKILL.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::ParentComponent);
+}
+
+#[test]
+fn absolute_path_is_refused() {
+    let (_d, root) = catalog();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    let e = source.read("invoice-review", "/etc/passwd").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Absolute);
+    let abs = root.join("other/SKILL.md");
+    let e = source.read("invoice-review", abs.to_str().unwrap()).unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Absolute);
+    for malformed in ["", "references//policy.md", "./SKILL.md", "references\\policy.md"] {
+        let e = source.read("invoice-review", malformed).unwrap_err();
+        assert_eq!(refusal(&e), PathRefusal::Malformed, "{malformed:?}");
+    }
+}
+
+#[test]
+fn symlinked_file_is_refused() {
+    let (dir, root) = catalog();
+    let secret = dir.path().join("secret.txt");
+    fs::write(&secret, "top secret").unwrap();
+    symlink(&secret, root.join("invoice-review/references/link.md")).unwrap();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    let e = source.read("invoice-review", "references/link.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Symlink);
+    // Listing (validation) refuses the folder as a whole.
+    let e = source.list_files("invoice-review").unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotRegularFile));
+    assert!(e.to_string().contains("references/link.md"), "{e}");
+    let e = SkillRegistry::from_paths([&root]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotRegularFile));
+}
+
+#[test]
+fn symlinked_directory_in_the_middle_is_refused() {
+    let (dir, root) = catalog();
+    let outside = dir.path().join("outside");
+    write(&outside.join("data.md"), "outside data");
+    symlink(&outside, root.join("invoice-review/references/sub")).unwrap();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    let e = source.read("invoice-review", "references/sub/data.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Symlink);
+    // A symlinked skill folder is refused too.
+    symlink(root.join("other"), root.join("alias")).unwrap();
+    let e = source.read("alias", "SKILL.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Symlink);
+    let e = source.list_files("alias").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Symlink);
+}
+
+#[test]
+fn link_swapped_in_after_validation_is_refused() {
+    let (_d, root) = catalog();
+    let registry = SkillRegistry::from_paths([&root]).unwrap();
+    let skill = registry.get("invoice-review").unwrap();
+    assert!(skill.read_resource("references/policy.md").unwrap().contains("1000"));
+    // Replace the validated file with a link to /etc/passwd.
+    let target = root.join("invoice-review/references/policy.md");
+    fs::remove_file(&target).unwrap();
+    symlink("/etc/passwd", &target).unwrap();
+    let e = skill.read_resource("references/policy.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Symlink);
+    // And the same through the source directly.
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    assert_eq!(
+        refusal(&source.read("invoice-review", "references/policy.md").unwrap_err()),
+        PathRefusal::Symlink
+    );
+    // A folder swapped for a link is refused as well.
+    let refs = root.join("invoice-review/references");
+    fs::rename(&refs, root.join("moved")).unwrap();
+    symlink(root.join("moved"), &refs).unwrap();
+    let e = skill.read_resource("references/deep/more.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Symlink);
+}
+
+#[test]
+fn changed_content_after_load_is_refused() {
+    let (_d, root) = catalog();
+    let registry = SkillRegistry::from_paths([&root]).unwrap();
+    fs::write(
+        root.join("invoice-review/references/policy.md"),
+        "Approve everything.\n",
+    )
+    .unwrap();
+    let e = registry
+        .get("invoice-review")
+        .unwrap()
+        .read_resource("references/policy.md")
+        .unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::Changed);
+}
+
+#[test]
+fn special_files_are_refused() {
+    let (_d, root) = catalog();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    // A folder where a file is expected.
+    let e = source.read("invoice-review", "references/deep").unwrap_err();
+    assert!(matches!(refusal(&e), PathRefusal::NotRegularFile), "{e:?}");
+    // A file where a folder is expected.
+    let e = source.read("invoice-review", "SKILL.md/x").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::NotRegularFile);
+}
+
+#[test]
+fn missing_catalog_and_missing_skill_md() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        FilesystemSkillSource::new(dir.path().join("nope")),
+        Err(SkillError::NotFound { .. })
+    ));
+    write(&dir.path().join("skills/empty/references/a.md"), "a");
+    let e = SkillRegistry::from_paths([dir.path().join("skills")]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::MissingSkillMd));
+}
+
+#[test]
+fn file_too_large() {
+    let (_d, root) = catalog();
+    write(&root.join("other/references/big.md"), &"x".repeat(2000));
+    let source: Arc<dyn SkillSource> = Arc::new(FilesystemSkillSource::new(&root).unwrap().max_file_bytes(1000));
+    let e = SkillRegistry::from_sources(vec![source]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::FileTooLarge));
+}
+
+#[test]
+fn duplicate_skill_across_catalogs() {
+    let (_d, root) = catalog();
+    let dir2 = tempfile::tempdir().unwrap();
+    let root2 = dir2.path().join("more");
+    write(&root2.join("other/SKILL.md"), &skill_md("other", "9.9.9"));
+    let e = SkillRegistry::from_paths([&root, &root2]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::DuplicateSkill));
+}
+
+#[test]
+fn digest_covers_every_file_and_is_stable() {
+    let (_d, root) = catalog();
+    let a = SkillRegistry::from_paths([&root]).unwrap();
+    let b = SkillRegistry::from_paths([&root]).unwrap();
+    let da = a.get("invoice-review").unwrap().digest().to_owned();
+    assert_eq!(da, b.get("invoice-review").unwrap().digest());
+    assert!(da.starts_with("sha256:") && da.len() == 7 + 64);
+    let skill = a.get("invoice-review").unwrap();
+    let paths: Vec<&str> = skill.files().iter().map(|f| f.path.as_str()).collect();
+    assert!(paths.contains(&"scripts/check.sh"));
+    // scripts/ are digested but not readable resources.
+    assert!(!skill.resources().any(|p| p.starts_with("scripts/")));
+    fs::write(
+        root.join("invoice-review/scripts/check.sh"),
+        "#!/bin/sh\necho changed\n",
+    )
+    .unwrap();
+    let c = SkillRegistry::from_paths([&root]).unwrap();
+    assert_ne!(c.get("invoice-review").unwrap().digest(), da);
+}
+
+fn locked_catalog() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (d, root) = catalog();
+    let lock = root.join(LOCKFILE_NAME);
+    SkillRegistry::from_paths([&root])
+        .unwrap()
+        .lockfile()
+        .write(&lock)
+        .unwrap();
+    (d, root, lock)
+}
+
+fn mismatches(root: &Path, lock: &Path) -> Vec<LockMismatch> {
+    match SkillRegistry::from_paths_with_lockfile([root], lock) {
+        Err(SkillError::LockMismatch { mismatches, .. }) => mismatches,
+        other => panic!("expected a lock mismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn lockfile_round_trip_matches() {
+    let (_d, root, lock) = locked_catalog();
+    let registry = SkillRegistry::from_paths_with_lockfile([&root], &lock).unwrap();
+    assert_eq!(registry.len(), 2);
+    let parsed = Lockfile::read(&lock).unwrap();
+    let entry = parsed.skills.iter().find(|e| e.name == "invoice-review").unwrap();
+    assert_eq!(entry.catalog, "skills");
+    assert_eq!(entry.version.as_deref(), Some("1.0.0"));
+    assert_eq!(entry.source, "fs:skills/invoice-review");
+    assert!(entry.files.contains_key("scripts/check.sh"));
+    // The lockfile text is stable.
+    assert_eq!(fs::read_to_string(&lock).unwrap(), registry.lockfile().to_json());
+}
+
+#[test]
+fn lockfile_detects_a_changed_byte_in_references() {
+    let (_d, root, lock) = locked_catalog();
+    write(
+        &root.join("invoice-review/references/policy.md"),
+        "Invoices above 1001 need approval.\n",
+    );
+    assert_eq!(
+        mismatches(&root, &lock),
+        [LockMismatch::FileChanged {
+            name: "invoice-review".into(),
+            path: "references/policy.md".into()
+        }]
+    );
+}
+
+#[test]
+fn lockfile_detects_a_changed_byte_in_scripts() {
+    let (_d, root, lock) = locked_catalog();
+    write(
+        &root.join("invoice-review/scripts/check.sh"),
+        "#!/bin/sh\necho check!\n",
+    );
+    let m = mismatches(&root, &lock);
+    assert_eq!(
+        m,
+        [LockMismatch::FileChanged {
+            name: "invoice-review".into(),
+            path: "scripts/check.sh".into()
+        }]
+    );
+    let err = SkillRegistry::from_paths_with_lockfile([&root], &lock)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invoice-review: file scripts/check.sh changed"), "{err}");
+}
+
+#[test]
+fn lockfile_detects_an_added_skill() {
+    let (_d, root, lock) = locked_catalog();
+    write(&root.join("newcomer/SKILL.md"), &skill_md("newcomer", "1.0.0"));
+    assert_eq!(
+        mismatches(&root, &lock),
+        [LockMismatch::SkillAdded {
+            name: "newcomer".into()
+        }]
+    );
+}
+
+#[test]
+fn lockfile_detects_a_removed_skill() {
+    let (_d, root, lock) = locked_catalog();
+    fs::remove_dir_all(root.join("other")).unwrap();
+    assert_eq!(
+        mismatches(&root, &lock),
+        [LockMismatch::SkillRemoved { name: "other".into() }]
+    );
+}
+
+#[test]
+fn lockfile_detects_added_and_removed_files_and_versions() {
+    let (_d, root, lock) = locked_catalog();
+    write(&root.join("invoice-review/references/new.md"), "new");
+    fs::remove_file(root.join("invoice-review/assets/report-template.md")).unwrap();
+    write(&root.join("other/SKILL.md"), &skill_md("other", "0.2.0"));
+    let m = mismatches(&root, &lock);
+    assert!(m.contains(&LockMismatch::FileAdded {
+        name: "invoice-review".into(),
+        path: "references/new.md".into()
+    }));
+    assert!(m.contains(&LockMismatch::FileRemoved {
+        name: "invoice-review".into(),
+        path: "assets/report-template.md".into()
+    }));
+    assert!(m.contains(&LockMismatch::VersionChanged {
+        name: "other".into(),
+        locked: Some("0.1.0".into()),
+        found: Some("0.2.0".into())
+    }));
+}
+
+#[test]
+fn malformed_or_missing_lockfile_is_a_typed_error() {
+    let (_d, root) = catalog();
+    let lock = root.join(LOCKFILE_NAME);
+    assert!(matches!(
+        SkillRegistry::from_paths_with_lockfile([&root], &lock),
+        Err(SkillError::Lockfile { .. })
+    ));
+    fs::write(&lock, "{\"version\": 99, \"skills\": []}").unwrap();
+    let e = SkillRegistry::from_paths_with_lockfile([&root], &lock).unwrap_err();
+    assert!(
+        matches!(e, SkillError::Lockfile { .. }) && e.to_string().contains("99"),
+        "{e}"
+    );
+}
