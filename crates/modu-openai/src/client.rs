@@ -1,0 +1,517 @@
+//! [`OpenAiClient`]: configuration, the shared HTTP client and the [`ChatModel`] impl.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+
+use crate::error::{OpenAiConfigError, status_error, stream_error, transport_error};
+use crate::wire::{self, EmptyToolCallContent, WireChunk, WireCompletion};
+
+/// The default time allowed to open a TCP connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default longest silence while reading an answer (between two chunks of a stream).
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A chat model behind an OpenAI-compatible `/chat/completions` endpoint (vLLM, llama.cpp's
+/// server, OpenAI, and the many servers that copy the format).
+///
+/// Cheap to clone: clones share one configuration and one connection pool. Clients built with
+/// the same timeouts share one process-wide pool too, unless given their own
+/// [`reqwest::Client`] with [`OpenAiClientBuilder::http_client`].
+///
+/// [`ChatModel::stream`] sends `stream: true` and reads the server-sent events;
+/// [`ChatModel::complete`] sends `stream: false` and reads one JSON answer. Dropping the
+/// stream closes the connection, which makes vLLM and llama.cpp abort the generation.
+#[derive(Clone)]
+pub struct OpenAiClient {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base_url: String,
+    chat_url: String,
+    models_url: String,
+    pub(crate) model: String,
+    pub(crate) headers: HeaderMap,
+    request_timeout: Option<Duration>,
+    read_timeout: Option<Duration>,
+    pub(crate) empty_content: EmptyToolCallContent,
+}
+
+impl std::fmt::Debug for OpenAiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the headers: they hold the API key.
+        f.debug_struct("OpenAiClient")
+            .field("base_url", &self.inner.base_url)
+            .field("model", &self.inner.model)
+            .field("request_timeout", &self.inner.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`OpenAiClient`]. Start with [`OpenAiClient::builder`].
+#[derive(Clone)]
+#[must_use]
+pub struct OpenAiClientBuilder {
+    base_url: Option<String>,
+    model: Option<String>,
+    api_key: Option<String>,
+    headers: Vec<(String, String)>,
+    connect_timeout: Duration,
+    read_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    http: Option<reqwest::Client>,
+    empty_content: EmptyToolCallContent,
+}
+
+impl std::fmt::Debug for OpenAiClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiClientBuilder")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for OpenAiClientBuilder {
+    fn default() -> Self {
+        OpenAiClientBuilder {
+            base_url: None,
+            model: None,
+            api_key: None,
+            headers: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            read_timeout: Some(DEFAULT_READ_TIMEOUT),
+            request_timeout: None,
+            http: None,
+            empty_content: EmptyToolCallContent::default(),
+        }
+    }
+}
+
+impl OpenAiClientBuilder {
+    /// The API's base URL, up to and including `/v1`: `http://127.0.0.1:8000/v1` for vLLM,
+    /// `http://127.0.0.1:8080/v1` for llama.cpp, `https://api.openai.com/v1`.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// The model name sent in every request (vLLM's `--served-model-name`; llama.cpp ignores it).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// A bearer API key (`Authorization: Bearer KEY`), marked sensitive so it is never logged.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.api_key = (!key.is_empty()).then_some(key);
+        self
+    }
+
+    /// An extra header sent with every request (for example `OpenAI-Organization`, or a
+    /// gateway's routing header).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The time allowed to open a connection (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest silence while reading an answer, between two chunks of a stream (default
+    /// 300 s; `None` for none).
+    pub fn read_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.read_timeout = timeout;
+        self
+    }
+
+    /// A limit on a whole request, from sending it to the last byte of the answer (default
+    /// none: the agent's run timeout bounds runs).
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Uses this HTTP client (and its pool, TLS and proxy settings) instead of the shared one.
+    /// The connect and read timeouts set here are then ignored.
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.http = Some(client);
+        self
+    }
+
+    /// How an assistant turn that only calls tools sends its empty content (default `""`).
+    pub fn empty_tool_call_content(mut self, mode: EmptyToolCallContent) -> Self {
+        self.empty_content = mode;
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> Result<OpenAiClient, OpenAiConfigError> {
+        let raw = self.base_url.ok_or(OpenAiConfigError::Missing("base_url"))?;
+        let base_url = normalize_base_url(&raw)?;
+        let model = self.model.ok_or(OpenAiConfigError::Missing("model"))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let invalid = || OpenAiConfigError::InvalidHeader { name: name.clone() };
+            let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+            let v = HeaderValue::from_str(value).map_err(|_| invalid())?;
+            headers.append(n, v);
+        }
+        if let Some(key) = &self.api_key {
+            let mut v =
+                HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| OpenAiConfigError::InvalidHeader {
+                    name: "authorization".into(),
+                })?;
+            v.set_sensitive(true);
+            headers.insert(AUTHORIZATION, v);
+        }
+        let http = match self.http {
+            Some(c) => c,
+            None => shared_client(self.connect_timeout, self.read_timeout)?,
+        };
+        Ok(OpenAiClient {
+            inner: Arc::new(Inner {
+                http,
+                chat_url: format!("{base_url}/chat/completions"),
+                models_url: format!("{base_url}/models"),
+                base_url,
+                model,
+                headers,
+                request_timeout: self.request_timeout,
+                read_timeout: self.read_timeout,
+                empty_content: self.empty_content,
+            }),
+        })
+    }
+}
+
+fn normalize_base_url(raw: &str) -> Result<String, OpenAiConfigError> {
+    let url = raw.trim().trim_end_matches('/');
+    let invalid = |reason: &str| OpenAiConfigError::InvalidBaseUrl {
+        url: raw.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| invalid("must start with http:// or https://"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(invalid("has no host"));
+    }
+    reqwest::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+    Ok(url.to_owned())
+}
+
+type PoolKey = (Duration, Option<Duration>);
+
+/// One pooled client per (connect, read) timeout pair, for the whole process.
+fn shared_client(connect: Duration, read: Option<Duration>) -> Result<reqwest::Client, OpenAiConfigError> {
+    static POOLS: OnceLock<Mutex<HashMap<PoolKey, reqwest::Client>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(Default::default);
+    let mut pools = pools.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(c) = pools.get(&(connect, read)) {
+        return Ok(c.clone());
+    }
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(connect)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .user_agent(concat!("modu-openai/", env!("CARGO_PKG_VERSION")));
+    if let Some(read) = read {
+        builder = builder.read_timeout(read);
+    }
+    let client = builder.build().map_err(OpenAiConfigError::Http)?;
+    pools.insert((connect, read), client.clone());
+    Ok(client)
+}
+
+/// A model the server offers (`GET /v1/models`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct ModelInfo {
+    /// The model's name, as requests must send it.
+    pub id: String,
+    /// Who owns it, when the server says.
+    #[serde(default)]
+    pub owned_by: Option<String>,
+    /// The model's maximum context length, when the server says (vLLM: `max_model_len`).
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ModelList {
+    #[serde(default)]
+    data: Vec<ModelInfo>,
+}
+
+impl OpenAiClient {
+    /// A builder.
+    pub fn builder() -> OpenAiClientBuilder {
+        OpenAiClientBuilder::default()
+    }
+
+    /// A client for this base URL and model, with no key and the default timeouts.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Result<Self, OpenAiConfigError> {
+        Self::builder().base_url(base_url).model(model).build()
+    }
+
+    /// A client configured from the environment: `OPENAI_BASE_URL` (default
+    /// `https://api.openai.com/v1`), `OPENAI_MODEL` (required) and `OPENAI_API_KEY` (optional).
+    pub fn from_env() -> Result<Self, OpenAiConfigError> {
+        Self::builder_from_env()?.build()
+    }
+
+    /// [`OpenAiClient::from_env`] as a builder, to add headers or timeouts.
+    pub fn builder_from_env() -> Result<OpenAiClientBuilder, OpenAiConfigError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut builder = Self::builder()
+            .base_url(var("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into()))
+            .model(var("OPENAI_MODEL").ok_or(OpenAiConfigError::MissingEnv("OPENAI_MODEL"))?);
+        if let Some(key) = var("OPENAI_API_KEY") {
+            builder = builder.api_key(key);
+        }
+        Ok(builder)
+    }
+
+    /// The base URL (without a trailing `/`).
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// The model name sent in requests.
+    pub fn model(&self) -> &str {
+        &self.inner.model
+    }
+
+    /// The same server and settings with another model name (sharing the pool).
+    pub fn with_model(&self, model: impl Into<String>) -> Self {
+        let i = &self.inner;
+        OpenAiClient {
+            inner: Arc::new(Inner {
+                http: i.http.clone(),
+                base_url: i.base_url.clone(),
+                chat_url: i.chat_url.clone(),
+                models_url: i.models_url.clone(),
+                model: model.into(),
+                headers: i.headers.clone(),
+                request_timeout: i.request_timeout,
+                read_timeout: i.read_timeout,
+                empty_content: i.empty_content,
+            }),
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// The models the server offers (`GET {base_url}/models`), for health checks and a
+    /// `doctor` command. A 401 here means the key is wrong, a connection error that the
+    /// server is down.
+    pub async fn list_models(&self) -> Result<Vec<ModelInfo>, ModelError> {
+        let i = &self.inner;
+        let mut rb = i.http.get(&i.models_url).headers(i.headers.clone());
+        if let Some(t) = i.request_timeout {
+            rb = rb.timeout(t);
+        }
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout_hint(), &i.models_url))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| transport_error(e, self.timeout_hint(), &i.models_url))?;
+        if !status.is_success() {
+            return Err(status_error(status, &headers, &text, &i.model));
+        }
+        let list: ModelList = serde_json::from_str(&text)
+            .map_err(|e| ModelError::invalid_response(format!("invalid model list: {e}")))?;
+        Ok(list.data)
+    }
+
+    fn timeout_hint(&self) -> Option<Duration> {
+        self.inner.request_timeout.or(self.inner.read_timeout)
+    }
+
+    /// POSTs a JSON body and returns the response when its status is a success.
+    pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>, sse: bool) -> Result<reqwest::Response, ModelError> {
+        let i = &self.inner;
+        let mut rb = i
+            .http
+            .post(url)
+            .headers(i.headers.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body);
+        if sse {
+            rb = rb.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
+        if let Some(t) = i.request_timeout {
+            rb = rb.timeout(t);
+        }
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout_hint(), url))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        Err(status_error(status, &headers, &text, &i.model))
+    }
+}
+
+#[async_trait]
+impl ChatModel for OpenAiClient {
+    fn model_name(&self) -> &str {
+        &self.inner.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        let i = &self.inner;
+        let body = wire::encode_request(&i.model, &request, true, i.empty_content)?;
+        let resp = self.post_json(&i.chat_url, body, true).await?;
+        let events = Box::pin(resp.bytes_stream().eventsource());
+        Ok(Box::pin(sse_stream(events, i.model.clone(), self.timeout_hint())))
+    }
+
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        let i = &self.inner;
+        let body = wire::encode_request(&i.model, &request, false, i.empty_content)?;
+        let resp = self.post_json(&i.chat_url, body, false).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| transport_error(e, self.timeout_hint(), &i.chat_url))?;
+        let completion: WireCompletion = serde_json::from_slice(&bytes)
+            .map_err(|e| ModelError::invalid_response(format!("invalid chat.completion JSON: {e}")))?;
+        wire::completion_response(completion)
+    }
+}
+
+struct SseState<S> {
+    events: Pin<Box<S>>,
+    pending: VecDeque<ChatEvent>,
+    saw_finish: bool,
+    done: bool,
+    model: String,
+    timeout: Option<Duration>,
+    scratch: Vec<ChatEvent>,
+}
+
+/// Reads `chat.completion.chunk` events until `[DONE]`.
+///
+/// - An event that is not valid JSON ends the stream with [`ModelError::InvalidResponse`].
+/// - An `{"error": …}` event ends it with the mapped error.
+/// - A broken connection ends it with [`ModelError::Transport`].
+/// - A body that ends without `[DONE]` is accepted when a `finish_reason` was seen (the answer
+///   is complete; only the terminator is missing) and is a [`ModelError::Transport`] otherwise
+///   (the answer was cut).
+fn sse_stream<S>(
+    events: Pin<Box<S>>,
+    model: String,
+    timeout: Option<Duration>,
+) -> impl Stream<Item = Result<ChatEvent, ModelError>> + Send
+where
+    S: Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>> + Send + 'static,
+{
+    let state = SseState {
+        events,
+        pending: VecDeque::new(),
+        saw_finish: false,
+        done: false,
+        model,
+        timeout,
+        scratch: Vec::new(),
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                return Some((Ok(ev), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.events.next().await {
+                None => {
+                    st.done = true;
+                    if st.saw_finish {
+                        tracing::debug!("SSE stream ended without [DONE] after a finish_reason; accepted");
+                        return None;
+                    }
+                    return Some((
+                        Err(ModelError::Transport {
+                            message: "the stream ended before the answer finished (no finish_reason, no [DONE])".into(),
+                            source: None,
+                        }),
+                        st,
+                    ));
+                }
+                Some(Err(EventStreamError::Transport(e))) => {
+                    st.done = true;
+                    let err = transport_error(e, st.timeout, "reading the event stream");
+                    return Some((Err(err), st));
+                }
+                Some(Err(e)) => {
+                    st.done = true;
+                    return Some((
+                        Err(ModelError::invalid_response(format!("invalid event stream: {e}"))),
+                        st,
+                    ));
+                }
+                Some(Ok(event)) => {
+                    let data = event.data.trim();
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if data == "[DONE]" {
+                        st.done = true;
+                        continue;
+                    }
+                    let chunk: WireChunk = match serde_json::from_str(data) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            st.done = true;
+                            let shown: String = data.chars().take(200).collect();
+                            return Some((
+                                Err(ModelError::invalid_response(format!(
+                                    "invalid JSON in a stream chunk ({e}): {shown}"
+                                ))),
+                                st,
+                            ));
+                        }
+                    };
+                    if let Some(error) = &chunk.error {
+                        st.done = true;
+                        let err = stream_error(error, &st.model);
+                        return Some((Err(err), st));
+                    }
+                    let mut scratch = std::mem::take(&mut st.scratch);
+                    wire::chunk_events(chunk, &mut scratch, &mut st.saw_finish);
+                    st.pending.extend(scratch.drain(..));
+                    st.scratch = scratch;
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,188 @@
+//! The crate's configuration error, and the mapping of HTTP failures onto
+//! [`ModelError`](modu_core::ModelError).
+
+use std::time::{Duration, SystemTime};
+
+use modu_core::ModelError;
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+/// Building an [`OpenAiClient`](crate::OpenAiClient) or a token counter failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenAiConfigError {
+    /// A required setting is missing (no base URL, no model).
+    #[error("missing setting: {0}")]
+    Missing(&'static str),
+    /// An environment variable is not set (or empty).
+    #[error("environment variable {0} is not set")]
+    MissingEnv(&'static str),
+    /// The base URL is not an `http://` or `https://` URL.
+    #[error("invalid base URL {url:?}: {reason}")]
+    InvalidBaseUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A header name or value is invalid (the value is never printed: it may be a secret).
+    #[error("invalid header {name:?}")]
+    InvalidHeader {
+        /// The header's name.
+        name: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[source] reqwest::Error),
+}
+
+/// The most characters of an error body kept in a [`ModelError`].
+const MAX_BODY: usize = 2000;
+
+pub(crate) fn trim_body(body: &str) -> String {
+    let body = body.trim();
+    if body.len() <= MAX_BODY {
+        return body.to_owned();
+    }
+    let mut end = MAX_BODY;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &body[..end])
+}
+
+/// The human message of an error body: `{"error":{"message":…}}` (OpenAI, llama.cpp),
+/// `{"message":…}` (vLLM), `{"error":"…"}`, `{"detail":…}`, or the body itself.
+pub(crate) fn error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        let candidates = [
+            v.pointer("/error/message"),
+            v.get("error").filter(|e| e.is_string()),
+            v.get("message"),
+            v.get("detail"),
+        ];
+        for c in candidates.into_iter().flatten() {
+            match c {
+                Value::String(s) => return trim_body(s),
+                Value::Null => {}
+                other => return trim_body(&other.to_string()),
+            }
+        }
+    }
+    trim_body(body)
+}
+
+/// Whether an error body says the request does not fit the context window.
+///
+/// Recognises vLLM ("This model's maximum context length is N tokens…", "…longer than the
+/// maximum model length…"), llama.cpp (type `exceed_context_size_error`, "the request exceeds
+/// the available context size") and OpenAI (code `context_length_exceeded`).
+pub fn is_context_length_error(body: &str) -> bool {
+    let lower = body.to_ascii_lowercase();
+    [
+        "maximum context length",
+        "context_length_exceeded",
+        "exceed_context_size",
+        "exceeds the available context size",
+        "longer than the maximum model length",
+        "context length exceeded",
+        "context window",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
+/// `Retry-After` as seconds or as an HTTP date (a date in the past means now).
+pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+/// Maps an error status and body onto a [`ModelError`].
+pub(crate) fn status_error(status: StatusCode, headers: &HeaderMap, body: &str, model: &str) -> ModelError {
+    let code = status.as_u16();
+    let retry_after = parse_retry_after(headers);
+    let message = error_message(body);
+    match code {
+        401 | 403 => ModelError::Authentication { status: code, message },
+        404 => ModelError::ModelNotFound {
+            model: model.to_owned(),
+            message,
+        },
+        429 => ModelError::RateLimited { retry_after },
+        400 | 413 | 422 if is_context_length_error(body) => ModelError::ContextLengthExceeded { message },
+        _ => ModelError::Status {
+            status: code,
+            body: trim_body(body),
+            retry_after,
+        },
+    }
+}
+
+/// An error object sent inside a 200 stream (`data: {"error": {...}}`).
+pub(crate) fn stream_error(error: &Value, model: &str) -> ModelError {
+    let body = serde_json::json!({ "error": error }).to_string();
+    let code = error
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    status_error(code, &HeaderMap::new(), &body, model)
+}
+
+/// Maps a reqwest failure: timeouts to [`ModelError::Timeout`], everything else (refused,
+/// reset, cut mid-body) to [`ModelError::Transport`].
+pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+    if err.is_timeout() {
+        return ModelError::Timeout(timeout.unwrap_or_default());
+    }
+    let kind = if err.is_connect() {
+        "cannot connect to the model server"
+    } else if err.is_body() || err.is_decode() {
+        "the connection broke while reading the answer"
+    } else {
+        "HTTP request failed"
+    };
+    ModelError::transport(format!("{kind} ({what})"), err)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn retry_after_forms() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "3".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(3)));
+        let later = SystemTime::now() + Duration::from_secs(120);
+        h.insert("retry-after", httpdate::fmt_http_date(later).parse().unwrap());
+        let d = parse_retry_after(&h).unwrap();
+        assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120), "{d:?}");
+        h.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), Some(Duration::ZERO));
+        h.insert("retry-after", "soon".parse().unwrap());
+        assert_eq!(parse_retry_after(&h), None);
+    }
+
+    #[test]
+    fn messages_from_bodies() {
+        assert_eq!(error_message(r#"{"error":{"message":"bad","type":"x"}}"#), "bad");
+        assert_eq!(
+            error_message(r#"{"object":"error","message":"vllm says","code":400}"#),
+            "vllm says"
+        );
+        assert_eq!(error_message("plain"), "plain");
+    }
+}

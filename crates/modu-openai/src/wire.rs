@@ -1,0 +1,470 @@
+//! The Chat Completions wire format: request bodies out, responses and stream chunks in.
+
+use std::collections::BTreeMap;
+
+use modu_core::{
+    ChatEvent, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ResponseFormat, Role, ToolCall,
+    ToolChoice, ToolDefinition, Usage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How an assistant turn that only calls tools carries its (empty) content on the wire.
+///
+/// Servers differ in what they send back (vLLM and OpenAI `null`, llama.cpp `""`); modu reads
+/// both. What they accept also differs with chat templates: a template that concatenates
+/// `message.content` fails on `null`, so the default is `""`, which vLLM, llama.cpp and
+/// OpenAI all accept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EmptyToolCallContent {
+    /// `"content": ""` (the default).
+    #[default]
+    EmptyString,
+    /// `"content": null`.
+    Null,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireRequest<'a> {
+    pub model: &'a str,
+    pub messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<WireResponseFormat<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    pub stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct StreamOptions {
+    pub include_usage: bool,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireMessage<'a> {
+    pub role: &'static str,
+    /// `None` serialises as `null` (only used for tool-call turns in `Null` mode).
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<WireToolCallOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireToolCallOut<'a> {
+    pub id: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: WireFunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireFunctionOut<'a> {
+    pub name: &'a str,
+    pub arguments: &'a str,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireTool<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: WireFunctionDef<'a>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireFunctionDef<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireResponseFormat<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub json_schema: WireJsonSchema<'a>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireJsonSchema<'a> {
+    pub name: &'a str,
+    pub schema: &'a Value,
+    pub strict: bool,
+}
+
+pub(crate) fn wire_messages(messages: &[Message], empty_content: EmptyToolCallContent) -> Vec<WireMessage<'_>> {
+    messages
+        .iter()
+        .map(|m| {
+            let text = m.text();
+            let tool_calls: Vec<WireToolCallOut<'_>> = m
+                .tool_calls
+                .iter()
+                .map(|c| WireToolCallOut {
+                    id: &c.id,
+                    kind: "function",
+                    function: WireFunctionOut {
+                        name: &c.name,
+                        arguments: &c.arguments,
+                    },
+                })
+                .collect();
+            let content = if text.is_empty() && !tool_calls.is_empty() && empty_content == EmptyToolCallContent::Null {
+                None
+            } else {
+                Some(text)
+            };
+            WireMessage {
+                role: m.role.as_str(),
+                content,
+                tool_calls,
+                tool_call_id: if m.role == Role::Tool {
+                    m.tool_call_id.as_deref()
+                } else {
+                    None
+                },
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> Vec<WireTool<'_>> {
+    tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            function: WireFunctionDef {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+            },
+        })
+        .collect()
+}
+
+pub(crate) fn wire_tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => Value::from("auto"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::None => Value::from("none"),
+        ToolChoice::Named(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+pub(crate) fn wire_response_format(format: &ResponseFormat) -> WireResponseFormat<'_> {
+    WireResponseFormat {
+        kind: "json_schema",
+        json_schema: WireJsonSchema {
+            name: &format.name,
+            schema: &format.schema,
+            strict: format.strict,
+        },
+    }
+}
+
+/// Serialises a request body. `extras` are merged last, at the top level, and win over the
+/// fields modu sets (so `max_completion_tokens` or vLLM's `guided_json` can be added, and a
+/// field can be overridden on purpose).
+pub(crate) fn encode_request(
+    model: &str,
+    request: &ChatRequest,
+    stream: bool,
+    empty_content: EmptyToolCallContent,
+) -> Result<Vec<u8>, ModelError> {
+    let body = WireRequest {
+        model,
+        messages: wire_messages(&request.messages, empty_content),
+        tools: wire_tools(&request.tools),
+        tool_choice: request.tool_choice.as_ref().map(wire_tool_choice),
+        parallel_tool_calls: request.parallel_tool_calls,
+        response_format: request.response_format.as_ref().map(wire_response_format),
+        temperature: request.temperature,
+        max_tokens: request.max_tokens,
+        stop: &request.stop,
+        seed: request.seed,
+        stream,
+        stream_options: stream.then_some(StreamOptions { include_usage: true }),
+    };
+    encode_with_extras(&body, &request.extras)
+}
+
+pub(crate) fn encode_with_extras<T: Serialize>(
+    body: &T,
+    extras: &BTreeMap<String, Value>,
+) -> Result<Vec<u8>, ModelError> {
+    let invalid = |e: serde_json::Error| ModelError::InvalidRequest {
+        message: format!("cannot serialise the request: {e}"),
+    };
+    if extras.is_empty() {
+        return serde_json::to_vec(body).map_err(invalid);
+    }
+    let mut value = serde_json::to_value(body).map_err(invalid)?;
+    if let Value::Object(map) = &mut value {
+        for (k, v) in extras {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::to_vec(&value).map_err(invalid)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses
+
+#[derive(Deserialize, Default)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl WireUsage {
+    pub fn to_usage(&self) -> Usage {
+        let mut u = Usage::new(self.prompt_tokens, self.completion_tokens);
+        if self.total_tokens > 0 {
+            u.total_tokens = self.total_tokens;
+        }
+        u
+    }
+}
+
+/// A function's arguments: a JSON string per the spec, but tolerate an object.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum WireArguments {
+    Text(String),
+    Json(Value),
+}
+
+impl WireArguments {
+    pub fn into_string(self) -> String {
+        match self {
+            WireArguments::Text(s) => s,
+            WireArguments::Json(Value::Null) => String::new(),
+            WireArguments::Json(v) => v.to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireFunctionIn {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<WireArguments>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireToolCallIn {
+    #[serde(default)]
+    pub index: Option<usize>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<WireFunctionIn>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireDelta {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireToolCallIn>>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireChunkChoice {
+    #[serde(default)]
+    pub index: usize,
+    #[serde(default)]
+    pub delta: Option<WireDelta>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireChunk {
+    #[serde(default)]
+    pub choices: Vec<WireChunkChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireMessageIn {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireToolCallIn>>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireChoice {
+    #[serde(default)]
+    pub index: usize,
+    pub message: WireMessageIn,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireCompletion {
+    #[serde(default)]
+    pub choices: Vec<WireChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+}
+
+pub(crate) fn finish_reason(s: &str) -> FinishReason {
+    match s {
+        "stop" | "eos" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_owned()),
+    }
+}
+
+/// Turns one stream chunk into events (only choice 0 is read; `n > 1` is not used by modu).
+pub(crate) fn chunk_events(chunk: WireChunk, out: &mut Vec<ChatEvent>, saw_finish: &mut bool) {
+    for choice in chunk.choices {
+        if choice.index != 0 {
+            continue;
+        }
+        if let Some(delta) = choice.delta {
+            if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                out.push(ChatEvent::TextDelta { text });
+            }
+            for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+                let (name, arguments) = match call.function {
+                    Some(f) => (f.name, f.arguments.map(WireArguments::into_string).unwrap_or_default()),
+                    None => (None, String::new()),
+                };
+                out.push(ChatEvent::ToolCallDelta {
+                    index: call.index.unwrap_or(position),
+                    id: call.id.filter(|s| !s.is_empty()),
+                    name: name.filter(|s| !s.is_empty()),
+                    arguments,
+                });
+            }
+        }
+        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+            *saw_finish = true;
+            out.push(ChatEvent::Finish {
+                reason: finish_reason(&reason),
+            });
+        }
+    }
+    if let Some(usage) = chunk.usage {
+        out.push(ChatEvent::Usage {
+            usage: usage.to_usage(),
+        });
+    }
+}
+
+/// Turns a non-streaming `chat.completion` into a response.
+pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResponse, ModelError> {
+    let choice = completion
+        .choices
+        .into_iter()
+        .find(|c| c.index == 0)
+        .ok_or_else(|| ModelError::invalid_response("the completion has no choices"))?;
+    let text = choice.message.content.unwrap_or_default();
+    let calls: Vec<ToolCall> = choice
+        .message
+        .tool_calls
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| {
+            let (name, arguments) = match c.function {
+                Some(f) => (f.name, f.arguments.map(WireArguments::into_string).unwrap_or_default()),
+                None => (None, String::new()),
+            };
+            let name = name
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| ModelError::invalid_response(format!("tool call #{i} has no name")))?;
+            let arguments = if arguments.trim().is_empty() {
+                "{}".to_owned()
+            } else {
+                arguments
+            };
+            Ok(ToolCall {
+                id: c.id.filter(|s| !s.is_empty()).unwrap_or_else(|| format!("call_{i}")),
+                name,
+                arguments,
+            })
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let message = if calls.is_empty() {
+        Message::assistant(text)
+    } else {
+        Message::assistant_tool_calls(text, calls)
+    };
+    let mut usage = completion.usage.map(|u| u.to_usage()).unwrap_or_default();
+    usage.requests = 1;
+    Ok(ChatResponse {
+        message,
+        usage,
+        finish_reason: choice.finish_reason.as_deref().map(finish_reason),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn tool_call_turn_content_modes() {
+        let msgs = vec![Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::new("c1", "add", "{}")],
+        )];
+        let empty = serde_json::to_value(wire_messages(&msgs, EmptyToolCallContent::EmptyString)).unwrap();
+        assert_eq!(empty[0]["content"], Value::from(""));
+        let null = serde_json::to_value(wire_messages(&msgs, EmptyToolCallContent::Null)).unwrap();
+        assert_eq!(null[0]["content"], Value::Null);
+        assert_eq!(null[0]["tool_calls"][0]["type"], "function");
+    }
+
+    #[test]
+    fn object_arguments_are_serialised() {
+        let c: WireChunk = serde_json::from_str(
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":{"x":1}}}]}}]}"#,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut fin = false;
+        chunk_events(c, &mut out, &mut fin);
+        assert_eq!(
+            out,
+            vec![ChatEvent::ToolCallDelta {
+                index: 0,
+                id: Some("a".into()),
+                name: Some("f".into()),
+                arguments: "{\"x\":1}".into()
+            }]
+        );
+    }
+}
