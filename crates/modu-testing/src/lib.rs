@@ -2,9 +2,11 @@
 #![deny(missing_docs)]
 
 pub mod conformance;
+mod ollama_mock;
 mod openai_mock;
 mod scripted;
 
+pub use ollama_mock::{MockOllamaServer, OllamaReply};
 pub use openai_mock::{MockOpenAiServer, MockReply, instance_of};
 pub use scripted::ScriptedModel;
 

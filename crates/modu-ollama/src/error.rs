@@ -1,0 +1,130 @@
+//! The crate's configuration error, and the mapping of HTTP failures onto
+//! [`ModelError`](modu_core::ModelError).
+
+use std::time::{Duration, SystemTime};
+
+use modu_core::ModelError;
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+/// Building an [`OllamaClient`](crate::OllamaClient) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OllamaConfigError {
+    /// A required setting is missing (no model).
+    #[error("missing setting: {0}")]
+    Missing(&'static str),
+    /// The base URL is not an `http://` or `https://` URL.
+    #[error("invalid base URL {url:?}: {reason}")]
+    InvalidBaseUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A header name or value is invalid (the value is never printed: it may be a secret).
+    #[error("invalid header {name:?}")]
+    InvalidHeader {
+        /// The header's name.
+        name: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[source] reqwest::Error),
+}
+
+const MAX_BODY: usize = 2000;
+
+fn trim_body(body: &str) -> String {
+    let body = body.trim();
+    if body.len() <= MAX_BODY {
+        return body.to_owned();
+    }
+    let mut end = MAX_BODY;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &body[..end])
+}
+
+/// The message of an Ollama error body (`{"error": "..."}`), or the body itself.
+pub(crate) fn error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        match v.get("error") {
+            Some(Value::String(s)) => return trim_body(s),
+            Some(Value::Object(o)) => {
+                if let Some(Value::String(s)) = o.get("message") {
+                    return trim_body(s);
+                }
+            }
+            _ => {}
+        }
+    }
+    trim_body(body)
+}
+
+fn is_context_length_error(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    [
+        "context length",
+        "context window",
+        "exceeds the context",
+        "num_ctx",
+        "context size",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
+fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+/// Maps an error status and body onto a [`ModelError`].
+pub(crate) fn status_error(status: StatusCode, headers: &HeaderMap, body: &str, model: &str) -> ModelError {
+    let code = status.as_u16();
+    let retry_after = parse_retry_after(headers);
+    let message = error_message(body);
+    match code {
+        401 | 403 => ModelError::Authentication { status: code, message },
+        404 => ModelError::ModelNotFound {
+            model: model.to_owned(),
+            message,
+        },
+        429 => ModelError::RateLimited { retry_after },
+        400 | 413 | 500 if is_context_length_error(&message) => ModelError::ContextLengthExceeded { message },
+        _ => ModelError::Status {
+            status: code,
+            body: trim_body(body),
+            retry_after,
+        },
+    }
+}
+
+/// An `{"error": ...}` line inside a 200 stream: the server failed mid-answer.
+pub(crate) fn stream_error(error: &Value, model: &str) -> ModelError {
+    let body = serde_json::json!({ "error": error }).to_string();
+    status_error(StatusCode::INTERNAL_SERVER_ERROR, &HeaderMap::new(), &body, model)
+}
+
+/// Maps a reqwest failure: timeouts to [`ModelError::Timeout`], the rest to
+/// [`ModelError::Transport`].
+pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+    if err.is_timeout() {
+        return ModelError::Timeout(timeout.unwrap_or_default());
+    }
+    let kind = if err.is_connect() {
+        "cannot connect to the Ollama server"
+    } else if err.is_body() || err.is_decode() {
+        "the connection broke while reading the answer"
+    } else {
+        "HTTP request failed"
+    };
+    ModelError::transport(format!("{kind} ({what})"), err)
+}

@@ -1,0 +1,236 @@
+//! Ollama's `/api/chat` wire format.
+
+use std::collections::BTreeMap;
+
+use modu_core::{ChatEvent, ChatRequest, FinishReason, Message, ModelError, Role, ToolDefinition, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Serialize)]
+pub(crate) struct WireRequest<'a> {
+    pub model: &'a str,
+    pub messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub options: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_alive: Option<&'a Value>,
+    pub stream: bool,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireMessage<'a> {
+    pub role: &'static str,
+    pub content: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<WireToolCallOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireToolCallOut<'a> {
+    pub function: WireFunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireFunctionOut<'a> {
+    pub name: &'a str,
+    /// An object, as Ollama wants it; raw text when the model wrote invalid JSON.
+    pub arguments: Value,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireTool<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: WireFunctionDef<'a>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct WireFunctionDef<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub parameters: &'a Value,
+}
+
+pub(crate) fn wire_messages(messages: &[Message]) -> Vec<WireMessage<'_>> {
+    messages
+        .iter()
+        .map(|m| WireMessage {
+            role: m.role.as_str(),
+            content: m.text(),
+            tool_calls: m
+                .tool_calls
+                .iter()
+                .map(|c| WireToolCallOut {
+                    function: WireFunctionOut {
+                        name: &c.name,
+                        arguments: serde_json::from_str(&c.arguments)
+                            .unwrap_or_else(|_| Value::String(c.arguments.clone())),
+                    },
+                })
+                .collect(),
+            tool_name: if m.role == Role::Tool { m.name.as_deref() } else { None },
+        })
+        .collect()
+}
+
+pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> Vec<WireTool<'_>> {
+    tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            function: WireFunctionDef {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+            },
+        })
+        .collect()
+}
+
+/// The request body. Options are built from the client's defaults, then the request's
+/// sampling fields, then `extras["options"]`; the other extras are merged at the top level.
+pub(crate) fn encode_request(
+    model: &str,
+    request: &ChatRequest,
+    stream: bool,
+    default_options: &Map<String, Value>,
+    keep_alive: Option<&Value>,
+) -> Result<Vec<u8>, ModelError> {
+    let mut options = default_options.clone();
+    if let Some(t) = request.temperature {
+        options.insert("temperature".into(), Value::from(t));
+    }
+    if let Some(seed) = request.seed {
+        options.insert("seed".into(), Value::from(seed));
+    }
+    if let Some(n) = request.max_tokens {
+        options.insert("num_predict".into(), Value::from(n));
+    }
+    if !request.stop.is_empty() {
+        options.insert("stop".into(), Value::from(request.stop.clone()));
+    }
+    if let Some(Value::Object(extra)) = request.extras.get("options") {
+        for (k, v) in extra {
+            options.insert(k.clone(), v.clone());
+        }
+    }
+    let body = WireRequest {
+        model,
+        messages: wire_messages(&request.messages),
+        tools: wire_tools(&request.tools),
+        format: request.response_format.as_ref().map(|f| &f.schema),
+        options,
+        keep_alive,
+        stream,
+    };
+    let extras: BTreeMap<&String, &Value> = request.extras.iter().filter(|(k, _)| k.as_str() != "options").collect();
+    let invalid = |e: serde_json::Error| ModelError::InvalidRequest {
+        message: format!("cannot serialise the request: {e}"),
+    };
+    if extras.is_empty() {
+        return serde_json::to_vec(&body).map_err(invalid);
+    }
+    let mut value = serde_json::to_value(&body).map_err(invalid)?;
+    if let Value::Object(map) = &mut value {
+        for (k, v) in extras {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::to_vec(&value).map_err(invalid)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireFunctionIn {
+    #[serde(default)]
+    pub index: Option<usize>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireToolCallIn {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub function: WireFunctionIn,
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct WireMessageIn {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireToolCallIn>>,
+}
+
+/// One NDJSON line (or the whole non-streaming answer).
+#[derive(Deserialize)]
+pub(crate) struct WireLine {
+    #[serde(default)]
+    pub message: Option<WireMessageIn>,
+    #[serde(default)]
+    pub done: bool,
+    #[serde(default)]
+    pub done_reason: Option<String>,
+    #[serde(default)]
+    pub prompt_eval_count: Option<u64>,
+    #[serde(default)]
+    pub eval_count: Option<u64>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// State carried across the lines of one answer.
+#[derive(Default)]
+pub(crate) struct LineState {
+    pub next_index: usize,
+    pub done: bool,
+}
+
+/// Turns one line into events. Tool calls arrive whole: each gets the next index (or the
+/// `function.index` Ollama sends) and its object arguments as JSON text.
+pub(crate) fn line_events(line: WireLine, st: &mut LineState, out: &mut Vec<ChatEvent>) {
+    if let Some(message) = line.message {
+        if let Some(text) = message.content.filter(|t| !t.is_empty()) {
+            out.push(ChatEvent::TextDelta { text });
+        }
+        for call in message.tool_calls.into_iter().flatten() {
+            let index = call.function.index.unwrap_or(st.next_index);
+            st.next_index = st.next_index.max(index + 1);
+            let arguments = match call.function.arguments {
+                None | Some(Value::Null) => "{}".to_owned(),
+                Some(Value::String(s)) => s,
+                Some(v) => v.to_string(),
+            };
+            out.push(ChatEvent::ToolCallDelta {
+                index,
+                id: call.id.filter(|s| !s.is_empty()),
+                name: call.function.name.filter(|s| !s.is_empty()),
+                arguments,
+            });
+        }
+    }
+    if line.done {
+        st.done = true;
+        if line.prompt_eval_count.is_some() || line.eval_count.is_some() {
+            out.push(ChatEvent::Usage {
+                usage: Usage::new(line.prompt_eval_count.unwrap_or(0), line.eval_count.unwrap_or(0)),
+            });
+        }
+        let reason = match line.done_reason.as_deref() {
+            // Ollama says "stop" after tool calls too; say what happened.
+            Some("stop") | None if st.next_index > 0 => FinishReason::ToolCalls,
+            Some("stop") | None => FinishReason::Stop,
+            Some("length") => FinishReason::Length,
+            Some(other) => FinishReason::Other(other.to_owned()),
+        };
+        out.push(ChatEvent::Finish { reason });
+    }
+}
