@@ -363,3 +363,21 @@ fn malformed_or_missing_lockfile_is_a_typed_error() {
         "{e}"
     );
 }
+
+#[test]
+fn example_catalog_matches_its_lockfile() {
+    let catalog = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/skills");
+    let registry = SkillRegistry::from_paths_with_lockfile([&catalog], catalog.join(LOCKFILE_NAME)).unwrap();
+    let skill = registry.get("invoice-review").unwrap();
+    assert_eq!(skill.manifest().version(), Some("1.0.0"));
+    assert!(
+        skill
+            .files()
+            .iter()
+            .any(|f| f.path == "scripts/check-totals.sh" && !f.readable)
+    );
+    assert_eq!(
+        skill.resources().collect::<Vec<_>>(),
+        ["assets/report-template.md", "references/policy.md"]
+    );
+}
