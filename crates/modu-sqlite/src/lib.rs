@@ -1,2 +1,572 @@
-//! modu-sqlite (work in progress).
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use modu_core::{CheckpointStore, ConversationStore, MemoryStateStore, Message, StoreError};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, Sqlite, Transaction};
+
+pub use sqlx;
+
+/// The schema migrations, embedded in the binary: `(version, description, SQL)`. They are
+/// applied in order by [`migrate`] and recorded in the table `modu_schema_migrations` (not
+/// sqlx's `_sqlx_migrations`, so an application's own sqlx migrations on the same database
+/// do not collide with these).
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+/// How long a connection waits for a lock held by another connection or process.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What went wrong in SQLite. It is the `source` of the [`StoreError::Backend`] the stores
+/// return.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteStoreError {
+    /// The database file or its folder could not be created or opened.
+    #[error("cannot open sqlite database {path}: {message}")]
+    Open {
+        /// The file.
+        path: String,
+        /// The cause.
+        message: String,
+    },
+    /// A query failed (locked past the busy timeout, I/O, disk full, …).
+    #[error("sqlite {operation} failed: {message}")]
+    Query {
+        /// The store operation (`"conversation.append"`, …).
+        operation: &'static str,
+        /// The cause.
+        message: String,
+    },
+    /// The database was migrated by a newer version of this crate.
+    #[error("the database schema is version {found}, this build knows up to {known}")]
+    SchemaTooNew {
+        /// The version in the database.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
+}
+
+impl From<SqliteStoreError> for StoreError {
+    fn from(err: SqliteStoreError) -> Self {
+        StoreError::Backend {
+            message: err.to_string(),
+            source: Some(Box::new(err)),
+        }
+    }
+}
+
+fn query_err(operation: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+    move |e| match e {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => StoreError::Corrupted {
+            message: format!("{operation}: {e}"),
+        },
+        sqlx::Error::PoolTimedOut => StoreError::Timeout,
+        other => SqliteStoreError::Query {
+            operation,
+            message: other.to_string(),
+        }
+        .into(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The oldest `touched_ms` still alive for a TTL.
+fn cutoff(now: i64, ttl: Duration) -> i64 {
+    now.saturating_sub(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Opens (creating the file and its parent folders if needed) a SQLite database in WAL mode
+/// with a busy timeout of [`BUSY_TIMEOUT`] and `synchronous = NORMAL` (a committed write
+/// survives a crash of the process; with WAL, a power loss may lose the last commits), then
+/// applies the [`MIGRATIONS`]. Share the pool between the three stores.
+pub async fn open(path: impl AsRef<Path>) -> Result<SqlitePool, StoreError> {
+    let path = path.as_ref();
+    let open_err = |message: String| -> StoreError {
+        SqliteStoreError::Open {
+            path: path.display().to_string(),
+            message,
+        }
+        .into()
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| open_err(e.to_string()))?;
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(BUSY_TIMEOUT);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(options)
+        .await
+        .map_err(|e| open_err(e.to_string()))?;
+    migrate(&pool).await?;
+    Ok(pool)
+}
+
+/// Opens an in-memory database (one connection, so every query sees the same data), migrated.
+/// For tests and examples.
+pub async fn open_in_memory() -> Result<SqlitePool, StoreError> {
+    let options = SqliteConnectOptions::from_str("sqlite::memory:").map_err(query_err("open"))?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .map_err(query_err("open"))?;
+    migrate(&pool).await?;
+    Ok(pool)
+}
+
+/// Applies the [`MIGRATIONS`] this database lacks, in one `BEGIN IMMEDIATE` transaction (so
+/// two processes opening one new file at once do not both migrate). Idempotent; the stores'
+/// `from_pool` constructors call it.
+pub async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
+    let err = query_err("migrate");
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(&err)?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS modu_schema_migrations (
+            version INTEGER PRIMARY KEY NOT NULL,
+            description TEXT NOT NULL,
+            applied_ms INTEGER NOT NULL
+        )",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(&err)?;
+    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM modu_schema_migrations")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&err)?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(SqliteStoreError::SchemaTooNew { found: current, known }.into());
+    }
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(&err)?;
+        sqlx::query("INSERT INTO modu_schema_migrations (version, description, applied_ms) VALUES (?1, ?2, ?3)")
+            .bind(version)
+            .bind(description)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+    }
+    tx.commit().await.map_err(&err)
+}
+
+async fn write_tx(pool: &SqlitePool, operation: &'static str) -> Result<Transaction<'static, Sqlite>, StoreError> {
+    // IMMEDIATE takes the write lock up front: no lock upgrade, so no SQLITE_BUSY halfway
+    // through; waiting for the lock is bounded by the busy timeout.
+    pool.begin_with("BEGIN IMMEDIATE").await.map_err(query_err(operation))
+}
+
+/// Conversations in SQLite: a row per session (`modu_sessions`: next sequence number, last
+/// access) and a row per message (`modu_messages`, keyed by session and sequence number).
+///
+/// `append` runs in one `BEGIN IMMEDIATE` transaction that reserves a range of sequence
+/// numbers and inserts the batch: concurrent appends (from any number of connections or
+/// processes) are serialised by SQLite's write lock, keep each batch contiguous and lose
+/// nothing. With a TTL, sessions not appended to or loaded for `ttl` read as empty and are
+/// deleted lazily (on their next access, or by [`SqliteConversationStore::purge_expired`]).
+#[derive(Clone, Debug)]
+pub struct SqliteConversationStore {
+    pool: SqlitePool,
+    ttl: Option<Duration>,
+}
+
+impl SqliteConversationStore {
+    /// Opens (and creates) the database at `path` (see [`open`]).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Ok(SqliteConversationStore {
+            pool: open(path).await?,
+            ttl: None,
+        })
+    }
+
+    /// A store on an existing pool; applies the migrations.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(SqliteConversationStore { pool, ttl: None })
+    }
+
+    /// Sessions expire `ttl` after their last append or load.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Deletes every expired session now; returns how many. A no-op without a TTL.
+    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let Some(ttl) = self.ttl else { return Ok(0) };
+        let err = query_err("conversation.purge_expired");
+        let cut = cutoff(now_ms(), ttl);
+        let mut tx = write_tx(&self.pool, "conversation.purge_expired").await?;
+        sqlx::query(
+            "DELETE FROM modu_messages WHERE session_id IN
+                (SELECT session_id FROM modu_sessions WHERE touched_ms < ?1)",
+        )
+        .bind(cut)
+        .execute(&mut *tx)
+        .await
+        .map_err(&err)?;
+        let n = sqlx::query("DELETE FROM modu_sessions WHERE touched_ms < ?1")
+            .bind(cut)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?
+            .rows_affected();
+        tx.commit().await.map_err(&err)?;
+        Ok(n)
+    }
+}
+
+/// Deletes `session_id` if it expired before `cut` (all sessions when `cut` is `None`).
+async fn drop_session(
+    tx: &mut Transaction<'static, Sqlite>,
+    session_id: &str,
+    cut: Option<i64>,
+    operation: &'static str,
+) -> Result<(), StoreError> {
+    let err = query_err(operation);
+    let cut = cut.unwrap_or(i64::MAX);
+    sqlx::query(
+        "DELETE FROM modu_messages WHERE session_id = ?1
+            AND EXISTS (SELECT 1 FROM modu_sessions WHERE session_id = ?1 AND touched_ms < ?2)",
+    )
+    .bind(session_id)
+    .bind(cut)
+    .execute(&mut **tx)
+    .await
+    .map_err(&err)?;
+    sqlx::query("DELETE FROM modu_sessions WHERE session_id = ?1 AND touched_ms < ?2")
+        .bind(session_id)
+        .bind(cut)
+        .execute(&mut **tx)
+        .await
+        .map_err(&err)?;
+    Ok(())
+}
+
+#[async_trait]
+impl ConversationStore for SqliteConversationStore {
+    async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        const OP: &str = "conversation.append";
+        let err = query_err(OP);
+        let mut encoded = Vec::with_capacity(messages.len());
+        for m in messages {
+            encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
+                message: format!("cannot encode a message: {e}"),
+                source: Some(Box::new(e)),
+            })?);
+        }
+        let count = i64::try_from(encoded.len()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        let mut tx = write_tx(&self.pool, OP).await?;
+        if let Some(ttl) = self.ttl {
+            drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), OP).await?;
+        }
+        let next: i64 = sqlx::query_scalar(
+            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3
+             RETURNING next_seq",
+        )
+        .bind(session_id)
+        .bind(count)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&err)?;
+        let start = next - count;
+        for (i, message) in encoded.iter().enumerate() {
+            sqlx::query("INSERT INTO modu_messages (session_id, seq, message) VALUES (?1, ?2, ?3)")
+                .bind(session_id)
+                .bind(start + i as i64)
+                .bind(message)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)
+    }
+
+    async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        const OP: &str = "conversation.load";
+        let err = query_err(OP);
+        let select = "SELECT seq, CAST(message AS TEXT) FROM modu_messages WHERE session_id = ?1 ORDER BY seq";
+        let rows = match self.ttl {
+            None => sqlx::query(select)
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(&err)?,
+            Some(ttl) => {
+                let now = now_ms();
+                let mut tx = write_tx(&self.pool, OP).await?;
+                let alive =
+                    sqlx::query("UPDATE modu_sessions SET touched_ms = ?1 WHERE session_id = ?2 AND touched_ms >= ?3")
+                        .bind(now)
+                        .bind(session_id)
+                        .bind(cutoff(now, ttl))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&err)?
+                        .rows_affected()
+                        > 0;
+                let rows = if alive {
+                    sqlx::query(select)
+                        .bind(session_id)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(&err)?
+                } else {
+                    drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), OP).await?;
+                    Vec::new()
+                };
+                tx.commit().await.map_err(&err)?;
+                rows
+            }
+        };
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.try_get(0).map_err(&err)?;
+                let text: String = row.try_get(1).map_err(&err)?;
+                serde_json::from_str(&text).map_err(|e| StoreError::Corrupted {
+                    message: format!("message {seq} of session {session_id:?} is not a valid message: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        const OP: &str = "conversation.delete";
+        let mut tx = write_tx(&self.pool, OP).await?;
+        drop_session(&mut tx, session_id, None, OP).await?;
+        tx.commit().await.map_err(query_err(OP))
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<String>, StoreError> {
+        let cut = self.ttl.map_or(i64::MIN, |ttl| cutoff(now_ms(), ttl));
+        let mut ids: Vec<String> =
+            sqlx::query_scalar("SELECT session_id FROM modu_sessions WHERE touched_ms >= ?1 ORDER BY session_id")
+                .bind(cut)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_err("conversation.list_sessions"))?;
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+/// Run checkpoints in SQLite (`modu_checkpoints`: run id, bytes, last access). With a TTL, a
+/// checkpoint not saved or loaded for `ttl` reads as missing and is deleted lazily.
+#[derive(Clone, Debug)]
+pub struct SqliteCheckpointStore {
+    pool: SqlitePool,
+    ttl: Option<Duration>,
+}
+
+impl SqliteCheckpointStore {
+    /// Opens (and creates) the database at `path` (see [`open`]).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Ok(SqliteCheckpointStore {
+            pool: open(path).await?,
+            ttl: None,
+        })
+    }
+
+    /// A store on an existing pool; applies the migrations.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(SqliteCheckpointStore { pool, ttl: None })
+    }
+
+    /// Checkpoints expire `ttl` after they were last saved or loaded (independent of the
+    /// conversation TTL).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for SqliteCheckpointStore {
+    async fn save(&self, run_id: &str, state: &[u8]) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO modu_checkpoints (run_id, state, touched_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, touched_ms = excluded.touched_ms",
+        )
+        .bind(run_id)
+        .bind(state)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(query_err("checkpoint.save"))?;
+        Ok(())
+    }
+
+    async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let err = query_err("checkpoint.load");
+        // CAST: a row whose state is not a BLOB (written by hand, or by another tool) still
+        // reads as bytes, and the run loop reports what is wrong with them.
+        match self.ttl {
+            None => sqlx::query_scalar("SELECT CAST(state AS BLOB) FROM modu_checkpoints WHERE run_id = ?1")
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(&err),
+            Some(ttl) => {
+                let now = now_ms();
+                let cut = cutoff(now, ttl);
+                let state: Option<Vec<u8>> = sqlx::query_scalar(
+                    "UPDATE modu_checkpoints SET touched_ms = ?1 WHERE run_id = ?2 AND touched_ms >= ?3
+                     RETURNING CAST(state AS BLOB)",
+                )
+                .bind(now)
+                .bind(run_id)
+                .bind(cut)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(&err)?;
+                if state.is_none() {
+                    sqlx::query("DELETE FROM modu_checkpoints WHERE run_id = ?1 AND touched_ms < ?2")
+                        .bind(run_id)
+                        .bind(cut)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(&err)?;
+                }
+                Ok(state)
+            }
+        }
+    }
+
+    async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM modu_checkpoints WHERE run_id = ?1")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .map_err(query_err("checkpoint.delete"))?;
+        Ok(())
+    }
+}
+
+/// Memory state (cached summaries, …) in SQLite (`modu_memory_state`). With a TTL, a value
+/// not put or read for `ttl` reads as missing and is deleted lazily.
+#[derive(Clone, Debug)]
+pub struct SqliteMemoryStateStore {
+    pool: SqlitePool,
+    ttl: Option<Duration>,
+}
+
+impl SqliteMemoryStateStore {
+    /// Opens (and creates) the database at `path` (see [`open`]).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Ok(SqliteMemoryStateStore {
+            pool: open(path).await?,
+            ttl: None,
+        })
+    }
+
+    /// A store on an existing pool; applies the migrations.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(SqliteMemoryStateStore { pool, ttl: None })
+    }
+
+    /// Values expire `ttl` after their last put or get.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+}
+
+#[async_trait]
+impl MemoryStateStore for SqliteMemoryStateStore {
+    async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let err = query_err("memory.get");
+        let raw: Option<Vec<u8>> = match self.ttl {
+            None => sqlx::query_scalar("SELECT CAST(value AS BLOB) FROM modu_memory_state WHERE key = ?1")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(&err)?,
+            Some(ttl) => {
+                let now = now_ms();
+                let cut = cutoff(now, ttl);
+                let v: Option<Vec<u8>> = sqlx::query_scalar(
+                    "UPDATE modu_memory_state SET touched_ms = ?1 WHERE key = ?2 AND touched_ms >= ?3
+                     RETURNING CAST(value AS BLOB)",
+                )
+                .bind(now)
+                .bind(key)
+                .bind(cut)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(&err)?;
+                if v.is_none() {
+                    sqlx::query("DELETE FROM modu_memory_state WHERE key = ?1 AND touched_ms < ?2")
+                        .bind(key)
+                        .bind(cut)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(&err)?;
+                }
+                v
+            }
+        };
+        raw.map(|bytes| {
+            String::from_utf8(bytes).map_err(|e| StoreError::Corrupted {
+                message: format!("memory value {key:?} is not UTF-8: {e}"),
+            })
+        })
+        .transpose()
+    }
+
+    async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO modu_memory_state (key, value, touched_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, touched_ms = excluded.touched_ms",
+        )
+        .bind(key)
+        .bind(value)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(query_err("memory.put"))?;
+        Ok(())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM modu_memory_state WHERE key = ?1")
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(query_err("memory.delete"))?;
+        Ok(())
+    }
+}

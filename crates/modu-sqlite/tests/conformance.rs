@@ -1,0 +1,150 @@
+//! The shared conformance suites of `modu-testing` on SQLite, one temporary database file per
+//! case.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use modu_core::{CheckpointStore, ConversationStore, MemoryStateStore};
+use modu_sqlite::{SqliteCheckpointStore, SqliteConversationStore, SqliteMemoryStateStore};
+use modu_testing::conformance;
+
+/// Fresh database paths in one temporary folder (nested, to check that folders are created).
+struct Files {
+    dir: tempfile::TempDir,
+    n: AtomicUsize,
+}
+
+impl Files {
+    fn new() -> Arc<Self> {
+        Arc::new(Files {
+            dir: tempfile::tempdir().unwrap(),
+            n: AtomicUsize::new(0),
+        })
+    }
+    fn next(&self) -> PathBuf {
+        let n = self.n.fetch_add(1, Ordering::SeqCst);
+        self.dir.path().join(format!("case-{n}")).join("store.db")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_conversation_store_conforms() {
+    let files = Files::new();
+    conformance::conversation_store_suite(|| {
+        let path = files.next();
+        async move { Arc::new(SqliteConversationStore::open(path).await.unwrap()) as Arc<dyn ConversationStore> }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_conversation_store_ttl_conforms() {
+    let files = Files::new();
+    conformance::conversation_store_ttl_suite(|ttl| {
+        let path = files.next();
+        async move {
+            Arc::new(SqliteConversationStore::open(path).await.unwrap().with_ttl(ttl)) as Arc<dyn ConversationStore>
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checkpoint_store_conforms() {
+    let files = Files::new();
+    conformance::checkpoint_store_suite(|| {
+        let path = files.next();
+        async move { Arc::new(SqliteCheckpointStore::open(path).await.unwrap()) as Arc<dyn CheckpointStore> }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checkpoint_store_ttl_conforms() {
+    let files = Files::new();
+    conformance::checkpoint_store_ttl_suite(|ttl| {
+        let path = files.next();
+        async move { Arc::new(SqliteCheckpointStore::open(path).await.unwrap().with_ttl(ttl)) as Arc<dyn CheckpointStore> }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_memory_state_store_conforms() {
+    let files = Files::new();
+    conformance::memory_state_store_suite(|| {
+        let path = files.next();
+        async move { Arc::new(SqliteMemoryStateStore::open(path).await.unwrap()) as Arc<dyn MemoryStateStore> }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_memory_state_store_ttl_conforms() {
+    let files = Files::new();
+    conformance::memory_state_store_ttl_suite(|ttl| {
+        let path = files.next();
+        async move {
+            Arc::new(SqliteMemoryStateStore::open(path).await.unwrap().with_ttl(ttl)) as Arc<dyn MemoryStateStore>
+        }
+    })
+    .await;
+}
+
+/// The in-memory database variant passes the suite too (one connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_in_memory_database_conforms() {
+    conformance::conversation_store_suite(|| async {
+        let pool = modu_sqlite::open_in_memory().await.unwrap();
+        Arc::new(SqliteConversationStore::from_pool(pool).await.unwrap()) as Arc<dyn ConversationStore>
+    })
+    .await;
+}
+
+/// Two pools on one file (as two processes would have) append concurrently without loss, and
+/// data written through one is read through the other after reopening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_two_pools_on_one_file_share_and_persist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let a = Arc::new(SqliteConversationStore::open(&path).await.unwrap());
+    let b = Arc::new(SqliteConversationStore::open(&path).await.unwrap());
+    let mut tasks = Vec::new();
+    for t in 0..10 {
+        let s = if t % 2 == 0 { Arc::clone(&a) } else { Arc::clone(&b) };
+        tasks.push(tokio::spawn(async move {
+            let batch: Vec<_> = (0..5).map(|i| modu_core::Message::user(format!("{t}:{i}"))).collect();
+            s.append("s", &batch).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    drop((a, b));
+    let reopened = SqliteConversationStore::open(&path).await.unwrap();
+    let loaded = reopened.load("s").await.unwrap();
+    assert_eq!(loaded.len(), 50);
+    for chunk in loaded.chunks(5) {
+        let t = chunk[0].text().split(':').next().unwrap().to_owned();
+        let want: Vec<String> = (0..5).map(|i| format!("{t}:{i}")).collect();
+        assert_eq!(chunk.iter().map(|m| m.text()).collect::<Vec<_>>(), want);
+    }
+}
+
+/// A database migrated by a newer build is refused with a typed error.
+#[tokio::test]
+async fn sqlite_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    let pool = modu_sqlite::open(&path).await.unwrap();
+    sqlx::query("INSERT INTO modu_schema_migrations (version, description, applied_ms) VALUES (99, 'future', 0)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let err = SqliteCheckpointStore::open(&path).await.unwrap_err();
+    assert!(matches!(err, modu_core::StoreError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("version 99"), "{err}");
+}
