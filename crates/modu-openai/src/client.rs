@@ -506,6 +506,13 @@ where
                         let err = stream_error(error, &st.model);
                         return Some((Err(err), st));
                     }
+                    if chunk.object.as_deref() == Some("error") {
+                        // vLLM: {"object": "error", "message": …, "type": …, "code": 400}
+                        st.done = true;
+                        let value: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
+                        let err = stream_error(&value, &st.model);
+                        return Some((Err(err), st));
+                    }
                     let mut scratch = std::mem::take(&mut st.scratch);
                     wire::chunk_events(chunk, &mut scratch, &mut st.saw_finish);
                     st.pending.extend(scratch.drain(..));

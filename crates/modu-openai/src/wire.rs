@@ -308,6 +308,9 @@ pub(crate) struct WireChunk {
     pub usage: Option<WireUsage>,
     #[serde(default)]
     pub error: Option<Value>,
+    /// `"error"` when vLLM reports a failure mid-stream as a top-level error object.
+    #[serde(default)]
+    pub object: Option<String>,
 }
 
 #[derive(Deserialize)]
