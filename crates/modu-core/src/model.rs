@@ -409,15 +409,15 @@ impl ChatResponseBuilder {
                 arguments,
             } => {
                 let call = self.calls.entry(index).or_default();
-                if let Some(id) = id.filter(|s| !s.is_empty()) {
-                    if call.id.is_none() {
-                        call.id = Some(id);
-                    }
+                if let Some(id) = id.filter(|s| !s.is_empty())
+                    && call.id.is_none()
+                {
+                    call.id = Some(id);
                 }
-                if let Some(name) = name.filter(|s| !s.is_empty()) {
-                    if call.name.is_none() {
-                        call.name = Some(name);
-                    }
+                if let Some(name) = name.filter(|s| !s.is_empty())
+                    && call.name.is_none()
+                {
+                    call.name = Some(name);
                 }
                 call.arguments.push_str(&arguments);
             }

@@ -87,16 +87,16 @@ impl Emitter {
     }
 
     async fn emit(&self, event: AgentEvent) {
-        if let Some(sink) = &self.sink {
-            if let Err(err) = sink.publish(&event).await {
-                tracing::warn!(error = %err, event = event.kind(), "event sink failed");
-            }
+        if let Some(sink) = &self.sink
+            && let Err(err) = sink.publish(&event).await
+        {
+            tracing::warn!(error = %err, event = event.kind(), "event sink failed");
         }
-        if let Some(tx) = &self.stream {
-            if !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. }) {
-                // A caller that dropped its stream no longer listens; the run goes on.
-                let _ = tx.send(event).await;
-            }
+        if let Some(tx) = &self.stream
+            && !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. })
+        {
+            // A caller that dropped its stream no longer listens; the run goes on.
+            let _ = tx.send(event).await;
         }
     }
 }
@@ -632,8 +632,10 @@ where
         stage: Stage,
         extra: Vec<Message>,
     ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
-        let mut context = ModelContext::default();
-        context.stage = Some(stage);
+        let mut context = ModelContext {
+            stage: Some(stage),
+            ..ModelContext::default()
+        };
         if let Some(instructions) = &self.env.agent.instructions {
             let text = instructions.render(&self.env.ctx);
             if !text.is_empty() {
@@ -733,17 +735,16 @@ where
                 let mut builder = ChatResponseBuilder::default();
                 while let Some(event) = stream.next().await {
                     let event = event?;
-                    if emitter.active() {
-                        if let crate::model::ChatEvent::TextDelta { text } = &event {
-                            if !text.is_empty() {
-                                emitter
-                                    .emit(AgentEvent::ModelDelta {
-                                        run_id: run_id.to_owned(),
-                                        text: text.clone(),
-                                    })
-                                    .await;
-                            }
-                        }
+                    if emitter.active()
+                        && let crate::model::ChatEvent::TextDelta { text } = &event
+                        && !text.is_empty()
+                    {
+                        emitter
+                            .emit(AgentEvent::ModelDelta {
+                                run_id: run_id.to_owned(),
+                                text: text.clone(),
+                            })
+                            .await;
                     }
                     builder.push(event);
                 }
@@ -853,34 +854,32 @@ where
             Ok(o) => (Some(o), None),
             Err(e) => (None, Some(e)),
         };
-        if error.is_none() {
-            if let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id()) {
-                let appended = match with_deadline(
-                    env.deadline,
-                    agent.limits.timeout,
-                    store.append(session, &self.state.messages),
-                )
-                .await
-                {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => {
-                        self.store_failed("conversation.append", &e.to_string()).await;
-                        Err(AgentError::from_store("conversation.append", &e))
-                    }
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = appended {
-                    // Keep the checkpoint so that a resume can append later.
-                    error = Some(e);
+        if error.is_none()
+            && let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id())
+        {
+            let appended = match with_deadline(
+                env.deadline,
+                agent.limits.timeout,
+                store.append(session, &self.state.messages),
+            )
+            .await
+            {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    self.store_failed("conversation.append", &e.to_string()).await;
+                    Err(AgentError::from_store("conversation.append", &e))
                 }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = appended {
+                // Keep the checkpoint so that a resume can append later.
+                error = Some(e);
             }
         }
         if let Some(store) = &agent.checkpoints {
             let keep = error.as_ref().is_some_and(AgentError::is_resumable);
-            if !keep {
-                if let Err(e) = store.delete(&run_id).await {
-                    self.store_failed("checkpoint.delete", &e.to_string()).await;
-                }
+            if !keep && let Err(e) = store.delete(&run_id).await {
+                self.store_failed("checkpoint.delete", &e.to_string()).await;
             }
         }
         if error.is_some() && output.is_some() {
@@ -1184,12 +1183,12 @@ async fn with_deadline<F: Future>(
 }
 
 async fn sleep_within(deadline: Option<Instant>, timeout: Option<Duration>, wait: Duration) -> Result<(), AgentError> {
-    if let Some(d) = deadline {
-        if Instant::now() + wait >= d {
-            return Err(AgentError::Timeout {
-                after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-            });
-        }
+    if let Some(d) = deadline
+        && Instant::now() + wait >= d
+    {
+        return Err(AgentError::Timeout {
+            after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+        });
     }
     tokio::time::sleep(wait).await;
     Ok(())

@@ -285,10 +285,8 @@ impl ToolError {
         let mut err = serde_json::Map::new();
         err.insert("type".into(), self.kind.as_str().into());
         err.insert("reason".into(), self.reason.clone().into());
-        if with_message {
-            if let Some(m) = &self.message {
-                err.insert("message".into(), m.clone().into());
-            }
+        if with_message && let Some(m) = &self.message {
+            err.insert("message".into(), m.clone().into());
         }
         if self.retryable {
             err.insert("retryable".into(), true.into());
@@ -308,10 +306,10 @@ pub fn map_tool_error(err: BoxError, mapper: Option<&ErrorMapper>) -> ToolError 
         Ok(tool_error) => return *tool_error,
         Err(other) => other,
     };
-    if let Some(mapper) = mapper {
-        if let Some(mapped) = mapper(err.as_ref()) {
-            return mapped;
-        }
+    if let Some(mapper) = mapper
+        && let Some(mapped) = mapper(err.as_ref())
+    {
+        return mapped;
     }
     tracing::debug!(error = %err, "unmapped tool error");
     ToolError::execution("unhandled_error")

@@ -187,13 +187,12 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
         let FnArg::Typed(pt) = input else {
             return Err(syn::Error::new_spanned(input, "#[tool] functions cannot take self"));
         };
-        if i == 0 {
-            if let Some(c) = run_context_type(&pt.ty) {
+        if i == 0
+            && let Some(c) = run_context_type(&pt.ty) {
                 context_ty = Some(c);
                 call_args.push(quote!(__ctx));
                 continue;
             }
-        }
         let Pat::Ident(pi) = pt.pat.as_ref() else {
             return Err(syn::Error::new_spanned(
                 &pt.pat,

@@ -411,41 +411,108 @@ fn fallback_reply(request: &Value) -> MockReply {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    if last_role != "tool" {
-        if let Some(tool) = tools.first() {
-            let name = tool
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .unwrap_or("tool")
-                .to_owned();
-            let params = tool.pointer("/function/parameters").cloned().unwrap_or(json!({}));
-            let args = instance_of(&params, &params, 0);
-            return MockReply::ToolCalls(vec![(name, args.to_string())]);
-        }
-    }
-    if let Some(schema) = request.pointer("/response_format/json_schema/schema") {
-        return MockReply::Text(instance_of(schema, schema, 0).to_string());
-    }
-    let tool_results: Vec<String> = messages
-        .iter()
-        .rev()
-        .take_while(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
-        .filter_map(|m| {
-            m.get("content")
-                .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned))
-        })
-        .collect();
-    if !tool_results.is_empty() {
-        return MockReply::Text(format!("The tool answered: {}", tool_results.join(", ")));
-    }
+    let text_of = |m: &Value| {
+        m.get("content")
+            .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned))
+            .unwrap_or_default()
+    };
     let question = messages
         .iter()
         .rev()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .and_then(|m| m.get("content"))
-        .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned))
+        .map(text_of)
         .unwrap_or_default();
+    let all_results: Vec<String> = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .map(text_of)
+        .collect();
+    if last_role != "tool"
+        && all_results.is_empty()
+        && let Some(tool) = tools.first()
+    {
+        let name = tool
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or("tool")
+            .to_owned();
+        let params = tool.pointer("/function/parameters").cloned().unwrap_or(json!({}));
+        // Numbers in the question fill the numeric arguments, in order.
+        let mut hints = Hints::new(numbers_in(&question), question.clone());
+        let args = hints.instance(&params, &params, 0);
+        return MockReply::ToolCalls(vec![(name, args.to_string())]);
+    }
+    if let Some(schema) = request.pointer("/response_format/json_schema/schema") {
+        // Numbers from the tool results fill numeric fields; text fields describe them.
+        let joined = all_results.join(", ");
+        let sentence = if joined.is_empty() {
+            format!("Mock answer to: {question}")
+        } else {
+            format!("The tools answered {joined}.")
+        };
+        let mut hints = Hints::new(numbers_in(&joined), sentence);
+        return MockReply::Text(hints.instance(schema, schema, 0).to_string());
+    }
+    let last_results: Vec<String> = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .map(text_of)
+        .collect();
+    if !last_results.is_empty() {
+        return MockReply::Text(format!("The tool answered: {}", last_results.join(", ")));
+    }
     MockReply::Text(format!("You said: {question}"))
+}
+
+fn numbers_in(text: &str) -> Vec<f64> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+        .filter_map(|t| t.trim_matches('.').parse::<f64>().ok())
+        .collect()
+}
+
+/// Values to put into a synthesised instance: numbers for numeric fields, in order, and one
+/// text for string fields.
+struct Hints {
+    numbers: VecDeque<f64>,
+    text: String,
+}
+
+impl Hints {
+    fn new(numbers: Vec<f64>, text: String) -> Self {
+        Hints {
+            numbers: numbers.into(),
+            text,
+        }
+    }
+
+    fn instance(&mut self, schema: &Value, root: &Value, depth: usize) -> Value {
+        let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
+        if depth > 8 || schema.get("$ref").is_some() || schema.get("enum").is_some() {
+            return instance_of(schema, root, depth);
+        }
+        match ty {
+            "object" => {
+                let mut obj = serde_json::Map::new();
+                if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                    for (k, v) in props {
+                        obj.insert(k.clone(), self.instance(v, root, depth + 1));
+                    }
+                }
+                Value::Object(obj)
+            }
+            "integer" => match self.numbers.pop_front() {
+                Some(n) => json!(n as i64),
+                None => instance_of(schema, root, depth),
+            },
+            "number" => match self.numbers.pop_front() {
+                Some(n) => json!(n),
+                None => instance_of(schema, root, depth),
+            },
+            "string" if !self.text.is_empty() => json!(self.text),
+            _ => instance_of(schema, root, depth),
+        }
+    }
 }
 
 /// A JSON value fitting (simple) JSON schemas: objects with required properties, arrays,
