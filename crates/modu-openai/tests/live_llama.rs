@@ -166,8 +166,8 @@ async fn live_tokenize_matches_prompt_tokens_and_approximation_differs() {
 #[tokio::test]
 async fn live_context_length_exceeded_is_typed() {
     let Some(model) = live() else { return };
-    // ~6000 tokens into a 4096-token context.
-    let long = "word ".repeat(6000);
+    // ~20,000 tokens: more than the served context (4096 by default).
+    let long = "word ".repeat(20_000);
     let err = model.complete(short(&long, 4)).await.unwrap_err();
     assert!(matches!(err, ModelError::ContextLengthExceeded { .. }), "{err:?}");
 }
