@@ -1,2 +1,28 @@
-//! modu-mcp (work in progress).
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+
+mod auth;
+mod client;
+pub mod config;
+pub mod error;
+mod provider;
+pub mod registry;
+pub mod resolver;
+pub mod tools;
+
+pub use client::{McpConnector, McpSession, ModuClientHandler};
+pub use config::{McpAuthConfig, McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig};
+pub use error::{
+    InvocationFailure, McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError,
+    McpToolInvocationError, McpTransportError,
+};
+pub use provider::{McpToolProvider, McpToolSession};
+pub use registry::{McpToolDescriptor, McpToolRegistry};
+pub use resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest, selection_from_metadata};
+pub use tools::{
+    CALL_TOOL_NAME, McpApprovalDescription, McpCallTool, McpSearchTool, McpToolFilter, SEARCH_TOOL_NAME,
+    approval_description,
+};
+
+/// The rmcp version this crate is built on, re-exported for raw calls next to the connector.
+pub use rmcp;

@@ -1,0 +1,555 @@
+//! [`McpConnector`] opens a run's servers; [`McpSession`] holds them, the discovered tools,
+//! and performs calls.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::future::join_all;
+use process_wrap::tokio::{CommandWrap, ProcessGroup};
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
+    ContentBlock, Implementation, ServerResult,
+};
+use rmcp::service::{ClientCacheConfig, ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use crate::auth::{OAuthHttpClient, OAuthTokenSource, secret_from_env};
+use crate::config::{McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig, validate_all};
+use crate::error::{
+    InvocationFailure, McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError,
+    McpToolInvocationError, McpTransportError, redact,
+};
+use crate::registry::{McpToolDescriptor, McpToolRegistry};
+use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
+
+/// The most a tool's error text may take in the message the model sees.
+const MAX_ERROR_TEXT: usize = 4000;
+
+/// The client side of every connection: announces itself as `modu-mcp`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModuClientHandler;
+
+impl ClientHandler for ModuClientHandler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("modu-mcp", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+type Service = RunningService<RoleClient, ModuClientHandler>;
+
+/// Opens MCP servers for runs. Build one per application and share it (`Arc`): it holds the
+/// configuration, the pooled HTTP client, the resolver and the OAuth token cache.
+pub struct McpConnector {
+    config: McpConfig,
+    http: reqwest::Client,
+    resolver: Arc<dyn McpRuntimeServerResolver>,
+    oauth: Mutex<HashMap<String, Arc<OAuthTokenSource>>>,
+}
+
+impl std::fmt::Debug for McpConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpConnector")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpConnector {
+    /// A connector for a validated configuration, with the default resolver (inline stdio
+    /// servers refused) and a pooled HTTP client.
+    pub fn new(config: McpConfig) -> Result<Self, McpServerConfigurationError> {
+        config.validate()?;
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| McpServerConfigurationError::new(None, format!("the HTTP client could not be built: {e}")))?;
+        Ok(McpConnector {
+            config,
+            http,
+            resolver: Arc::new(DefaultServerResolver::new()),
+            oauth: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A connector configured from `MODU_MCP__SERVERS` and `MODU_MCP__CONNECT_TIMEOUT_SECONDS`.
+    pub fn from_env() -> Result<Self, McpServerConfigurationError> {
+        Self::new(McpConfig::from_env()?)
+    }
+
+    /// Uses this HTTP client (share one pooled client across the application).
+    pub fn with_http_client(mut self, http: reqwest::Client) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// Uses this resolver instead of the default rules.
+    pub fn with_resolver(mut self, resolver: Arc<dyn McpRuntimeServerResolver>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Keeps the default rules but accepts (or refuses) inline stdio servers.
+    pub fn allow_inline_stdio(self, yes: bool) -> Self {
+        self.with_resolver(Arc::new(DefaultServerResolver::new().allow_inline_stdio(yes)))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &McpConfig {
+        &self.config
+    }
+
+    /// Opens the servers a selection names (`None`: every configured server) — the value of
+    /// a run's `mcp.servers`.
+    pub async fn open_session(&self, selection: Option<&Value>) -> Result<McpSession, McpError> {
+        self.open_with(&McpSelectionRequest::new(selection)).await
+    }
+
+    /// Resolves the servers for a run and opens them.
+    pub async fn open_with(&self, request: &McpSelectionRequest<'_>) -> Result<McpSession, McpError> {
+        let servers = self.resolver.resolve(&self.config, request).await?;
+        self.open_servers(servers).await
+    }
+
+    /// Opens these servers concurrently, each within the connect timeout (spawn or connect,
+    /// `initialize`, and `tools/list` through every page). If one fails, the others are
+    /// closed and the first failure is returned.
+    pub async fn open_servers(&self, servers: Vec<McpServerConfig>) -> Result<McpSession, McpError> {
+        validate_all(&servers)?;
+        let timeout = self.config.connect_timeout();
+        let results = join_all(servers.into_iter().map(|server| async move {
+            let name = server.name.clone();
+            match tokio::time::timeout(timeout, self.open_server(server)).await {
+                Ok(result) => result,
+                Err(_) => Err(McpError::Transport(McpTransportError {
+                    server: name,
+                    message: format!(
+                        "did not connect and list its tools within {:.1}s",
+                        timeout.as_secs_f64()
+                    ),
+                })),
+            }
+        }))
+        .await;
+        let mut opened = Vec::new();
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(connection) => opened.push(connection),
+                Err(e) => {
+                    tracing::warn!(server = e.server().unwrap_or(""), error = %e, "MCP server failed to open");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            join_all(opened.into_iter().map(|(c, _)| async move { c.close().await })).await;
+            return Err(e);
+        }
+        Ok(McpSession::new(opened))
+    }
+
+    fn token_source(&self, oauth: &OAuthClientCredentialsConfig) -> Arc<OAuthTokenSource> {
+        let key = format!(
+            "{}\u{1}{}\u{1}{}\u{1}{}",
+            oauth.token_url,
+            oauth.client_id,
+            oauth.client_secret_env,
+            oauth.scopes.join(" ")
+        );
+        let mut map = self.oauth.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(
+            map.entry(key)
+                .or_insert_with(|| Arc::new(OAuthTokenSource::new(oauth.clone(), self.http.clone()))),
+        )
+    }
+
+    async fn open_server(
+        &self,
+        config: McpServerConfig,
+    ) -> Result<(ServerConnection, Vec<rmcp::model::Tool>), McpError> {
+        let name = config.name.clone();
+        let mut secrets = config.inline_secrets();
+        let (service, child_pid) = match config.transport {
+            McpTransport::Stdio => self.spawn_stdio(&config, &secrets).await?,
+            McpTransport::StreamableHttp => (self.connect_http(&config, &mut secrets).await?, None),
+        };
+        let peer = service.peer().clone();
+        peer.set_response_cache_config(ClientCacheConfig::disabled()).await;
+        let tools = match peer.list_all_tools().await {
+            Ok(tools) => tools,
+            Err(e) => {
+                let _ = service.cancel().await;
+                return Err(McpError::ToolDiscovery(McpToolDiscoveryError {
+                    server: name,
+                    message: redact(&e.to_string(), &secrets),
+                }));
+            }
+        };
+        tracing::debug!(server = %name, tools = tools.len(), "MCP server opened");
+        let connection = ServerConnection {
+            name,
+            call_timeout: config.call_timeout(),
+            peer,
+            service: Mutex::new(Some(service)),
+            secrets,
+            child_pid,
+        };
+        Ok((connection, tools))
+    }
+
+    async fn spawn_stdio(
+        &self,
+        config: &McpServerConfig,
+        secrets: &[String],
+    ) -> Result<(Service, Option<u32>), McpError> {
+        let transport_error = |message: String| {
+            McpError::Transport(McpTransportError {
+                server: config.name.clone(),
+                message: redact(&message, secrets),
+            })
+        };
+        let command = config.command.as_deref().unwrap_or_default();
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(&config.args).envs(&config.env).kill_on_drop(true);
+        let mut wrapped = CommandWrap::from(cmd);
+        // Its own process group: closing the session also ends the server's own children.
+        wrapped.wrap(ProcessGroup::leader());
+        let (transport, stderr) = TokioChildProcess::builder(wrapped)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| transport_error(format!("could not start {command:?}: {e}")))?;
+        let pid = transport.id();
+        if let Some(stderr) = stderr {
+            let server = config.name.clone();
+            let secrets = secrets.to_vec();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(target: "modu_mcp::stderr", server = %server, "{}", redact(&line, &secrets));
+                }
+            });
+        }
+        let service = ModuClientHandler
+            .serve(transport)
+            .await
+            .map_err(|e| transport_error(format!("initialize failed: {e}")))?;
+        Ok((service, pid))
+    }
+
+    async fn connect_http(&self, config: &McpServerConfig, secrets: &mut Vec<String>) -> Result<Service, McpError> {
+        let name = config.name.as_str();
+        let url = config.url.as_deref().unwrap_or_default();
+        let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
+        let auth = config.auth.clone().unwrap_or_default();
+        let mut headers = HashMap::new();
+        for (key, value) in &auth.headers {
+            let header = HeaderName::from_bytes(key.as_bytes());
+            let value = HeaderValue::from_str(value);
+            match (header, value) {
+                (Ok(h), Ok(v)) => {
+                    headers.insert(h, v);
+                }
+                _ => {
+                    return Err(McpServerConfigurationError::new(
+                        Some(name),
+                        format!("auth.headers[{key:?}] is not a valid header"),
+                    )
+                    .into());
+                }
+            }
+        }
+        transport_config = transport_config.custom_headers(headers);
+        let bearer = match (&auth.bearer_token, &auth.bearer_token_env) {
+            (Some(token), _) => Some(token.clone()),
+            (None, Some(var)) => Some(secret_from_env(name, var, "bearer token")?),
+            (None, None) => None,
+        };
+        if let Some(token) = bearer {
+            secrets.push(token.clone());
+            transport_config = transport_config.auth_header(token);
+        }
+        let result = if let Some(oauth) = &auth.oauth_client_credentials {
+            if let Ok(secret) = std::env::var(&oauth.client_secret_env) {
+                secrets.push(secret);
+            }
+            let tokens = self.token_source(oauth);
+            // Fetch before connecting, so token endpoint failures surface as auth errors.
+            let token = tokens.token(name).await?;
+            secrets.push(token);
+            let client = OAuthHttpClient {
+                inner: self.http.clone(),
+                tokens,
+                server: Arc::from(name),
+            };
+            ModuClientHandler
+                .serve(StreamableHttpClientTransport::with_client(client, transport_config))
+                .await
+        } else {
+            ModuClientHandler
+                .serve(StreamableHttpClientTransport::with_client(
+                    self.http.clone(),
+                    transport_config,
+                ))
+                .await
+        };
+        result.map_err(|e| init_error(name, &e, secrets))
+    }
+}
+
+fn init_error(server: &str, e: &ClientInitializeError, secrets: &[String]) -> McpError {
+    if e.is_authorization_required() {
+        return McpError::Auth(McpAuthError {
+            server: server.to_owned(),
+            message: "the server refused the credentials (HTTP 401)".to_owned(),
+        });
+    }
+    McpError::Transport(McpTransportError {
+        server: server.to_owned(),
+        message: redact(&format!("initialize failed: {e}"), secrets),
+    })
+}
+
+/// One open server of a session.
+struct ServerConnection {
+    name: String,
+    call_timeout: Duration,
+    peer: Peer<RoleClient>,
+    service: Mutex<Option<Service>>,
+    secrets: Vec<String>,
+    child_pid: Option<u32>,
+}
+
+impl ServerConnection {
+    async fn close(&self) {
+        let service = self.service.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(service) = service
+            && let Err(e) = service.cancel().await
+        {
+            tracing::warn!(server = %self.name, error = %e, "closing an MCP session failed");
+        }
+    }
+}
+
+/// The servers one run uses, and the tools they offer.
+///
+/// Close it with [`McpSession::close`] when the run ends ([`crate::McpToolProvider`] does);
+/// dropping it without closing still stops the connections and kills stdio servers, but
+/// without waiting for them.
+pub struct McpSession {
+    servers: Vec<Arc<ServerConnection>>,
+    by_name: HashMap<String, usize>,
+    registry: McpToolRegistry,
+}
+
+impl std::fmt::Debug for McpSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSession")
+            .field("servers", &self.server_names())
+            .field("tools", &self.registry.len())
+            .finish()
+    }
+}
+
+impl McpSession {
+    fn new(opened: Vec<(ServerConnection, Vec<rmcp::model::Tool>)>) -> Self {
+        let mut registry = McpToolRegistry::new();
+        let mut servers = Vec::with_capacity(opened.len());
+        let mut by_name = HashMap::new();
+        for (connection, tools) in opened {
+            for tool in tools {
+                registry.insert(McpToolDescriptor::new(
+                    connection.name.clone(),
+                    tool.name.to_string(),
+                    tool.description.as_deref().unwrap_or_default(),
+                    Value::Object((*tool.input_schema).clone()),
+                ));
+            }
+            by_name.insert(connection.name.clone(), servers.len());
+            servers.push(Arc::new(connection));
+        }
+        McpSession {
+            servers,
+            by_name,
+            registry,
+        }
+    }
+
+    /// A session with no servers (what `mcp.servers: []` opens).
+    pub fn empty() -> Self {
+        McpSession::new(Vec::new())
+    }
+
+    /// A session with no servers over a given registry: search works, calls fail (for
+    /// benchmarks and tests of search and filters).
+    pub fn from_registry(registry: McpToolRegistry) -> Self {
+        McpSession {
+            servers: Vec::new(),
+            by_name: HashMap::new(),
+            registry,
+        }
+    }
+
+    /// The names of the open servers, in selection order.
+    pub fn server_names(&self) -> Vec<&str> {
+        self.servers.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    /// The process ids of the stdio servers.
+    pub fn child_pids(&self) -> Vec<u32> {
+        self.servers.iter().filter_map(|s| s.child_pid).collect()
+    }
+
+    /// The discovered tools.
+    pub fn registry(&self) -> &McpToolRegistry {
+        &self.registry
+    }
+
+    /// The `mcp_search_tools` result: `{tools: [{name, description, input_schema}], count,
+    /// total}`, hiding tools `visible` rejects.
+    pub fn search(&self, query: &str, limit: usize, visible: impl Fn(&McpToolDescriptor) -> bool) -> Value {
+        let (hits, total) = self.registry.search(query, limit, visible);
+        let tools: Vec<Value> = hits.iter().map(|t| t.search_entry()).collect();
+        json!({ "count": tools.len(), "total": total, "tools": tools })
+    }
+
+    /// Calls a tool by its external name (`<server>__<tool>`): validates the arguments against
+    /// its input schema, sends `tools/call` with the server's call timeout and normalises the
+    /// result (`structuredContent` as is, otherwise the text contents: one text as a string,
+    /// several as an array; non-text blocks as their JSON).
+    pub async fn call_tool(&self, external_name: &str, arguments: Value) -> Result<Value, McpError> {
+        let Some(descriptor) = self.registry.get(external_name) else {
+            return Err(unknown_tool(external_name));
+        };
+        let invocation = |failure: InvocationFailure, message: String| {
+            McpError::ToolInvocation(McpToolInvocationError {
+                server: Some(descriptor.server.clone()),
+                tool: descriptor.external_name.clone(),
+                failure,
+                message,
+            })
+        };
+        let arguments = match arguments {
+            Value::Null => Map::new(),
+            Value::Object(map) => map,
+            _ => {
+                return Err(invocation(
+                    InvocationFailure::InvalidArguments,
+                    "arguments must be a JSON object".into(),
+                ));
+            }
+        };
+        let as_value = Value::Object(arguments);
+        if let Err(problems) = descriptor.validate_arguments(&as_value) {
+            return Err(invocation(
+                InvocationFailure::InvalidArguments,
+                format!("the arguments do not fit the input schema of {external_name}: {problems}"),
+            ));
+        }
+        let Value::Object(arguments) = as_value else {
+            return Err(invocation(
+                InvocationFailure::InvalidArguments,
+                "arguments must be a JSON object".into(),
+            ));
+        };
+        let Some(server) = self.by_name.get(&descriptor.server).map(|&i| &self.servers[i]) else {
+            return Err(unknown_tool(external_name));
+        };
+        let params = CallToolRequestParams::new(descriptor.tool.clone()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let service_error = |e: ServiceError| {
+            let (failure, message) = match &e {
+                ServiceError::Timeout { timeout } => (
+                    InvocationFailure::Timeout,
+                    format!("{external_name} did not answer within {:.1}s", timeout.as_secs_f64()),
+                ),
+                ServiceError::McpError(data) => (
+                    InvocationFailure::ProtocolError,
+                    format!("the server answered with error {}: {}", data.code.0, data.message),
+                ),
+                ServiceError::UnexpectedResponse => (
+                    InvocationFailure::UnexpectedResponse,
+                    "the server's answer is not a tool result".to_owned(),
+                ),
+                _ => (
+                    InvocationFailure::Transport,
+                    format!("the connection to the MCP server {} failed: {e}", server.name),
+                ),
+            };
+            invocation(failure, redact(&message, &server.secrets))
+        };
+        let handle = server
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(server.call_timeout))
+            .await
+            .map_err(service_error)?;
+        let result = match handle.await_response().await.map_err(service_error)? {
+            ServerResult::CallToolResult(result) => result,
+            ServerResult::EmptyResult(_) => CallToolResult::success(Vec::new()),
+            _ => return Err(service_error(ServiceError::UnexpectedResponse)),
+        };
+        if result.is_error == Some(true) {
+            let text = normalise_content(&result.content);
+            let mut message = match text {
+                Value::String(s) => s,
+                Value::Null => "the tool reported an error".to_owned(),
+                other => other.to_string(),
+            };
+            if message.len() > MAX_ERROR_TEXT {
+                let mut cut = MAX_ERROR_TEXT;
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                message.truncate(cut);
+                message.push('…');
+            }
+            return Err(invocation(
+                InvocationFailure::ToolError,
+                redact(&message, &server.secrets),
+            ));
+        }
+        Ok(match result.structured_content {
+            Some(structured) => structured,
+            None => normalise_content(&result.content),
+        })
+    }
+
+    /// Closes every server concurrently (stdio servers: stdin closed, then SIGTERM, then kill,
+    /// for the whole process group). Calls after closing fail with a transport error.
+    pub async fn close(&self) {
+        join_all(self.servers.iter().map(|s| s.close())).await;
+    }
+}
+
+pub(crate) fn unknown_tool(external_name: &str) -> McpError {
+    McpError::ToolInvocation(McpToolInvocationError {
+        server: None,
+        tool: external_name.to_owned(),
+        failure: InvocationFailure::UnknownTool,
+        message: format!("no MCP tool named {external_name:?} is available; call mcp_search_tools to find one"),
+    })
+}
+
+/// Text contents gathered into one JSON value: one text → a string, several → an array of
+/// strings, none → null; non-text blocks appear as their JSON.
+pub(crate) fn normalise_content(content: &[ContentBlock]) -> Value {
+    let all_text = content.iter().all(|c| c.as_text().is_some());
+    let item = |c: &ContentBlock| match c.as_text() {
+        Some(t) => Value::String(t.text.clone()),
+        None => serde_json::to_value(c).unwrap_or(Value::Null),
+    };
+    match content {
+        [] => Value::Null,
+        [only] if all_text => item(only),
+        many => Value::Array(many.iter().map(item).collect()),
+    }
+}

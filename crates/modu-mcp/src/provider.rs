@@ -1,0 +1,140 @@
+//! [`McpToolProvider`]: the connector as a per-run tool provider for modu agents.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use modu_core::{RunContext, Tool, ToolProvider, ToolProviderError, ToolSession};
+use serde_json::Value;
+
+use crate::client::{McpConnector, McpSession};
+use crate::error::McpError;
+use crate::registry::McpToolDescriptor;
+use crate::resolver::{McpSelectionRequest, selection_from_metadata};
+use crate::tools::{McpCallTool, McpSearchTool, McpToolFilter};
+
+type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>;
+
+/// Attaches MCP servers to every run of an agent.
+///
+/// `open` reads the run's server selection (by default `metadata["mcp"]["servers"]` of the
+/// run, see [`RunContext::metadata`]), resolves it with the connector's resolver, opens every
+/// selected server concurrently and returns a session with exactly two tools,
+/// `mcp_search_tools` and `mcp_call_tool` (none when no server is selected). The run loop
+/// closes the session when the run ends, whatever the outcome, which closes every server.
+///
+/// # Tool filter and caching
+///
+/// Tools are listed once, when a run opens its servers: within a run the list is fixed, and
+/// every run lists afresh (rmcp's response cache is disabled, so a changed server is seen by
+/// the next run and a stale list is never served). The filter is applied at every search and
+/// every call with the current [`RunContext`], after that listing: it hides tools per request
+/// without re-listing, hidden tools are neither returned (nor counted in `total`) by search,
+/// and calling one fails as an unknown tool.
+pub struct McpToolProvider<C> {
+    connector: Arc<McpConnector>,
+    filter: Option<McpToolFilter<C>>,
+    selection: Option<SelectionFn<C>>,
+}
+
+impl<C> McpToolProvider<C> {
+    /// A provider over a shared connector.
+    pub fn new(connector: Arc<McpConnector>) -> Self {
+        McpToolProvider {
+            connector,
+            filter: None,
+            selection: None,
+        }
+    }
+
+    /// Hides tools per request (see the type's documentation).
+    pub fn with_filter(
+        mut self,
+        filter: impl Fn(&RunContext<C>, &McpToolDescriptor) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Reads the selection (`mcp.servers` value) through `source` instead of the run's
+    /// metadata; `None` means "omitted" (every configured server).
+    pub fn with_selection_source(
+        mut self,
+        source: impl Fn(&RunContext<C>) -> Option<Value> + Send + Sync + 'static,
+    ) -> Self {
+        self.selection = Some(Arc::new(source));
+        self
+    }
+
+    /// The connector.
+    pub fn connector(&self) -> &Arc<McpConnector> {
+        &self.connector
+    }
+}
+
+fn provider_error(e: McpError) -> ToolProviderError {
+    ToolProviderError {
+        provider: "mcp".to_owned(),
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
+    fn name(&self) -> &str {
+        "mcp"
+    }
+
+    async fn open(&self, ctx: &RunContext<C>) -> Result<Box<dyn ToolSession<C>>, ToolProviderError> {
+        let from_source = self.selection.as_ref().map(|source| source(ctx));
+        let selection = match &from_source {
+            Some(value) => value.as_ref(),
+            None => selection_from_metadata(ctx.metadata()).map_err(|e| provider_error(e.into()))?,
+        };
+        let request = McpSelectionRequest {
+            selection,
+            metadata: Some(ctx.metadata()),
+            user: Some(ctx.user()),
+            run_id: Some(ctx.run_id()),
+        };
+        let session = self.connector.open_with(&request).await.map_err(provider_error)?;
+        Ok(Box::new(McpToolSession::new(Arc::new(session), self.filter.clone())))
+    }
+}
+
+/// The tools one run got from [`McpToolProvider`].
+pub struct McpToolSession<C> {
+    session: Arc<McpSession>,
+    tools: Vec<Arc<dyn Tool<C>>>,
+}
+
+impl<C: Send + Sync + 'static> McpToolSession<C> {
+    /// The meta tools over a session (none when it has no server).
+    pub fn new(session: Arc<McpSession>, filter: Option<McpToolFilter<C>>) -> Self {
+        let tools: Vec<Arc<dyn Tool<C>>> = if session.server_names().is_empty() {
+            Vec::new()
+        } else {
+            vec![
+                Arc::new(McpSearchTool::new(Arc::clone(&session), filter.clone())),
+                Arc::new(McpCallTool::new(Arc::clone(&session), filter)),
+            ]
+        };
+        McpToolSession { session, tools }
+    }
+
+    /// The underlying session.
+    pub fn session(&self) -> &Arc<McpSession> {
+        &self.session
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> ToolSession<C> for McpToolSession<C> {
+    fn tools(&self) -> Vec<Arc<dyn Tool<C>>> {
+        self.tools.clone()
+    }
+
+    async fn close(self: Box<Self>) {
+        self.session.close().await;
+    }
+}

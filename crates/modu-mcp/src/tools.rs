@@ -1,0 +1,171 @@
+//! The two meta tools the model sees: `mcp_search_tools` and `mcp_call_tool`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use modu_core::{RunContext, Tool, ToolError, ToolSpec};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::client::{McpSession, unknown_tool};
+use crate::registry::{McpToolDescriptor, split_external_name};
+
+/// The name of the search meta tool.
+pub const SEARCH_TOOL_NAME: &str = "mcp_search_tools";
+/// The name of the call meta tool.
+pub const CALL_TOOL_NAME: &str = "mcp_call_tool";
+/// The default number of search results.
+pub const DEFAULT_SEARCH_LIMIT: usize = 10;
+/// The most search results one call returns.
+pub const MAX_SEARCH_LIMIT: usize = 50;
+
+/// Hides tools per request: called with the run's context and a tool; `false` hides it from
+/// search and refuses calls to it.
+pub type McpToolFilter<C> = Arc<dyn Fn(&RunContext<C>, &McpToolDescriptor) -> bool + Send + Sync>;
+
+fn visible<C>(filter: &Option<McpToolFilter<C>>, ctx: &RunContext<C>, tool: &McpToolDescriptor) -> bool {
+    filter.as_ref().is_none_or(|f| f(ctx, tool))
+}
+
+/// `mcp_search_tools`: finds tools of the run's MCP servers by name and description words.
+pub struct McpSearchTool<C> {
+    session: Arc<McpSession>,
+    filter: Option<McpToolFilter<C>>,
+    spec: ToolSpec,
+}
+
+impl<C> McpSearchTool<C> {
+    /// The search tool over a session.
+    pub fn new(session: Arc<McpSession>, filter: Option<McpToolFilter<C>>) -> Self {
+        let spec = ToolSpec::new(
+            SEARCH_TOOL_NAME,
+            "Search the tools of the connected MCP servers by words of their names and descriptions. \
+             Returns matching tools with their input schemas; call one with mcp_call_tool.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Words to look for in tool names and descriptions; empty lists every tool."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "description": "The most tools to return (default 10)."}
+                },
+                "required": ["query"]
+            }),
+        )
+        .idempotent(true)
+        .repair_safe(true);
+        McpSearchTool { session, filter, spec }
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> Tool<C> for McpSearchTool<C> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &RunContext<C>, arguments: Value) -> Result<Value, ToolError> {
+        let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default();
+        let limit = arguments
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_SEARCH_LIMIT, |l| usize::try_from(l).unwrap_or(MAX_SEARCH_LIMIT))
+            .clamp(1, MAX_SEARCH_LIMIT);
+        Ok(self.session.search(query, limit, |t| visible(&self.filter, ctx, t)))
+    }
+}
+
+/// What an approval request for an `mcp_call_tool` call shows: the external tool, not the meta
+/// tool.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct McpApprovalDescription {
+    /// The external tool name (`weather__forecast`): what the approval prompt and action
+    /// reference name.
+    pub tool_name: String,
+    /// The tool's name on its server (`forecast`).
+    pub mcp_tool_name: String,
+    /// The server (`weather`).
+    pub mcp_server: String,
+    /// The arguments the tool would be called with.
+    pub mcp_arguments: Value,
+}
+
+/// Builds the approval description for `mcp_call_tool` arguments (`{tool_name, arguments}`).
+/// `None` when the arguments do not name an external tool.
+pub fn approval_description(arguments: &Value) -> Option<McpApprovalDescription> {
+    let tool_name = arguments.get("tool_name")?.as_str()?;
+    let (server, tool) = split_external_name(tool_name)?;
+    Some(McpApprovalDescription {
+        tool_name: tool_name.to_owned(),
+        mcp_tool_name: tool.to_owned(),
+        mcp_server: server.to_owned(),
+        mcp_arguments: arguments.get("arguments").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// `mcp_call_tool`: calls a tool found with `mcp_search_tools` by its external name.
+pub struct McpCallTool<C> {
+    session: Arc<McpSession>,
+    filter: Option<McpToolFilter<C>>,
+    spec: ToolSpec,
+}
+
+impl<C> McpCallTool<C> {
+    /// The call tool over a session.
+    pub fn new(session: Arc<McpSession>, filter: Option<McpToolFilter<C>>) -> Self {
+        let spec = ToolSpec::new(
+            CALL_TOOL_NAME,
+            "Call a tool of a connected MCP server by the name mcp_search_tools returned \
+             (<server>__<tool>), with arguments fitting its input schema.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "tool_name": {"type": "string", "description": "The tool's name as returned by mcp_search_tools."},
+                    "arguments": {"type": "object", "description": "The tool's arguments."}
+                },
+                "required": ["tool_name"]
+            }),
+        )
+        .repair_safe(true);
+        McpCallTool { session, filter, spec }
+    }
+
+    /// The approval description for a call with these arguments, checked against the
+    /// session's tools (an unknown tool is a `not_found` error).
+    pub fn approval_description(&self, arguments: &Value) -> Result<McpApprovalDescription, ToolError> {
+        let description = approval_description(arguments).ok_or_else(|| {
+            ToolError::validation("invalid_arguments", "tool_name must name a tool as <server>__<tool>")
+        })?;
+        if self.session.registry().get(&description.tool_name).is_none() {
+            return Err(unknown_tool(&description.tool_name).to_tool_error());
+        }
+        Ok(description)
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &RunContext<C>, arguments: Value) -> Result<Value, ToolError> {
+        let Some(tool_name) = arguments.get("tool_name").and_then(Value::as_str) else {
+            return Err(ToolError::validation(
+                "invalid_arguments",
+                "tool_name is required: the name mcp_search_tools returned",
+            ));
+        };
+        let hidden = self
+            .session
+            .registry()
+            .get(tool_name)
+            .is_some_and(|t| !visible(&self.filter, ctx, t));
+        if hidden {
+            return Err(unknown_tool(tool_name).to_tool_error());
+        }
+        let tool_arguments = arguments.get("arguments").cloned().unwrap_or(Value::Null);
+        self.session
+            .call_tool(tool_name, tool_arguments)
+            .await
+            .map_err(|e| e.to_tool_error())
+    }
+}

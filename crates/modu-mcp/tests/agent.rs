@@ -1,0 +1,173 @@
+//! A modu agent with MCP servers attached through `McpToolProvider`: lazy discovery with two
+//! meta tools, search, calls routed to the right server, per-run selection, the tool filter,
+//! and no server process left after a run (whatever its outcome).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use modu_core::{Agent, AgentRequest, Role, UserContext};
+use modu_mcp::{McpConfig, McpConnector, McpToolProvider, approval_description};
+use modu_testing::ScriptedModel;
+use serde_json::{Value, json};
+
+fn connector(python: &str, marker: &str) -> Arc<McpConnector> {
+    let config = McpConfig::new(vec![
+        support::many_stdio("alpha", python, &format!("alpha-{marker}")),
+        support::many_stdio("beta", python, &format!("beta-{marker}")),
+    ])
+    .unwrap();
+    Arc::new(McpConnector::new(config).unwrap())
+}
+
+fn tool_results(messages: &[modu_core::Message]) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| serde_json::from_str(&m.text()).unwrap_or(Value::String(m.text())))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_request_carries_only_the_two_meta_tools_and_calls_reach_the_right_server() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("agent-many");
+    let model = ScriptedModel::new()
+        .tool_call("mcp_search_tools", json!({"query": "aurora borealis", "limit": 5}))
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "beta__tool_042", "arguments": {"value": "north"}}),
+        )
+        .text("The aurora is visible.");
+    let agent: Agent<()> = Agent::builder(model.clone())
+        .name("mcp-agent")
+        .tool_provider(McpToolProvider::new(connector(&python, &marker)))
+        .build()
+        .unwrap();
+    let result = agent.run("Will I see the aurora?").await;
+    assert!(result.is_ok(), "{:?}", result.error);
+
+    let requests = model.requests();
+    let mut first: Vec<String> = requests[0].tools.iter().map(|t| t.name.clone()).collect();
+    first.sort();
+    assert_eq!(
+        first,
+        ["mcp_call_tool", "mcp_search_tools"],
+        "200 tools discovered, two offered"
+    );
+
+    let results = tool_results(&result.messages);
+    let search = &results[0];
+    assert_eq!(search["total"], 2, "{search}");
+    let names: Vec<&str> = search["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha__tool_042", "beta__tool_042"]);
+    assert!(search["tools"][0]["input_schema"]["properties"]["value"].is_object());
+    assert_eq!(
+        results[1],
+        json!({"tool": "tool_042", "server": format!("beta-{marker}"), "args": {"value": "north"}})
+    );
+
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_finds_tools_by_name_and_by_description_words() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("search-many");
+    let connector = connector(&python, &marker);
+    let session = connector.open_session(Some(&json!(["alpha"]))).await.unwrap();
+    assert_eq!(session.registry().len(), 100);
+    let by_name = session.search("tool_077", 3, |_| true);
+    assert_eq!(by_name["tools"][0]["name"], "alpha__tool_077");
+    let exact = session.search("alpha__tool_013", 3, |_| true);
+    assert_eq!(exact["tools"][0]["name"], "alpha__tool_013");
+    let by_words = session.search("invoice reconciliation", 3, |_| true);
+    assert_eq!(by_words["total"], 1);
+    assert_eq!(by_words["tools"][0]["name"], "alpha__tool_077");
+    let everything = session.search("", 7, |_| true);
+    assert_eq!(
+        (everything["count"].as_u64(), everything["total"].as_u64()),
+        (Some(7), Some(100))
+    );
+    let nothing = session.search("zebra", 3, |_| true);
+    assert_eq!(nothing["total"], 0);
+    session.close().await;
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_metadata_selects_servers_and_the_filter_hides_tools_per_request() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("select-many");
+    let provider = McpToolProvider::new(connector(&python, &marker))
+        .with_filter(|ctx, tool| tool.tool != "tool_042" || ctx.user().has_role("astronomer"));
+    let model = ScriptedModel::new()
+        .tool_call("mcp_search_tools", json!({"query": "aurora"}))
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "beta__tool_042", "arguments": {"value": "x"}}),
+        )
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "alpha__tool_001", "arguments": {"value": "x"}}),
+        )
+        .text("done")
+        .tool_call("mcp_search_tools", json!({"query": "aurora"}))
+        .text("done");
+    let agent: Agent<()> = Agent::builder(model.clone()).tool_provider(provider).build().unwrap();
+
+    // Only beta, and a user without the role: tool_042 is hidden from search and calls.
+    let request = AgentRequest::new((), "look").metadata("mcp", json!({"servers": ["beta"]}));
+    let result = agent.run(request).await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    let results = tool_results(&result.messages);
+    assert_eq!(results[0]["total"], 0, "{}", results[0]);
+    assert_eq!(results[1]["error"]["type"], "not_found", "{}", results[1]);
+    assert_eq!(
+        results[2]["error"]["type"], "not_found",
+        "alpha is not selected: {}",
+        results[2]
+    );
+
+    // With the role, the same search finds it.
+    let request = AgentRequest::new((), "look")
+        .metadata("mcp", json!({"servers": ["beta"]}))
+        .user(UserContext::with_roles(["astronomer"]));
+    let result = agent.run(request).await;
+    let results = tool_results(&result.messages);
+    assert_eq!(results[0]["total"], 1);
+    assert_eq!(results[0]["tools"][0]["name"], "beta__tool_042");
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_still_closes_its_servers() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("failed-run");
+    let model = ScriptedModel::new().tool_call("mcp_search_tools", json!({"query": "tool"})); // then the script runs out
+    let agent: Agent<()> = Agent::builder(model)
+        .tool_provider(McpToolProvider::new(connector(&python, &marker)))
+        .build()
+        .unwrap();
+    let result = agent.run("go").await;
+    assert!(!result.is_ok());
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
+
+#[test]
+fn approval_names_the_external_tool() {
+    let args = json!({"tool_name": "weather__forecast", "arguments": {"city": "Seoul"}});
+    let approval = approval_description(&args).unwrap();
+    assert_eq!(approval.tool_name, "weather__forecast");
+    assert_eq!(approval.mcp_tool_name, "forecast");
+    assert_eq!(approval.mcp_server, "weather");
+    assert_eq!(approval.mcp_arguments, json!({"city": "Seoul"}));
+    assert!(approval_description(&json!({"tool_name": "plain"})).is_none());
+}
