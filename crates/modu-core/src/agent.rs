@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::{RunContext, UserContext};
 use crate::error::AgentError;
 use crate::event::EventSink;
+use crate::memory::{ConversationMemoryPolicy, KeepAll};
 use crate::message::{Message, Usage};
 use crate::model::ChatModel;
 use crate::output::{JsonCodec, OutputCodec, TextCodec};
@@ -224,6 +225,7 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) settings: ModelSettings,
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
+    pub(crate) memory: Arc<dyn ConversationMemoryPolicy>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
     pub(crate) fingerprint: String,
@@ -305,6 +307,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             settings: ModelSettings::default(),
             sink: None,
             conversations: None,
+            memory: Arc::new(KeepAll),
             checkpoints: None,
             authorizer: Arc::new(AllowAllAuthorizer),
         }
@@ -354,6 +357,7 @@ pub struct AgentBuilder<C, O> {
     settings: ModelSettings,
     sink: Option<Arc<dyn EventSink>>,
     conversations: Option<Arc<dyn ConversationStore>>,
+    memory: Arc<dyn ConversationMemoryPolicy>,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
     authorizer: Arc<dyn ToolAuthorizer>,
 }
@@ -440,6 +444,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             settings: self.settings,
             sink: self.sink,
             conversations: self.conversations,
+            memory: self.memory,
             checkpoints: self.checkpoints,
             authorizer: self.authorizer,
         }
@@ -484,6 +489,12 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
     /// Keeps conversations (sessions) in this store.
     pub fn conversation_store(mut self, store: Arc<dyn ConversationStore>) -> Self {
         self.conversations = Some(store);
+        self
+    }
+
+    /// Chooses the model's view of a session's history (default: all of it).
+    pub fn memory_policy(mut self, policy: Arc<dyn ConversationMemoryPolicy>) -> Self {
+        self.memory = policy;
         self
     }
 
@@ -533,6 +544,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 settings: self.settings,
                 sink: self.sink,
                 conversations: self.conversations,
+                memory: self.memory,
                 checkpoints: self.checkpoints,
                 authorizer: self.authorizer,
                 fingerprint,

@@ -113,6 +113,23 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ToolError>,
     },
+    /// A memory policy shaped the history the model sees (only when it left something out).
+    MemoryApplied {
+        /// The run.
+        run_id: String,
+        /// The policy's name.
+        policy: String,
+        /// Turns kept verbatim.
+        kept_turns: usize,
+        /// Turns left out.
+        dropped_turns: usize,
+        /// Turns replaced by a summary.
+        summarized_turns: usize,
+        /// The summary came from the cache.
+        summary_cached: bool,
+        /// The summarizer failed and the policy fell back to the token budget.
+        summary_failed: bool,
+    },
     /// The run state was saved.
     CheckpointSaved {
         /// The run.
@@ -166,6 +183,7 @@ impl AgentEvent {
             | AgentEvent::ModelCallFailed { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }
             | AgentEvent::ToolCallFinished { run_id, .. }
+            | AgentEvent::MemoryApplied { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
             | AgentEvent::StoreFailed { run_id, .. }
             | AgentEvent::RunCompleted { run_id, .. }
@@ -183,6 +201,7 @@ impl AgentEvent {
             AgentEvent::ModelCallFailed { .. } => "model_call_failed",
             AgentEvent::ToolCallStarted { .. } => "tool_call_started",
             AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
+            AgentEvent::MemoryApplied { .. } => "memory_applied",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
             AgentEvent::StoreFailed { .. } => "store_failed",
             AgentEvent::RunCompleted { .. } => "run_completed",

@@ -6,11 +6,13 @@ pub mod agent;
 pub mod context;
 pub mod error;
 pub mod event;
+pub mod memory;
 pub mod message;
 pub mod model;
 pub mod output;
 pub mod provider;
 mod runner;
+pub mod runtime;
 pub mod sinks;
 pub mod store;
 pub mod tokens;
@@ -23,6 +25,10 @@ pub use agent::{
 pub use context::{RunContext, UserContext};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
+pub use memory::{
+    ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
+    RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
+};
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
 pub use model::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, FinishReason, ModelError,
@@ -30,14 +36,16 @@ pub use model::{
 };
 pub use output::{JsonCodec, OutputCodec, OutputError, TextCodec};
 pub use provider::{
-    AllowAllAuthorizer, RbacToolAuthorizer, StaticToolSession, ToolAuthorizer, ToolProvider, ToolProviderError,
-    ToolSession,
+    AllowAllAuthorizer, ContextProvider, ContextProviderError, ModelContext, RbacToolAuthorizer, Stage,
+    StaticToolSession, ToolAuthorizer, ToolProvider, ToolProviderError, ToolSession,
 };
 pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
+pub use runtime::AgentRuntime;
 pub use store::{
     CheckpointStore, ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore,
     MemoryStateStore, StoreError,
 };
+pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{ErrorMapper, FunctionTool, RecoveryAction, Tool, ToolError, ToolErrorKind, ToolSpec};
 
 /// A boxed error, the cause type used across modu.

@@ -24,6 +24,7 @@ use crate::agent::{Agent, AgentInner, AgentRequest, AgentResult, FinalizationMod
 use crate::context::{RunContext, UserContext};
 use crate::error::AgentError;
 use crate::event::{AgentEvent, EventSink};
+use crate::memory::MemoryInput;
 use crate::message::{Message, Role, Usage};
 use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
 use crate::provider::{ModelContext, Stage, ToolSession};
@@ -642,15 +643,43 @@ where
                 context.instructions.push(text);
             }
         }
-        context
-            .messages
-            .reserve(self.env.history.len() + self.state.messages.len() + extra.len());
-        context.messages.extend(self.env.history.iter().cloned());
-        context.messages.extend(self.state.messages.iter().cloned());
-        context.messages.extend(extra);
         if stage == Stage::Act {
             context.tools = self.visible_definitions();
         }
+        let mut current = Vec::with_capacity(self.state.messages.len() + extra.len());
+        current.extend(self.state.messages.iter().cloned());
+        current.extend(extra);
+        let view = {
+            let agent = Arc::clone(&self.env.agent);
+            let input = MemoryInput {
+                session_id: self.env.ctx.session_id(),
+                instructions: &context.instructions,
+                history: &self.env.history,
+                current: &current,
+                tools: &context.tools,
+            };
+            with_deadline(self.env.deadline, agent.limits.timeout, agent.memory.select(input)).await??
+        };
+        if view.usage != Usage::default() {
+            self.state.usage += view.usage;
+            self.env.ctx.add_usage(view.usage);
+        }
+        if self.env.emitter.active() && (view.dropped_turns > 0 || view.summarized_turns > 0 || view.summary_failed) {
+            self.env
+                .emitter
+                .emit(AgentEvent::MemoryApplied {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    policy: self.env.agent.memory.name().to_owned(),
+                    kept_turns: view.kept_turns,
+                    dropped_turns: view.dropped_turns,
+                    summarized_turns: view.summarized_turns,
+                    summary_cached: view.summary_cached,
+                    summary_failed: view.summary_failed,
+                })
+                .await;
+        }
+        context.messages = view.messages;
+        context.messages.extend(current);
         for provider in &self.env.agent.context_providers {
             provider
                 .invoking(&self.env.ctx, &mut context)
