@@ -212,7 +212,7 @@ impl TokenBudgetPolicy {
     }
 
     /// The newest turns that fit what is left of the budget after `used` tokens.
-    async fn fit<'m>(&self, turns: &[&'m [Message]], used: u64) -> Result<(usize, u64), AgentError> {
+    async fn fit(&self, turns: &[&[Message]], used: u64) -> Result<(usize, u64), AgentError> {
         let budget = self.budget.input_budget();
         let mut total = used;
         let mut kept = 0;
@@ -416,10 +416,11 @@ impl SummarizingPolicy {
             Err(e) => return Err(AgentError::from_store("memory_state.get", &e)),
         };
         let target_hash = hash_messages(prefix);
-        if let Some(c) = &cached {
-            if c.covered == prefix.len() && c.hash == target_hash {
-                return Ok((c.summary.clone(), Usage::default(), true));
-            }
+        if let Some(c) = &cached
+            && c.covered == prefix.len()
+            && c.hash == target_hash
+        {
+            return Ok((c.summary.clone(), Usage::default(), true));
         }
         let (previous, rest) = match &cached {
             Some(c) if c.covered < prefix.len() && hash_messages(&prefix[..c.covered]) == c.hash => {
