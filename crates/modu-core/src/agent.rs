@@ -671,11 +671,20 @@ pub struct AgentResult<O = String> {
     pub usage: Usage,
     /// Counters and policy data (`model_calls`, `tool_calls`, `turns`, `resumed`, …).
     pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Why the run failed, if it did.
+    /// Why the run failed, if it did. A run paused for approvals has
+    /// [`AgentError::Interrupted`] here and lists the calls in `interruptions`.
     pub error: Option<AgentError>,
+    /// Tool calls waiting for a person's approval (empty unless the run is paused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interruptions: Vec<crate::approval::ApprovalRequest>,
 }
 
 impl<O> AgentResult<O> {
+    /// Whether the run is paused, waiting for approvals.
+    pub fn is_interrupted(&self) -> bool {
+        !self.interruptions.is_empty()
+    }
+
     /// Whether the run succeeded.
     pub fn is_ok(&self) -> bool {
         self.error.is_none() && self.output.is_some()

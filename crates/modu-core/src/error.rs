@@ -109,6 +109,21 @@ pub enum AgentError {
         /// Details.
         message: String,
     },
+    /// The run is paused: tool calls wait for a person's approval (see
+    /// `AgentResult::interruptions`). Not a failure: approve or reject, then resume.
+    #[error("the run is waiting for {pending} approval(s)")]
+    Interrupted {
+        /// Calls waiting.
+        pending: usize,
+    },
+    /// An approval decision names a call that is not waiting for one.
+    #[error("call {call_id} of run {run_id} is not waiting for approval")]
+    UnknownApproval {
+        /// The run.
+        run_id: String,
+        /// The call.
+        call_id: String,
+    },
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,

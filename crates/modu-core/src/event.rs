@@ -113,6 +113,24 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ToolError>,
     },
+    /// A tool call waits for a person's approval; the run pauses after its batch.
+    ApprovalRequested {
+        /// The run.
+        run_id: String,
+        /// What to approve.
+        request: crate::approval::ApprovalRequest,
+    },
+    /// A person decided on a call.
+    ApprovalResolved {
+        /// The run.
+        run_id: String,
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool_name: String,
+        /// Approved (`true`) or rejected.
+        approved: bool,
+    },
     /// A memory policy shaped the history the model sees (only when it left something out).
     MemoryApplied {
         /// The run.
@@ -184,6 +202,8 @@ impl AgentEvent {
             | AgentEvent::ToolCallStarted { run_id, .. }
             | AgentEvent::ToolCallFinished { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
+            | AgentEvent::ApprovalRequested { run_id, .. }
+            | AgentEvent::ApprovalResolved { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
             | AgentEvent::StoreFailed { run_id, .. }
             | AgentEvent::RunCompleted { run_id, .. }
@@ -202,6 +222,8 @@ impl AgentEvent {
             AgentEvent::ToolCallStarted { .. } => "tool_call_started",
             AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
             AgentEvent::MemoryApplied { .. } => "memory_applied",
+            AgentEvent::ApprovalRequested { .. } => "approval_requested",
+            AgentEvent::ApprovalResolved { .. } => "approval_resolved",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
             AgentEvent::StoreFailed { .. } => "store_failed",
             AgentEvent::RunCompleted { .. } => "run_completed",

@@ -3,6 +3,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod agent;
+pub mod approval;
 pub mod context;
 pub mod error;
 pub mod event;
@@ -22,6 +23,7 @@ pub use agent::{
     Agent, AgentBuilder, AgentRequest, AgentResult, FinalizationMode, Instructions, ModelSettings, RetryConfig,
     RunLimits,
 };
+pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use context::{RunContext, UserContext};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};

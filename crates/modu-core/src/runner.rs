@@ -8,7 +8,9 @@
 //! each finished call), and the state is checkpointed after every step so `Agent::resume` can
 //! continue a run that failed on a transient error.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::approval::{ApprovalDecision, ApprovalRequest};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -32,6 +34,26 @@ use crate::tool::{ToolError, ToolErrorKind, truncate_result};
 use std::collections::HashSet;
 
 type ToolCallOutcome = Result<serde_json::Value, ToolError>;
+
+/// What the tool loop knows about approvals when it runs a batch.
+#[derive(Clone, Copy)]
+struct ApprovalGate<'a> {
+    offered: Option<&'a HashSet<String>>,
+    decisions: &'a BTreeMap<String, ApprovalDecision>,
+    always_approved: &'a BTreeSet<String>,
+}
+
+/// Why a call did not run.
+enum Refusal {
+    Error(ToolError),
+    Approval(ApprovalRequest),
+}
+
+/// How one call of a batch ended.
+enum ToolRun {
+    Done(Message),
+    NeedsApproval(ApprovalRequest),
+}
 
 /// The version of the checkpoint format written by this crate.
 pub const CHECKPOINT_SCHEMA_VERSION: u32 = 1;
@@ -58,6 +80,15 @@ struct RunState {
     /// Results of the current tool batch that already finished (by call id).
     #[serde(default)]
     pending_results: BTreeMap<String, Message>,
+    /// People's decisions on calls that need approval (by call id).
+    #[serde(default)]
+    decisions: BTreeMap<String, ApprovalDecision>,
+    /// Tools approved for the rest of the run.
+    #[serde(default)]
+    always_approved: BTreeSet<String>,
+    /// Calls waiting for a decision (the run is paused while this is not empty).
+    #[serde(default)]
+    interruptions: Vec<ApprovalRequest>,
 }
 
 /// A checkpoint: the run state with what is needed to check and rebuild the run.
@@ -210,8 +241,116 @@ where
                 usage: Usage::default(),
                 metadata: serde_json::Map::new(),
                 error: Some(error),
+                interruptions: Vec::new(),
             },
         }
+    }
+
+    /// The calls of a paused run that wait for a decision.
+    pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
+        Ok(self.load_checkpoint(run_id).await?.state.interruptions)
+    }
+
+    /// Approves one waiting call; it runs once when the run resumes.
+    pub async fn approve(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Approved, false).await
+    }
+
+    /// Approves one waiting call and every later call of the same tool in this run.
+    pub async fn approve_always(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Approved, true).await
+    }
+
+    /// Rejects one waiting call: it does not run, and the model sees the rejection (with the
+    /// message, if any).
+    pub async fn reject(&self, run_id: &str, call_id: &str, message: Option<String>) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Rejected { message }, false)
+            .await
+    }
+
+    async fn decide(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        always: bool,
+    ) -> Result<(), AgentError> {
+        let mut checkpoint = self.load_checkpoint(run_id).await?;
+        let request = checkpoint
+            .state
+            .interruptions
+            .iter()
+            .find(|r| r.call_id == call_id)
+            .cloned()
+            .ok_or_else(|| AgentError::UnknownApproval {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+            })?;
+        let approved = decision == ApprovalDecision::Approved;
+        checkpoint.state.decisions.insert(call_id.to_owned(), decision);
+        if always {
+            // The gate checks the tool the model called (for MCP, the meta tool).
+            let called = checkpoint
+                .state
+                .messages
+                .last()
+                .and_then(|m| m.tool_calls.iter().find(|c| c.id == call_id))
+                .map(|c| c.name.clone())
+                .unwrap_or_else(|| request.tool_name.clone());
+            checkpoint.state.always_approved.insert(called);
+        }
+        self.store_checkpoint(&checkpoint).await?;
+        if let Some(sink) = &self.inner.sink {
+            let event = AgentEvent::ApprovalResolved {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+                tool_name: request.tool_name,
+                approved,
+            };
+            if let Err(err) = sink.publish(&event).await {
+                tracing::warn!(error = %err, "event sink failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// The saved state of an unfinished run as JSON (for moving a paused run to another
+    /// process or storing it elsewhere). The application context is not part of it.
+    pub async fn export_state(&self, run_id: &str) -> Result<serde_json::Value, AgentError> {
+        let checkpoint = self.load_checkpoint(run_id).await?;
+        serde_json::to_value(&checkpoint).map_err(|e| AgentError::CheckpointInvalid {
+            run_id: run_id.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Stores a state produced by [`Agent::export_state`] in this agent's checkpoint store,
+    /// after checking its version and that it belongs to a compatible agent; returns its run id.
+    pub async fn import_state(&self, state: serde_json::Value) -> Result<String, AgentError> {
+        let run_id = state
+            .get("run_id")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let checkpoint = self.decode_checkpoint(&run_id, state)?;
+        self.store_checkpoint(&checkpoint).await?;
+        Ok(run_id)
+    }
+
+    async fn store_checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), AgentError> {
+        let Some(store) = &self.inner.checkpoints else {
+            return Err(AgentError::Configuration {
+                message: "approvals and resume need a checkpoint store".into(),
+            });
+        };
+        let bytes = serde_json::to_vec(checkpoint).map_err(|e| AgentError::Store {
+            operation: "checkpoint.encode".into(),
+            message: e.to_string(),
+        })?;
+        store
+            .save(&checkpoint.run_id, &bytes)
+            .await
+            .map_err(|e| AgentError::from_store("checkpoint.save", &e))
     }
 
     /// Whether a checkpoint exists for the run (it can be resumed).
@@ -239,12 +378,19 @@ where
             .ok_or_else(|| AgentError::CheckpointNotFound {
                 run_id: run_id.to_owned(),
             })?;
+        let raw: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| AgentError::CheckpointInvalid {
+            run_id: run_id.to_owned(),
+            message: format!("not valid JSON: {e}"),
+        })?;
+        let checkpoint = self.decode_checkpoint(run_id, raw)?;
+        Ok(checkpoint)
+    }
+
+    fn decode_checkpoint(&self, run_id: &str, raw: serde_json::Value) -> Result<Checkpoint, AgentError> {
         let invalid = |message: String| AgentError::CheckpointInvalid {
             run_id: run_id.to_owned(),
             message,
         };
-        let raw: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
         let version = raw
             .get("schema_version")
             .and_then(serde_json::Value::as_u64)
@@ -321,6 +467,7 @@ impl<O> Stream for RunStream<O> {
                             message: "the run task panicked".into(),
                         }
                     }),
+                    interruptions: Vec::new(),
                 });
                 Poll::Ready(Some(if result.error.is_none() {
                     StreamItem::Completed(Box::new(result))
@@ -365,6 +512,9 @@ where
                 turns: 0,
                 tool_calls: 0,
                 pending_results: BTreeMap::new(),
+                decisions: BTreeMap::new(),
+                always_approved: BTreeSet::new(),
+                interruptions: Vec::new(),
             };
             (ctx, state, req.metadata, false)
         }
@@ -532,11 +682,22 @@ where
                     self.notify(&response.message).await?;
                     self.state.turns += 1;
                     if response.message.has_tool_calls() {
-                        let n = response.message.tool_calls.len() as u32;
+                        let n = response
+                            .message
+                            .tool_calls
+                            .iter()
+                            .filter(|c| {
+                                self.env
+                                    .tools
+                                    .get(&c.name)
+                                    .is_none_or(|t| !t.entry.tool.spec().exempt_from_tool_limit)
+                            })
+                            .count() as u32;
                         let limit = self.env.agent.limits.max_tool_calls;
                         if self.state.tool_calls + n > limit {
                             return Err(AgentError::MaxToolCallsExceeded { limit });
                         }
+                        self.state.tool_calls += n;
                         self.state.messages.push(response.message);
                         self.checkpoint().await?;
                         continue;
@@ -661,7 +822,6 @@ where
             with_deadline(self.env.deadline, agent.limits.timeout, agent.memory.select(input)).await??
         };
         if view.usage != Usage::default() {
-            self.state.usage += view.usage;
             self.env.ctx.add_usage(view.usage);
         }
         if self.env.emitter.active() && (view.dropped_turns > 0 || view.summarized_turns > 0 || view.summary_failed) {
@@ -782,7 +942,6 @@ where
             let outcome = with_deadline(self.env.deadline, agent.limits.timeout, attempt_fut).await?;
             match outcome {
                 Ok(response) => {
-                    self.state.usage += response.usage;
                     self.env.ctx.add_usage(response.usage);
                     if emitter.active() {
                         emitter
@@ -802,7 +961,6 @@ where
                 Err(err) => {
                     let will_retry = err.is_retryable() && attempt < agent.retry.max_attempts;
                     // A failed request still counts as a request.
-                    self.state.usage.requests += 1;
                     self.env.ctx.add_usage(Usage {
                         requests: 1,
                         ..Usage::default()
@@ -830,31 +988,56 @@ where
 
     /// Runs a batch of tool calls concurrently; results are appended in call order.
     async fn run_tools(&mut self, calls: Vec<crate::message::ToolCall>) -> Result<(), AgentError> {
+        self.state.interruptions.clear();
         let todo: Vec<(usize, &crate::message::ToolCall)> = calls
             .iter()
             .enumerate()
             .filter(|(_, c)| !self.state.pending_results.contains_key(&c.id))
             .collect();
-        let fresh = todo.len() as u32;
-        let limit = self.env.agent.limits.max_tool_calls;
-        if self.state.tool_calls + fresh > limit {
-            return Err(AgentError::MaxToolCallsExceeded { limit });
-        }
-        self.state.tool_calls += fresh;
+        let mut waiting = Vec::new();
         {
             let env = &self.env;
-            let offered = self.offered.as_ref();
+            let gate = ApprovalGate {
+                offered: self.offered.as_ref(),
+                decisions: &self.state.decisions,
+                always_approved: &self.state.always_approved,
+            };
             let mut running: FuturesUnordered<_> = todo
                 .into_iter()
-                .map(|(index, call)| async move { (index, env.run_tool(call, offered).await) })
+                .map(|(index, call)| async move { (index, env.run_tool(call, gate).await) })
                 .collect();
             while let Some((index, result)) = running.next().await {
-                let message = result?;
-                self.state.pending_results.insert(calls[index].id.clone(), message);
-                if env.agent.checkpoints.is_some() && !running.is_empty() {
-                    save_checkpoint(env, &self.state).await?;
+                match result? {
+                    ToolRun::Done(message) => {
+                        self.state.pending_results.insert(calls[index].id.clone(), message);
+                        self.state.usage = env.ctx.usage();
+                        if env.agent.checkpoints.is_some() && !running.is_empty() {
+                            save_checkpoint(env, &self.state).await?;
+                        }
+                    }
+                    ToolRun::NeedsApproval(request) => waiting.push((index, request)),
                 }
             }
+        }
+        if !waiting.is_empty() {
+            waiting.sort_by_key(|(index, _)| *index);
+            let requests: Vec<ApprovalRequest> = waiting.into_iter().map(|(_, r)| r).collect();
+            if self.env.emitter.active() {
+                for r in &requests {
+                    self.env
+                        .emitter
+                        .emit(AgentEvent::ApprovalRequested {
+                            run_id: self.env.ctx.run_id().to_owned(),
+                            request: r.clone(),
+                        })
+                        .await;
+                }
+            }
+            self.state.interruptions = requests;
+            self.checkpoint().await?;
+            return Err(AgentError::Interrupted {
+                pending: self.state.interruptions.len(),
+            });
         }
         for call in &calls {
             if let Some(m) = self.state.pending_results.remove(&call.id) {
@@ -865,6 +1048,7 @@ where
     }
 
     async fn checkpoint(&mut self) -> Result<(), AgentError> {
+        self.state.usage = self.env.ctx.usage();
         save_checkpoint(&self.env, &self.state).await
     }
 
@@ -905,8 +1089,16 @@ where
                 error = Some(e);
             }
         }
+        let interruptions = if matches!(error, Some(AgentError::Interrupted { .. })) {
+            metadata.insert("status".into(), "interrupted".into());
+            self.state.interruptions.clone()
+        } else {
+            Vec::new()
+        };
         if let Some(store) = &agent.checkpoints {
-            let keep = error.as_ref().is_some_and(AgentError::is_resumable);
+            let keep = error
+                .as_ref()
+                .is_some_and(|e| e.is_resumable() || matches!(e, AgentError::Interrupted { .. }));
             if !keep && let Err(e) = store.delete(&run_id).await {
                 self.store_failed("checkpoint.delete", &e.to_string()).await;
             }
@@ -915,7 +1107,7 @@ where
             // The answer exists but was not stored: report both.
             metadata.insert("answer_not_stored".into(), true.into());
         }
-        let usage = self.state.usage;
+        let usage = env.ctx.usage();
         let duration_ms = env.started.elapsed().as_millis() as u64;
         if env.emitter.active() {
             let event = match (&output, &error) {
@@ -955,6 +1147,7 @@ where
             usage,
             metadata,
             error,
+            interruptions,
         }
     }
 }
@@ -1029,14 +1222,11 @@ where
     /// One tool call: lookup, argument checks, authorization, execution with timeout and
     /// retry, result cap, events. Failures become a tool message the model can act on; only
     /// the run's own deadline ends the run.
-    async fn run_tool(
-        &self,
-        call: &crate::message::ToolCall,
-        offered: Option<&HashSet<String>>,
-    ) -> Result<Message, AgentError> {
+    async fn run_tool(&self, call: &crate::message::ToolCall, gate: ApprovalGate<'_>) -> Result<ToolRun, AgentError> {
         let started = Instant::now();
-        let refused = |error: ToolError| (error, 0u32);
-        let checked: Result<(&VisibleTool<C>, serde_json::Value), (ToolError, u32)> = (|| {
+        let offered = gate.offered;
+        let refused = Refusal::Error;
+        let checked: Result<(&VisibleTool<C>, serde_json::Value), Refusal> = (|| {
             let tool = self
                 .tools
                 .get(&call.name)
@@ -1088,6 +1278,22 @@ where
                     format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
                 )));
             }
+            if tool.entry.tool.needs_approval(&self.ctx, &args) && !gate.always_approved.contains(&call.name) {
+                match gate.decisions.get(&call.id) {
+                    Some(ApprovalDecision::Approved) => {}
+                    Some(ApprovalDecision::Rejected { message }) => {
+                        return Err(refused(
+                            ToolError::new(ToolErrorKind::Rejected, "rejected_by_user").with_message(
+                                message
+                                    .clone()
+                                    .unwrap_or_else(|| "a person rejected this call; do not retry it".to_owned()),
+                            ),
+                        ));
+                    }
+                    None => return Err(Refusal::Approval(tool.entry.tool.approval_request(&call.id, &args))),
+                }
+            }
+            // Authorization comes last, right before execution (after approval).
             self.agent
                 .authorizer
                 .authorize(self.ctx.user(), &call.name)
@@ -1096,7 +1302,8 @@ where
         })();
 
         let (outcome, attempts) = match checked {
-            Err((error, attempts)) => (ToolCallOutcome::Err(error), attempts),
+            Err(Refusal::Approval(request)) => return Ok(ToolRun::NeedsApproval(request)),
+            Err(Refusal::Error(error)) => (ToolCallOutcome::Err(error), 0),
             Ok((tool, args)) => {
                 if self.emitter.active() {
                     self.emitter
@@ -1138,12 +1345,12 @@ where
                 })
                 .await;
         }
-        Ok(Message::tool_result(
+        Ok(ToolRun::Done(Message::tool_result(
             call.id.clone(),
             call.name.clone(),
             content,
             error.is_some(),
-        ))
+        )))
     }
 
     async fn execute_with_retry(
@@ -1237,6 +1444,9 @@ mod tests {
             turns: 1,
             tool_calls: 0,
             pending_results: BTreeMap::new(),
+            decisions: BTreeMap::new(),
+            always_approved: BTreeSet::new(),
+            interruptions: Vec::new(),
         };
         let user = UserContext::default();
         let meta = serde_json::Map::new();

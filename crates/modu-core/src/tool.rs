@@ -44,6 +44,13 @@ pub struct ToolSpec {
     /// Results longer than this are cut, with a visible marker.
     #[serde(default)]
     pub max_result_bytes: Option<usize>,
+    /// A person must approve each call before it runs (see [`Tool::needs_approval`]).
+    #[serde(default)]
+    pub needs_approval: bool,
+    /// Calls do not count toward `RunLimits::max_tool_calls` (for internal tools with their
+    /// own limit, such as skill resource reads).
+    #[serde(default)]
+    pub exempt_from_tool_limit: bool,
 }
 
 mod opt_secs {
@@ -75,6 +82,8 @@ impl ToolSpec {
             blocking: false,
             timeout: None,
             max_result_bytes: None,
+            needs_approval: false,
+            exempt_from_tool_limit: false,
         }
     }
 
@@ -110,6 +119,18 @@ impl ToolSpec {
     /// Sets the per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Requires a person's approval before every call.
+    pub fn needs_approval(mut self, yes: bool) -> Self {
+        self.needs_approval = yes;
+        self
+    }
+
+    /// Exempts the tool's calls from `RunLimits::max_tool_calls`.
+    pub fn exempt_from_tool_limit(mut self, yes: bool) -> Self {
+        self.exempt_from_tool_limit = yes;
         self
     }
 
@@ -331,12 +352,30 @@ pub trait Tool<C>: Send + Sync {
     fn is_enabled(&self, _ctx: &RunContext<C>) -> bool {
         true
     }
+
+    /// Whether this call must be approved by a person before it runs. The default follows
+    /// [`ToolSpec::needs_approval`]; override it to decide from the context and arguments.
+    fn needs_approval(&self, _ctx: &RunContext<C>, _arguments: &serde_json::Value) -> bool {
+        self.spec().needs_approval
+    }
+
+    /// What the approval prompt shows for this call. Tools that stand for another tool (the
+    /// MCP `mcp_call_tool` meta tool) name the real one here.
+    fn approval_request(&self, call_id: &str, arguments: &serde_json::Value) -> crate::approval::ApprovalRequest {
+        crate::approval::ApprovalRequest {
+            call_id: call_id.to_owned(),
+            tool_name: self.spec().name.clone(),
+            arguments: arguments.clone(),
+            metadata: serde_json::Map::new(),
+        }
+    }
 }
 
 type Handler<C> = Arc<
     dyn Fn(RunContext<C>, serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, ToolError>> + Send + Sync,
 >;
 type EnabledFn<C> = Arc<dyn Fn(&RunContext<C>) -> bool + Send + Sync>;
+type ApprovalFn<C> = Arc<dyn Fn(&RunContext<C>, &serde_json::Value) -> bool + Send + Sync>;
 
 /// A tool made of a closure.
 ///
@@ -354,6 +393,7 @@ pub struct FunctionTool<C> {
     spec: ToolSpec,
     handler: Handler<C>,
     enabled: Option<EnabledFn<C>>,
+    approval: Option<ApprovalFn<C>>,
 }
 
 impl<C> Clone for FunctionTool<C> {
@@ -362,6 +402,7 @@ impl<C> Clone for FunctionTool<C> {
             spec: self.spec.clone(),
             handler: Arc::clone(&self.handler),
             enabled: self.enabled.clone(),
+            approval: self.approval.clone(),
         }
     }
 }
@@ -377,6 +418,7 @@ impl<C: Send + Sync + 'static> FunctionTool<C> {
             spec,
             handler: Arc::new(move |ctx, args| Box::pin(f(ctx, args))),
             enabled: None,
+            approval: None,
         }
     }
 
@@ -393,6 +435,7 @@ impl<C: Send + Sync + 'static> FunctionTool<C> {
                 Box::pin(run_blocking(move || f(ctx, args)))
             }),
             enabled: None,
+            approval: None,
         }
     }
 
@@ -425,6 +468,15 @@ impl<C: Send + Sync + 'static> FunctionTool<C> {
         self
     }
 
+    /// Requires approval for calls this predicate picks (from the context and arguments).
+    pub fn needs_approval_when<P>(mut self, predicate: P) -> Self
+    where
+        P: Fn(&RunContext<C>, &serde_json::Value) -> bool + Send + Sync + 'static,
+    {
+        self.approval = Some(Arc::new(predicate));
+        self
+    }
+
     /// Changes the spec (to set flags after construction).
     pub fn map_spec(mut self, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Self {
         self.spec = f(self.spec);
@@ -442,6 +494,12 @@ impl<C: Send + Sync + 'static> Tool<C> for FunctionTool<C> {
     }
     fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
         self.enabled.as_ref().is_none_or(|p| p(ctx))
+    }
+    fn needs_approval(&self, ctx: &RunContext<C>, arguments: &serde_json::Value) -> bool {
+        match &self.approval {
+            Some(p) => p(ctx, arguments),
+            None => self.spec.needs_approval,
+        }
     }
 }
 

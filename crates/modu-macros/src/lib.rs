@@ -33,6 +33,7 @@ struct Options {
     idempotent: bool,
     repair_safe: bool,
     timeout_retry_safe: bool,
+    needs_approval: bool,
     timeout_seconds: Option<f64>,
     max_result_bytes: Option<u64>,
     error_mapper: Option<syn::Path>,
@@ -52,6 +53,8 @@ pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
             options.repair_safe = true;
         } else if meta.path.is_ident("timeout_retry_safe") {
             options.timeout_retry_safe = true;
+        } else if meta.path.is_ident("needs_approval") {
+            options.needs_approval = true;
         } else if meta.path.is_ident("timeout_seconds") {
             let lit: syn::Lit = meta.value()?.parse()?;
             options.timeout_seconds = Some(match lit {
@@ -66,7 +69,7 @@ pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
             options.error_mapper = Some(meta.value()?.parse()?);
         } else {
             return Err(meta.error(
-                "unknown #[tool] option; expected name, idempotent, repair_safe, timeout_retry_safe, timeout_seconds, max_result_bytes or error_mapper",
+                "unknown #[tool] option; expected name, idempotent, repair_safe, timeout_retry_safe, needs_approval, timeout_seconds, max_result_bytes or error_mapper",
             ));
         }
         Ok(())
@@ -188,11 +191,12 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
             return Err(syn::Error::new_spanned(input, "#[tool] functions cannot take self"));
         };
         if i == 0
-            && let Some(c) = run_context_type(&pt.ty) {
-                context_ty = Some(c);
-                call_args.push(quote!(__ctx));
-                continue;
-            }
+            && let Some(c) = run_context_type(&pt.ty)
+        {
+            context_ty = Some(c);
+            call_args.push(quote!(__ctx));
+            continue;
+        }
         let Pat::Ident(pi) = pt.pat.as_ref() else {
             return Err(syn::Error::new_spanned(
                 &pt.pat,
@@ -257,6 +261,7 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
     let idempotent = options.idempotent;
     let repair_safe = options.repair_safe;
     let timeout_retry_safe = options.timeout_retry_safe;
+    let needs_approval = options.needs_approval;
     let blocking = !is_async;
     let timeout = match options.timeout_seconds {
         Some(s) => quote!(.timeout(::std::time::Duration::from_secs_f64(#s))),
@@ -299,6 +304,7 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
                             .idempotent(#idempotent)
                             .repair_safe(#repair_safe)
                             .timeout_retry_safe(#timeout_retry_safe)
+                            .needs_approval(#needs_approval)
                             .blocking(#blocking)
                             #timeout
                             #max_bytes
