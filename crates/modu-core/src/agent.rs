@@ -12,6 +12,9 @@ use crate::error::AgentError;
 use crate::event::EventSink;
 use crate::memory::{ConversationMemoryPolicy, KeepAll};
 use crate::message::{Message, Usage};
+use crate::middleware::{
+    AgentLayerFn, AgentService, ChatLayerFn, ChatService, FunctionLayerFn, FunctionService, ToolInvocation,
+};
 use crate::model::ChatModel;
 use crate::output::{JsonCodec, OutputCodec, TextCodec};
 use crate::provider::{AllowAllAuthorizer, ContextProvider, ToolAuthorizer, ToolProvider};
@@ -229,6 +232,9 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
     pub(crate) fingerprint: String,
+    pub(crate) chat_service: Option<ChatService>,
+    pub(crate) function_service: Option<FunctionService<C>>,
+    pub(crate) agent_layers: Vec<AgentLayerFn<C, O>>,
 }
 
 /// An agent: a model, instructions, tools and the policies that drive a run.
@@ -310,6 +316,10 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             memory: Arc::new(KeepAll),
             checkpoints: None,
             authorizer: Arc::new(AllowAllAuthorizer),
+            chat_layers: Vec::new(),
+            function_layers: Vec::new(),
+            agent_layers: Vec::new(),
+            layers_lost: false,
         }
     }
 }
@@ -360,9 +370,61 @@ pub struct AgentBuilder<C, O> {
     memory: Arc<dyn ConversationMemoryPolicy>,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
     authorizer: Arc<dyn ToolAuthorizer>,
+    chat_layers: Vec<ChatLayerFn>,
+    function_layers: Vec<FunctionLayerFn<C>>,
+    agent_layers: Vec<AgentLayerFn<C, O>>,
+    layers_lost: bool,
 }
 
 impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
+    /// Adds chat middleware around every model call (a tower layer over
+    /// [`ChatService`]); the first added is outermost.
+    pub fn chat_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<ChatService> + Send + Sync + 'static,
+        L::Service: tower::Service<crate::ChatRequest, Response = crate::ChatResponse, Error = crate::ModelError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<crate::ChatRequest>>::Future: Send + 'static,
+    {
+        self.chat_layers.push(crate::middleware::chat_layer_fn(layer));
+        self
+    }
+
+    /// Adds function middleware around every tool call attempt (a tower layer over
+    /// [`FunctionService`]); the first added is outermost.
+    pub fn function_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<FunctionService<C>> + Send + Sync + 'static,
+        L::Service: tower::Service<ToolInvocation<C>, Response = serde_json::Value, Error = crate::ToolError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<ToolInvocation<C>>>::Future: Send + 'static,
+    {
+        self.function_layers.push(crate::middleware::function_layer_fn(layer));
+        self
+    }
+
+    /// Adds agent middleware around every run (a tower layer over [`AgentService`]); the first
+    /// added is outermost. Add it after choosing the output type.
+    pub fn agent_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<AgentService<C, O>> + Send + Sync + 'static,
+        L::Service: tower::Service<AgentRequest<C>, Response = AgentResult<O>, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as tower::Service<AgentRequest<C>>>::Future: Send + 'static,
+    {
+        self.agent_layers.push(crate::middleware::agent_layer_fn(layer));
+        self
+    }
+
     /// The agent's name (events, telemetry, results).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -447,6 +509,10 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             memory: self.memory,
             checkpoints: self.checkpoints,
             authorizer: self.authorizer,
+            chat_layers: self.chat_layers,
+            function_layers: self.function_layers,
+            layers_lost: self.layers_lost || !self.agent_layers.is_empty(),
+            agent_layers: Vec::new(),
         }
     }
 
@@ -528,6 +594,23 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 message: "retry.max_attempts must be at least 1".into(),
             });
         }
+        if self.layers_lost {
+            return Err(AgentError::Configuration {
+                message: "agent layers were added before the output type was chosen; call .output() or .codec() first"
+                    .into(),
+            });
+        }
+        let chat_service = (!self.chat_layers.is_empty()).then(|| {
+            crate::middleware::apply(
+                ChatService::new(crate::middleware::ModelService {
+                    model: Arc::clone(&self.model),
+                }),
+                &self.chat_layers,
+            )
+        });
+        let function_service = (!self.function_layers.is_empty()).then(|| {
+            crate::middleware::apply(FunctionService::new(crate::middleware::CallTool), &self.function_layers)
+        });
         let fingerprint = fingerprint(&entries, self.codec.as_ref(), "standard/1");
         Ok(Agent {
             inner: Arc::new(AgentInner {
@@ -548,6 +631,9 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 checkpoints: self.checkpoints,
                 authorizer: self.authorizer,
                 fingerprint,
+                chat_service,
+                function_service,
+                agent_layers: self.agent_layers,
             }),
         })
     }
@@ -592,6 +678,38 @@ pub struct AgentRequest<C> {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// A run id to use instead of a fresh one.
     pub run_id: Option<String>,
+    /// For a run nested in another (agent-as-tool): its structured input.
+    pub tool_input: Option<serde_json::Value>,
+    /// For a run nested in another: the parent run's id.
+    pub parent_run_id: Option<String>,
+    pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
+}
+
+impl<C> Clone for AgentRequest<C> {
+    fn clone(&self) -> Self {
+        AgentRequest {
+            input: self.input.clone(),
+            context: Arc::clone(&self.context),
+            session_id: self.session_id.clone(),
+            user: self.user.clone(),
+            metadata: self.metadata.clone(),
+            run_id: self.run_id.clone(),
+            tool_input: self.tool_input.clone(),
+            parent_run_id: self.parent_run_id.clone(),
+            stream: self.stream.clone(),
+        }
+    }
+}
+
+impl<C> fmt::Debug for AgentRequest<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentRequest")
+            .field("input", &self.input)
+            .field("session_id", &self.session_id)
+            .field("user", &self.user)
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C> AgentRequest<C> {
@@ -609,6 +727,9 @@ impl<C> AgentRequest<C> {
             user: UserContext::default(),
             metadata: serde_json::Map::new(),
             run_id: None,
+            tool_input: None,
+            parent_run_id: None,
+            stream: None,
         }
     }
 

@@ -126,6 +126,11 @@ impl<C> RunContext<C> {
         self.rebuild(|i| i.user = user)
     }
 
+    /// The same context with a structured tool input (for runs nested as tools).
+    pub fn with_tool_input(&self, tool_input: Option<serde_json::Value>) -> Self {
+        self.rebuild(|i| i.tool_input = tool_input)
+    }
+
     /// The same context with run metadata.
     pub fn with_metadata(&self, metadata: serde_json::Map<String, serde_json::Value>) -> Self {
         self.rebuild(|i| i.metadata = Arc::new(metadata))

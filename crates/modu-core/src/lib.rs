@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod memory;
 pub mod message;
+pub mod middleware;
 pub mod model;
 pub mod output;
 pub mod provider;

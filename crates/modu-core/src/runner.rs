@@ -28,6 +28,7 @@ use crate::error::AgentError;
 use crate::event::{AgentEvent, EventSink};
 use crate::memory::MemoryInput;
 use crate::message::{Message, Role, Usage};
+use crate::middleware::{AgentService, ToolInvocation};
 use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
 use crate::provider::{ModelContext, Stage, ToolSession};
 use crate::tool::{ToolError, ToolErrorKind, truncate_result};
@@ -149,6 +150,7 @@ struct Env<C, O> {
     fingerprint: String,
     metadata: serde_json::Map<String, serde_json::Value>,
     history: Vec<Message>,
+    parent_run_id: Option<String>,
 }
 
 struct Run<C, O> {
@@ -177,28 +179,18 @@ where
     ///
     /// Never panics on bad input: a failure ends up in [`AgentResult::error`].
     pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> AgentResult<O> {
-        let emitter = Emitter {
-            sink: self.inner.sink.clone(),
-            stream: None,
-        };
-        execute(Arc::clone(&self.inner), Start::Fresh(request.into()), emitter).await
+        run_through_layers(&self.inner, request.into()).await
     }
 
     /// Runs the agent, yielding its events as they happen and the result at the end.
     ///
     /// The run proceeds on a spawned task; dropping the stream cancels it.
     pub fn stream(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
-        self.spawn_stream(Start::Fresh(request.into()))
-    }
-
-    fn spawn_stream(&self, start: Start<C>) -> RunStream<O> {
         let (tx, rx) = mpsc::channel(256);
-        let emitter = Emitter {
-            sink: self.inner.sink.clone(),
-            stream: Some(tx),
-        };
+        let mut request = request.into();
+        request.stream = Some(tx);
         let inner = Arc::clone(&self.inner);
-        let handle = tokio::spawn(execute(inner, start, emitter));
+        let handle = tokio::spawn(async move { run_through_layers(&inner, request).await });
         RunStream {
             rx,
             handle: Some(handle),
@@ -489,6 +481,71 @@ impl<O> Drop for RunStream<O> {
 
 use std::future::Future;
 
+/// A fresh run, through the agent middleware when there is any.
+async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    if inner.agent_layers.is_empty() {
+        return run_raw(Arc::clone(inner), request).await;
+    }
+    let service = crate::middleware::apply(
+        AgentService::new(RunService {
+            inner: Arc::clone(inner),
+        }),
+        &inner.agent_layers,
+    );
+    match tower::ServiceExt::oneshot(service, request).await {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
+}
+
+async fn run_raw<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let emitter = Emitter {
+        sink: inner.sink.clone(),
+        stream: request.stream.take(),
+    };
+    execute(inner, Start::Fresh(request), emitter).await
+}
+
+/// The innermost agent service: one run.
+struct RunService<C, O> {
+    inner: Arc<AgentInner<C, O>>,
+}
+
+impl<C, O> Clone for RunService<C, O> {
+    fn clone(&self) -> Self {
+        RunService {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C, O> tower::Service<AgentRequest<C>> for RunService<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    type Response = AgentResult<O>;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<AgentResult<O>, std::convert::Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: AgentRequest<C>) -> Self::Future {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { Ok(run_raw(inner, request).await) })
+    }
+}
+
 async fn execute<C, O>(agent: Arc<AgentInner<C, O>>, start: Start<C>, emitter: Emitter) -> AgentResult<O>
 where
     C: Send + Sync + 'static,
@@ -496,10 +553,13 @@ where
 {
     let started = Instant::now();
     let deadline = agent.limits.timeout.map(|t| started + t);
-    let (ctx, state, metadata, resumed) = match start {
+    let (ctx, state, metadata, resumed, parent_run_id) = match start {
         Start::Fresh(req) => {
             let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let parent_run_id = req.parent_run_id.clone();
+            let tool_input = req.tool_input.clone();
             let ctx = RunContext::new(req.context, run_id)
+                .with_tool_input(tool_input)
                 .with_session_id(req.session_id)
                 .with_user(req.user)
                 .with_metadata(req.metadata.clone())
@@ -516,7 +576,7 @@ where
                 always_approved: BTreeSet::new(),
                 interruptions: Vec::new(),
             };
-            (ctx, state, req.metadata, false)
+            (ctx, state, req.metadata, false, parent_run_id)
         }
         Start::Resume { checkpoint, context } => {
             let cp = *checkpoint;
@@ -526,7 +586,7 @@ where
                 .with_metadata(cp.metadata.clone())
                 .with_agent_name(agent.name.clone());
             ctx.set_usage(cp.state.usage);
-            (ctx, cp.state, cp.metadata, true)
+            (ctx, cp.state, cp.metadata, true, None)
         }
     };
     let fingerprint = agent.fingerprint.clone();
@@ -542,6 +602,7 @@ where
             fingerprint,
             metadata,
             history: Vec::new(),
+            parent_run_id,
         },
         state,
         offered: None,
@@ -564,7 +625,7 @@ where
                     run_id: env.ctx.run_id().to_owned(),
                     agent: env.agent.name.clone(),
                     session_id: env.ctx.session_id().map(str::to_owned),
-                    parent_run_id: None,
+                    parent_run_id: env.parent_run_id.clone(),
                     resumed: self.resumed,
                 })
                 .await;
@@ -920,6 +981,28 @@ where
             let call_started = Instant::now();
             let run_id = self.env.ctx.run_id();
             let attempt_fut = async {
+                if let Some(service) = &agent.chat_service {
+                    // Through the chat middleware: the innermost service sends text deltas here.
+                    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                    let call = crate::middleware::with_delta_sink(
+                        tx,
+                        tower::ServiceExt::oneshot(service.clone(), request.clone()),
+                    );
+                    let forward = async {
+                        while let Some(text) = rx.recv().await {
+                            if emitter.active() {
+                                emitter
+                                    .emit(AgentEvent::ModelDelta {
+                                        run_id: run_id.to_owned(),
+                                        text,
+                                    })
+                                    .await;
+                            }
+                        }
+                    };
+                    let (result, ()) = futures::join!(call, forward);
+                    return result;
+                }
                 let mut stream = model.stream(request.clone()).await?;
                 let mut builder = ChatResponseBuilder::default();
                 while let Some(event) = stream.next().await {
@@ -1315,7 +1398,7 @@ where
                         })
                         .await;
                 }
-                self.execute_with_retry(tool, args).await?
+                self.execute_with_retry(&call.id, tool, args).await?
             }
         };
         let (content, error) = match outcome {
@@ -1355,6 +1438,7 @@ where
 
     async fn execute_with_retry(
         &self,
+        call_id: &str,
         tool: &VisibleTool<C>,
         args: serde_json::Value,
     ) -> Result<(ToolCallOutcome, u32), AgentError> {
@@ -1363,7 +1447,20 @@ where
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let call = tool.entry.tool.call(&self.ctx, args.clone());
+            let call: futures::future::BoxFuture<'_, Result<serde_json::Value, ToolError>> =
+                match &self.agent.function_service {
+                    Some(service) => Box::pin(tower::ServiceExt::oneshot(
+                        service.clone(),
+                        ToolInvocation {
+                            call_id: call_id.to_owned(),
+                            tool_name: spec.name.clone(),
+                            arguments: args.clone(),
+                            ctx: self.ctx.clone(),
+                            tool: Arc::clone(&tool.entry.tool),
+                        },
+                    )),
+                    None => tool.entry.tool.call(&self.ctx, args.clone()),
+                };
             let result = match spec.timeout {
                 Some(limit) => {
                     let remaining = self.deadline.map(|d| d.saturating_duration_since(Instant::now()));

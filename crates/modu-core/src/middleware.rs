@@ -1,0 +1,220 @@
+//! Middleware: tower [`Layer`]s at three places of a run.
+//!
+//! ```text
+//! Agent::run / stream
+//!   └─ agent middleware      Service<AgentRequest<C>> → AgentResult<O>   (around the whole run)
+//!       └─ run loop
+//!           ├─ chat middleware      Service<ChatRequest> → ChatResponse  (around every model call)
+//!           │     └─ ChatModel::stream, folded (text deltas still reach the caller's stream)
+//!           └─ lookup → JSON/schema validation → approval gate → authorizer
+//!                 └─ function middleware  Service<ToolInvocation<C>> → Value  (around every tool call attempt)
+//!                       └─ Tool::call
+//! ```
+//!
+//! Layers added first are outermost. Each layer can inspect and change the input and the
+//! output, or short-circuit (answer without calling the inner service). Because they are plain
+//! tower layers, tower's own `RetryLayer`, `TimeoutLayer`, `RateLimitLayer` and
+//! `ConcurrencyLimitLayer` work unchanged where they fit. tower's timeout turns errors into
+//! [`tower::BoxError`]: put `MapErrLayer::new(into_model_error)` (or [`into_tool_error`])
+//! directly outside it so the layers above see typed errors again.
+//!
+//! Function middleware sits after the checks (lookup, validation, approval, authorization), so
+//! it only sees calls that may run; it wraps each attempt, so retries pass through it again.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use tower::util::BoxCloneSyncService;
+use tower::{BoxError, Layer, Service};
+
+use crate::agent::{AgentRequest, AgentResult};
+use crate::context::RunContext;
+use crate::model::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ModelError};
+use crate::tool::{Tool, ToolError, ToolErrorKind};
+
+/// The boxed service chat middleware wraps.
+pub type ChatService = BoxCloneSyncService<ChatRequest, ChatResponse, ModelError>;
+
+/// The boxed service function middleware wraps.
+pub type FunctionService<C> = BoxCloneSyncService<ToolInvocation<C>, serde_json::Value, ToolError>;
+
+/// The boxed service agent middleware wraps.
+pub type AgentService<C, O> = BoxCloneSyncService<AgentRequest<C>, AgentResult<O>, Infallible>;
+
+pub(crate) type ChatLayerFn = Arc<dyn Fn(ChatService) -> ChatService + Send + Sync>;
+pub(crate) type FunctionLayerFn<C> = Arc<dyn Fn(FunctionService<C>) -> FunctionService<C> + Send + Sync>;
+pub(crate) type AgentLayerFn<C, O> = Arc<dyn Fn(AgentService<C, O>) -> AgentService<C, O> + Send + Sync>;
+
+/// One tool call attempt, as function middleware sees it.
+pub struct ToolInvocation<C> {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The validated arguments (middleware may change them).
+    pub arguments: serde_json::Value,
+    /// The run's context.
+    pub ctx: RunContext<C>,
+    /// The tool that will be called.
+    pub tool: Arc<dyn Tool<C>>,
+}
+
+impl<C> Clone for ToolInvocation<C> {
+    fn clone(&self) -> Self {
+        ToolInvocation {
+            call_id: self.call_id.clone(),
+            tool_name: self.tool_name.clone(),
+            arguments: self.arguments.clone(),
+            ctx: self.ctx.clone(),
+            tool: Arc::clone(&self.tool),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for ToolInvocation<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolInvocation")
+            .field("call_id", &self.call_id)
+            .field("tool_name", &self.tool_name)
+            .field("arguments", &self.arguments)
+            .finish_non_exhaustive()
+    }
+}
+
+tokio::task_local! {
+    /// Where the innermost chat service sends text deltas while middleware holds the call.
+    static DELTAS: tokio::sync::mpsc::UnboundedSender<String>;
+}
+
+/// The innermost chat service: streams from the model, forwards text deltas to the run's
+/// stream, and folds the answer.
+#[derive(Clone)]
+pub(crate) struct ModelService {
+    pub(crate) model: Arc<dyn ChatModel>,
+}
+
+impl Service<ChatRequest> for ModelService {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let model = Arc::clone(&self.model);
+        let deltas = DELTAS.try_with(Clone::clone).ok();
+        Box::pin(async move {
+            let mut stream = model.stream(request).await?;
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = stream.next().await {
+                let event = event?;
+                if let (Some(tx), ChatEvent::TextDelta { text }) = (&deltas, &event)
+                    && !text.is_empty()
+                {
+                    let _ = tx.send(text.clone());
+                }
+                builder.push(event);
+            }
+            builder.finish()
+        })
+    }
+}
+
+/// Runs `fut` with `tx` receiving the text deltas of the model call inside it.
+pub(crate) async fn with_delta_sink<F: std::future::Future>(
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+    fut: F,
+) -> F::Output {
+    DELTAS.scope(tx, fut).await
+}
+
+/// The innermost function service: calls the tool.
+#[derive(Clone, Copy)]
+pub(crate) struct CallTool;
+
+impl<C: Send + Sync + 'static> Service<ToolInvocation<C>> for CallTool {
+    type Response = serde_json::Value;
+    type Error = ToolError;
+    type Future = BoxFuture<'static, Result<serde_json::Value, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ToolError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, inv: ToolInvocation<C>) -> Self::Future {
+        Box::pin(async move { inv.tool.call(&inv.ctx, inv.arguments).await })
+    }
+}
+
+/// Turns a layer into the boxing function the agent stores.
+pub(crate) fn chat_layer_fn<L>(layer: L) -> ChatLayerFn
+where
+    L: Layer<ChatService> + Send + Sync + 'static,
+    L::Service: Service<ChatRequest, Response = ChatResponse, Error = ModelError> + Clone + Send + Sync + 'static,
+    <L::Service as Service<ChatRequest>>::Future: Send + 'static,
+{
+    Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner)))
+}
+
+pub(crate) fn function_layer_fn<C, L>(layer: L) -> FunctionLayerFn<C>
+where
+    C: Send + Sync + 'static,
+    L: Layer<FunctionService<C>> + Send + Sync + 'static,
+    L::Service:
+        Service<ToolInvocation<C>, Response = serde_json::Value, Error = ToolError> + Clone + Send + Sync + 'static,
+    <L::Service as Service<ToolInvocation<C>>>::Future: Send + 'static,
+{
+    Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner)))
+}
+
+pub(crate) fn agent_layer_fn<C, O, L>(layer: L) -> AgentLayerFn<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+    L: Layer<AgentService<C, O>> + Send + Sync + 'static,
+    L::Service: Service<AgentRequest<C>, Response = AgentResult<O>, Error = Infallible> + Clone + Send + Sync + 'static,
+    <L::Service as Service<AgentRequest<C>>>::Future: Send + 'static,
+{
+    Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner)))
+}
+
+/// Wraps `inner` in `layers`, the first layer outermost.
+pub(crate) fn apply<S>(inner: S, layers: &[Arc<dyn Fn(S) -> S + Send + Sync>]) -> S {
+    layers.iter().rev().fold(inner, |svc, layer| layer(svc))
+}
+
+/// Maps a tower error back to a [`ModelError`]: a `ModelError` inside is returned as is, tower's
+/// timeout becomes [`ModelError::Timeout`], anything else a transport error.
+pub fn into_model_error(err: BoxError) -> ModelError {
+    match err.downcast::<ModelError>() {
+        Ok(e) => *e,
+        Err(other) => {
+            if other.is::<tower::timeout::error::Elapsed>() {
+                ModelError::Timeout(std::time::Duration::ZERO)
+            } else {
+                ModelError::Transport {
+                    message: other.to_string(),
+                    source: Some(other),
+                }
+            }
+        }
+    }
+}
+
+/// Maps a tower error back to a [`ToolError`] (tower's timeout becomes a timeout error).
+pub fn into_tool_error(err: BoxError) -> ToolError {
+    match err.downcast::<ToolError>() {
+        Ok(e) => *e,
+        Err(other) => {
+            if other.is::<tower::timeout::error::Elapsed>() {
+                ToolError::new(ToolErrorKind::Timeout, "timeout").retryable(true)
+            } else {
+                ToolError::execution("middleware_error")
+            }
+        }
+    }
+}
