@@ -163,7 +163,7 @@ struct Run<C, O> {
 }
 
 enum Start<C> {
-    Fresh(AgentRequest<C>),
+    Fresh(Box<AgentRequest<C>>),
     Resume {
         checkpoint: Box<Checkpoint>,
         context: Arc<C>,
@@ -511,7 +511,7 @@ where
         sink: inner.sink.clone(),
         stream: request.stream.take(),
     };
-    execute(inner, Start::Fresh(request), emitter).await
+    execute(inner, Start::Fresh(Box::new(request)), emitter).await
 }
 
 /// The innermost agent service: one run.
@@ -555,6 +555,7 @@ where
     let deadline = agent.limits.timeout.map(|t| started + t);
     let (ctx, state, metadata, resumed, parent_run_id) = match start {
         Start::Fresh(req) => {
+            let req = *req;
             let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             let parent_run_id = req.parent_run_id.clone();
             let tool_input = req.tool_input.clone();
