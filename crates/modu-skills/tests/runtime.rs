@@ -471,3 +471,33 @@ async fn resource_read_limit_is_enforced_per_run() {
     assert!(result.is_ok());
     assert!(tool_results(&result.messages)[0].contains("second approval"));
 }
+
+#[tokio::test]
+async fn the_authorizer_still_decides_for_skill_and_business_tools() {
+    use modu_core::{RbacToolAuthorizer, UserContext};
+    let lookups = Arc::new(AtomicU32::new(0));
+    let provider = SkillsProvider::new(registry());
+    let model = ScriptedModel::new()
+        .tool_call(
+            READ_TOOL,
+            json!({"skill": "invoice-review", "path": "references/policy.md"}),
+        )
+        .tool_call("lookup_invoice", json!({}))
+        .text("done");
+    // The role may call lookup_invoice but not the resource tools: the skill grants nothing.
+    let rbac = RbacToolAuthorizer::new().allow("clerk", ["lookup_invoice"]);
+    let agent = provider
+        .install(Agent::builder(model.clone()))
+        .tool(counting_tool("lookup_invoice", Arc::clone(&lookups)))
+        .authorizer(Arc::new(rbac))
+        .build()
+        .unwrap();
+    let result = agent
+        .run(request("Review", json!(["invoice-review"])).user(UserContext::with_roles(["clerk"])))
+        .await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    let r = tool_results(&result.messages);
+    assert!(r[0].contains("authorization"), "{}", r[0]);
+    assert!(!r[0].contains("second approval"));
+    assert_eq!(lookups.load(Ordering::SeqCst), 1);
+}
