@@ -235,6 +235,7 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) chat_service: Option<ChatService>,
     pub(crate) function_service: Option<FunctionService<C>>,
     pub(crate) agent_layers: Vec<AgentLayerFn<C, O>>,
+    pub(crate) handoffs: Vec<crate::compose::Handoff<C, O>>,
 }
 
 /// An agent: a model, instructions, tools and the policies that drive a run.
@@ -320,6 +321,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             function_layers: Vec::new(),
             agent_layers: Vec::new(),
             layers_lost: false,
+            handoffs: Vec::new(),
         }
     }
 }
@@ -374,6 +376,7 @@ pub struct AgentBuilder<C, O> {
     function_layers: Vec<FunctionLayerFn<C>>,
     agent_layers: Vec<AgentLayerFn<C, O>>,
     layers_lost: bool,
+    handoffs: Vec<crate::compose::Handoff<C, O>>,
 }
 
 impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
@@ -406,6 +409,13 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
         <L::Service as tower::Service<ToolInvocation<C>>>::Future: Send + 'static,
     {
         self.function_layers.push(crate::middleware::function_layer_fn(layer));
+        self
+    }
+
+    /// Lets the model hand the conversation to another agent (same context and output types).
+    /// Add handoffs after choosing the output type.
+    pub fn handoff(mut self, handoff: crate::compose::Handoff<C, O>) -> Self {
+        self.handoffs.push(handoff);
         self
     }
 
@@ -511,8 +521,9 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             authorizer: self.authorizer,
             chat_layers: self.chat_layers,
             function_layers: self.function_layers,
-            layers_lost: self.layers_lost || !self.agent_layers.is_empty(),
+            layers_lost: self.layers_lost || !self.agent_layers.is_empty() || !self.handoffs.is_empty(),
             agent_layers: Vec::new(),
+            handoffs: Vec::new(),
         }
     }
 
@@ -589,6 +600,16 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             }
             entries.push(compile_tool(tool)?);
         }
+        for h in &self.handoffs {
+            if seen.insert(h.tool_name.clone(), ()).is_some() {
+                return Err(AgentError::Configuration {
+                    message: format!(
+                        "the handoff tool {:?} has the name of another tool or handoff",
+                        h.tool_name
+                    ),
+                });
+            }
+        }
         if self.retry.max_attempts == 0 {
             return Err(AgentError::Configuration {
                 message: "retry.max_attempts must be at least 1".into(),
@@ -634,6 +655,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 chat_service,
                 function_service,
                 agent_layers: self.agent_layers,
+                handoffs: self.handoffs,
             }),
         })
     }
@@ -683,6 +705,7 @@ pub struct AgentRequest<C> {
     /// For a run nested in another: the parent run's id.
     pub parent_run_id: Option<String>,
     pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
+    pub(crate) approvals: Option<Arc<std::sync::Mutex<crate::context::SharedApprovals>>>,
 }
 
 impl<C> Clone for AgentRequest<C> {
@@ -697,6 +720,7 @@ impl<C> Clone for AgentRequest<C> {
             tool_input: self.tool_input.clone(),
             parent_run_id: self.parent_run_id.clone(),
             stream: self.stream.clone(),
+            approvals: self.approvals.clone(),
         }
     }
 }
@@ -730,6 +754,7 @@ impl<C> AgentRequest<C> {
             tool_input: None,
             parent_run_id: None,
             stream: None,
+            approvals: None,
         }
     }
 

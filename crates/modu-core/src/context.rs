@@ -42,6 +42,13 @@ impl UserContext {
     }
 }
 
+/// Tool-level approval decisions made in code, shared by a run and the runs nested in it.
+#[derive(Debug, Default)]
+pub(crate) struct SharedApprovals {
+    pub(crate) approved: std::collections::BTreeSet<String>,
+    pub(crate) rejected: BTreeMap<String, Option<String>>,
+}
+
 struct Inner<C> {
     context: Arc<C>,
     run_id: String,
@@ -51,6 +58,7 @@ struct Inner<C> {
     usage: Arc<Mutex<Usage>>,
     tool_input: Option<serde_json::Value>,
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
+    approvals: Arc<Mutex<SharedApprovals>>,
 }
 
 /// The context of one run, handed to every tool call, instruction function and hook.
@@ -97,6 +105,7 @@ impl<C> RunContext<C> {
                 usage: Arc::new(Mutex::new(Usage::default())),
                 tool_input: None,
                 metadata: Arc::new(serde_json::Map::new()),
+                approvals: Arc::default(),
             }),
         }
     }
@@ -111,6 +120,7 @@ impl<C> RunContext<C> {
             usage: Arc::clone(&self.inner.usage),
             tool_input: self.inner.tool_input.clone(),
             metadata: Arc::clone(&self.inner.metadata),
+            approvals: Arc::clone(&self.inner.approvals),
         };
         f(&mut inner);
         RunContext { inner: Arc::new(inner) }
@@ -185,6 +195,43 @@ impl<C> RunContext<C> {
     /// The structured input of a run nested as a tool (agent-as-tool), if this is one.
     pub fn tool_input(&self) -> Option<&serde_json::Value> {
         self.inner.tool_input.as_ref()
+    }
+
+    /// The same context sharing `other`'s approval decisions (for nested runs).
+    pub(crate) fn with_shared_approvals(&self, approvals: Arc<Mutex<SharedApprovals>>) -> Self {
+        self.rebuild(|i| i.approvals = approvals)
+    }
+
+    pub(crate) fn shared_approvals(&self) -> Arc<Mutex<SharedApprovals>> {
+        Arc::clone(&self.inner.approvals)
+    }
+
+    /// Approves every call of `tool` in this run and the runs nested in it, without asking.
+    pub fn approve_tool(&self, tool: impl Into<String>) {
+        let tool = tool.into();
+        let mut a = self.inner.approvals.lock().unwrap_or_else(PoisonError::into_inner);
+        a.rejected.remove(&tool);
+        a.approved.insert(tool);
+    }
+
+    /// Rejects every call of `tool` in this run and the runs nested in it, without asking; the
+    /// model sees `message`.
+    pub fn reject_tool(&self, tool: impl Into<String>, message: Option<String>) {
+        let tool = tool.into();
+        let mut a = self.inner.approvals.lock().unwrap_or_else(PoisonError::into_inner);
+        a.approved.remove(&tool);
+        a.rejected.insert(tool, message);
+    }
+
+    /// The decision made in code for `tool`: `Some(Ok(()))` approved, `Some(Err(message))`
+    /// rejected, `None` undecided.
+    pub fn tool_decision(&self, tool: &str) -> Option<Result<(), Option<String>>> {
+        let a = self.inner.approvals.lock().unwrap_or_else(PoisonError::into_inner);
+        if a.approved.contains(tool) {
+            Some(Ok(()))
+        } else {
+            a.rejected.get(tool).map(|m| Err(m.clone()))
+        }
     }
 
     /// The run's metadata ([`crate::AgentRequest::metadata`]): options for tool and context

@@ -113,6 +113,15 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ToolError>,
     },
+    /// The conversation was handed to another agent.
+    Handoff {
+        /// The run.
+        run_id: String,
+        /// The agent that handed over.
+        from: String,
+        /// The agent that continues.
+        to: String,
+    },
     /// A tool call waits for a person's approval; the run pauses after its batch.
     ApprovalRequested {
         /// The run.
@@ -203,6 +212,7 @@ impl AgentEvent {
             | AgentEvent::ToolCallFinished { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
             | AgentEvent::ApprovalRequested { run_id, .. }
+            | AgentEvent::Handoff { run_id, .. }
             | AgentEvent::ApprovalResolved { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
             | AgentEvent::StoreFailed { run_id, .. }
@@ -223,6 +233,7 @@ impl AgentEvent {
             AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
             AgentEvent::MemoryApplied { .. } => "memory_applied",
             AgentEvent::ApprovalRequested { .. } => "approval_requested",
+            AgentEvent::Handoff { .. } => "handoff",
             AgentEvent::ApprovalResolved { .. } => "approval_resolved",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
             AgentEvent::StoreFailed { .. } => "store_failed",

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod approval;
+pub mod compose;
 pub mod context;
 pub mod error;
 pub mod event;
@@ -25,6 +26,7 @@ pub use agent::{
     RunLimits,
 };
 pub use approval::{ApprovalDecision, ApprovalRequest};
+pub use compose::{AgentTool, Handoff};
 pub use context::{RunContext, UserContext};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};

@@ -90,6 +90,9 @@ struct RunState {
     /// Calls waiting for a decision (the run is paused while this is not empty).
     #[serde(default)]
     interruptions: Vec<ApprovalRequest>,
+    /// The agent answering after a handoff (`None`: the agent the run started with).
+    #[serde(default)]
+    active_agent: Option<String>,
 }
 
 /// A checkpoint: the run state with what is needed to check and rebuild the run.
@@ -559,7 +562,11 @@ where
             let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             let parent_run_id = req.parent_run_id.clone();
             let tool_input = req.tool_input.clone();
-            let ctx = RunContext::new(req.context, run_id)
+            let mut ctx = RunContext::new(req.context, run_id);
+            if let Some(shared) = req.approvals.clone() {
+                ctx = ctx.with_shared_approvals(shared);
+            }
+            let ctx = ctx
                 .with_tool_input(tool_input)
                 .with_session_id(req.session_id)
                 .with_user(req.user)
@@ -576,6 +583,7 @@ where
                 decisions: BTreeMap::new(),
                 always_approved: BTreeSet::new(),
                 interruptions: Vec::new(),
+                active_agent: None,
             };
             (ctx, state, req.metadata, false, parent_run_id)
         }
@@ -651,6 +659,16 @@ where
     }
 
     async fn open_tools(&mut self) -> Result<(), AgentError> {
+        // A resumed run continues with the agent it had handed over to.
+        if let Some(active) = self.state.active_agent.clone()
+            && active != self.env.agent.name
+            && let Some(target) = find_agent(&self.env.agent, &active, 8)
+        {
+            self.env.agent = target;
+            self.env.ctx = self.env.ctx.with_agent_name(active);
+        }
+        self.env.tools.clear();
+        self.env.tool_order.clear();
         for entry in &self.env.agent.tools {
             let name = entry.tool.spec().name.clone();
             self.env.tool_order.push(name.clone());
@@ -845,6 +863,14 @@ where
             .filter_map(|name| self.env.tools.get(name))
             .filter(|t| t.entry.tool.is_enabled(&self.env.ctx))
             .map(|t| t.entry.tool.spec().definition())
+            .chain(
+                self.env
+                    .agent
+                    .handoffs
+                    .iter()
+                    .filter(|h| h.is_enabled(&self.env.ctx))
+                    .map(|h| h.definition()),
+            )
             .collect()
     }
 
@@ -912,7 +938,9 @@ where
                 })?;
         }
         // Providers may narrow the tools, never invent executable ones.
-        context.tools.retain(|t| self.env.tools.contains_key(&t.name));
+        context.tools.retain(|t| {
+            self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name)
+        });
         if stage == Stage::Act {
             self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
         }
@@ -1073,6 +1101,46 @@ where
     /// Runs a batch of tool calls concurrently; results are appended in call order.
     async fn run_tools(&mut self, calls: Vec<crate::message::ToolCall>) -> Result<(), AgentError> {
         self.state.interruptions.clear();
+        // Handoffs first: checks only, no side effects, at most one accepted per batch.
+        let mut handed_to: Option<Arc<AgentInner<C, O>>> = None;
+        for call in &calls {
+            if self.state.pending_results.contains_key(&call.id) {
+                continue;
+            }
+            let Some(handoff) = self
+                .env
+                .agent
+                .handoffs
+                .iter()
+                .find(|h| h.tool_name == call.name)
+                .cloned()
+            else {
+                continue;
+            };
+            let outcome = if !handoff.is_enabled(&self.env.ctx) {
+                Err(ToolError::new(ToolErrorKind::NotFound, "unknown_tool")
+                    .with_message(format!("the handoff {} is not available now", call.name)))
+            } else if handed_to.is_some() {
+                Err(ToolError::new(ToolErrorKind::Rejected, "handoff_already_done")
+                    .with_message("the conversation was already handed over in this turn"))
+            } else {
+                handoff.accept(&self.env.ctx, &call.arguments)
+            };
+            let (content, is_error) = match outcome {
+                Ok(()) => {
+                    handed_to = Some(Arc::clone(&handoff.target.inner));
+                    (
+                        serde_json::json!({"transferred_to": handoff.target.name()}).to_string(),
+                        false,
+                    )
+                }
+                Err(e) => (e.model_content(true), true),
+            };
+            self.state.pending_results.insert(
+                call.id.clone(),
+                Message::tool_result(call.id.clone(), call.name.clone(), content, is_error),
+            );
+        }
         let todo: Vec<(usize, &crate::message::ToolCall)> = calls
             .iter()
             .enumerate()
@@ -1126,6 +1194,24 @@ where
         for call in &calls {
             if let Some(m) = self.state.pending_results.remove(&call.id) {
                 self.state.messages.push(m);
+            }
+        }
+        if let Some(target) = handed_to {
+            let from = self.env.agent.name.clone();
+            let to = target.name.clone();
+            self.env.agent = target;
+            self.env.ctx = self.env.ctx.with_agent_name(to.clone());
+            self.state.active_agent = Some(to.clone());
+            self.open_tools().await?;
+            if self.env.emitter.active() {
+                self.env
+                    .emitter
+                    .emit(AgentEvent::Handoff {
+                        run_id: self.env.ctx.run_id().to_owned(),
+                        from,
+                        to,
+                    })
+                    .await;
             }
         }
         self.checkpoint().await
@@ -1363,7 +1449,11 @@ where
                 )));
             }
             if tool.entry.tool.needs_approval(&self.ctx, &args) && !gate.always_approved.contains(&call.name) {
-                match gate.decisions.get(&call.id) {
+                let in_code = self.ctx.tool_decision(&call.name).map(|d| match d {
+                    Ok(()) => ApprovalDecision::Approved,
+                    Err(message) => ApprovalDecision::Rejected { message },
+                });
+                match gate.decisions.get(&call.id).or(in_code.as_ref()) {
                     Some(ApprovalDecision::Approved) => {}
                     Some(ApprovalDecision::Rejected { message }) => {
                         return Err(refused(
@@ -1502,6 +1592,20 @@ where
     }
 }
 
+/// The agent named `name` among `agent`'s handoff targets (and theirs), depth-limited.
+fn find_agent<C, O>(agent: &Arc<AgentInner<C, O>>, name: &str, depth: usize) -> Option<Arc<AgentInner<C, O>>> {
+    if agent.name == name {
+        return Some(Arc::clone(agent));
+    }
+    if depth == 0 {
+        return None;
+    }
+    agent
+        .handoffs
+        .iter()
+        .find_map(|h| find_agent(&h.target.inner, name, depth - 1))
+}
+
 /// Awaits `fut` within the run's deadline; elapsing ends the run with [`AgentError::Timeout`].
 async fn with_deadline<F: Future>(
     deadline: Option<Instant>,
@@ -1545,6 +1649,7 @@ mod tests {
             decisions: BTreeMap::new(),
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
+            active_agent: None,
         };
         let user = UserContext::default();
         let meta = serde_json::Map::new();

@@ -1,0 +1,235 @@
+//! Composing agents: an agent as another agent's tool.
+
+use std::marker::PhantomData;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::agent::{Agent, AgentRequest};
+use crate::context::RunContext;
+use crate::error::AgentError;
+use crate::tool::{Tool, ToolError, ToolErrorKind, ToolSpec, parse_arguments};
+
+/// An agent used as a tool by another agent ([`Agent::as_tool`]).
+///
+/// The nested run shares the parent's application context, user context and code-made
+/// approval decisions ([`RunContext::approve_tool`]), receives its structured input as
+/// [`RunContext::tool_input`] (and, as JSON, as its user message), and its usage is added to
+/// the parent's. A nested run that pauses for a person's approval ends the tool call with a
+/// `rejected` error naming the tool, since the parent cannot resume it; approve such tools in
+/// code on the parent's context beforehand.
+pub struct AgentTool<C, O, A> {
+    agent: Agent<C, O>,
+    spec: ToolSpec,
+    _input: PhantomData<fn() -> A>,
+}
+
+impl<C, O> Agent<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// This agent as a tool taking input `A`.
+    ///
+    /// ```
+    /// use modu_core::Agent;
+    /// use modu_testing::ScriptedModel;
+    ///
+    /// #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+    /// struct Question { text: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let expert = Agent::<()>::builder(ScriptedModel::new().text("42")).name("expert").build().unwrap();
+    /// let boss = Agent::builder(
+    ///     ScriptedModel::new().tool_call("ask_expert", serde_json::json!({"text": "meaning?"})).text("It is 42."),
+    /// )
+    /// .tool(expert.as_tool::<Question>("ask_expert", "Ask the expert"))
+    /// .build()
+    /// .unwrap();
+    /// let result = boss.run("What is the meaning?").await;
+    /// assert_eq!(result.output.as_deref(), Some("It is 42."));
+    /// assert_eq!(result.usage.requests, 3); // two of the boss, one of the expert
+    /// # }
+    /// ```
+    pub fn as_tool<A>(&self, name: impl Into<String>, description: impl Into<String>) -> AgentTool<C, O, A>
+    where
+        A: DeserializeOwned + Serialize + schemars::JsonSchema + Send + 'static,
+    {
+        AgentTool {
+            agent: self.clone(),
+            spec: ToolSpec::for_args::<A>(name, description),
+            _input: PhantomData,
+        }
+    }
+}
+
+#[async_trait]
+impl<C, O, A> Tool<C> for AgentTool<C, O, A>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+    A: DeserializeOwned + Serialize + Send + 'static,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &RunContext<C>, arguments: serde_json::Value) -> Result<serde_json::Value, ToolError> {
+        let input: A = parse_arguments(arguments.clone())?;
+        let text = serde_json::to_string(&input).map_err(|_| ToolError::execution("unserializable_input"))?;
+        let mut request = AgentRequest::with_context_arc(ctx.context_arc(), text).user(ctx.user().clone());
+        request.tool_input = Some(arguments);
+        request.parent_run_id = Some(ctx.run_id().to_owned());
+        request.approvals = Some(ctx.shared_approvals());
+        let result = self.agent.run(request).await;
+        ctx.add_usage(result.usage);
+        match (result.output, result.error) {
+            (Some(output), None) => Ok(self.agent.inner.codec.to_json(&output)),
+            (_, Some(AgentError::Interrupted { .. })) => {
+                let tools: Vec<String> = result.interruptions.iter().map(|r| r.tool_name.clone()).collect();
+                Err(
+                    ToolError::new(ToolErrorKind::Rejected, "nested_approval_required").with_message(format!(
+                        "the nested agent {} needs approval for {}",
+                        self.agent.name(),
+                        tools.join(", ")
+                    )),
+                )
+            }
+            (_, Some(error)) => Err(ToolError::execution("nested_run_failed").with_message(format!(
+                "the nested agent {} failed: {}",
+                self.agent.name(),
+                error
+            ))),
+            (None, None) => Err(ToolError::execution("nested_run_failed")),
+        }
+    }
+}
+
+type OnHandoff<C> = Arc<dyn Fn(&RunContext<C>, serde_json::Value) -> Result<(), String> + Send + Sync>;
+type HandoffEnabled<C> = Arc<dyn Fn(&RunContext<C>) -> bool + Send + Sync>;
+
+/// A transfer of the conversation to another agent, offered to the model as a tool
+/// (`transfer_to_<agent>` by default).
+///
+/// When the model calls it, the input is validated against the handoff's schema and
+/// `on_handoff` runs first — it can refuse (the model gets a `rejected` tool error and nothing
+/// else happens). Once it accepts, the run continues with the target agent's instructions,
+/// model and tools, on the same conversation; [`crate::AgentResult::agent`] names the agent that
+/// answered. `enabled_when` hides the handoff for a turn, like a tool's `is_enabled`.
+pub struct Handoff<C, O> {
+    pub(crate) target: Agent<C, O>,
+    pub(crate) tool_name: String,
+    pub(crate) description: String,
+    pub(crate) input_schema: serde_json::Value,
+    pub(crate) on_handoff: Option<OnHandoff<C>>,
+    pub(crate) enabled: Option<HandoffEnabled<C>>,
+}
+
+impl<C, O> Clone for Handoff<C, O> {
+    fn clone(&self) -> Self {
+        Handoff {
+            target: self.target.clone(),
+            tool_name: self.tool_name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+            on_handoff: self.on_handoff.clone(),
+            enabled: self.enabled.clone(),
+        }
+    }
+}
+
+impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
+    /// A handoff to `target`, taking no input.
+    pub fn to(target: &Agent<C, O>) -> Self {
+        let name: String = target
+            .name()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Handoff {
+            target: target.clone(),
+            tool_name: format!("transfer_to_{name}"),
+            description: format!("Hand the conversation over to the {} agent.", target.name()),
+            input_schema: serde_json::json!({"type": "object", "properties": {}}),
+            on_handoff: None,
+            enabled: None,
+        }
+    }
+
+    /// Sets the tool's name.
+    pub fn tool_name(mut self, name: impl Into<String>) -> Self {
+        self.tool_name = name.into();
+        self
+    }
+
+    /// Sets the tool's description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Takes a typed input `T` and checks it before anything happens: `Err(reason)` refuses
+    /// the handoff (the model sees the reason).
+    pub fn on_handoff<T, F>(mut self, f: F) -> Self
+    where
+        T: DeserializeOwned + schemars::JsonSchema + 'static,
+        F: Fn(&RunContext<C>, T) -> Result<(), String> + Send + Sync + 'static,
+    {
+        self.input_schema = crate::tool::schema_for::<T>();
+        self.on_handoff = Some(Arc::new(move |ctx, value| {
+            let input: T = serde_json::from_value(value).map_err(|e| format!("invalid handoff input: {e}"))?;
+            f(ctx, input)
+        }));
+        self
+    }
+
+    /// Offers the handoff only when the predicate holds (evaluated each turn).
+    pub fn enabled_when<P>(mut self, predicate: P) -> Self
+    where
+        P: Fn(&RunContext<C>) -> bool + Send + Sync + 'static,
+    {
+        self.enabled = Some(Arc::new(predicate));
+        self
+    }
+
+    pub(crate) fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
+        self.enabled.as_ref().is_none_or(|p| p(ctx))
+    }
+
+    pub(crate) fn definition(&self) -> crate::model::ToolDefinition {
+        crate::model::ToolDefinition {
+            name: self.tool_name.clone(),
+            description: self.description.clone(),
+            parameters: self.input_schema.clone(),
+        }
+    }
+
+    /// Runs the checks: JSON, schema, `on_handoff`.
+    pub(crate) fn accept(&self, ctx: &RunContext<C>, raw_arguments: &str) -> Result<(), ToolError> {
+        let value: serde_json::Value = if raw_arguments.trim().is_empty() {
+            serde_json::json!({})
+        } else {
+            serde_json::from_str(raw_arguments)
+                .map_err(|e| ToolError::validation("invalid_json", format!("the arguments are not valid JSON ({e})")))?
+        };
+        if let Ok(validator) = jsonschema::validator_for(&self.input_schema)
+            && let Err(e) = validator.validate(&value)
+        {
+            return Err(ToolError::validation("invalid_arguments", e.to_string()));
+        }
+        if let Some(check) = &self.on_handoff {
+            check(ctx, value)
+                .map_err(|reason| ToolError::new(ToolErrorKind::Rejected, "handoff_refused").with_message(reason))?;
+        }
+        Ok(())
+    }
+}
+
+use std::sync::Arc;
