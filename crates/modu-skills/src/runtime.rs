@@ -31,8 +31,8 @@ pub const SEARCH_TOOL: &str = "modu_skill_search";
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SkillLimits {
-    /// Calls of the resource tools (reads and searches) per run. They count here, not
-    /// (in intent) against the agent's `max_tool_calls`: see the crate docs.
+    /// Calls of the resource tools (reads and searches) per run. They count here, not against
+    /// the agent's `max_tool_calls` (their specs are `exempt_from_tool_limit`).
     pub max_resource_reads: u32,
     /// The most bytes one read returns.
     pub max_read_bytes: usize,
@@ -571,6 +571,7 @@ fn read_spec() -> ToolSpec {
         }),
     )
     .idempotent(true)
+    .exempt_from_tool_limit(true)
 }
 
 fn search_spec() -> ToolSpec {
@@ -589,6 +590,7 @@ fn search_spec() -> ToolSpec {
         }),
     )
     .idempotent(true)
+    .exempt_from_tool_limit(true)
 }
 
 /// Finds the run, counts one resource read against the limit, and returns the run's skills.

@@ -473,6 +473,26 @@ async fn resource_read_limit_is_enforced_per_run() {
 }
 
 #[tokio::test]
+async fn resource_reads_do_not_count_against_max_tool_calls() {
+    let provider = SkillsProvider::new(registry()).limits(SkillLimits::default().max_resource_reads(5));
+    let read = json!({"skill": "invoice-review", "path": "references/policy.md"});
+    let model = ScriptedModel::new()
+        .tool_call(READ_TOOL, read.clone())
+        .tool_call(SEARCH_TOOL, json!({"query": "approval"}))
+        .tool_call(READ_TOOL, read)
+        .text("done");
+    // Three resource calls with a business-tool budget of one: the run still completes.
+    let agent = provider
+        .install(Agent::builder(model))
+        .limits(RunLimits::default().max_tool_calls(1))
+        .build()
+        .unwrap();
+    let result = agent.run(request("Review", json!(["invoice-review"]))).await;
+    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(result.metadata["tool_calls"], json!(0));
+}
+
+#[tokio::test]
 async fn the_authorizer_still_decides_for_skill_and_business_tools() {
     use modu_core::{RbacToolAuthorizer, UserContext};
     let lookups = Arc::new(AtomicU32::new(0));
