@@ -32,6 +32,8 @@ struct Shared {
     token_lifetime_secs: u64,
     client_secret: String,
     scopes: Vec<String>,
+    /// Serve `tools/list` in two pages.
+    paginate: bool,
 }
 
 type AppState = Arc<Mutex<Shared>>;
@@ -79,11 +81,24 @@ async fn mcp(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> 
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "auth-test", "version": "1.0.0"}
         }),
-        "tools/list" => json!({"tools": [{
-            "name": "whoami",
-            "description": "Return the credentials this request carried.",
-            "inputSchema": {"type": "object", "properties": {}}
-        }]}),
+        "tools/list" => {
+            let paginate = state.lock().unwrap().paginate;
+            let whoami = json!({
+                "name": "whoami",
+                "description": "Return the credentials this request carried.",
+                "inputSchema": {"type": "object", "properties": {}}
+            });
+            let second = json!({
+                "name": "second_page",
+                "description": "Listed on the second page.",
+                "inputSchema": {"type": "object", "properties": {}}
+            });
+            match (paginate, message["params"]["cursor"].as_str()) {
+                (false, _) => json!({"tools": [whoami]}),
+                (true, None) => json!({"tools": [whoami], "nextCursor": "page-2"}),
+                (true, Some(_)) => json!({"tools": [second]}),
+            }
+        }
         "tools/call" => json!({
             "content": [{"type": "text", "text": "ok"}],
             "structuredContent": {"authorization": authorization, "x_api_key": api_key}
@@ -368,4 +383,33 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+#[tokio::test]
+async fn tool_listing_follows_pagination() {
+    let (base, state) = start(Shared {
+        paginate: true,
+        ..Shared::default()
+    })
+    .await;
+    let session = http_server("paged", format!("{base}/mcp"), McpAuthConfig::default())
+        .open_session(None)
+        .await
+        .unwrap();
+    let names: Vec<&str> = session
+        .registry()
+        .tools()
+        .iter()
+        .map(|t| t.external_name.as_str())
+        .collect();
+    assert_eq!(names, ["paged__whoami", "paged__second_page"]);
+    let lists = state
+        .lock()
+        .unwrap()
+        .seen
+        .iter()
+        .filter(|(m, _, _)| m == "tools/list")
+        .count();
+    assert_eq!(lists, 2);
+    session.close().await;
 }

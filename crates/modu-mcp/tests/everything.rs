@@ -155,3 +155,15 @@ async fn connect_timeout_is_a_transport_error_and_leaves_no_process() {
     );
     support::assert_no_children(&marker, Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_session_without_closing_still_kills_the_server() {
+    let Some(script) = support::everything() else { return };
+    let marker = support::marker("everything-drop");
+    let config = McpConfig::new(vec![support::everything_stdio("everything", &script, &marker)]).unwrap();
+    let connector = McpConnector::new(config).unwrap();
+    let session = connector.open_session(None).await.unwrap();
+    assert_eq!(support::children_matching(&marker).len(), 1);
+    drop(session);
+    support::assert_no_children(&marker, Duration::from_secs(10)).await;
+}
