@@ -152,8 +152,12 @@ async fn bench_call(script: &str) {
     const N: usize = 2000;
     // Raw rmcp client on its own server-everything process.
     let mut cmd = tokio::process::Command::new("node");
-    cmd.args([script, "stdio"]).stderr(std::process::Stdio::null());
-    let raw = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    cmd.args([script, "stdio"]);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let raw = ().serve(transport).await.unwrap();
     let params =
         CallToolRequestParams::new("echo").with_arguments(json!({"message": "hi"}).as_object().unwrap().clone());
     // The connector, through the mcp_call_tool meta tool.
