@@ -73,15 +73,15 @@ fn error_kind(e: &redis::RedisError) -> String {
 }
 
 fn backend(operation: &'static str, e: redis::RedisError) -> StoreError {
-    let timeout = e.is_timeout();
+    if e.is_timeout() {
+        tracing::debug!(operation, "redis command timed out");
+        return StoreError::Timeout;
+    }
     let err = RedisStoreError::Command {
         operation,
         kind: error_kind(&e),
         message: redact(&e.to_string()),
     };
-    if timeout {
-        tracing::debug!(operation, "redis command timed out");
-    }
     StoreError::Backend {
         message: err.to_string(),
         source: Some(Box::new(err)),
