@@ -284,15 +284,8 @@ where
         let approved = decision == ApprovalDecision::Approved;
         checkpoint.state.decisions.insert(call_id.to_owned(), decision);
         if always {
-            // The gate checks the tool the model called (for MCP, the meta tool).
-            let called = checkpoint
-                .state
-                .messages
-                .last()
-                .and_then(|m| m.tool_calls.iter().find(|c| c.id == call_id))
-                .map(|c| c.name.clone())
-                .unwrap_or_else(|| request.tool_name.clone());
-            checkpoint.state.always_approved.insert(called);
+            // By the name the approval showed: for MCP, the external tool, not mcp_call_tool.
+            checkpoint.state.always_approved.insert(request.tool_name.clone());
         }
         self.store_checkpoint(&checkpoint).await?;
         if let Some(sink) = &self.inner.sink {
@@ -1448,12 +1441,19 @@ where
                     format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
                 )));
             }
-            if tool.entry.tool.needs_approval(&self.ctx, &args) && !gate.always_approved.contains(&call.name) {
-                let in_code = self.ctx.tool_decision(&call.name).map(|d| match d {
+            if tool.entry.tool.needs_approval(&self.ctx, &args) {
+                // Decisions that cover a whole tool use the name the approval shows (for a meta
+                // tool such as MCP's mcp_call_tool, the external tool), not the called name.
+                let request = tool.entry.tool.approval_request(&call.id, &args);
+                let in_code = self.ctx.tool_decision(&request.tool_name).map(|d| match d {
                     Ok(()) => ApprovalDecision::Approved,
                     Err(message) => ApprovalDecision::Rejected { message },
                 });
-                match gate.decisions.get(&call.id).or(in_code.as_ref()) {
+                let always = gate
+                    .always_approved
+                    .contains(&request.tool_name)
+                    .then_some(ApprovalDecision::Approved);
+                match gate.decisions.get(&call.id).or(always.as_ref()).or(in_code.as_ref()) {
                     Some(ApprovalDecision::Approved) => {}
                     Some(ApprovalDecision::Rejected { message }) => {
                         return Err(refused(
@@ -1464,7 +1464,7 @@ where
                             ),
                         ));
                     }
-                    None => return Err(Refusal::Approval(tool.entry.tool.approval_request(&call.id, &args))),
+                    None => return Err(Refusal::Approval(request)),
                 }
             }
             // Authorization comes last, right before execution (after approval).

@@ -210,7 +210,56 @@ async fn approvals_of_meta_tools_name_the_external_tool() {
     assert_eq!(r.tool_name, "weather__forecast");
     assert_eq!(r.metadata["mcp_tool_name"], "weather__forecast");
     assert_eq!(r.metadata["mcp_arguments"], json!({"city": "Seoul"}));
-    // approve-always records the tool the model called, so the meta tool's later calls pass.
+    // approve-always covers the external tool, not every call of the meta tool.
     a.approve_always(&paused.run_id, &r.call_id).await.unwrap();
-    assert_eq!(a.resume(&paused.run_id, ()).await.output.as_deref(), Some("sunny"));
+    let again = a.resume(&paused.run_id, ()).await;
+    assert_eq!(again.output.as_deref(), Some("sunny"));
+
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let model = ScriptedModel::new()
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "weather__forecast", "arguments": {"city": "Seoul"}}),
+        )
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "weather__forecast", "arguments": {"city": "Busan"}}),
+        )
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "weather__alerts", "arguments": {}}),
+        )
+        .text("done");
+    let a = Agent::<()>::builder(model)
+        .tool(MetaCallAll)
+        .checkpoint_store(store)
+        .build()
+        .unwrap();
+    let paused = a.run("weather?").await;
+    a.approve_always(&paused.run_id, &paused.interruptions[0].call_id)
+        .await
+        .unwrap();
+    let next = a.resume(&paused.run_id, ()).await;
+    // The second forecast call ran without asking; the alerts tool still needs its own approval.
+    assert!(next.is_interrupted(), "{:?}", next.error);
+    assert_eq!(next.interruptions[0].tool_name, "weather__alerts");
+}
+
+/// Like `MetaCall`, but every external tool needs approval.
+struct MetaCallAll;
+
+#[async_trait::async_trait]
+impl Tool<()> for MetaCallAll {
+    fn spec(&self) -> &ToolSpec {
+        MetaCall.spec()
+    }
+    async fn call(&self, _ctx: &RunContext<()>, _args: Value) -> Result<Value, ToolError> {
+        Ok(json!("called"))
+    }
+    fn needs_approval(&self, _ctx: &RunContext<()>, _args: &Value) -> bool {
+        true
+    }
+    fn approval_request(&self, call_id: &str, args: &Value) -> ApprovalRequest {
+        MetaCall.approval_request(call_id, args)
+    }
 }

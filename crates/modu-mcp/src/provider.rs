@@ -10,7 +10,7 @@ use crate::client::{McpConnector, McpSession};
 use crate::error::McpError;
 use crate::registry::McpToolDescriptor;
 use crate::resolver::{McpSelectionRequest, selection_from_metadata};
-use crate::tools::{McpCallTool, McpSearchTool, McpToolFilter};
+use crate::tools::{McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpSearchTool, McpToolFilter};
 
 type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>;
 
@@ -34,6 +34,7 @@ pub struct McpToolProvider<C> {
     connector: Arc<McpConnector>,
     filter: Option<McpToolFilter<C>>,
     selection: Option<SelectionFn<C>>,
+    approval: Option<McpApprovalPolicy<C>>,
 }
 
 impl<C> McpToolProvider<C> {
@@ -43,7 +44,19 @@ impl<C> McpToolProvider<C> {
             connector,
             filter: None,
             selection: None,
+            approval: None,
         }
+    }
+
+    /// Asks for a person's approval before the MCP calls `policy` picks (from the run context
+    /// and the external tool). The run pauses with an approval request naming the external
+    /// tool (`weather__forecast`) with `mcp_tool_name`, `mcp_server` and `mcp_arguments`.
+    pub fn with_approval(
+        mut self,
+        policy: impl Fn(&RunContext<C>, &McpApprovalDescription) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.approval = Some(Arc::new(policy));
+        self
     }
 
     /// Hides tools per request (see the type's documentation).
@@ -98,7 +111,11 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
             run_id: Some(ctx.run_id()),
         };
         let session = self.connector.open_with(&request).await.map_err(provider_error)?;
-        Ok(Box::new(McpToolSession::new(Arc::new(session), self.filter.clone())))
+        Ok(Box::new(McpToolSession::with_approval(
+            Arc::new(session),
+            self.filter.clone(),
+            self.approval.clone(),
+        )))
     }
 }
 
@@ -111,12 +128,21 @@ pub struct McpToolSession<C> {
 impl<C: Send + Sync + 'static> McpToolSession<C> {
     /// The meta tools over a session (none when it has no server).
     pub fn new(session: Arc<McpSession>, filter: Option<McpToolFilter<C>>) -> Self {
+        Self::with_approval(session, filter, None)
+    }
+
+    /// The meta tools over a session, with an approval policy for `mcp_call_tool`.
+    pub fn with_approval(
+        session: Arc<McpSession>,
+        filter: Option<McpToolFilter<C>>,
+        approval: Option<McpApprovalPolicy<C>>,
+    ) -> Self {
         let tools: Vec<Arc<dyn Tool<C>>> = if session.server_names().is_empty() {
             Vec::new()
         } else {
             vec![
                 Arc::new(McpSearchTool::new(Arc::clone(&session), filter.clone())),
-                Arc::new(McpCallTool::new(Arc::clone(&session), filter)),
+                Arc::new(McpCallTool::new(Arc::clone(&session), filter).with_approval(approval)),
             ]
         };
         McpToolSession { session, tools }

@@ -101,10 +101,15 @@ pub fn approval_description(arguments: &Value) -> Option<McpApprovalDescription>
     })
 }
 
+/// Decides which `mcp_call_tool` calls need a person's approval, from the run context and the
+/// external tool being called.
+pub type McpApprovalPolicy<C> = Arc<dyn Fn(&RunContext<C>, &McpApprovalDescription) -> bool + Send + Sync>;
+
 /// `mcp_call_tool`: calls a tool found with `mcp_search_tools` by its external name.
 pub struct McpCallTool<C> {
     session: Arc<McpSession>,
     filter: Option<McpToolFilter<C>>,
+    approval: Option<McpApprovalPolicy<C>>,
     spec: ToolSpec,
 }
 
@@ -125,7 +130,20 @@ impl<C> McpCallTool<C> {
             }),
         )
         .repair_safe(true);
-        McpCallTool { session, filter, spec }
+        McpCallTool {
+            session,
+            filter,
+            approval: None,
+            spec,
+        }
+    }
+
+    /// Asks for a person's approval before the calls `policy` picks. The approval request names
+    /// the external tool (`weather__forecast`) and carries `mcp_tool_name`, `mcp_server` and
+    /// `mcp_arguments`; approve-always covers that external tool only.
+    pub fn with_approval(mut self, policy: Option<McpApprovalPolicy<C>>) -> Self {
+        self.approval = policy;
+        self
     }
 
     /// The approval description for a call with these arguments, checked against the
@@ -167,5 +185,36 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
             .call_tool(tool_name, tool_arguments)
             .await
             .map_err(|e| e.to_tool_error())
+    }
+
+    fn needs_approval(&self, ctx: &RunContext<C>, arguments: &Value) -> bool {
+        match (&self.approval, approval_description(arguments)) {
+            (Some(policy), Some(description)) => policy(ctx, &description),
+            // Arguments that name no external tool fail in `call` without reaching a server.
+            _ => false,
+        }
+    }
+
+    fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
+        match approval_description(arguments) {
+            Some(d) => {
+                let mut metadata = serde_json::Map::new();
+                metadata.insert("mcp_tool_name".into(), Value::String(d.mcp_tool_name.clone()));
+                metadata.insert("mcp_server".into(), Value::String(d.mcp_server.clone()));
+                metadata.insert("mcp_arguments".into(), d.mcp_arguments.clone());
+                modu_core::ApprovalRequest {
+                    call_id: call_id.to_owned(),
+                    tool_name: d.tool_name,
+                    arguments: d.mcp_arguments,
+                    metadata,
+                }
+            }
+            None => modu_core::ApprovalRequest {
+                call_id: call_id.to_owned(),
+                tool_name: CALL_TOOL_NAME.to_owned(),
+                arguments: arguments.clone(),
+                metadata: serde_json::Map::new(),
+            },
+        }
     }
 }

@@ -171,3 +171,41 @@ fn approval_names_the_external_tool() {
     assert_eq!(approval.mcp_arguments, json!({"city": "Seoul"}));
     assert!(approval_description(&json!({"tool_name": "plain"})).is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_name_the_external_tool_and_the_call_runs_once_approved() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("agent-approval");
+    let checkpoints = Arc::new(modu_core::InMemoryCheckpointStore::new());
+    let model = ScriptedModel::new()
+        .tool_call(
+            "mcp_call_tool",
+            json!({"tool_name": "beta__tool_007", "arguments": {"value": "go"}}),
+        )
+        .text("done");
+    let agent: Agent<()> = Agent::builder(model.clone())
+        .tool_provider(
+            McpToolProvider::new(connector(&python, &marker)).with_approval(|_ctx, d| d.mcp_server == "beta"),
+        )
+        .checkpoint_store(checkpoints)
+        .build()
+        .unwrap();
+    let paused = agent.run("call it").await;
+    assert!(paused.is_interrupted(), "{:?}", paused.error);
+    let request = &paused.interruptions[0];
+    assert_eq!(
+        request.tool_name, "beta__tool_007",
+        "the external tool, not mcp_call_tool"
+    );
+    assert_eq!(request.metadata["mcp_tool_name"], "tool_007");
+    assert_eq!(request.metadata["mcp_arguments"], json!({"value": "go"}));
+    // Nothing reached the server yet; after approval the call runs (in a new session).
+    assert!(tool_results(&paused.messages).is_empty());
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+    agent.approve(&paused.run_id, &request.call_id).await.unwrap();
+    let done = agent.resume(&paused.run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
+    let results = tool_results(&done.messages);
+    assert_eq!(results[0]["tool"], "tool_007");
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
