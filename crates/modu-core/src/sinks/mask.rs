@@ -221,11 +221,6 @@ impl SecretMasker {
             let word_end = text[i..]
                 .find(|ch: char| !is_key_char(ch))
                 .map_or(text.len(), |n| i + n);
-            let word = &text[i..word_end];
-            if !self.is_secret_key(word) {
-                i = word_end;
-                continue;
-            }
             // Skip closing quotes (possibly escaped), spaces, then a separator.
             let mut j = word_end;
             loop {
@@ -240,7 +235,8 @@ impl SecretMasker {
             while j < bytes.len() && bytes[j] == b' ' {
                 j += 1;
             }
-            if j >= bytes.len() || !(bytes[j] == b'=' || bytes[j] == b':') {
+            // Only a word followed by a separator is a candidate key (cheap check first).
+            if j >= bytes.len() || !(bytes[j] == b'=' || bytes[j] == b':') || !self.is_secret_key(&text[i..word_end]) {
                 i = word_end;
                 continue;
             }
@@ -385,6 +381,31 @@ mod tests {
         assert_eq!(m.mask_text("no secrets here, tokens: 5"), "no secrets here, tokens: 5");
         assert_eq!(m.mask_text("the token limit"), "the token limit");
         assert_eq!(m.mask_text("비밀 password=한글값 끝"), "비밀 password=*** 끝");
+    }
+
+    #[test]
+    fn odd_text_never_panics() {
+        let m = SecretMasker::default();
+        for t in [
+            "",
+            "token",
+            "token=",
+            "token:",
+            "token=\"",
+            "token=\"\\",
+            "token='한",
+            "password=\\\"",
+            "api_key: \"a\\é\"",
+            "Authorization: Bearer",
+            "Authorization: bearer 한국어",
+            "{\"token\": ",
+            "[1, {\"secret\": [\"x\"]}]",
+            "x-api-key=é=é",
+            "\\\"token\\\":",
+        ] {
+            let _ = m.mask_text(t);
+        }
+        assert_eq!(m.mask_text("[1, {\"secret\": [\"x\"]}]"), "[1,{\"secret\":\"***\"}]");
     }
 
     #[test]
