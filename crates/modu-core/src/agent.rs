@@ -178,7 +178,7 @@ impl<C> Instructions<C> {
 
 pub(crate) struct ToolEntry<C> {
     pub(crate) tool: Arc<dyn Tool<C>>,
-    pub(crate) validator: Arc<jsonschema::Validator>,
+    pub(crate) validator: Arc<crate::tool::ArgumentValidator>,
 }
 
 impl<C> Clone for ToolEntry<C> {
@@ -205,7 +205,7 @@ pub(crate) fn compile_tool<C>(tool: Arc<dyn Tool<C>>) -> Result<ToolEntry<C>, Ag
             ),
         });
     }
-    let validator = jsonschema::validator_for(&spec.parameters).map_err(|e| AgentError::Configuration {
+    let validator = crate::tool::ArgumentValidator::new(&spec.parameters).map_err(|e| AgentError::Configuration {
         message: format!("tool {} has an invalid parameter schema: {e}", spec.name),
     })?;
     Ok(ToolEntry {

@@ -142,17 +142,7 @@ impl<C, O> Clone for Handoff<C, O> {
 impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
     /// A handoff to `target`, taking no input.
     pub fn to(target: &Agent<C, O>) -> Self {
-        let name: String = target
-            .name()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let name = crate::tool::sanitize_name(target.name());
         Handoff {
             target: target.clone(),
             tool_name: format!("transfer_to_{name}"),
@@ -219,10 +209,10 @@ impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
             serde_json::from_str(raw_arguments)
                 .map_err(|e| ToolError::validation("invalid_json", format!("the arguments are not valid JSON ({e})")))?
         };
-        if let Ok(validator) = jsonschema::validator_for(&self.input_schema)
-            && let Err(e) = validator.validate(&value)
+        if let Ok(validator) = crate::tool::ArgumentValidator::new(&self.input_schema)
+            && let Err(problems) = validator.check(&value)
         {
-            return Err(ToolError::validation("invalid_arguments", e.to_string()));
+            return Err(ToolError::validation("invalid_arguments", problems));
         }
         if let Some(check) = &self.on_handoff {
             check(ctx, value)

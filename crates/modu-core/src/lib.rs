@@ -51,7 +51,9 @@ pub use store::{
     MemoryStateStore, StoreError,
 };
 pub use tokens::{ApproximateTokenCounter, TokenCounter};
-pub use tool::{ErrorMapper, FunctionTool, RecoveryAction, Tool, ToolError, ToolErrorKind, ToolSpec};
+pub use tool::{
+    ArgumentValidator, ErrorMapper, FunctionTool, RecoveryAction, Tool, ToolError, ToolErrorKind, ToolSpec,
+};
 
 /// A boxed error, the cause type used across modu.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

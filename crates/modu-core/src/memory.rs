@@ -184,6 +184,25 @@ async fn required_tokens(counter: &dyn TokenCounter, input: &MemoryInput<'_>) ->
     count(counter, &required, input.tools).await
 }
 
+/// Tokens of the parts that always stay, or [`AgentError::MemoryOverflow`] when they alone
+/// exceed the budget (checked before any model call).
+async fn required_within_budget(
+    counter: &dyn TokenCounter,
+    input: &MemoryInput<'_>,
+    budget: &TokenBudget,
+) -> Result<u64, AgentError> {
+    let required = required_tokens(counter, input).await?;
+    let available = budget.input_budget();
+    if required > available {
+        return Err(AgentError::MemoryOverflow {
+            message: format!(
+                "the instructions, tools and current run need {required} tokens but the input budget is {available}"
+            ),
+        });
+    }
+    Ok(required)
+}
+
 /// Keeps the newest turns (at most `max_history_turns`) whose tokens fit the budget.
 #[derive(Clone)]
 pub struct TokenBudgetPolicy {
@@ -234,15 +253,7 @@ impl ConversationMemoryPolicy for TokenBudgetPolicy {
         "token_budget"
     }
     async fn select(&self, input: MemoryInput<'_>) -> Result<MemoryView, AgentError> {
-        let required = required_tokens(self.counter.as_ref(), &input).await?;
-        let budget = self.budget.input_budget();
-        if required > budget {
-            return Err(AgentError::MemoryOverflow {
-                message: format!(
-                    "the instructions, tools and current run need {required} tokens but the input budget is {budget}"
-                ),
-            });
-        }
+        let required = required_within_budget(self.counter.as_ref(), &input, &self.budget).await?;
         let turns = split_turns(input.history);
         let limit = self.max_history_turns.unwrap_or(usize::MAX);
         let candidates = &turns[turns.len().saturating_sub(limit)..];
@@ -455,15 +466,8 @@ impl ConversationMemoryPolicy for SummarizingPolicy {
     }
 
     async fn select(&self, input: MemoryInput<'_>) -> Result<MemoryView, AgentError> {
-        let required = required_tokens(self.counter.as_ref(), &input).await?;
+        let required = required_within_budget(self.counter.as_ref(), &input, &self.budget).await?;
         let budget = self.budget.input_budget();
-        if required > budget {
-            return Err(AgentError::MemoryOverflow {
-                message: format!(
-                    "the instructions, tools and current run need {required} tokens but the input budget is {budget}"
-                ),
-            });
-        }
         let turns = split_turns(input.history);
         let Some(session) = input.session_id else {
             return self.fallback().select(input).await;

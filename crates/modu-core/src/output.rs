@@ -73,17 +73,7 @@ impl<T> std::fmt::Debug for JsonCodec<T> {
 impl<T: schemars::JsonSchema> JsonCodec<T> {
     /// A codec named after the type.
     pub fn new() -> Self {
-        let raw_name = T::schema_name();
-        let name: String = raw_name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let name = crate::tool::sanitize_name(&T::schema_name());
         JsonCodec {
             format: ResponseFormat {
                 name: if name.is_empty() { "output".into() } else { name },

@@ -1421,20 +1421,7 @@ where
                     ))
                 })?
             };
-            let problems: Vec<String> = tool
-                .entry
-                .validator
-                .iter_errors(&args)
-                .take(8)
-                .map(|e| {
-                    let path = e.instance_path().to_string();
-                    if path.is_empty() {
-                        e.to_string()
-                    } else {
-                        format!("{path}: {e}")
-                    }
-                })
-                .collect();
+            let problems = tool.entry.validator.problems(&args);
             if !problems.is_empty() {
                 return Err(refused(ToolError::validation(
                     "invalid_arguments",

@@ -581,6 +581,68 @@ pub mod __macro_support {
     }
 }
 
+/// A compiled JSON schema that checks tool arguments and says what is wrong in words a model
+/// can act on (`/a: "one" is not of type "integer"`). The run loop checks every call with
+/// one; connectors that validate before sending (MCP) use the same.
+pub struct ArgumentValidator {
+    inner: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for ArgumentValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgumentValidator").finish_non_exhaustive()
+    }
+}
+
+impl ArgumentValidator {
+    /// Compiles a schema; the error says why it is not a valid schema.
+    pub fn new(schema: &serde_json::Value) -> Result<Self, String> {
+        jsonschema::validator_for(schema)
+            .map(|inner| ArgumentValidator { inner })
+            .map_err(|e| e.to_string())
+    }
+
+    /// What is wrong with `arguments` (at most 8 problems, each with its JSON pointer); empty
+    /// when they fit.
+    pub fn problems(&self, arguments: &serde_json::Value) -> Vec<String> {
+        self.inner
+            .iter_errors(arguments)
+            .take(8)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect()
+    }
+
+    /// `Ok` when `arguments` fit, else the problems joined with `"; "`.
+    pub fn check(&self, arguments: &serde_json::Value) -> Result<(), String> {
+        let problems = self.problems(arguments);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+/// Replaces every character that is not a letter, digit, `_` or `-` (names of schemas and tools).
+pub(crate) fn sanitize_name(raw: &str) -> String {
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ pub struct McpToolDescriptor {
     pub description: String,
     /// The tool's input schema.
     pub input_schema: Value,
-    validator: Option<jsonschema::Validator>,
+    validator: Option<modu_core::ArgumentValidator>,
     name_lower: String,
     description_words: Vec<String>,
 }
@@ -53,7 +53,7 @@ impl McpToolDescriptor {
         let tool = tool.into();
         let description = description.into();
         let external_name = format!("{server}{NAME_SEPARATOR}{tool}");
-        let validator = match jsonschema::validator_for(&input_schema) {
+        let validator = match modu_core::ArgumentValidator::new(&input_schema) {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::debug!(tool = %external_name, error = %e, "input schema does not compile; not validating");
@@ -79,23 +79,7 @@ impl McpToolDescriptor {
         let Some(validator) = &self.validator else {
             return Ok(());
         };
-        let problems: Vec<String> = validator
-            .iter_errors(arguments)
-            .take(8)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{path}: {e}")
-                }
-            })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
+        validator.check(arguments)
     }
 
     /// The entry `mcp_search_tools` returns for this tool.
