@@ -206,7 +206,8 @@ fn banned_in_tree(tree: &str) -> Vec<String> {
 fn test_with_services(extra: &[String]) -> Result<()> {
     let services = Services::start()?;
     let mut cmd = Command::new(cargo());
-    cmd.args(["test", "--workspace", "--all-features", "--no-fail-fast"]).args(extra);
+    cmd.args(["test", "--workspace", "--all-features", "--no-fail-fast"])
+        .args(extra);
     for (k, v) in &services.env {
         cmd.env(k, v);
     }
