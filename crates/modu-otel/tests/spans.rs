@@ -325,3 +325,54 @@ async fn failed_run_and_failed_model_call_have_error_status() {
         other => panic!("{other:?}"),
     }
 }
+
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Topic {
+    topic: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_agent_as_tool_run_nests_under_its_tool_span() {
+    let (provider, exporter) = provider();
+    let sink: Arc<OtelEventSink> = Arc::new(OtelEventSink::builder(provider.tracer("test")).build());
+    let fetch = FunctionTool::<()>::new(
+        ToolSpec::new("fetch", "Fetch", json!({"type": "object"})),
+        |_c, _a| async { Ok(json!("page")) },
+    );
+    let researcher = Agent::<()>::builder(ScriptedModel::new().tool_call("fetch", json!({})).text("notes"))
+        .name("researcher")
+        .tool(fetch)
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let orchestrator = Agent::<()>::builder(
+        ScriptedModel::new()
+            .tool_call("research", json!({"topic": "otel"}))
+            .text("summary"),
+    )
+    .name("orchestrator")
+    .tool(researcher.as_tool::<Topic>("research", "Research a topic"))
+    .event_sink(sink.clone())
+    .build()
+    .unwrap();
+    let result = orchestrator.run("go").await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    assert_eq!(sink.open_runs(), 0);
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let parent = one(&spans, "invoke_agent orchestrator");
+    let research = one(&spans, "execute_tool research");
+    let child = one(&spans, "invoke_agent researcher");
+    let fetch = one(&spans, "execute_tool fetch");
+    let id = |s: &SpanData| s.span_context.span_id();
+    assert_eq!(research.parent_span_id, id(parent));
+    assert_eq!(
+        child.parent_span_id,
+        id(research),
+        "the nested run hangs off its tool call"
+    );
+    assert_eq!(fetch.parent_span_id, id(child));
+    for s in &spans {
+        assert_eq!(s.span_context.trace_id(), parent.span_context.trace_id(), "one trace");
+    }
+}
