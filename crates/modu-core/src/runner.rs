@@ -8,9 +8,8 @@
 //! each finished call), and the state is checkpointed after every step so `Agent::resume` can
 //! continue a run that failed on a transient error.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-use crate::approval::{ApprovalDecision, ApprovalRequest};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::agent::{Agent, AgentInner, AgentRequest, AgentResult, FinalizationMode, ToolEntry, compile_tool};
+use crate::approval::{ApprovalDecision, ApprovalRequest};
 use crate::context::{RunContext, UserContext};
 use crate::error::AgentError;
 use crate::event::{AgentEvent, EventSink};
@@ -32,7 +32,6 @@ use crate::middleware::{AgentService, ToolInvocation};
 use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
 use crate::provider::{ModelContext, Stage, ToolSession};
 use crate::tool::{ToolError, ToolErrorKind, truncate_result};
-use std::collections::HashSet;
 
 type ToolCallOutcome = Result<serde_json::Value, ToolError>;
 
@@ -474,8 +473,6 @@ impl<O> Drop for RunStream<O> {
         }
     }
 }
-
-use std::future::Future;
 
 /// A fresh run, through the agent middleware when there is any.
 async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> AgentResult<O>
