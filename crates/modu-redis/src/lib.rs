@@ -353,43 +353,15 @@ impl RedisCheckpointStore {
 #[async_trait]
 impl CheckpointStore for RedisCheckpointStore {
     async fn save(&self, run_id: &str, state: &[u8]) -> Result<(), StoreError> {
-        let key = self.key(run_id);
-        let mut conn = self.conn.clone();
-        let result = match self.ttl {
-            Some(ttl) => {
-                let ms = u64::try_from(ttl_ms(ttl)).unwrap_or(u64::MAX);
-                conn.pset_ex::<_, _, ()>(&key, state, ms).await
-            }
-            None => conn.set::<_, _, ()>(&key, state).await,
-        };
-        result.map_err(|e| backend("checkpoint.save", e))
+        set_value(&self.conn, &self.key(run_id), state, self.ttl, "checkpoint.save").await
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let key = self.key(run_id);
-        let mut conn = self.conn.clone();
-        match self.ttl {
-            Some(ttl) => {
-                let (state, _): (Option<Vec<u8>>, bool) = redis::pipe()
-                    .atomic()
-                    .get(&key)
-                    .pexpire(&key, ttl_ms(ttl))
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| backend("checkpoint.load", e))?;
-                Ok(state)
-            }
-            None => conn.get(&key).await.map_err(|e| backend("checkpoint.load", e)),
-        }
+        get_value(&self.conn, &self.key(run_id), self.ttl, "checkpoint.load").await
     }
 
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: i64 = conn
-            .del(self.key(run_id))
-            .await
-            .map_err(|e| backend("checkpoint.delete", e))?;
-        Ok(())
+        delete_key(&self.conn, &self.key(run_id), "checkpoint.delete").await
     }
 }
 
@@ -446,21 +418,7 @@ impl RedisMemoryStateStore {
 #[async_trait]
 impl MemoryStateStore for RedisMemoryStateStore {
     async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let k = self.key(key);
-        let mut conn = self.conn.clone();
-        let raw: Option<Vec<u8>> = match self.ttl {
-            Some(ttl) => {
-                let (v, _): (Option<Vec<u8>>, bool) = redis::pipe()
-                    .atomic()
-                    .get(&k)
-                    .pexpire(&k, ttl_ms(ttl))
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| backend("memory.get", e))?;
-                v
-            }
-            None => conn.get(&k).await.map_err(|e| backend("memory.get", e))?,
-        };
+        let raw = get_value(&self.conn, &self.key(key), self.ttl, "memory.get").await?;
         raw.map(|bytes| {
             String::from_utf8(bytes).map_err(|e| StoreError::Corrupted {
                 message: format!("memory value {key:?} is not UTF-8: {e}"),
@@ -470,23 +428,60 @@ impl MemoryStateStore for RedisMemoryStateStore {
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
-        let k = self.key(key);
-        let mut conn = self.conn.clone();
-        let result = match self.ttl {
-            Some(ttl) => {
-                let ms = u64::try_from(ttl_ms(ttl)).unwrap_or(u64::MAX);
-                conn.pset_ex::<_, _, ()>(&k, value, ms).await
-            }
-            None => conn.set::<_, _, ()>(&k, value).await,
-        };
-        result.map_err(|e| backend("memory.put", e))
+        set_value(&self.conn, &self.key(key), value.as_bytes(), self.ttl, "memory.put").await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: i64 = conn.del(self.key(key)).await.map_err(|e| backend("memory.delete", e))?;
-        Ok(())
+        delete_key(&self.conn, &self.key(key), "memory.delete").await
     }
+}
+
+/// Sets a string key, with its expiry when there is a TTL (checkpoints, memory state).
+async fn set_value(
+    conn: &ConnectionManager,
+    key: &str,
+    value: &[u8],
+    ttl: Option<Duration>,
+    operation: &'static str,
+) -> Result<(), StoreError> {
+    let mut conn = conn.clone();
+    let result = match ttl {
+        Some(ttl) => {
+            let ms = u64::try_from(ttl_ms(ttl)).unwrap_or(u64::MAX);
+            conn.pset_ex::<_, _, ()>(key, value, ms).await
+        }
+        None => conn.set::<_, _, ()>(key, value).await,
+    };
+    result.map_err(|e| backend(operation, e))
+}
+
+/// Reads a string key; with a TTL, the read and the new expiry are one transaction.
+async fn get_value(
+    conn: &ConnectionManager,
+    key: &str,
+    ttl: Option<Duration>,
+    operation: &'static str,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let mut conn = conn.clone();
+    match ttl {
+        Some(ttl) => {
+            let (value, _): (Option<Vec<u8>>, bool) = redis::pipe()
+                .atomic()
+                .get(key)
+                .pexpire(key, ttl_ms(ttl))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| backend(operation, e))?;
+            Ok(value)
+        }
+        None => conn.get(key).await.map_err(|e| backend(operation, e)),
+    }
+}
+
+async fn delete_key(conn: &ConnectionManager, key: &str, operation: &'static str) -> Result<(), StoreError> {
+    let mut conn = conn.clone();
+    let _: i64 = conn.del(key).await.map_err(|e| backend(operation, e))?;
+    Ok(())
 }
 
 #[cfg(test)]
