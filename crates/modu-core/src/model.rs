@@ -465,6 +465,70 @@ impl ChatResponseBuilder {
     }
 }
 
+/// Helpers for providers that speak HTTP: one mapping of error answers onto [`ModelError`].
+pub mod http {
+    use std::time::{Duration, SystemTime};
+
+    use super::ModelError;
+
+    /// The most bytes of an error body kept in a [`ModelError`].
+    pub const MAX_ERROR_BODY: usize = 2000;
+
+    /// The body, trimmed and cut to [`MAX_ERROR_BODY`] bytes on a character boundary.
+    pub fn trim_body(body: &str) -> String {
+        let body = body.trim();
+        if body.len() <= MAX_ERROR_BODY {
+            return body.to_owned();
+        }
+        let mut end = MAX_ERROR_BODY;
+        while !body.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &body[..end])
+    }
+
+    /// A `Retry-After` value: seconds (whole or decimal) or an HTTP date (a date in the past
+    /// means now).
+    pub fn retry_after(value: &str) -> Option<Duration> {
+        let value = value.trim();
+        if let Ok(secs) = value.parse::<u64>() {
+            return Some(Duration::from_secs(secs));
+        }
+        if let Ok(secs) = value.parse::<f64>() {
+            return Duration::try_from_secs_f64(secs).ok();
+        }
+        let when = httpdate::parse_http_date(value).ok()?;
+        Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    }
+
+    /// Classifies an HTTP error answer: 401/403 → `Authentication`, 404 → `ModelNotFound`,
+    /// 429 → `RateLimited`, `context_length` (the provider recognised its server's message) →
+    /// `ContextLengthExceeded`, anything else → `Status` with the trimmed body.
+    pub fn status_error(
+        status: u16,
+        message: String,
+        body: &str,
+        retry_after: Option<Duration>,
+        model: &str,
+        context_length: bool,
+    ) -> ModelError {
+        match status {
+            401 | 403 => ModelError::Authentication { status, message },
+            404 => ModelError::ModelNotFound {
+                model: model.to_owned(),
+                message,
+            },
+            429 => ModelError::RateLimited { retry_after },
+            _ if context_length => ModelError::ContextLengthExceeded { message },
+            _ => ModelError::Status {
+                status,
+                body: trim_body(body),
+                retry_after,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

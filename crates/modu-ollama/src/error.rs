@@ -1,7 +1,7 @@
 //! The crate's configuration error, and the mapping of HTTP failures onto
 //! [`ModelError`](modu_core::ModelError).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use modu_core::ModelError;
 use reqwest::StatusCode;
@@ -34,19 +34,7 @@ pub enum OllamaConfigError {
     Http(#[source] reqwest::Error),
 }
 
-const MAX_BODY: usize = 2000;
-
-fn trim_body(body: &str) -> String {
-    let body = body.trim();
-    if body.len() <= MAX_BODY {
-        return body.to_owned();
-    }
-    let mut end = MAX_BODY;
-    while !body.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &body[..end])
-}
+use modu_core::model::http::trim_body;
 
 /// The message of an Ollama error body (`{"error": "..."}`), or the body itself.
 pub(crate) fn error_message(body: &str) -> String {
@@ -78,33 +66,15 @@ fn is_context_length_error(message: &str) -> bool {
 }
 
 fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(value).ok()?;
-    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    modu_core::model::http::retry_after(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
 }
 
 /// Maps an error status and body onto a [`ModelError`].
 pub(crate) fn status_error(status: StatusCode, headers: &HeaderMap, body: &str, model: &str) -> ModelError {
     let code = status.as_u16();
-    let retry_after = parse_retry_after(headers);
     let message = error_message(body);
-    match code {
-        401 | 403 => ModelError::Authentication { status: code, message },
-        404 => ModelError::ModelNotFound {
-            model: model.to_owned(),
-            message,
-        },
-        429 => ModelError::RateLimited { retry_after },
-        400 | 413 | 500 if is_context_length_error(&message) => ModelError::ContextLengthExceeded { message },
-        _ => ModelError::Status {
-            status: code,
-            body: trim_body(body),
-            retry_after,
-        },
-    }
+    let context_length = matches!(code, 400 | 413 | 500) && is_context_length_error(&message);
+    modu_core::model::http::status_error(code, message, body, parse_retry_after(headers), model, context_length)
 }
 
 /// An `{"error": ...}` line inside a 200 stream: the server failed mid-answer.

@@ -1,7 +1,7 @@
 //! The crate's configuration error, and the mapping of HTTP failures onto
 //! [`ModelError`](modu_core::ModelError).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use modu_core::ModelError;
 use reqwest::StatusCode;
@@ -37,20 +37,7 @@ pub enum OpenAiConfigError {
     Http(#[source] reqwest::Error),
 }
 
-/// The most characters of an error body kept in a [`ModelError`].
-const MAX_BODY: usize = 2000;
-
-pub(crate) fn trim_body(body: &str) -> String {
-    let body = body.trim();
-    if body.len() <= MAX_BODY {
-        return body.to_owned();
-    }
-    let mut end = MAX_BODY;
-    while !body.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &body[..end])
-}
+pub(crate) use modu_core::model::http::trim_body;
 
 /// The human message of an error body: `{"error":{"message":…}}` (OpenAI, llama.cpp),
 /// `{"message":…}` (vLLM), `{"error":"…"}`, `{"detail":…}`, or the body itself.
@@ -96,36 +83,15 @@ pub fn is_context_length_error(body: &str) -> bool {
 
 /// `Retry-After` as seconds or as an HTTP date (a date in the past means now).
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    if let Ok(secs) = value.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).ok();
-    }
-    let when = httpdate::parse_http_date(value).ok()?;
-    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    modu_core::model::http::retry_after(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
 }
 
 /// Maps an error status and body onto a [`ModelError`].
 pub(crate) fn status_error(status: StatusCode, headers: &HeaderMap, body: &str, model: &str) -> ModelError {
     let code = status.as_u16();
-    let retry_after = parse_retry_after(headers);
+    let context_length = matches!(code, 400 | 413 | 422) && is_context_length_error(body);
     let message = error_message(body);
-    match code {
-        401 | 403 => ModelError::Authentication { status: code, message },
-        404 => ModelError::ModelNotFound {
-            model: model.to_owned(),
-            message,
-        },
-        429 => ModelError::RateLimited { retry_after },
-        400 | 413 | 422 if is_context_length_error(body) => ModelError::ContextLengthExceeded { message },
-        _ => ModelError::Status {
-            status: code,
-            body: trim_body(body),
-            retry_after,
-        },
-    }
+    modu_core::model::http::status_error(code, message, body, parse_retry_after(headers), model, context_length)
 }
 
 /// An error object sent inside a 200 stream (`data: {"error": {...}}`).
@@ -160,6 +126,7 @@ pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, wh
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::time::SystemTime;
 
     #[test]
     fn retry_after_forms() {
