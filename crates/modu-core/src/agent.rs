@@ -87,6 +87,14 @@ pub struct RunLimits {
     pub max_tool_calls: u32,
     /// One timeout shared by every model call, tool call and store operation of the run.
     pub timeout: Option<Duration>,
+    /// Plan-and-Execute: steps in a plan (plan steps, not model calls), at most.
+    pub max_steps: u32,
+    /// Plan-and-Execute: step-result attempts per step (invalid or `failed` step results).
+    pub max_step_attempts: u32,
+    /// Plan-and-Execute: plan revisions after tool failures.
+    pub max_replans: u32,
+    /// Plan-and-Execute: corrected-argument repair calls per step.
+    pub max_tool_repair_attempts: u32,
 }
 
 impl Default for RunLimits {
@@ -95,6 +103,10 @@ impl Default for RunLimits {
             max_turns: 16,
             max_tool_calls: 64,
             timeout: Some(Duration::from_secs(300)),
+            max_steps: 8,
+            max_step_attempts: 2,
+            max_replans: 1,
+            max_tool_repair_attempts: 1,
         }
     }
 }
@@ -113,6 +125,26 @@ impl RunLimits {
     /// Sets the shared timeout (`None` for no timeout).
     pub fn timeout(mut self, t: Option<Duration>) -> Self {
         self.timeout = t;
+        self
+    }
+    /// Sets `max_steps` (Plan-and-Execute).
+    pub fn max_steps(mut self, n: u32) -> Self {
+        self.max_steps = n;
+        self
+    }
+    /// Sets `max_step_attempts` (Plan-and-Execute).
+    pub fn max_step_attempts(mut self, n: u32) -> Self {
+        self.max_step_attempts = n;
+        self
+    }
+    /// Sets `max_replans` (Plan-and-Execute).
+    pub fn max_replans(mut self, n: u32) -> Self {
+        self.max_replans = n;
+        self
+    }
+    /// Sets `max_tool_repair_attempts` (Plan-and-Execute).
+    pub fn max_tool_repair_attempts(mut self, n: u32) -> Self {
+        self.max_tool_repair_attempts = n;
         self
     }
 }
@@ -225,6 +257,7 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) retry: RetryConfig,
     pub(crate) limits: RunLimits,
     pub(crate) finalization: FinalizationMode,
+    pub(crate) policy: crate::plan::DecisionPolicy,
     pub(crate) settings: ModelSettings,
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
@@ -311,6 +344,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             retry: RetryConfig::default(),
             limits: RunLimits::default(),
             finalization: FinalizationMode::default(),
+            policy: crate::plan::DecisionPolicy::Standard,
             settings: ModelSettings::default(),
             sink: None,
             conversations: None,
@@ -366,6 +400,7 @@ pub struct AgentBuilder<C, O> {
     retry: RetryConfig,
     limits: RunLimits,
     finalization: FinalizationMode,
+    policy: crate::plan::DecisionPolicy,
     settings: ModelSettings,
     sink: Option<Arc<dyn EventSink>>,
     conversations: Option<Arc<dyn ConversationStore>>,
@@ -513,6 +548,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             retry: self.retry,
             limits: self.limits,
             finalization: self.finalization,
+            policy: self.policy,
             settings: self.settings,
             sink: self.sink,
             conversations: self.conversations,
@@ -542,6 +578,14 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
     /// When to make a separate final request.
     pub fn finalization_mode(mut self, mode: FinalizationMode) -> Self {
         self.finalization = mode;
+        self
+    }
+
+    /// How the agent decides what to do next: the standard tool loop (default) or strict
+    /// Plan-and-Execute ([`crate::plan::PlanAndExecutePolicy`]). A strict policy needs a
+    /// finalization step: `build` rejects it with [`FinalizationMode::Disabled`].
+    pub fn decision_policy(mut self, policy: impl Into<crate::plan::DecisionPolicy>) -> Self {
+        self.policy = policy.into();
         self
     }
 
@@ -632,7 +676,34 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
         let function_service = (!self.function_layers.is_empty()).then(|| {
             crate::middleware::apply(FunctionService::new(crate::middleware::CallTool), &self.function_layers)
         });
-        let fingerprint = fingerprint(&entries, self.codec.as_ref(), "standard/1");
+        if let crate::plan::DecisionPolicy::PlanAndExecute(p) = &self.policy {
+            if self.finalization == FinalizationMode::Disabled {
+                return Err(AgentError::Configuration {
+                    message: "a strict Plan-and-Execute policy always finalizes: finalization_mode must not be Disabled"
+                        .into(),
+                });
+            }
+            if self.limits.max_steps == 0 || p.generator.max_steps == 0 {
+                return Err(AgentError::Configuration {
+                    message: "a strict Plan-and-Execute policy needs max_steps of at least 1".into(),
+                });
+            }
+            if self.limits.max_step_attempts == 0 {
+                return Err(AgentError::Configuration {
+                    message: "a strict Plan-and-Execute policy needs max_step_attempts of at least 1".into(),
+                });
+            }
+            if !self.handoffs.is_empty() {
+                return Err(AgentError::Configuration {
+                    message: "handoffs are not supported with a strict Plan-and-Execute policy".into(),
+                });
+            }
+        }
+        let policy_tag = match &self.policy {
+            crate::plan::DecisionPolicy::Standard => "standard/1",
+            crate::plan::DecisionPolicy::PlanAndExecute(p) => p.fingerprint_tag(),
+        };
+        let fingerprint = fingerprint(&entries, self.codec.as_ref(), policy_tag);
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 name: self.name,
@@ -645,6 +716,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 retry: self.retry,
                 limits: self.limits,
                 finalization: self.finalization,
+                policy: self.policy,
                 settings: self.settings,
                 sink: self.sink,
                 conversations: self.conversations,

@@ -124,6 +124,16 @@ pub enum AgentError {
         /// The call.
         call_id: String,
     },
+    /// A strict Plan-and-Execute policy ended the run (see `metadata["failure"]`; the fields
+    /// are sanitised identifiers, never a tool's raw error).
+    #[error("the plan failed in step {}: {cause}", step_id.as_deref().unwrap_or("-"))]
+    PlanFailed {
+        /// Why recovery ended (`fallback_fail`, `replan_limit`, `partial_batch_failure`, …).
+        cause: String,
+        /// The step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step_id: Option<String>,
+    },
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,

@@ -171,6 +171,100 @@ pub enum AgentEvent {
         /// The error, without secrets.
         message: String,
     },
+    /// Plan-and-Execute: the plan was made.
+    PlanCreated {
+        /// The run.
+        run_id: String,
+        /// The plan.
+        plan: crate::plan::Plan,
+    },
+    /// Plan-and-Execute: the unfinished part of the plan was revised after a failure.
+    PlanRevised {
+        /// The run.
+        run_id: String,
+        /// The revised plan.
+        plan: crate::plan::Plan,
+        /// Why (a sanitised cause such as `tool_failed`).
+        cause: String,
+    },
+    /// Plan-and-Execute: work on a step started (again).
+    StepStarted {
+        /// The run.
+        run_id: String,
+        /// The step.
+        step_id: String,
+        /// Its position in the plan, from 0.
+        index: usize,
+        /// The step-result attempt, from 1.
+        attempt: u32,
+    },
+    /// Plan-and-Execute: text the model produced inside a step (PLAN, ACT, STEP_RESULT). Only
+    /// [`crate::Agent::stream_all`] and event sinks see it.
+    StepModelDelta {
+        /// The run.
+        run_id: String,
+        /// The step (`plan` while planning).
+        step_id: String,
+        /// The text.
+        text: String,
+    },
+    /// Plan-and-Execute: a step result did not validate, or reported `failed`.
+    StepResultRejected {
+        /// The run.
+        run_id: String,
+        /// The step.
+        step_id: String,
+        /// `invalid_step_result` or `step_reported_failed`.
+        reason: String,
+        /// The attempt that was rejected, from 1.
+        attempt: u32,
+    },
+    /// Plan-and-Execute: a step result was validated and committed.
+    StepCommitted {
+        /// The run.
+        run_id: String,
+        /// The step.
+        step_id: String,
+    },
+    /// Plan-and-Execute: the policy ended the run in this step.
+    StepFailed {
+        /// The run.
+        run_id: String,
+        /// The step.
+        step_id: String,
+        /// Why (sanitised).
+        cause: String,
+    },
+    /// Plan-and-Execute: a tool failure is being recovered.
+    ToolRecovery {
+        /// The run.
+        run_id: String,
+        /// The step.
+        step_id: String,
+        /// The failed call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// `repair_call`, `replan` or `fail`.
+        action: String,
+        /// The tool error's reason or the runtime's (sanitised).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Plan-and-Execute: every step is committed; the final answer comes next.
+    PlanVerified {
+        /// The run.
+        run_id: String,
+        /// Steps committed.
+        steps: usize,
+    },
+    /// Plan-and-Execute: a piece of the final answer (FINALIZE).
+    FinalDelta {
+        /// The run.
+        run_id: String,
+        /// The text.
+        text: String,
+    },
     /// The run finished with an answer.
     RunCompleted {
         /// The run.
@@ -216,6 +310,16 @@ impl AgentEvent {
             | AgentEvent::ApprovalResolved { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
             | AgentEvent::StoreFailed { run_id, .. }
+            | AgentEvent::PlanCreated { run_id, .. }
+            | AgentEvent::PlanRevised { run_id, .. }
+            | AgentEvent::StepStarted { run_id, .. }
+            | AgentEvent::StepModelDelta { run_id, .. }
+            | AgentEvent::StepResultRejected { run_id, .. }
+            | AgentEvent::StepCommitted { run_id, .. }
+            | AgentEvent::StepFailed { run_id, .. }
+            | AgentEvent::ToolRecovery { run_id, .. }
+            | AgentEvent::PlanVerified { run_id, .. }
+            | AgentEvent::FinalDelta { run_id, .. }
             | AgentEvent::RunCompleted { run_id, .. }
             | AgentEvent::RunFailed { run_id, .. } => run_id,
         }
@@ -237,6 +341,16 @@ impl AgentEvent {
             AgentEvent::ApprovalResolved { .. } => "approval_resolved",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
             AgentEvent::StoreFailed { .. } => "store_failed",
+            AgentEvent::PlanCreated { .. } => "plan_created",
+            AgentEvent::PlanRevised { .. } => "plan_revised",
+            AgentEvent::StepStarted { .. } => "step_started",
+            AgentEvent::StepModelDelta { .. } => "step_model_delta",
+            AgentEvent::StepResultRejected { .. } => "step_result_rejected",
+            AgentEvent::StepCommitted { .. } => "step_committed",
+            AgentEvent::StepFailed { .. } => "step_failed",
+            AgentEvent::ToolRecovery { .. } => "tool_recovery",
+            AgentEvent::PlanVerified { .. } => "plan_verified",
+            AgentEvent::FinalDelta { .. } => "final_delta",
             AgentEvent::RunCompleted { .. } => "run_completed",
             AgentEvent::RunFailed { .. } => "run_failed",
         }

@@ -13,6 +13,7 @@ pub mod message;
 pub mod middleware;
 pub mod model;
 pub mod output;
+pub mod plan;
 pub mod provider;
 mod runner;
 pub mod runtime;

@@ -55,8 +55,32 @@ enum ToolRun {
     NeedsApproval(ApprovalRequest),
 }
 
+/// How one call ended, in detail (the strict policy classifies it).
+struct CallReport {
+    outcome: ToolCallOutcome,
+    /// How often it ran (0: refused before running).
+    attempts: u32,
+    /// The arguments it ran with, schema defaults filled in (`None`: refused before running).
+    validated: Option<serde_json::Value>,
+    duration_ms: u64,
+}
+
+/// [`ToolRun`] with the call's report instead of its message.
+enum RawToolRun {
+    Done(CallReport),
+    NeedsApproval(ApprovalRequest),
+}
+
+mod strict;
+
 /// The version of the checkpoint format written by this crate.
-pub const CHECKPOINT_SCHEMA_VERSION: u32 = 1;
+///
+/// 2 added the strict Plan-and-Execute state (`state.strict`); version 1 checkpoints (which
+/// never hold one) are read as they are.
+pub const CHECKPOINT_SCHEMA_VERSION: u32 = 2;
+
+/// The oldest checkpoint format this crate reads.
+const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
@@ -92,6 +116,9 @@ struct RunState {
     /// The agent answering after a handoff (`None`: the agent the run started with).
     #[serde(default)]
     active_agent: Option<String>,
+    /// The strict Plan-and-Execute state (strict runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    strict: Option<Box<strict::StrictState>>,
 }
 
 /// A checkpoint: the run state with what is needed to check and rebuild the run.
@@ -162,6 +189,34 @@ struct Run<C, O> {
     offered: Option<HashSet<String>>,
     sessions: Vec<Box<dyn ToolSession<C>>>,
     resumed: bool,
+    /// Which event carries the model's text deltas.
+    deltas: DeltaRoute,
+}
+
+/// Which event carries the model's text deltas.
+#[derive(Clone, Debug)]
+enum DeltaRoute {
+    /// `ModelDelta` (the standard policy).
+    Answer,
+    /// `StepModelDelta` for this step (strict PLAN, ACT, STEP_RESULT).
+    Step(String),
+    /// `FinalDelta` (strict FINALIZE).
+    Final,
+}
+
+impl DeltaRoute {
+    fn event(&self, run_id: &str, text: String) -> AgentEvent {
+        let run_id = run_id.to_owned();
+        match self {
+            DeltaRoute::Answer => AgentEvent::ModelDelta { run_id, text },
+            DeltaRoute::Step(step_id) => AgentEvent::StepModelDelta {
+                run_id,
+                step_id: step_id.clone(),
+                text,
+            },
+            DeltaRoute::Final => AgentEvent::FinalDelta { run_id, text },
+        }
+    }
 }
 
 enum Start<C> {
@@ -186,10 +241,25 @@ where
 
     /// Runs the agent, yielding its events as they happen and the result at the end.
     ///
-    /// The run proceeds on a spawned task; dropping the stream cancels it.
+    /// The run proceeds on a spawned task; dropping the stream cancels it. With a strict
+    /// Plan-and-Execute policy this shows what a caller shows a user: `RunStarted`,
+    /// `ApprovalRequested` and the FINALIZE tokens as `FinalDelta`, then the result; the
+    /// internal PLAN / ACT / STEP_RESULT work is in [`Agent::stream_all`]. With the standard
+    /// policy it is the same as `stream_all`.
     pub fn stream(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
+        let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
+        self.stream_inner(request.into(), public_only)
+    }
+
+    /// Runs the agent, yielding every event (plan, step, tool, validation and step-delta events
+    /// of a strict run included) and the result at the end.
+    pub fn stream_all(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
+        self.stream_inner(request.into(), false)
+    }
+
+    fn stream_inner(&self, request: AgentRequest<C>, public_only: bool) -> RunStream<O> {
         let (tx, rx) = mpsc::channel(256);
-        let mut request = request.into();
+        let mut request = request;
         request.stream = Some(tx);
         let inner = Arc::clone(&self.inner);
         let handle = tokio::spawn(async move { run_through_layers(&inner, request).await });
@@ -197,6 +267,7 @@ where
             rx,
             handle: Some(handle),
             agent: self.inner.name.clone(),
+            public_only,
         }
     }
 
@@ -382,9 +453,9 @@ where
             .get("schema_version")
             .and_then(serde_json::Value::as_u64)
             .ok_or_else(|| invalid("no schema_version".into()))?;
-        if version != u64::from(CHECKPOINT_SCHEMA_VERSION) {
+        if !(u64::from(OLDEST_READABLE_SCHEMA_VERSION)..=u64::from(CHECKPOINT_SCHEMA_VERSION)).contains(&version) {
             return Err(invalid(format!(
-                "schema_version {version} is not supported (this build reads {CHECKPOINT_SCHEMA_VERSION})"
+                "schema_version {version} is not supported (this build reads {OLDEST_READABLE_SCHEMA_VERSION} to {CHECKPOINT_SCHEMA_VERSION})"
             )));
         }
         let checkpoint: Checkpoint =
@@ -410,6 +481,16 @@ pub struct RunStream<O> {
     rx: mpsc::Receiver<AgentEvent>,
     handle: Option<tokio::task::JoinHandle<AgentResult<O>>>,
     agent: String,
+    /// Only the events a user sees (strict runs' `stream`).
+    public_only: bool,
+}
+
+/// Whether a strict run's [`Agent::stream`] shows this event.
+fn is_public(event: &AgentEvent) -> bool {
+    matches!(
+        event,
+        AgentEvent::RunStarted { .. } | AgentEvent::FinalDelta { .. } | AgentEvent::ApprovalRequested { .. }
+    )
 }
 
 /// One item of a [`RunStream`].
@@ -428,10 +509,17 @@ impl<O> Stream for RunStream<O> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(event)) => return Poll::Ready(Some(StreamItem::Event(event))),
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(None) => {}
+        loop {
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(event)) => {
+                    if this.public_only && !is_public(&event) {
+                        continue;
+                    }
+                    return Poll::Ready(Some(StreamItem::Event(event)));
+                }
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => break,
+            }
         }
         let Some(handle) = this.handle.as_mut() else {
             return Poll::Ready(None);
@@ -574,6 +662,7 @@ where
                 always_approved: BTreeSet::new(),
                 interruptions: Vec::new(),
                 active_agent: None,
+                strict: None,
             };
             (ctx, state, req.metadata, false, parent_run_id)
         }
@@ -607,6 +696,7 @@ where
         offered: None,
         sessions: Vec::new(),
         resumed,
+        deltas: DeltaRoute::Answer,
     };
     run.execute().await
 }
@@ -645,7 +735,10 @@ where
         if !self.resumed {
             self.checkpoint().await?;
         }
-        self.standard_loop().await
+        match self.env.agent.policy.clone() {
+            crate::plan::DecisionPolicy::PlanAndExecute(policy) => self.strict_loop(&policy).await,
+            _ => self.standard_loop().await,
+        }
     }
 
     async fn open_tools(&mut self) -> Result<(), AgentError> {
@@ -872,6 +965,17 @@ where
         stage: Stage,
         extra: Vec<Message>,
     ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
+        self.prepare_with(stage, extra, None).await
+    }
+
+    /// [`Run::prepare`] offering exactly `only` (when given) instead of every visible tool;
+    /// providers may narrow that set, never widen it.
+    async fn prepare_with(
+        &mut self,
+        stage: Stage,
+        extra: Vec<Message>,
+        only: Option<Vec<ToolDefinition>>,
+    ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
         let mut context = ModelContext {
             stage: Some(stage),
             ..ModelContext::default()
@@ -882,8 +986,11 @@ where
                 context.instructions.push(text);
             }
         }
-        if stage == Stage::Act {
-            context.tools = self.visible_definitions();
+        let restricted: Option<HashSet<String>> = only.as_ref().map(|d| d.iter().map(|t| t.name.clone()).collect());
+        match only {
+            Some(definitions) => context.tools = definitions,
+            None if stage == Stage::Act => context.tools = self.visible_definitions(),
+            None => {}
         }
         let mut current = Vec::with_capacity(self.state.messages.len() + extra.len());
         current.extend(self.state.messages.iter().cloned());
@@ -929,7 +1036,8 @@ where
         }
         // Providers may narrow the tools, never invent executable ones.
         context.tools.retain(|t| {
-            self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name)
+            (self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name))
+                && restricted.as_ref().is_none_or(|r| r.contains(&t.name))
         });
         if stage == Stage::Act {
             self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
@@ -978,8 +1086,23 @@ where
 
     /// One model call: events, deltas, retry on transient errors, the shared deadline, usage.
     async fn call_model(&mut self, request: ChatRequest) -> Result<ChatResponse, AgentError> {
+        self.call_model_with(request, None).await
+    }
+
+    /// [`Run::call_model`] with another model than the agent's (no chat middleware then).
+    async fn call_model_with(
+        &mut self,
+        request: ChatRequest,
+        other_model: Option<Arc<dyn crate::model::ChatModel>>,
+    ) -> Result<ChatResponse, AgentError> {
         let agent = Arc::clone(&self.env.agent);
-        let model = agent.model.as_ref();
+        let model: &dyn crate::model::ChatModel = other_model.as_deref().unwrap_or(agent.model.as_ref());
+        let chat_service = if other_model.is_some() {
+            None
+        } else {
+            agent.chat_service.as_ref()
+        };
+        let deltas = self.deltas.clone();
         let emitter = &self.env.emitter;
         let mut attempt = 0u32;
         loop {
@@ -1000,7 +1123,7 @@ where
             let call_started = Instant::now();
             let run_id = self.env.ctx.run_id();
             let attempt_fut = async {
-                if let Some(service) = &agent.chat_service {
+                if let Some(service) = chat_service {
                     // Through the chat middleware: the innermost service sends text deltas here.
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
                     let call = crate::middleware::with_delta_sink(
@@ -1010,12 +1133,7 @@ where
                     let forward = async {
                         while let Some(text) = rx.recv().await {
                             if emitter.active() {
-                                emitter
-                                    .emit(AgentEvent::ModelDelta {
-                                        run_id: run_id.to_owned(),
-                                        text,
-                                    })
-                                    .await;
+                                emitter.emit(deltas.event(run_id, text)).await;
                             }
                         }
                     };
@@ -1030,12 +1148,7 @@ where
                         && let crate::model::ChatEvent::TextDelta { text } = &event
                         && !text.is_empty()
                     {
-                        emitter
-                            .emit(AgentEvent::ModelDelta {
-                                run_id: run_id.to_owned(),
-                                text: text.clone(),
-                            })
-                            .await;
+                        emitter.emit(deltas.event(run_id, text.clone())).await;
                     }
                     builder.push(event);
                 }
@@ -1212,7 +1325,9 @@ where
         save_checkpoint(&self.env, &self.state).await
     }
 
-    async fn finish(self, outcome: Result<O, AgentError>) -> AgentResult<O> {
+    async fn finish(mut self, outcome: Result<O, AgentError>) -> AgentResult<O> {
+        let strict_done = self.state.strict.as_ref().is_some_and(|s| s.is_done());
+        let already_stored = self.state.strict.as_ref().is_some_and(|s| s.conversation_stored);
         let env = &self.env;
         let agent = &env.agent;
         let run_id = env.ctx.run_id().to_owned();
@@ -1223,11 +1338,17 @@ where
         if self.resumed {
             metadata.insert("resumed".into(), true.into());
         }
+        if let (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) = (&self.state.strict, &agent.policy)
+        {
+            strict.write_metadata(&mut metadata, policy.trace_mode);
+        }
         let (mut output, mut error) = match outcome {
             Ok(o) => (Some(o), None),
             Err(e) => (None, Some(e)),
         };
+        let mut stored_now = false;
         if error.is_none()
+            && !already_stored
             && let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id())
         {
             let appended = match with_deadline(
@@ -1244,9 +1365,12 @@ where
                 }
                 Err(e) => Err(e),
             };
-            if let Err(e) = appended {
-                // Keep the checkpoint so that a resume can append later.
-                error = Some(e);
+            match appended {
+                Ok(()) => stored_now = true,
+                Err(e) => {
+                    // Keep the checkpoint so that a resume can append later.
+                    error = Some(e);
+                }
             }
         }
         let interruptions = if matches!(error, Some(AgentError::Interrupted { .. })) {
@@ -1256,9 +1380,22 @@ where
             Vec::new()
         };
         if let Some(store) = &agent.checkpoints {
-            let keep = error
-                .as_ref()
-                .is_some_and(|e| e.is_resumable() || matches!(e, AgentError::Interrupted { .. }));
+            // A strict run's terminal DONE state stays, so that resuming it again does not
+            // finalize twice (give the store a TTL).
+            let keep_done = strict_done && error.is_none();
+            let keep = keep_done
+                || error
+                    .as_ref()
+                    .is_some_and(|e| e.is_resumable() || matches!(e, AgentError::Interrupted { .. }));
+            if keep_done && stored_now {
+                if let Some(strict) = self.state.strict.as_mut() {
+                    strict.conversation_stored = true;
+                }
+                if let Err(e) = save_checkpoint(env, &self.state).await {
+                    // The answer is stored; only a later resume of this run could append it again.
+                    tracing::warn!(error = %e, "could not record that the strict run's answer was stored");
+                }
+            }
             if !keep && let Err(e) = store.delete(&run_id).await {
                 self.store_failed("checkpoint.delete", &e.to_string()).await;
             }
@@ -1383,6 +1520,41 @@ where
     /// retry, result cap, events. Failures become a tool message the model can act on; only
     /// the run's own deadline ends the run.
     async fn run_tool(&self, call: &crate::message::ToolCall, gate: ApprovalGate<'_>) -> Result<ToolRun, AgentError> {
+        let report = match self.run_tool_raw(call, gate, false).await? {
+            RawToolRun::NeedsApproval(request) => return Ok(ToolRun::NeedsApproval(request)),
+            RawToolRun::Done(report) => report,
+        };
+        let (content, is_error) = match report.outcome {
+            ToolCallOutcome::Ok(value) => (self.result_content(&call.name, value), false),
+            ToolCallOutcome::Err(e) => (e.model_content(true), true),
+        };
+        Ok(ToolRun::Done(Message::tool_result(
+            call.id.clone(),
+            call.name.clone(),
+            content,
+            is_error,
+        )))
+    }
+
+    /// A tool's result as the model sees it: strings as they are, other JSON as text, capped
+    /// at the tool's `max_result_bytes`.
+    fn result_content(&self, tool: &str, value: serde_json::Value) -> String {
+        let text = match value {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let max = self.tools.get(tool).and_then(|t| t.entry.tool.spec().max_result_bytes);
+        truncate_result(text, max)
+    }
+
+    /// One call, reported in detail. With `sanitized` (strict policy) the events carry the
+    /// arguments with secret keys masked and errors without their message.
+    async fn run_tool_raw(
+        &self,
+        call: &crate::message::ToolCall,
+        gate: ApprovalGate<'_>,
+        sanitized: bool,
+    ) -> Result<RawToolRun, AgentError> {
         let started = Instant::now();
         let offered = gate.offered;
         let refused = Refusal::Error;
@@ -1459,9 +1631,9 @@ where
             Ok((tool, args))
         })();
 
-        let (outcome, attempts) = match checked {
-            Err(Refusal::Approval(request)) => return Ok(ToolRun::NeedsApproval(request)),
-            Err(Refusal::Error(error)) => (ToolCallOutcome::Err(error), 0),
+        let (outcome, attempts, validated) = match checked {
+            Err(Refusal::Approval(request)) => return Ok(RawToolRun::NeedsApproval(request)),
+            Err(Refusal::Error(error)) => (ToolCallOutcome::Err(error), 0, None),
             Ok((tool, args)) => {
                 if self.emitter.active() {
                     self.emitter
@@ -1469,28 +1641,31 @@ where
                             run_id: self.ctx.run_id().to_owned(),
                             call_id: call.id.clone(),
                             tool: call.name.clone(),
-                            arguments: args.clone(),
+                            arguments: if sanitized {
+                                crate::plan::mask_arguments(&args)
+                            } else {
+                                args.clone()
+                            },
                         })
                         .await;
                 }
-                self.execute_with_retry(&call.id, tool, args).await?
+                let effective = crate::plan::effective_arguments(&tool.entry.tool.spec().parameters, &args);
+                let (outcome, attempts) = self.execute_with_retry(&call.id, tool, args).await?;
+                (outcome, attempts, Some(effective))
             }
         };
-        let (content, error) = match outcome {
-            ToolCallOutcome::Ok(value) => {
-                let text = match value {
-                    serde_json::Value::String(s) => s,
-                    other => other.to_string(),
-                };
-                let max = self
-                    .tools
-                    .get(&call.name)
-                    .and_then(|t| t.entry.tool.spec().max_result_bytes);
-                (truncate_result(text, max), None)
-            }
-            ToolCallOutcome::Err(e) => (e.model_content(true), Some(e)),
-        };
+        let duration_ms = started.elapsed().as_millis() as u64;
         if self.emitter.active() {
+            let error = outcome.as_ref().err().map(|e| {
+                if sanitized {
+                    ToolError {
+                        message: None,
+                        ..e.clone()
+                    }
+                } else {
+                    e.clone()
+                }
+            });
             self.emitter
                 .emit(AgentEvent::ToolCallFinished {
                     run_id: self.ctx.run_id().to_owned(),
@@ -1498,17 +1673,17 @@ where
                     tool: call.name.clone(),
                     ok: error.is_none(),
                     attempts,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    error: error.clone(),
+                    duration_ms,
+                    error,
                 })
                 .await;
         }
-        Ok(ToolRun::Done(Message::tool_result(
-            call.id.clone(),
-            call.name.clone(),
-            content,
-            error.is_some(),
-        )))
+        Ok(RawToolRun::Done(CallReport {
+            outcome,
+            attempts,
+            validated,
+            duration_ms,
+        }))
     }
 
     async fn execute_with_retry(
@@ -1634,6 +1809,7 @@ mod tests {
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
             active_agent: None,
+            strict: None,
         };
         let user = UserContext::default();
         let meta = serde_json::Map::new();
