@@ -1,20 +1,40 @@
 //! `modu`: the modu command line.
 //!
-//! Exit codes: 0 success, 1 the command ran and found a problem (validation failure, lock
-//! mismatch, a file that could not be written), 2 usage error (bad arguments, a missing folder).
+//! Run an agent from a config file without writing Rust (`run`, `chat`, `sessions`, `resume`,
+//! `mcp tools`, `doctor`), and author Agent Skills (`skills`). [`build`] shows, in one place,
+//! how the modu crates compose into an agent.
 //!
-//! Subcommands live in `commands/`, one module each; add a variant to [`Command`] and a module
-//! to add one (`run`, `chat`, `sessions`, `mcp`, `doctor` are planned).
+//! Exit codes:
+//! - 0: success;
+//! - 1: the command ran and something failed: the run failed or waits for an approval, a check
+//!   of `doctor` or `skills validate` failed, a store or MCP server cannot be reached;
+//! - 2: usage or configuration error: bad arguments, a bad or missing config file, an unknown
+//!   key, no model configured.
+//!
+//! Subcommands live in `commands/`, one module each.
 // A command line prints its results.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod build;
 mod commands;
+mod config;
+mod ui;
 
 use commands::Failure;
+
+const AFTER_HELP: &str = "\
+Configuration: --config FILE, else ./modu.toml if present, else built-in defaults
+(model from OPENAI_BASE_URL / OPENAI_MODEL / OPENAI_API_KEY, or OLLAMA_HOST / OLLAMA_MODEL;
+sessions in SQLite at .modu/modu.db). Every key can be overridden by an environment variable
+MODU_<TABLE>__<KEY> (two underscores), e.g. MODU_MODEL__BASE_URL, MODU_MODEL__MODEL,
+MODU_STORE__KIND=memory, MODU_LIMITS__MAX_TURNS=4, MODU_MCP__SERVERS='[{...}]' (JSON).
+
+Exit codes: 0 ok, 1 the run failed or a check found a problem, 2 usage or configuration error.";
 
 /// The modu command line.
 #[derive(Debug, Parser)]
@@ -22,15 +42,36 @@ use commands::Failure;
     name = "modu",
     version,
     about = "modu: production AI agents in Rust",
+    after_help = AFTER_HELP,
     propagate_version = true
 )]
 struct Cli {
+    /// The config file (default: ./modu.toml when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the agent once on a prompt; the answer streams to stdout.
+    #[command(after_help = AFTER_HELP)]
+    Run(commands::run::RunArgs),
+    /// Chat with the agent, one message per line of stdin.
+    #[command(after_help = AFTER_HELP)]
+    Chat(commands::chat::ChatArgs),
+    /// List, show or delete stored sessions.
+    #[command(subcommand)]
+    Sessions(commands::sessions::SessionsCommand),
+    /// Continue a failed or paused run from its checkpoint.
+    Resume(commands::resume::ResumeArgs),
+    /// MCP servers: list their tools.
+    #[command(subcommand)]
+    Mcp(commands::mcp::McpCommand),
+    /// Check the configuration, the model server, the store and each MCP server.
+    #[command(after_help = AFTER_HELP)]
+    Doctor,
     /// Author and check Agent Skills (SKILL.md folders).
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
@@ -40,6 +81,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Skills(cmd) => commands::skills::run(cmd),
+        command => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(runtime) => runtime.block_on(dispatch(command, cli.config)),
+            Err(e) => Err(Failure::Invalid(format!("cannot start the async runtime: {e}"))),
+        },
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -51,5 +96,18 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(2)
         }
+    }
+}
+
+async fn dispatch(command: Command, config: Option<PathBuf>) -> commands::CommandResult {
+    let config = config.as_deref();
+    match command {
+        Command::Run(args) => commands::run::run(args, config).await,
+        Command::Chat(args) => commands::chat::run(args, config).await,
+        Command::Sessions(cmd) => commands::sessions::run(cmd, config).await,
+        Command::Resume(args) => commands::resume::run(args, config).await,
+        Command::Mcp(cmd) => commands::mcp::run(cmd, config).await,
+        Command::Doctor => commands::doctor::run(config).await,
+        Command::Skills(cmd) => commands::skills::run(cmd),
     }
 }

@@ -1,15 +1,34 @@
 //! One module per subcommand.
 
+use std::path::Path;
+
+use crate::config::{self, Loaded};
+
+pub mod chat;
+pub mod doctor;
+pub mod mcp;
+pub mod resume;
+pub mod run;
+pub mod sessions;
 pub mod skills;
 
 /// Why a command failed; decides the exit code.
 #[derive(Debug)]
 pub enum Failure {
-    /// The command ran and found a problem (exit 1).
+    /// The command ran and found a problem, or the run failed (exit 1).
     Invalid(String),
-    /// The command was called wrongly (exit 2).
+    /// The command was called wrongly, or the configuration is wrong (exit 2).
     Usage(String),
 }
 
 /// What a command returns.
 pub type CommandResult = Result<(), Failure>;
+
+/// The configuration for an agent command: `--config FILE`, else `./modu.toml`, else
+/// defaults, then the `MODU_<TABLE>__<KEY>` variables. A bad configuration is a usage error.
+pub fn load_config(file: Option<&Path>) -> Result<Loaded, Failure> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    config::load(file, &env).map_err(Failure::Usage)
+}

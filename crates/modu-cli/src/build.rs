@@ -1,0 +1,378 @@
+//! From a [`Config`] to a running [`Agent`]: this is how the modu crates compose.
+//!
+//! ```text
+//! model    modu-openai OpenAiClient | modu-ollama OllamaClient      (ChatModel)
+//! store    modu-sqlite | modu-redis | modu-core in-memory            (ConversationStore + CheckpointStore)
+//! memory   modu-core KeepAll | RecentTurns | TokenBudgetPolicy       (ConversationMemoryPolicy)
+//! tools    modu-mcp McpToolProvider over an McpConnector             (ToolProvider, approvals)
+//! skills   modu-skills SkillsProvider over a SkillRegistry           (ContextProvider + ToolProvider)
+//! ```
+//!
+//! Each piece is a trait object the [`modu_core::AgentBuilder`] takes; nothing here is
+//! specific to the command line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use modu_core::{
+    Agent, AgentRequest, ApproximateTokenCounter, ChatModel, CheckpointStore, ConversationMemoryPolicy,
+    ConversationStore, EventSink, InMemoryCheckpointStore, InMemoryConversationStore, KeepAll, ModelError,
+    ModelSettings, RecentTurns, RetryConfig, RunLimits, TokenBudget, TokenBudgetPolicy,
+};
+use modu_mcp::{McpConfig, McpConnector, McpToolProvider};
+use modu_ollama::OllamaClient;
+use modu_openai::OpenAiClient;
+use modu_skills::{SkillRegistry, SkillsProvider};
+
+use crate::commands::Failure;
+use crate::config::{
+    Config, DEFAULT_SQLITE_PATH, LimitsSection, McpSection, MemoryPolicyKind, MemorySection, ModelSection, Provider,
+    SkillsSection, StoreKind, StoreSection,
+};
+
+/// The configured model client.
+#[derive(Clone, Debug)]
+pub enum Model {
+    /// An OpenAI-compatible server.
+    Openai(OpenAiClient),
+    /// An Ollama server.
+    Ollama(OllamaClient),
+}
+
+impl Model {
+    /// The server's base URL, for messages.
+    pub fn base_url(&self) -> &str {
+        match self {
+            Model::Openai(c) => c.base_url(),
+            Model::Ollama(c) => c.base_url(),
+        }
+    }
+
+    /// The client as the agent holds it.
+    pub fn chat_model(&self) -> Arc<dyn ChatModel> {
+        match self {
+            Model::Openai(c) => Arc::new(c.clone()),
+            Model::Ollama(c) => Arc::new(c.clone()),
+        }
+    }
+
+    /// Lists the server's models (`GET /v1/models`, or `/api/tags` for Ollama).
+    pub async fn list_models(&self) -> Result<Vec<String>, ModelError> {
+        match self {
+            Model::Openai(c) => Ok(c.list_models().await?.into_iter().map(|m| m.id).collect()),
+            Model::Ollama(c) => Ok(c.list_models().await?.into_iter().map(|m| m.name).collect()),
+        }
+    }
+
+    /// The model name requests carry.
+    pub fn name(&self) -> String {
+        match self {
+            Model::Openai(c) => c.model().to_owned(),
+            Model::Ollama(c) => c.model_name().to_owned(),
+        }
+    }
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn seconds(value: f64, key: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value).map_err(|_| format!("model.{key} must be a positive number of seconds"))
+}
+
+/// The model client: `[model]`, with `OPENAI_BASE_URL` / `OPENAI_MODEL` / `OPENAI_API_KEY` or
+/// `OLLAMA_HOST` / `OLLAMA_MODEL` filling what the file leaves out.
+pub fn model(section: &ModelSection) -> Result<Model, String> {
+    let provider = section.provider.unwrap_or_else(|| {
+        if var("OPENAI_BASE_URL").is_none() && var("OPENAI_MODEL").is_none() && var("OLLAMA_HOST").is_some() {
+            Provider::Ollama
+        } else {
+            Provider::Openai
+        }
+    });
+    let api_key_env = section
+        .api_key_env
+        .clone()
+        .or_else(|| (provider == Provider::Openai).then(|| "OPENAI_API_KEY".to_owned()));
+    let api_key = api_key_env.as_deref().and_then(var);
+    let connect = section
+        .connect_timeout_seconds
+        .map(|s| seconds(s, "connect_timeout_seconds"))
+        .transpose()?;
+    let read = section
+        .read_timeout_seconds
+        .map(|s| seconds(s, "read_timeout_seconds"))
+        .transpose()?;
+    let request = section
+        .request_timeout_seconds
+        .map(|s| seconds(s, "request_timeout_seconds"))
+        .transpose()?;
+    match provider {
+        Provider::Openai => {
+            let base_url = section
+                .base_url
+                .clone()
+                .or_else(|| var("OPENAI_BASE_URL"))
+                .unwrap_or_else(|| "https://api.openai.com/v1".into());
+            let name =
+                section.model.clone().or_else(|| var("OPENAI_MODEL")).ok_or(
+                    "no model configured: set `model` in [model] of modu.toml, MODU_MODEL__MODEL or OPENAI_MODEL",
+                )?;
+            let mut b = OpenAiClient::builder().base_url(base_url).model(name);
+            if let Some(key) = api_key {
+                b = b.api_key(key);
+            }
+            if let Some(d) = connect {
+                b = b.connect_timeout(d);
+            }
+            if read.is_some() {
+                b = b.read_timeout(read);
+            }
+            if request.is_some() {
+                b = b.request_timeout(request);
+            }
+            b.build().map(Model::Openai).map_err(|e| format!("[model]: {e}"))
+        }
+        Provider::Ollama => {
+            let mut b = OllamaClient::builder_from_env();
+            if let Some(url) = &section.base_url {
+                b = b.base_url(url.clone());
+            }
+            let name =
+                section.model.clone().or_else(|| var("OLLAMA_MODEL")).ok_or(
+                    "no model configured: set `model` in [model] of modu.toml, MODU_MODEL__MODEL or OLLAMA_MODEL",
+                )?;
+            b = b.model(name);
+            if let Some(key) = api_key {
+                b = b.api_key(key);
+            }
+            if let Some(d) = connect {
+                b = b.connect_timeout(d);
+            }
+            if read.is_some() {
+                b = b.read_timeout(read);
+            }
+            if request.is_some() {
+                b = b.request_timeout(request);
+            }
+            b.build().map(Model::Ollama).map_err(|e| format!("[model]: {e}"))
+        }
+    }
+}
+
+/// Where conversations and checkpoints are kept.
+#[derive(Clone)]
+pub struct Stores {
+    /// Sessions.
+    pub conversations: Arc<dyn ConversationStore>,
+    /// Unfinished runs.
+    pub checkpoints: Arc<dyn CheckpointStore>,
+    /// "sqlite .modu/modu.db", for messages.
+    pub description: String,
+}
+
+/// Opens the configured store (creating the SQLite file and its folder when needed).
+pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
+    let ttl = section.ttl_seconds.map(Duration::from_secs);
+    match section.kind {
+        StoreKind::Memory => {
+            let (c, k) = match ttl {
+                Some(t) => (
+                    InMemoryConversationStore::with_ttl(t),
+                    InMemoryCheckpointStore::with_ttl(t),
+                ),
+                None => (InMemoryConversationStore::new(), InMemoryCheckpointStore::new()),
+            };
+            Ok(Stores {
+                conversations: Arc::new(c),
+                checkpoints: Arc::new(k),
+                description: "memory".into(),
+            })
+        }
+        StoreKind::Sqlite => {
+            let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
+            let pool = modu_sqlite::open(&path).await.map_err(|e| e.to_string())?;
+            let mut c = modu_sqlite::SqliteConversationStore::from_pool(pool.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut k = modu_sqlite::SqliteCheckpointStore::from_pool(pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(t) = ttl {
+                c = c.with_ttl(t);
+                k = k.with_ttl(t);
+            }
+            Ok(Stores {
+                conversations: Arc::new(c),
+                checkpoints: Arc::new(k),
+                description: format!("sqlite {}", path.display()),
+            })
+        }
+        StoreKind::Redis => {
+            let url = section.url.clone().unwrap_or_default();
+            let conn = modu_redis::connect(&url).await.map_err(|e| e.to_string())?;
+            let mut c = modu_redis::RedisConversationStore::new(conn.clone());
+            let mut k = modu_redis::RedisCheckpointStore::new(conn);
+            if let Some(p) = &section.prefix {
+                c = c.with_prefix(p.clone());
+                k = k.with_prefix(p.clone());
+            }
+            if let Some(t) = ttl {
+                c = c.with_ttl(t);
+                k = k.with_ttl(t);
+            }
+            Ok(Stores {
+                conversations: Arc::new(c),
+                checkpoints: Arc::new(k),
+                description: format!("redis {url}"),
+            })
+        }
+    }
+}
+
+/// The memory policy.
+pub fn memory_policy(section: &MemorySection) -> Arc<dyn ConversationMemoryPolicy> {
+    match section.policy {
+        MemoryPolicyKind::KeepAll => Arc::new(KeepAll),
+        MemoryPolicyKind::RecentTurns => Arc::new(RecentTurns::new(section.max_turns)),
+        MemoryPolicyKind::TokenBudget => Arc::new(TokenBudgetPolicy::new(
+            TokenBudget::new(
+                section.context_window_tokens,
+                section.reserved_output_tokens,
+                section.safety_margin_tokens,
+            ),
+            Arc::new(ApproximateTokenCounter::default()),
+        )),
+    }
+}
+
+/// Run limits and model-call retries.
+pub fn limits(section: &LimitsSection) -> Result<(RunLimits, RetryConfig), String> {
+    let mut limits = RunLimits::default();
+    if let Some(n) = section.max_turns {
+        limits = limits.max_turns(n);
+    }
+    if let Some(n) = section.max_tool_calls {
+        limits = limits.max_tool_calls(n);
+    }
+    if let Some(s) = section.timeout_seconds {
+        let timeout = if s == 0.0 {
+            None
+        } else {
+            Some(
+                Duration::try_from_secs_f64(s)
+                    .map_err(|_| "limits.timeout_seconds must be a positive number (0 for none)".to_owned())?,
+            )
+        };
+        limits = limits.timeout(timeout);
+    }
+    let retry = section
+        .retry_attempts
+        .map_or_else(RetryConfig::default, RetryConfig::new);
+    Ok((limits, retry))
+}
+
+/// The MCP connector, when servers are configured.
+pub fn mcp_connector(section: &McpSection) -> Result<Option<Arc<McpConnector>>, String> {
+    if section.servers.is_empty() {
+        return Ok(None);
+    }
+    let mut config = McpConfig::new(section.servers.clone()).map_err(|e| format!("mcp.servers: {e}"))?;
+    if let Some(s) = section.connect_timeout_seconds {
+        let d = Duration::try_from_secs_f64(s)
+            .map_err(|_| "mcp.connect_timeout_seconds must be a positive number".to_owned())?;
+        config = config.with_connect_timeout(d);
+    }
+    let connector = McpConnector::new(config).map_err(|e| format!("mcp: {e}"))?;
+    Ok(Some(Arc::new(connector)))
+}
+
+/// The MCP tool provider: the two meta tools, with approvals for `require_approval`.
+pub fn mcp_provider(connector: Arc<McpConnector>, section: &McpSection) -> McpToolProvider<()> {
+    let provider = McpToolProvider::new(connector);
+    if section.require_approval.is_empty() {
+        return provider;
+    }
+    let names = section.require_approval.clone();
+    provider.with_approval(move |_ctx, call| names.iter().any(|n| n == "*" || *n == call.tool_name))
+}
+
+/// The skills provider, when a catalog is configured.
+pub fn skills(section: &SkillsSection) -> Result<Option<SkillsProvider>, String> {
+    let Some(path) = &section.path else {
+        return Ok(None);
+    };
+    let registry = match &section.lockfile {
+        Some(lock) => SkillRegistry::from_paths_with_lockfile([path], lock),
+        None => SkillRegistry::from_paths([path]),
+    }
+    .map_err(|e| format!("skills: {e}"))?;
+    Ok(Some(SkillsProvider::new(registry)))
+}
+
+/// Everything a command needs to run the agent.
+pub struct Built {
+    /// The agent.
+    pub agent: Agent<()>,
+    /// The model client (for messages and `doctor`).
+    pub model: Model,
+    /// The stores the agent uses.
+    pub stores: Stores,
+    /// Skills active in every run.
+    pub active_skills: Vec<String>,
+}
+
+/// Builds the agent the configuration describes. A configuration that cannot work is a
+/// [`Failure::Usage`] (exit 2); a store or skill catalog that cannot be opened is a
+/// [`Failure::Invalid`] (exit 1).
+/// `sink` receives every event (the command line passes one that prints tool calls).
+pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<Built, Failure> {
+    let model = model(&config.model).map_err(Failure::Usage)?;
+    let (limits, retry) = limits(&config.limits).map_err(Failure::Usage)?;
+    let connector = mcp_connector(&config.mcp).map_err(Failure::Usage)?;
+    let skills = skills(&config.skills).map_err(Failure::Invalid)?;
+    let stores = stores(&config.store).await.map_err(Failure::Invalid)?;
+    let mut settings = ModelSettings::default();
+    settings.temperature = config.model.temperature;
+    settings.max_tokens = config.model.max_tokens;
+
+    let mut builder = Agent::<()>::builder_arc(model.chat_model())
+        .name(config.agent.name.clone())
+        .conversation_store(Arc::clone(&stores.conversations))
+        .checkpoint_store(Arc::clone(&stores.checkpoints))
+        .memory_policy(memory_policy(&config.memory))
+        .limits(limits)
+        .retry(retry)
+        .model_settings(settings);
+    if let Some(sink) = sink {
+        builder = builder.event_sink(sink);
+    }
+    if let Some(text) = &config.agent.instructions {
+        builder = builder.instructions(text.clone());
+    }
+    if let Some(connector) = connector {
+        builder = builder.tool_provider(mcp_provider(connector, &config.mcp));
+    }
+    if let Some(skills) = skills {
+        builder = skills.install(builder);
+    }
+    let agent = builder.build().map_err(|e| Failure::Usage(e.to_string()))?;
+    Ok(Built {
+        agent,
+        model,
+        stores,
+        active_skills: config.skills.active.clone(),
+    })
+}
+
+impl Built {
+    /// A request for one user message in a session, with the configured skills.
+    pub fn request(&self, input: &str, session: &str) -> AgentRequest<()> {
+        let mut request = AgentRequest::new((), input).session(session);
+        if !self.active_skills.is_empty() {
+            request = request.metadata("skills", serde_json::json!(self.active_skills));
+        }
+        request
+    }
+}

@@ -1,0 +1,66 @@
+//! `modu resume RUN_ID`: continue a failed or paused run from its checkpoint.
+
+use std::io::Write;
+use std::path::Path;
+
+use std::sync::Arc;
+
+use clap::Args;
+use modu_core::AgentError;
+
+use super::{CommandResult, Failure, load_config};
+use crate::build;
+use crate::ui::{self, Input};
+
+/// Arguments of `modu resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue (printed when a run fails or pauses).
+    pub run_id: String,
+    /// Print the whole AgentResult as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Asks about the calls waiting for approval (if any), then resumes the run.
+pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
+    let loaded = load_config(config)?;
+    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter))).await?;
+    let agent = &built.agent;
+    let pending = agent.pending_approvals(&args.run_id).await.map_err(|e| match e {
+        AgentError::CheckpointNotFound { .. } => Failure::Invalid(format!(
+            "no checkpoint for run {} in {} (it finished, or never ran here)",
+            args.run_id, built.stores.description
+        )),
+        other => Failure::Invalid(other.to_string()),
+    })?;
+    let mut input = Input::stdin();
+    for request in &pending {
+        eprint!("{}", ui::approval_prompt(request));
+        let _ = std::io::stderr().flush();
+        let Some(answer) = input.line().await else {
+            eprintln!();
+            return Err(Failure::Invalid(format!(
+                "run {} is still waiting for approval of {}",
+                args.run_id, request.tool_name
+            )));
+        };
+        let outcome = if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            agent.approve(&args.run_id, &request.call_id).await
+        } else {
+            agent
+                .reject(&args.run_id, &request.call_id, Some("the user said no".into()))
+                .await
+        };
+        outcome.map_err(|e| Failure::Invalid(e.to_string()))?;
+    }
+    let result = agent.resume(&args.run_id, ()).await;
+    let result = ui::settle(agent, result, &mut input).await.map_err(Failure::Invalid)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&result).map_err(|e| Failure::Invalid(e.to_string()))?;
+        println!("{text}");
+    } else if let Some(text) = &result.output {
+        println!("{text}");
+    }
+    super::run::finish(&built, &result).await
+}

@@ -1,0 +1,94 @@
+//! `modu run "PROMPT"`: one run, streamed to stdout (or `--json`).
+
+use std::io::Read;
+use std::path::Path;
+
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::{CommandResult, Failure, load_config};
+use crate::build::{self, Built};
+use crate::config::OutputMode;
+use crate::ui::{self, Input, Show};
+
+/// Arguments of `modu run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The prompt; `-` reads it from stdin.
+    pub prompt: String,
+    /// Print the whole AgentResult as JSON instead of streaming the answer.
+    #[arg(long)]
+    pub json: bool,
+    /// Continue this session (default: a new one, whose id is printed on stderr).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+}
+
+/// Runs the agent once.
+pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
+    let loaded = load_config(config)?;
+    let json = args.json || loaded.config.output.mode == OutputMode::Json;
+    let prompt = if args.prompt == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::Usage(format!("cannot read the prompt from stdin: {e}")))?;
+        text
+    } else {
+        args.prompt
+    };
+    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter))).await?;
+    let session = match args.session {
+        Some(id) => id,
+        None => {
+            let id = ui::new_session_id();
+            eprintln!("session: {id}");
+            id
+        }
+    };
+    let show = Show {
+        text: !json,
+        progress: ui::progress_enabled(),
+    };
+    let first = ui::stream(&built.agent, built.request(&prompt, &session), show).await;
+    let result = if first.is_interrupted() {
+        let mut input = Input::stdin();
+        let settled = ui::settle(&built.agent, first, &mut input)
+            .await
+            .map_err(Failure::Invalid)?;
+        if !json && let Some(text) = &settled.output {
+            println!("{text}");
+        }
+        settled
+    } else {
+        first
+    };
+    if json {
+        let text = serde_json::to_string_pretty(&result).map_err(|e| Failure::Invalid(e.to_string()))?;
+        println!("{text}");
+    }
+    finish(&built, &result).await
+}
+
+/// The exit status of a finished (or paused) run, with a hint to resume it.
+pub async fn finish(built: &Built, result: &modu_core::AgentResult<String>) -> CommandResult {
+    if result.is_interrupted() {
+        let names: Vec<&str> = result.interruptions.iter().map(|r| r.tool_name.as_str()).collect();
+        return Err(Failure::Invalid(format!(
+            "run {} is waiting for approval of {}; answer with `modu resume {}`",
+            result.run_id,
+            names.join(", "),
+            result.run_id
+        )));
+    }
+    match &result.error {
+        None => Ok(()),
+        Some(error) => {
+            if !result.run_id.is_empty() && built.agent.has_checkpoint(&result.run_id).await.unwrap_or(false) {
+                eprintln!("hint: continue this run with `modu resume {}`", result.run_id);
+            }
+            Err(Failure::Invalid(ui::run_error(error, built.model.base_url())))
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Terminal output shared by `run`, `chat` and `resume`: streaming a run, the progress
+//! indicator, tool-call lines, approval prompts and one-line errors.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use modu_core::{
+    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, SinkError, StreamItem,
+};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+
+/// Whether to draw the progress indicator: only when stdout and stderr are both terminals.
+pub fn progress_enabled() -> bool {
+    std::io::stdout().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// A spinner on stderr, drawn until [`Spinner::stop`] (or drop).
+pub struct Spinner {
+    running: Arc<AtomicBool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Spinner {
+    /// Starts one, or a no-op when `enabled` is false.
+    pub fn start(enabled: bool) -> Spinner {
+        let running = Arc::new(AtomicBool::new(enabled));
+        let task = enabled.then(|| {
+            let running = Arc::clone(&running);
+            tokio::spawn(async move {
+                const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+                let mut i = 0usize;
+                while running.load(Ordering::Relaxed) {
+                    eprint!("\r{} thinking…", FRAMES[i % FRAMES.len()]);
+                    let _ = std::io::stderr().flush();
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(80)).await;
+                }
+            })
+        });
+        Spinner { running, task }
+    }
+
+    /// Stops and erases it (idempotent).
+    pub fn stop(&mut self) {
+        self.running.store(false, Ordering::Relaxed);
+        if let Some(task) = self.task.take() {
+            task.abort();
+            eprint!("\r\x1b[2K");
+            let _ = std::io::stderr().flush();
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What to show while a run streams.
+#[derive(Clone, Copy, Debug)]
+pub struct Show {
+    /// Print the answer's text to stdout as it arrives.
+    pub text: bool,
+    /// Draw the progress indicator until the first token.
+    pub progress: bool,
+}
+
+/// `tool(args)`, naming the external tool for MCP calls.
+pub fn describe_call(tool: &str, arguments: &Value) -> String {
+    if tool == modu_mcp::CALL_TOOL_NAME
+        && let Some(name) = arguments.get("tool_name").and_then(Value::as_str)
+    {
+        let args = arguments.get("arguments").cloned().unwrap_or(Value::Null);
+        return format!("{name}({args})");
+    }
+    format!("{tool}({arguments})")
+}
+
+/// An [`EventSink`] printing tool calls on stderr as they happen: `→ tool(args)`, and
+/// `✗ tool failed: why` for a failed call. As a sink it sees streamed and resumed runs alike.
+#[derive(Debug, Default)]
+pub struct ToolCallPrinter;
+
+#[async_trait]
+impl EventSink for ToolCallPrinter {
+    async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError> {
+        match event {
+            AgentEvent::ToolCallStarted { tool, arguments, .. } => {
+                eprintln!("→ {}", describe_call(tool, arguments));
+            }
+            AgentEvent::ToolCallFinished {
+                tool, ok: false, error, ..
+            } => {
+                let why = error.as_ref().map(ToString::to_string).unwrap_or_default();
+                eprintln!("✗ {tool} failed: {why}");
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Streams one run; returns its result. Text goes to stdout (flushed per delta), tool calls to
+/// stderr.
+pub async fn stream(agent: &Agent<()>, request: AgentRequest<()>, show: Show) -> AgentResult<String> {
+    let mut spinner = Spinner::start(show.progress);
+    let mut stream = agent.stream(request);
+    let mut printed = false;
+    let mut at_line_start = true;
+    // Tool calls are printed by ToolCallPrinter (it also sees resumed runs, which do not stream).
+    let mut stdout = std::io::stdout();
+    while let Some(item) = stream.next().await {
+        match item {
+            StreamItem::Event(AgentEvent::ModelDelta { text, .. }) => {
+                spinner.stop();
+                if show.text && !text.is_empty() {
+                    let _ = stdout.write_all(text.as_bytes());
+                    let _ = stdout.flush();
+                    printed = true;
+                    at_line_start = text.ends_with('\n');
+                }
+            }
+            StreamItem::Event(AgentEvent::ModelCallFinished { .. }) => spinner.stop(),
+            StreamItem::Event(_) => {}
+            StreamItem::Completed(result) | StreamItem::Failed(result) => {
+                spinner.stop();
+                if printed && !at_line_start {
+                    let _ = writeln!(stdout);
+                    let _ = stdout.flush();
+                }
+                return *result;
+            }
+        }
+    }
+    spinner.stop();
+    AgentResult {
+        run_id: String::new(),
+        agent: agent.name().to_owned(),
+        output: None,
+        messages: Vec::new(),
+        usage: modu_core::Usage::default(),
+        metadata: serde_json::Map::new(),
+        error: Some(AgentError::Cancelled),
+        interruptions: Vec::new(),
+    }
+}
+
+/// Lines of stdin, shared by prompts and approval answers (works with a pipe).
+pub struct Input {
+    lines: Lines<BufReader<Stdin>>,
+}
+
+impl Input {
+    /// Stdin.
+    pub fn stdin() -> Input {
+        Input {
+            lines: BufReader::new(tokio::io::stdin()).lines(),
+        }
+    }
+
+    /// The next line, `None` at end of input.
+    pub async fn line(&mut self) -> Option<String> {
+        self.lines.next_line().await.ok().flatten()
+    }
+}
+
+/// The prompt for one waiting call: `approve <tool>(<args>)? [y/N] `.
+pub fn approval_prompt(request: &ApprovalRequest) -> String {
+    let args = request.metadata.get("mcp_arguments").unwrap_or(&request.arguments);
+    format!("approve {}({args})? [y/N] ", request.tool_name)
+}
+
+/// Asks about every waiting call, records the answers and resumes, until the run no longer
+/// waits. At end of input the run stays paused (resume it later with `modu resume`).
+pub async fn settle(
+    agent: &Agent<()>,
+    mut result: AgentResult<String>,
+    input: &mut Input,
+) -> Result<AgentResult<String>, String> {
+    while result.is_interrupted() {
+        for request in &result.interruptions {
+            eprint!("{}", approval_prompt(request));
+            let _ = std::io::stderr().flush();
+            let Some(answer) = input.line().await else {
+                eprintln!();
+                return Ok(result);
+            };
+            let yes = matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+            if yes {
+                agent
+                    .approve(&result.run_id, &request.call_id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            } else {
+                agent
+                    .reject(&result.run_id, &request.call_id, Some("the user said no".into()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                eprintln!("✗ {} rejected", request.tool_name);
+            }
+        }
+        result = agent.resume(&result.run_id, ()).await;
+    }
+    Ok(result)
+}
+
+/// One line for a failed run; a model server that cannot be reached names its URL.
+pub fn run_error(error: &AgentError, model_url: &str) -> String {
+    match error {
+        AgentError::Model { kind, message, .. } if kind == "transport" => {
+            let message = message.strip_prefix("transport error: ").unwrap_or(message);
+            format!("cannot reach the model server at {model_url}: {message}")
+        }
+        AgentError::Model { kind, .. } if kind == "timeout" => {
+            format!("the model server at {model_url} did not answer in time: {error}")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A fresh session id.
+pub fn new_session_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

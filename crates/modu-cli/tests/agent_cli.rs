@@ -1,0 +1,461 @@
+//! End-to-end tests of the `modu` binary's agent commands: the built binary runs in a temp
+//! folder against `MockOpenAiServer` (started in this process) and the real server-everything
+//! MCP server (`MODU_MCP_EVERYTHING`, see `cargo xtask services`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use modu_testing::{MockOpenAiServer, MockReply};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+/// The binary in `dir`, pointed at `base_url`, with nothing leaking in from the machine.
+fn modu(dir: &Path, base_url: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    cmd.current_dir(dir);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("MODU_") || k.starts_with("OPENAI_") || k.starts_with("OLLAMA_") || k == "REDIS_URL" {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.env("OPENAI_BASE_URL", base_url)
+        .env("OPENAI_MODEL", "mock-model")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn output(cmd: &mut tokio::process::Command) -> Output {
+    tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output())
+        .await
+        .expect("modu did not finish within 60 s")
+        .unwrap()
+}
+
+async fn with_stdin(cmd: &mut tokio::process::Command, input: &str) -> Output {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("modu did not finish within 60 s")
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn session_of(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+        .unwrap_or_else(|| panic!("no session line in {stderr:?}"))
+}
+
+/// The messages of a recorded chat request as `role: content` strings.
+fn transcript(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let content = match &m["content"] {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            format!("{}: {content}", m["role"].as_str().unwrap())
+        })
+        .collect()
+}
+
+fn everything_config(script: &str, extra: &str) -> String {
+    format!(
+        "[agent]\ninstructions = \"You are terse.\"\n\n[mcp]\n{extra}\n\n[[mcp.servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [{script:?}, \"stdio\"]\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_the_answer_and_names_a_new_session() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "Say hello"])).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "You said: Say hello\n");
+    let session = session_of(&stderr);
+    assert_eq!(session.len(), 32, "{stderr}");
+    // The default store: SQLite under .modu/.
+    assert!(dir.path().join(".modu/modu.db").is_file());
+    // The request streamed (the text arrived as deltas).
+    assert_eq!(mock.requests()[0]["stream"], json!(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_prints_the_agent_result() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_STORE__KIND", "memory")
+            .args(["run", "--json", "--session", "s1", "What is 2 + 3?"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["output"], json!("You said: What is 2 + 3?"));
+    assert_eq!(result["agent"], json!("modu"));
+    assert!(result["error"].is_null());
+    assert_eq!(result["messages"].as_array().unwrap().len(), 2, "{result}");
+    assert!(!result["run_id"].as_str().unwrap().is_empty());
+    // MODU_STORE__KIND=memory: nothing written to disk.
+    assert!(!dir.path().join(".modu").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_turn_session_persists_in_sqlite_and_continues_with_session() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Text("Nice to meet you, Ada.".into()));
+    mock.push(MockReply::Text("Your name is Ada.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let first = output(modu(dir.path(), &mock.base_url()).args(["run", "My name is Ada."])).await;
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(text(&first.stdout), "Nice to meet you, Ada.\n");
+    let session = session_of(&text(&first.stderr));
+
+    // A second process: the history comes from .modu/modu.db.
+    let second =
+        output(modu(dir.path(), &mock.base_url()).args(["run", "--session", &session, "What is my name?"])).await;
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "Your name is Ada.\n");
+    assert!(
+        !text(&second.stderr).contains("session: "),
+        "no new session is announced"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        transcript(&requests[1]),
+        [
+            "user: My name is Ada.",
+            "assistant: Nice to meet you, Ada.",
+            "user: What is my name?"
+        ]
+    );
+
+    // sessions list | show | delete
+    let list = output(modu(dir.path(), &mock.base_url()).args(["sessions", "list"])).await;
+    assert!(list.status.success());
+    assert_eq!(text(&list.stdout), format!("{session}\n"));
+    let show = output(modu(dir.path(), &mock.base_url()).args(["sessions", "show", &session])).await;
+    assert_eq!(
+        text(&show.stdout),
+        "user: My name is Ada.\nassistant: Nice to meet you, Ada.\nuser: What is my name?\nassistant: Your name is Ada.\n"
+    );
+    let delete = output(modu(dir.path(), &mock.base_url()).args(["sessions", "delete", &session])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let gone = output(modu(dir.path(), &mock.base_url()).args(["sessions", "show", &session])).await;
+    assert_eq!(gone.status.code(), Some(1));
+    assert_eq!(
+        text(&gone.stderr),
+        format!("error: no session `{session}` in sqlite .modu/modu.db\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_through_stdin_answers_an_mcp_approval() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    // Turn 1: a plain answer. Turn 2: the model calls everything__echo, which needs approval.
+    mock.push(MockReply::Text("Hello!".into()));
+    mock.push(MockReply::ToolCalls(vec![(
+        "mcp_call_tool".into(),
+        json!({"tool_name": "everything__echo", "arguments": {"message": "hi from chat"}}).to_string(),
+    )]));
+    mock.push(MockReply::Text("The server echoed it.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        everything_config(&script, "require_approval = [\"everything__echo\"]"),
+    )
+    .unwrap();
+    let out = with_stdin(
+        modu(dir.path(), &mock.base_url()).arg("chat"),
+        "hi\n\nplease echo\ny\n/exit\nnever sent\n",
+    )
+    .await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Hello!\nThe server echoed it.\n", "{stderr}");
+    assert!(
+        stderr.contains("→ everything__echo({\"message\":\"hi from chat\"})"),
+        "the tool call is shown: {stderr}"
+    );
+    assert!(
+        stderr.contains("approve everything__echo({\"message\":\"hi from chat\"})? [y/N] "),
+        "{stderr}"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3, "/exit ends the chat");
+    // The approved call ran on the real server; the model saw its answer.
+    let last = transcript(&requests[2]);
+    assert!(
+        last.iter()
+            .any(|m| m.starts_with("tool: ") && m.contains("hi from chat")),
+        "{last:?}"
+    );
+    // Both turns are in one session, and the system prompt came from modu.toml.
+    assert_eq!(last[0], "system: You are terse.");
+    assert!(last.contains(&"user: hi".to_owned()) && last.contains(&"assistant: Hello!".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_rejection_is_sent_to_the_model() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::ToolCalls(vec![(
+        "mcp_call_tool".into(),
+        json!({"tool_name": "everything__echo", "arguments": {"message": "no"}}).to_string(),
+    )]));
+    mock.push(MockReply::Text("Understood.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        everything_config(&script, "require_approval = [\"*\"]"),
+    )
+    .unwrap();
+    let out = with_stdin(modu(dir.path(), &mock.base_url()).arg("chat"), "echo no\nn\n").await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Understood.\n");
+    assert!(stderr.contains("✗ everything__echo rejected"), "{stderr}");
+    let last = transcript(&mock.requests()[1]);
+    assert!(
+        last.iter()
+            .any(|m| m.starts_with("tool: ") && m.contains("the user said no")),
+        "{last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_lists_server_everything() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), everything_config(&script, "")).unwrap();
+    let out = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["mcp", "tools"])).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("everything__echo\tEchoes back the input string\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("everything__get-sum\t"), "{stdout}");
+
+    let json_out =
+        output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["mcp", "tools", "--server", "everything", "--json"]))
+            .await;
+    let tools: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    let echo = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "everything__echo")
+        .unwrap();
+    assert_eq!(echo["input_schema"]["properties"]["message"]["type"], json!("string"));
+
+    let unknown = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["mcp", "tools", "--server", "nope"])).await;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(
+        text(&unknown.stderr),
+        "error: no MCP server named `nope` (configured: everything)\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_each_check_and_a_broken_server() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n[[mcp.servers]]\nname = \"broken\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/modu-mcp-server\"\n",
+        everything_config(&script, "")
+    );
+    std::fs::write(dir.path().join("modu.toml"), config).unwrap();
+    let out = output(modu(dir.path(), &mock.base_url()).arg("doctor")).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "✓ config: modu.toml");
+    assert_eq!(
+        lines[1],
+        format!("✓ model: {} answers, model `mock-model`", mock.base_url())
+    );
+    assert_eq!(lines[2], "✓ store: sqlite .modu/modu.db (0 sessions)");
+    assert_eq!(lines[3], "✓ mcp everything: 13 tools");
+    assert_eq!(
+        lines[4],
+        "✗ mcp broken: MCP transport error (server broken): could not start \"/nonexistent/modu-mcp-server\": No such file or directory (os error 2)"
+    );
+    assert_eq!(text(&out.stderr), "error: 1 check(s) failed\n");
+
+    // Everything healthy: exit 0.
+    std::fs::write(dir.path().join("modu.toml"), everything_config(&script, "")).unwrap();
+    let healthy = output(modu(dir.path(), &mock.base_url()).arg("doctor")).await;
+    assert!(healthy.status.success(), "{}", text(&healthy.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_and_run_name_a_model_server_that_is_down() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let dir = tempfile::tempdir().unwrap();
+    let out = output(
+        modu(dir.path(), &url)
+            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
+            .args(["run", "hello"]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
+    assert_eq!(
+        error,
+        format!(
+            "error: cannot reach the model server at {url}: cannot connect to the model server ({url}/chat/completions)"
+        )
+    );
+    assert!(out.stdout.is_empty());
+
+    let doctor = output(modu(dir.path(), &url).arg("doctor")).await;
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains(&format!(
+            "✗ model: cannot reach the model server at {url}: cannot connect to the model server ({url}/models)\n"
+        )),
+        "{}",
+        text(&doctor.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configs_fail_with_one_exact_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = "http://127.0.0.1:9/v1";
+    let cases: [(&str, Option<&str>, &[&str], &str); 6] = [
+        (
+            "modu.toml",
+            Some("[model]\nmodel = \"m\"\nfoo = 1\n"),
+            &["run", "hi"],
+            "error: modu.toml: unknown key `foo` in [model]\n",
+        ),
+        (
+            "modu.toml",
+            Some("[agent]\ninstructions = \"unterminated\n"),
+            &["run", "hi"],
+            "error: modu.toml: invalid TOML at line 2, column 29: invalid basic string, expected `\"`\n",
+        ),
+        (
+            "other.toml",
+            None,
+            &["--config", "missing.toml", "run", "hi"],
+            "error: missing.toml: cannot read the config file: No such file or directory (os error 2)\n",
+        ),
+        (
+            "modu.toml",
+            Some("[stores]\nkind = \"memory\"\n"),
+            &["sessions", "list"],
+            "error: modu.toml: unknown table `stores` (expected one of agent, model, store, memory, limits, mcp, skills, output)\n",
+        ),
+        (
+            "modu.toml",
+            Some("[[mcp.servers]]\nname = \"a\"\ntransport = \"stdio\"\ncomand = \"x\"\n"),
+            &["mcp", "tools"],
+            "error: modu.toml: unknown key `comand` in [mcp.servers[0]]\n",
+        ),
+        (
+            "modu.toml",
+            Some("[store]\nkind = \"disk\"\n"),
+            &["sessions", "list"],
+            "error: modu.toml: `store.kind`: unknown variant `disk`, expected one of `memory`, `sqlite`, `redis`\n",
+        ),
+    ];
+    for (file, contents, args, expected) in cases {
+        let _ = std::fs::remove_file(dir.path().join("modu.toml"));
+        if let Some(contents) = contents {
+            std::fs::write(dir.path().join(file), contents).unwrap();
+        }
+        let out = output(modu(dir.path(), url).args(args)).await;
+        assert_eq!(text(&out.stderr), expected, "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+
+    // An override variable is named instead of the file.
+    let _ = std::fs::remove_file(dir.path().join("modu.toml"));
+    let out = output(
+        modu(dir.path(), url)
+            .env("MODU_MODEL__TEMPERATUR", "0.1")
+            .args(["run", "hi"]),
+    )
+    .await;
+    assert_eq!(
+        text(&out.stderr),
+        "error: MODU_MODEL__TEMPERATUR: unknown key `temperatur` in [model]\n"
+    );
+    assert_eq!(out.status.code(), Some(2));
+
+    // No model anywhere.
+    let out = output(modu(dir.path(), url).env_remove("OPENAI_MODEL").args(["run", "hi"])).await;
+    assert_eq!(
+        text(&out.stderr),
+        "error: no model configured: set `model` in [model] of modu.toml, MODU_MODEL__MODEL or OPENAI_MODEL\n"
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_documents_overrides_and_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["chat", "--help"],
+        &["doctor", "--help"],
+    ] {
+        let out = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(args)).await;
+        assert!(out.status.success());
+        let help = text(&out.stdout);
+        assert!(help.contains("MODU_<TABLE>__<KEY>"), "{args:?}: {help}");
+        assert!(help.contains("Exit codes: 0 ok, 1"), "{args:?}: {help}");
+    }
+    for args in [
+        &["sessions", "--help"][..],
+        &["mcp", "tools", "--help"],
+        &["resume", "--help"],
+    ] {
+        let out = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(args)).await;
+        assert!(out.status.success(), "{args:?}");
+    }
+    let usage = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["run"])).await;
+    assert_eq!(usage.status.code(), Some(2));
+}
