@@ -679,8 +679,9 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
         if let crate::plan::DecisionPolicy::PlanAndExecute(p) = &self.policy {
             if self.finalization == FinalizationMode::Disabled {
                 return Err(AgentError::Configuration {
-                    message: "a strict Plan-and-Execute policy always finalizes: finalization_mode must not be Disabled"
-                        .into(),
+                    message:
+                        "a strict Plan-and-Execute policy always finalizes: finalization_mode must not be Disabled"
+                            .into(),
                 });
             }
             if self.limits.max_steps == 0 || p.generator.max_steps == 0 {

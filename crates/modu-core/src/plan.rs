@@ -9,7 +9,9 @@
 //!
 //! - **PLAN**: the [`LlmPlanGenerator`] asks a model for the steps, each with the tools it may
 //!   use (structured output, no tools in the request).
-//! - **ACT_TOOL**: requests carry only the current step's allowed tool schemas.
+//! - **ACT_TOOL**: requests carry only the current step's allowed tool schemas. Once a batch of
+//!   calls ran, STEP_RESULT follows; calls refused before running (unknown tool, invalid
+//!   arguments) are fed back and the model acts again; a plain answer is kept as a draft.
 //! - **STEP_RESULT**: no tools, only the internal [`StepResult`] schema. A plain ACT answer never
 //!   completes a step: only a step result that validates and is committed does.
 //! - **VERIFY**: a runtime check (no model call) that every step of the plan is committed.
@@ -42,10 +44,9 @@
 //! let model = ScriptedModel::new()
 //!     // PLAN
 //!     .text(json!({"steps": [{"description": "Add 2 and 3", "allowed_tools": ["add"]}]}).to_string())
-//!     // ACT_TOOL, then the model's plain answer (which does not complete the step)
+//!     // ACT_TOOL: only the step's tools are offered
 //!     .tool_call("add", json!({"a": 2, "b": 3}))
-//!     .text("The sum is 5.")
-//!     // STEP_RESULT
+//!     // STEP_RESULT: no tools, the step-result schema
 //!     .text(json!({"status": "completed", "result": "2 + 3 = 5"}).to_string())
 //!     // FINALIZE
 //!     .text("2 + 3 = 5");
@@ -149,7 +150,10 @@ pub struct LlmPlanGenerator {
 impl std::fmt::Debug for LlmPlanGenerator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmPlanGenerator")
-            .field("model", &self.model.as_ref().map_or("<the agent's model>", |m| m.model_name()))
+            .field(
+                "model",
+                &self.model.as_ref().map_or("<the agent's model>", |m| m.model_name()),
+            )
             .field("max_steps", &self.max_steps)
             .finish_non_exhaustive()
     }

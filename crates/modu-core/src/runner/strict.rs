@@ -164,7 +164,11 @@ impl StrictState {
     }
 
     /// `plan`, `tool_trace`, `plan_usage` and `failure` for the result's metadata.
-    pub(super) fn write_metadata(&self, metadata: &mut serde_json::Map<String, serde_json::Value>, mode: ToolTraceMode) {
+    pub(super) fn write_metadata(
+        &self,
+        metadata: &mut serde_json::Map<String, serde_json::Value>,
+        mode: ToolTraceMode,
+    ) {
         metadata.insert("policy".into(), "plan_and_execute".into());
         metadata.insert(
             "plan".into(),
@@ -474,10 +478,7 @@ where
             text.push('\n');
         }
         if let Some(step) = st.current_step() {
-            text.push_str(&format!(
-                "\nWork only on step {}: {}\n",
-                step.id, step.description
-            ));
+            text.push_str(&format!("\nWork only on step {}: {}\n", step.id, step.description));
             if step.allowed_tools.is_empty() {
                 text.push_str("This step uses no tools.");
             } else {
@@ -640,8 +641,8 @@ where
         let mode = policy.trace_mode;
         let st = self.st();
         for call in &answer.tool_calls {
-            let requested = parse_arguments(&call.arguments)
-                .unwrap_or_else(|| serde_json::Value::String("<invalid JSON>".into()));
+            let requested =
+                parse_arguments(&call.arguments).unwrap_or_else(|| serde_json::Value::String("<invalid JSON>".into()));
             st.push_trace(ToolTraceEntry {
                 step_id: sanitize_id(&step.id),
                 call_id: sanitize_id(&call.id),
@@ -660,14 +661,9 @@ where
                 arguments_source: (mode == ToolTraceMode::Arguments).then_some(ArgumentsSource::Requested),
             });
         }
-        let failure = failure(
-            reason,
-            Some(&step.id),
-            Some(&repair.tool),
-            Some(&repair.call_id),
-            None,
-        );
-        self.fallback(policy, failure, &repair.call_id, &repair.tool, false).await
+        let failure = failure(reason, Some(&step.id), Some(&repair.tool), Some(&repair.call_id), None);
+        self.fallback(policy, failure, &repair.call_id, &repair.tool, false)
+            .await
     }
 
     /// Runs a batch of the current step's calls and classifies how it ended.
@@ -801,7 +797,11 @@ where
         let succeeded = verdicts.iter().filter(|(_, v)| v.ok).count();
         let failed: Vec<&(ToolCall, CallVerdict)> = verdicts.iter().filter(|(_, v)| v.ran && !v.ok).collect();
         let Some((call, verdict)) = failed.first().map(|(c, v)| (c.clone(), v.clone())) else {
-            // Success, or calls refused before running (fed back to the model): carry on.
+            if succeeded > 0 {
+                // ACT_TOOL → STEP_RESULT: the step's outcome is asked for next.
+                st.phase = StrictPhase::StepResult { feedback: None };
+            }
+            // Calls refused before running were fed back: the model acts again.
             return self.checkpoint().await;
         };
         let error = verdict.error.clone();
@@ -986,7 +986,11 @@ where
              Completed steps (keep their results; do not plan them again):\n{}\n\
              Plan only the remaining work, at most {room} steps, in order. Answer only with JSON that \
              fits the schema.\n{}",
-            if completed_text.is_empty() { "(none)\n".to_owned() } else { completed_text },
+            if completed_text.is_empty() {
+                "(none)\n".to_owned()
+            } else {
+                completed_text
+            },
             self.tool_catalogue(policy)
         );
         let steps = match self.generate_steps(policy, prompt, room).await {
@@ -1189,7 +1193,10 @@ where
             .filter(|s| s.status != StepStatus::Superseded)
             .collect();
         if active.is_empty() || active.iter().any(|s| s.status != StepStatus::Completed) {
-            let pending = active.iter().find(|s| s.status != StepStatus::Completed).map(|s| s.id.clone());
+            let pending = active
+                .iter()
+                .find(|s| s.status != StepStatus::Completed)
+                .map(|s| s.id.clone());
             let f = PlanFailure {
                 step_id: pending.as_deref().map(sanitize_id),
                 tool_name: None,
