@@ -12,7 +12,12 @@ use tokio::io::AsyncWriteExt;
 
 /// The binary in `dir`, pointed at `base_url`, with nothing leaking in from the machine.
 fn modu(dir: &Path, base_url: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    command(env!("CARGO_BIN_EXE_modu"), dir, base_url)
+}
+
+/// `program` with the environment `modu` gets.
+fn command(program: &str, dir: &Path, base_url: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
     cmd.current_dir(dir);
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
@@ -458,4 +463,182 @@ async fn help_documents_overrides_and_exit_codes() {
     }
     let usage = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["run"])).await;
     assert_eq!(usage.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_continues_a_failed_run_from_its_checkpoint() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Error {
+        status: 503,
+        body: json!({"error": {"message": "the model is loading"}}),
+        headers: Vec::new(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let failed = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
+            .args(["run", "--json", "--session", "s", "Count to 3"]),
+    )
+    .await;
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
+    let result: Value = serde_json::from_slice(&failed.stdout).unwrap();
+    let run_id = result["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(result["error"]["type"], json!("model"), "{result}");
+    let stderr = text(&failed.stderr);
+    assert!(
+        stderr.contains(&format!("hint: continue this run with `modu resume {run_id}`\n")),
+        "{stderr}"
+    );
+
+    // Another process picks the run up from .modu/modu.db; the server answers now.
+    let resumed = output(modu(dir.path(), &mock.base_url()).args(["resume", &run_id])).await;
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert_eq!(text(&resumed.stdout), "You said: Count to 3\n");
+
+    let again = output(modu(dir.path(), &mock.base_url()).args(["resume", &run_id])).await;
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        text(&again.stderr),
+        format!("error: no checkpoint for run {run_id} in sqlite .modu/modu.db (it finished, or never ran here)\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_paused_for_approval_is_answered_by_resume() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::ToolCalls(vec![(
+        "mcp_call_tool".into(),
+        json!({"tool_name": "everything__get-sum", "arguments": {"a": 2, "b": 3}}).to_string(),
+    )]));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        everything_config(&script, "require_approval = [\"everything__get-sum\"]"),
+    )
+    .unwrap();
+    // No answer on stdin: the run stays paused.
+    let paused = output(modu(dir.path(), &mock.base_url()).args(["run", "What is 2 + 3?"])).await;
+    assert_eq!(paused.status.code(), Some(1));
+    let stderr = text(&paused.stderr);
+    let line = stderr.lines().find(|l| l.starts_with("error: run ")).unwrap();
+    let run_id = line
+        .strip_prefix("error: run ")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        line,
+        format!(
+            "error: run {run_id} is waiting for approval of everything__get-sum; answer with `modu resume {run_id}`"
+        )
+    );
+
+    let resumed = with_stdin(modu(dir.path(), &mock.base_url()).args(["resume", &run_id]), "yes\n").await;
+    let stderr = text(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("approve everything__get-sum({\"a\":2,\"b\":3})? [y/N] "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("→ everything__get-sum({\"a\":2,\"b\":3})"), "{stderr}");
+    let stdout = text(&resumed.stdout);
+    assert!(
+        stdout.starts_with("The tool answered: ") && stdout.contains('5'),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ollama_from_ollama_host_when_no_openai_variables_are_set() {
+    let mock = modu_testing::MockOllamaServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = output(
+        modu(dir.path(), "unused")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_MODEL")
+            .env("OLLAMA_HOST", mock.base_url())
+            .env("MODU_MODEL__MODEL", "llama3.2")
+            .args(["run", "Hi there"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "You said: Hi there\n");
+    assert_eq!(mock.requests()[0]["model"], json!("llama3.2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_memory_and_limits_come_from_the_config() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let skill = dir.path().join("skills/haiku");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: haiku\ndescription: Answers in haiku.\n---\nAnswer in a 5-7-5 haiku.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        "[skills]\npath = \"skills\"\nactive = [\"haiku\"]\n\n[memory]\npolicy = \"recent_turns\"\nmax_turns = 1\n\n[model]\ntemperature = 0.25\nmax_tokens = 99\n",
+    )
+    .unwrap();
+    for prompt in ["first", "second", "third"] {
+        let out = output(modu(dir.path(), &mock.base_url()).args(["run", "--session", "s", prompt])).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let requests = mock.requests();
+    let last = transcript(&requests[2]);
+    assert!(last[0].starts_with("system: ") && last[0].contains("5-7-5"), "{last:?}");
+    // recent_turns = 1: the first turn is gone, the second is kept.
+    assert_eq!(
+        last[1..],
+        ["user: second", "assistant: You said: second", "user: third"]
+    );
+    assert_eq!(requests[2]["temperature"], json!(0.25));
+    assert_eq!(requests[2]["max_tokens"], json!(99));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_progress_indicator_shows_on_a_terminal_only() {
+    let slow = || {
+        MockReply::Delayed(
+            std::time::Duration::from_millis(700),
+            Box::new(MockReply::Text("done".into())),
+        )
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(slow());
+    mock.push(slow());
+    let dir = tempfile::tempdir().unwrap();
+    // Piped: no spinner.
+    let piped = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_STORE__KIND", "memory")
+            .args(["run", "--session", "s", "hi"]),
+    )
+    .await;
+    assert!(piped.status.success());
+    assert_eq!(text(&piped.stderr), "");
+    assert_eq!(text(&piped.stdout), "done\n");
+    // Under a pseudo-terminal (util-linux `script`, in every Debian base image): a spinner on
+    // stderr until the first token, then erased.
+    let line = format!("{} run --session s hi", env!("CARGO_BIN_EXE_modu"));
+    let tty = output(
+        command("script", dir.path(), &mock.base_url())
+            .env("MODU_STORE__KIND", "memory")
+            .args(["-qec", &line, "/dev/null"]),
+    )
+    .await;
+    let screen = text(&tty.stdout);
+    assert!(tty.status.success(), "{screen}");
+    assert!(screen.contains("thinking…"), "{screen:?}");
+    assert!(
+        screen.contains("\r\x1b[2Kdone"),
+        "the spinner is erased before the answer: {screen:?}"
+    );
 }

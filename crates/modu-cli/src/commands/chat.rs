@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{CommandResult, load_config};
+use super::{CommandResult, Failure, load_config};
 use crate::build;
 use crate::ui::{self, Input, Show};
 
@@ -21,7 +21,8 @@ pub struct ChatArgs {
 
 /// Reads one message per line until end of input or `/exit`; answers stream to stdout, tool
 /// calls and approval prompts (`approve <tool>(<args>)? [y/N]`) go to stderr and read their
-/// answer from the same stdin.
+/// answer from the same stdin. A failed run prints its error and the chat goes on; end of
+/// input during an approval prompt ends the chat with exit code 1, the run left paused.
 pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
     let loaded = load_config(config)?;
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter))).await?;
@@ -64,11 +65,11 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
             }
         }
         if result.is_interrupted() {
-            eprintln!(
+            // End of input during an approval prompt: leave the run paused, say how to go on.
+            return Err(Failure::Invalid(format!(
                 "run {} is waiting for approval; answer with `modu resume {}`",
                 result.run_id, result.run_id
-            );
-            break;
+            )));
         }
         if let Some(error) = &result.error {
             eprintln!("error: {}", ui::run_error(error, built.model.base_url()));
