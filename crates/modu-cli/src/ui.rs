@@ -228,3 +228,52 @@ pub fn run_error(error: &AgentError, model_url: &str) -> String {
 pub fn new_session_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn mcp_calls_are_shown_by_their_external_tool() {
+        let args = json!({"tool_name": "weather__forecast", "arguments": {"city": "Oslo"}});
+        assert_eq!(
+            describe_call("mcp_call_tool", &args),
+            r#"weather__forecast({"city":"Oslo"})"#
+        );
+        assert_eq!(describe_call("add", &json!({"a": 1})), r#"add({"a":1})"#);
+    }
+
+    #[test]
+    fn approval_prompts_show_the_mcp_arguments() {
+        let mut request = ApprovalRequest {
+            call_id: "c1".into(),
+            tool_name: "weather__forecast".into(),
+            arguments: json!({"tool_name": "weather__forecast", "arguments": {"city": "Oslo"}}),
+            metadata: serde_json::Map::new(),
+        };
+        request.metadata.insert("mcp_arguments".into(), json!({"city": "Oslo"}));
+        assert_eq!(
+            approval_prompt(&request),
+            r#"approve weather__forecast({"city":"Oslo"})? [y/N] "#
+        );
+    }
+
+    #[test]
+    fn unreachable_model_servers_are_named() {
+        let error = AgentError::Model {
+            kind: "transport".into(),
+            message: "transport error: cannot connect to the model server (http://h/v1/chat/completions)".into(),
+            retryable: true,
+        };
+        assert_eq!(
+            run_error(&error, "http://h/v1"),
+            "cannot reach the model server at http://h/v1: cannot connect to the model server (http://h/v1/chat/completions)"
+        );
+        assert_eq!(
+            run_error(&AgentError::Cancelled, "http://h/v1"),
+            "the run was cancelled"
+        );
+    }
+}

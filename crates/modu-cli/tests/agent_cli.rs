@@ -642,3 +642,37 @@ async fn the_progress_indicator_shows_on_a_terminal_only() {
         "the spinner is erased before the answer: {screen:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_can_live_in_redis() {
+    let Some(url) = modu_testing::service_env("REDIS_URL") else {
+        return;
+    };
+    let prefix = modu_testing::unique_prefix("modu-cli");
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let redis = |cmd: &mut tokio::process::Command| {
+        cmd.env("MODU_STORE__KIND", "redis")
+            .env("MODU_STORE__URL", &url)
+            .env("MODU_STORE__PREFIX", &prefix);
+    };
+    for prompt in ["one", "two"] {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        redis(&mut cmd);
+        let out = output(cmd.args(["run", "--session", "r1", prompt])).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(
+        transcript(&mock.requests()[1]),
+        ["user: one", "assistant: You said: one", "user: two"]
+    );
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    redis(&mut cmd);
+    let list = output(cmd.args(["sessions", "list"])).await;
+    assert_eq!(text(&list.stdout), "r1\n");
+    assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    redis(&mut cmd);
+    let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+}
