@@ -133,6 +133,16 @@ fn ci(args: &[String]) -> Result<()> {
         "example: custom provider on modu-core alone",
         Command::new(cargo()).args(["run", "-q", "-p", "modu-example-custom-provider", "--locked"]),
     )?;
+    // The README's first command and the Plan-and-Execute example, against the bundled mock.
+    for example in ["quickstart", "plan_execute"] {
+        run(
+            &format!("example: {example} (mock server)"),
+            Command::new(cargo())
+                .args(["run", "-q", "-p", "modu-examples", "--example", example, "--locked"])
+                .env_remove("OPENAI_BASE_URL")
+                .env_remove("OPENAI_MODEL"),
+        )?;
+    }
     if Command::new(cargo())
         .args(["deny", "--version"])
         .stdout(Stdio::null())
