@@ -1,15 +1,17 @@
 //! Terminal output shared by `run`, `chat` and `resume`: streaming a run, the progress
 //! indicator, tool-call lines, approval prompts and one-line errors.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use modu_core::{
     Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, SinkError, StreamItem,
+    ToolErrorKind,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -71,6 +73,16 @@ pub struct Show {
     pub progress: bool,
 }
 
+/// The tool's name, or the external tool's for MCP calls.
+fn shown_name(tool: &str, arguments: &Value) -> String {
+    if tool == modu_mcp::CALL_TOOL_NAME
+        && let Some(name) = arguments.get("tool_name").and_then(Value::as_str)
+    {
+        return name.to_owned();
+    }
+    tool.to_owned()
+}
+
 /// `tool(args)`, naming the external tool for MCP calls.
 pub fn describe_call(tool: &str, arguments: &Value) -> String {
     if tool == modu_mcp::CALL_TOOL_NAME
@@ -82,23 +94,62 @@ pub fn describe_call(tool: &str, arguments: &Value) -> String {
     format!("{tool}({arguments})")
 }
 
-/// An [`EventSink`] printing tool calls on stderr as they happen: `→ tool(args)`, and
-/// `✗ tool failed: why` for a failed call. As a sink it sees streamed and resumed runs alike.
+/// An [`EventSink`] printing tool calls on stderr as they happen: `→ tool(args)` when a call
+/// starts, `✗ tool rejected` or `✗ tool failed: why` when it does not succeed. As a sink it sees
+/// streamed and resumed runs alike (a resumed run does not stream).
 #[derive(Debug, Default)]
-pub struct ToolCallPrinter;
+pub struct ToolCallPrinter {
+    /// What each call is shown as, by call id (MCP calls by their external tool).
+    names: Mutex<HashMap<String, String>>,
+}
+
+impl ToolCallPrinter {
+    /// Shows the call `call_id` as `name` (for calls whose approval was asked in another process).
+    pub fn remember(&self, call_id: &str, name: String) {
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(call_id.to_owned(), name);
+    }
+
+    fn forget(&self, call_id: &str) -> Option<String> {
+        self.names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(call_id)
+    }
+}
 
 #[async_trait]
 impl EventSink for ToolCallPrinter {
     async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError> {
         match event {
-            AgentEvent::ToolCallStarted { tool, arguments, .. } => {
+            AgentEvent::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => {
                 eprintln!("→ {}", describe_call(tool, arguments));
+                self.remember(call_id, shown_name(tool, arguments));
+            }
+            AgentEvent::ApprovalRequested { request, .. } => {
+                self.remember(&request.call_id, request.tool_name.clone());
             }
             AgentEvent::ToolCallFinished {
-                tool, ok: false, error, ..
+                call_id,
+                tool,
+                ok,
+                error,
+                ..
             } => {
-                let why = error.as_ref().map(ToString::to_string).unwrap_or_default();
-                eprintln!("✗ {tool} failed: {why}");
+                let name = self.forget(call_id).unwrap_or_else(|| tool.clone());
+                match error {
+                    _ if *ok => {}
+                    Some(e) if e.kind == ToolErrorKind::Rejected => eprintln!("✗ {name} rejected"),
+                    Some(e) => eprintln!("✗ {name} failed: {e}"),
+                    None => eprintln!("✗ {name} failed"),
+                }
             }
             _ => {}
         }
@@ -168,6 +219,21 @@ impl Input {
     pub async fn line(&mut self) -> Option<String> {
         self.lines.next_line().await.ok().flatten()
     }
+
+    /// The answer to a prompt just printed on stderr. When stdin is not a terminal the answer
+    /// is echoed, so a log reads `approve …? [y/N] y`; at end of input the prompt's line ends.
+    pub async fn answer(&mut self) -> Option<String> {
+        let answer = self.line().await;
+        if !std::io::stdin().is_terminal() {
+            eprintln!("{}", answer.as_deref().unwrap_or_default());
+        }
+        answer
+    }
+}
+
+/// Whether an approval answer is yes (`y` or `yes`, any case); anything else rejects.
+pub fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// The prompt for one waiting call: `approve <tool>(<args>)? [y/N] `.
@@ -187,12 +253,10 @@ pub async fn settle(
         for request in &result.interruptions {
             eprint!("{}", approval_prompt(request));
             let _ = std::io::stderr().flush();
-            let Some(answer) = input.line().await else {
-                eprintln!();
+            let Some(answer) = input.answer().await else {
                 return Ok(result);
             };
-            let yes = matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
-            if yes {
+            if is_yes(&answer) {
                 agent
                     .approve(&result.run_id, &request.call_id)
                     .await
@@ -202,7 +266,6 @@ pub async fn settle(
                     .reject(&result.run_id, &request.call_id, Some("the user said no".into()))
                     .await
                     .map_err(|e| e.to_string())?;
-                eprintln!("✗ {} rejected", request.tool_name);
             }
         }
         result = agent.resume(&result.run_id, ()).await;

@@ -244,7 +244,11 @@ async fn chat_rejection_is_sent_to_the_model() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stdout, "Understood.\n");
-    assert!(stderr.contains("✗ everything__echo rejected"), "{stderr}");
+    assert!(
+        stderr.contains("approve everything__echo({\"message\":\"no\"})? [y/N] n\n✗ everything__echo rejected\n"),
+        "the piped answer is echoed, the rejection shown: {stderr}"
+    );
+    assert!(!stderr.contains("failed"), "{stderr}");
     let last = transcript(&mock.requests()[1]);
     assert!(
         last.iter()
@@ -539,10 +543,11 @@ async fn a_run_paused_for_approval_is_answered_by_resume() {
     );
 
     let resumed = with_stdin(modu(dir.path(), &mock.base_url()).args(["resume", &run_id]), "yes\n").await;
+    assert_eq!(mock.requests().len(), 2, "the resumed run asked the model once more");
     let stderr = text(&resumed.stderr);
     assert!(resumed.status.success(), "{stderr}");
     assert!(
-        stderr.contains("approve everything__get-sum({\"a\":2,\"b\":3})? [y/N] "),
+        stderr.contains("approve everything__get-sum({\"a\":2,\"b\":3})? [y/N] yes\n"),
         "{stderr}"
     );
     assert!(stderr.contains("→ everything__get-sum({\"a\":2,\"b\":3})"), "{stderr}");

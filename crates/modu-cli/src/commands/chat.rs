@@ -25,7 +25,7 @@ pub struct ChatArgs {
 /// input during an approval prompt ends the chat with exit code 1, the run left paused.
 pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
     let loaded = load_config(config)?;
-    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter))).await?;
+    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
     let session = args.session.unwrap_or_else(ui::new_session_id);
     eprintln!("session: {session} (type /exit or end the input to leave)");
     let interactive = std::io::stdin().is_terminal();

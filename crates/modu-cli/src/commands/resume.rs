@@ -25,7 +25,8 @@ pub struct ResumeArgs {
 /// Asks about the calls waiting for approval (if any), then resumes the run.
 pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
     let loaded = load_config(config)?;
-    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter))).await?;
+    let printer = Arc::new(ui::ToolCallPrinter::default());
+    let built = build::agent(&loaded.config, Some(Arc::clone(&printer) as _)).await?;
     let agent = &built.agent;
     let pending = agent.pending_approvals(&args.run_id).await.map_err(|e| match e {
         AgentError::CheckpointNotFound { .. } => Failure::Invalid(format!(
@@ -36,16 +37,16 @@ pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
     })?;
     let mut input = Input::stdin();
     for request in &pending {
+        printer.remember(&request.call_id, request.tool_name.clone());
         eprint!("{}", ui::approval_prompt(request));
         let _ = std::io::stderr().flush();
-        let Some(answer) = input.line().await else {
-            eprintln!();
+        let Some(answer) = input.answer().await else {
             return Err(Failure::Invalid(format!(
                 "run {} is still waiting for approval of {}",
                 args.run_id, request.tool_name
             )));
         };
-        let outcome = if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        let outcome = if ui::is_yes(&answer) {
             agent.approve(&args.run_id, &request.call_id).await
         } else {
             agent

@@ -38,7 +38,7 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     } else {
         args.prompt
     };
-    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter))).await?;
+    let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
     let session = match args.session {
         Some(id) => id,
         None => {
