@@ -89,11 +89,11 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Invalid(message)) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", ui::one_line(&message));
             ExitCode::from(1)
         }
         Err(Failure::Usage(message)) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", ui::one_line(&message));
             ExitCode::from(2)
         }
     }

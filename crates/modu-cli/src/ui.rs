@@ -273,9 +273,15 @@ pub async fn settle(
     Ok(result)
 }
 
+/// Errors are one line, whatever a library put in them.
+pub fn one_line(message: &str) -> String {
+    let lines: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join("; ")
+}
+
 /// One line for a failed run; a model server that cannot be reached names its URL.
 pub fn run_error(error: &AgentError, model_url: &str) -> String {
-    match error {
+    one_line(&match error {
         AgentError::Model { kind, message, .. } if kind == "transport" => {
             let message = message.strip_prefix("transport error: ").unwrap_or(message);
             format!("cannot reach the model server at {model_url}: {message}")
@@ -284,7 +290,7 @@ pub fn run_error(error: &AgentError, model_url: &str) -> String {
             format!("the model server at {model_url} did not answer in time: {error}")
         }
         other => other.to_string(),
-    }
+    })
 }
 
 /// A fresh session id.

@@ -10,7 +10,7 @@ fn ok(what: &str) {
 }
 
 fn bad(what: &str) {
-    println!("✗ {what}");
+    println!("✗ {}", crate::ui::one_line(what));
 }
 
 /// Prints one ✓ or ✗ line per check; exit 1 when any check fails (the configuration included).

@@ -77,7 +77,11 @@ pub async fn run(cmd: McpCommand, config: Option<&Path>) -> CommandResult {
                 session.close().await;
             }
             Err(e) => {
-                eprintln!("error: MCP server {}: {e}", server.name);
+                eprintln!(
+                    "error: MCP server {}: {}",
+                    server.name,
+                    crate::ui::one_line(&e.to_string())
+                );
                 broken.push(server.name.clone());
             }
         }
