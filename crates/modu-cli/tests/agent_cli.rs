@@ -122,6 +122,19 @@ async fn run_json_prints_the_agent_result() {
     assert!(!result["run_id"].as_str().unwrap().is_empty());
     // MODU_STORE__KIND=memory: nothing written to disk.
     assert!(!dir.path().join(".modu").exists());
+
+    // [output] mode = "json" by variable, and the prompt from stdin with `-`.
+    let piped = with_stdin(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_STORE__KIND", "memory")
+            .env("MODU_OUTPUT__MODE", "json")
+            .args(["run", "--session", "s2", "-"]),
+        "a prompt from a pipe",
+    )
+    .await;
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    let result: Value = serde_json::from_slice(&piped.stdout).unwrap();
+    assert_eq!(result["output"], json!("You said: a prompt from a pipe"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
