@@ -319,7 +319,7 @@ pub struct Plan {
 }
 
 /// What the planner answers (internal schema).
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlanDraft {
     /// The steps, in order.
@@ -327,13 +327,50 @@ pub(crate) struct PlanDraft {
 }
 
 /// One planned step (internal schema).
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlanDraftStep {
     /// What to do in this step.
     pub(crate) description: String,
     /// Names of the tools this step may call (empty: no tools).
     pub(crate) allowed_tools: Vec<String>,
+}
+
+/// The planner's response format for one run: at most `max_steps` steps whose tools are
+/// limited to `tools` (an `enum`), so servers with constrained decoding (vLLM, llama.cpp,
+/// OpenAI strict mode) can only produce plans that validate.
+pub(crate) fn plan_format(max_steps: usize, tools: &[String]) -> crate::model::ResponseFormat {
+    let tool_items = if tools.is_empty() {
+        serde_json::json!({"type": "array", "items": {"type": "string"}, "maxItems": 0})
+    } else {
+        // maxItems: a tool is named once per step (small models otherwise repeat names).
+        serde_json::json!({"type": "array", "items": {"type": "string", "enum": tools}, "maxItems": tools.len()})
+    };
+    crate::model::ResponseFormat {
+        name: "PlanDraft".into(),
+        schema: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "steps": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": max_steps,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "description": {"type": "string", "description": "What to do in this step."},
+                            "allowed_tools": tool_items
+                        },
+                        "required": ["description", "allowed_tools"],
+                        "additionalProperties": false
+                    }
+                }
+            },
+            "required": ["steps"],
+            "additionalProperties": false
+        }),
+        strict: true,
+    }
 }
 
 /// The outcome of a step, as the model reports it in STEP_RESULT.

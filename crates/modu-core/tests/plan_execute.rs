@@ -147,6 +147,15 @@ async fn plan_act_step_result_commit_verify_finalize_with_request_shapes() {
             (vec![], None),                    // FINALIZE: text, no tools
         ]
     );
+    // The plan schema limits the tools to the agent's (an enum) and the steps to max_steps, so
+    // constrained decoding can only produce plans that validate.
+    let plan_schema = &requests[0].response_format.as_ref().unwrap().schema;
+    let step_schema = &plan_schema["properties"]["steps"];
+    assert_eq!(step_schema["maxItems"], 8);
+    assert_eq!(
+        step_schema["items"]["properties"]["allowed_tools"]["items"]["enum"],
+        json!(["add", "double"])
+    );
     // Tools and a schema are never in one request.
     assert!(
         requests

@@ -267,3 +267,52 @@ async fn live_api_key_protected_server_rejects_a_missing_key() {
     let r = keyed.complete(short("hi", 2)).await.unwrap();
     assert!(r.usage.output_tokens > 0);
 }
+
+/// Strict Plan-and-Execute against a real server: the plan schema names the agent's tools as an
+/// enum and bounds the steps, so llama.cpp's grammar can only produce a plan that validates; the
+/// step-result schema does the same for STEP_RESULT. A 135M model's arithmetic is not asserted.
+#[tokio::test]
+async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
+    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    use modu_core::{AgentError, FunctionTool, RunLimits};
+
+    let Some(model) = live() else { return };
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Ab {
+        a: i64,
+        b: i64,
+    }
+    let add = FunctionTool::<()>::typed("add", "Add two integers", |_ctx, x: Ab| async move { Ok(x.a + x.b) });
+    let mut settings = ModelSettings::default();
+    settings.temperature = Some(0.0);
+    settings.max_tokens = Some(96);
+    let agent = Agent::<()>::builder(model)
+        .instructions("Use the add tool to add numbers.")
+        .tool(add)
+        .model_settings(settings)
+        .limits(
+            RunLimits::default()
+                .max_steps(2)
+                .timeout(Some(Duration::from_secs(240))),
+        )
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model().max_steps(2)))
+        .build()
+        .unwrap();
+    let result = agent.run("What is 2 + 3?").await;
+    println!("error: {:?}", result.error);
+    println!("metadata: {}", serde_json::Value::Object(result.metadata.clone()));
+    // The plan validated on the first try: its steps exist and name only known tools.
+    let steps = result.metadata["plan"]["steps"].as_array().cloned().unwrap_or_default();
+    assert!(!steps.is_empty() && steps.len() <= 2, "{steps:?}");
+    for step in &steps {
+        for tool in step["allowed_tools"].as_array().unwrap() {
+            assert_eq!(tool, "add");
+        }
+    }
+    // Whatever the small model does next ends in an answer or a typed, sanitised outcome.
+    match &result.error {
+        None => assert!(result.output.is_some()),
+        Some(AgentError::PlanFailed { .. } | AgentError::MaxTurnsExceeded { .. } | AgentError::Output { .. }) => {}
+        Some(other) => panic!("unexpected error: {other:?}"),
+    }
+}

@@ -421,9 +421,9 @@ where
         prompt: String,
         max: usize,
     ) -> Result<Vec<crate::plan::PlanDraftStep>, AgentError> {
-        let codec = JsonCodec::<PlanDraft>::new();
-        let format = codec.response_format();
-        let known: HashSet<String> = self.plannable_tools().into_iter().map(|t| t.name).collect();
+        let names: Vec<String> = self.plannable_tools().into_iter().map(|t| t.name).collect();
+        let format = Some(crate::plan::plan_format(max, &names));
+        let known: HashSet<String> = names.into_iter().collect();
         let mut extra = vec![Message::user(prompt)];
         for attempt in 1..=2 {
             let (messages, _) = self.prepare_with(Stage::Plan, extra.clone(), Some(Vec::new())).await?;
@@ -432,12 +432,12 @@ where
             let response = self.call_model_with(request, policy.generator.model.clone()).await?;
             self.notify(&response.message).await?;
             let text = response.message.text();
-            let problem = match codec.parse(&text) {
+            let problem = match parse_draft(&text) {
                 Ok(draft) => match validate_draft(draft, max, &known) {
                     Ok(steps) => return Ok(steps),
                     Err(problem) => problem,
                 },
-                Err(e) => format!("the plan is not valid JSON for the schema: {}", e.message),
+                Err(e) => format!("the plan is not valid JSON for the schema: {e}"),
             };
             if attempt == 2 {
                 let st = self.st();
@@ -1272,6 +1272,11 @@ where
             Err(e) => Some(Err(AgentError::Output { message: e.message })),
         }
     }
+}
+
+/// Parses a planner's answer (a code fence around the JSON is tolerated).
+fn parse_draft(text: &str) -> Result<PlanDraft, serde_json::Error> {
+    serde_json::from_str(crate::output::strip_code_fence(text.trim()))
 }
 
 /// Checks a planner's draft: 1..=max steps, descriptions, known tools (deduplicated).
