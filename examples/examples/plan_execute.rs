@@ -96,7 +96,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             StreamItem::Event(AgentEvent::PlanCreated { plan, .. }) => {
                 println!("plan:");
                 for step in &plan.steps {
-                    println!("  {} {} (tools: {})", step.id, step.description, step.allowed_tools.join(", "));
+                    println!(
+                        "  {} {} (tools: {})",
+                        step.id,
+                        step.description,
+                        step.allowed_tools.join(", ")
+                    );
                 }
             }
             StreamItem::Event(AgentEvent::ToolCallStarted { tool, arguments, .. }) => {
@@ -120,7 +125,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             StreamItem::Failed(result) => {
                 println!();
                 println!("failed: {:?}", result.error);
-                println!("failure: {}", result.metadata.get("failure").cloned().unwrap_or_default());
+                println!(
+                    "failure: {}",
+                    result.metadata.get("failure").cloned().unwrap_or_default()
+                );
                 std::process::exit(1);
             }
         }

@@ -81,7 +81,11 @@ async fn sqlite_strict_run_resumes_mid_plan_and_is_not_finalized_twice() {
             .run(AgentRequest::new((), "Run both tools").session("s-plan"))
             .await
     };
-    assert!(failed.error.as_ref().is_some_and(AgentError::is_resumable), "{:?}", failed.error);
+    assert!(
+        failed.error.as_ref().is_some_and(AgentError::is_resumable),
+        "{:?}",
+        failed.error
+    );
     assert_eq!(failed.metadata["plan"]["steps"][0]["status"], "completed");
     assert_eq!(failed.metadata["plan"]["steps"][1]["status"], "in_progress");
 
