@@ -6,6 +6,7 @@
 //! memory   modu-core KeepAll | RecentTurns | TokenBudgetPolicy       (ConversationMemoryPolicy)
 //! tools    modu-mcp McpToolProvider over an McpConnector             (ToolProvider, approvals)
 //! skills   modu-skills SkillsProvider over a SkillRegistry           (ContextProvider + ToolProvider)
+//! policy   modu-core standard loop | PlanAndExecutePolicy             (DecisionPolicy)
 //! ```
 //!
 //! Each piece is a trait object the [`modu_core::AgentBuilder`] takes; nothing here is
@@ -14,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
 use modu_core::{
     Agent, AgentRequest, ApproximateTokenCounter, ChatModel, CheckpointStore, ConversationMemoryPolicy,
     ConversationStore, EventSink, InMemoryCheckpointStore, InMemoryConversationStore, KeepAll, ModelError,
@@ -26,8 +28,8 @@ use modu_skills::{SkillRegistry, SkillsProvider};
 
 use crate::commands::Failure;
 use crate::config::{
-    Config, DEFAULT_SQLITE_PATH, LimitsSection, McpSection, MemoryPolicyKind, MemorySection, ModelSection, Provider,
-    SkillsSection, StoreKind, StoreSection,
+    Config, DEFAULT_SQLITE_PATH, LimitsSection, McpSection, MemoryPolicyKind, MemorySection, ModelSection, PolicyKind,
+    Provider, SkillsSection, StoreKind, StoreSection,
 };
 
 /// The configured model client.
@@ -256,6 +258,18 @@ pub fn limits(section: &LimitsSection) -> Result<(RunLimits, RetryConfig), Strin
     if let Some(n) = section.max_tool_calls {
         limits = limits.max_tool_calls(n);
     }
+    if let Some(n) = section.max_steps {
+        limits = limits.max_steps(n);
+    }
+    if let Some(n) = section.max_step_attempts {
+        limits = limits.max_step_attempts(n);
+    }
+    if let Some(n) = section.max_replans {
+        limits = limits.max_replans(n);
+    }
+    if let Some(n) = section.max_tool_repair_attempts {
+        limits = limits.max_tool_repair_attempts(n);
+    }
     if let Some(s) = section.timeout_seconds {
         let timeout = if s == 0.0 {
             None
@@ -350,6 +364,10 @@ pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<
     }
     if let Some(text) = &config.agent.instructions {
         builder = builder.instructions(text.clone());
+    }
+    if config.agent.policy == PolicyKind::PlanAndExecute {
+        // The planner is the agent's own model; [limits] max_steps bounds the plan.
+        builder = builder.decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()));
     }
     if let Some(connector) = connector {
         builder = builder.tool_provider(mcp_provider(connector, &config.mcp));

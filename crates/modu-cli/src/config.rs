@@ -55,6 +55,8 @@ pub struct AgentSection {
     pub name: String,
     /// The system instructions.
     pub instructions: Option<String>,
+    /// How the agent decides what to do next.
+    pub policy: PolicyKind,
 }
 
 impl Default for AgentSection {
@@ -62,8 +64,20 @@ impl Default for AgentSection {
         AgentSection {
             name: "modu".into(),
             instructions: None,
+            policy: PolicyKind::Standard,
         }
     }
+}
+
+/// `agent.policy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// Ask the model, run the tools it calls, repeat (the default).
+    #[default]
+    Standard,
+    /// Strict Plan-and-Execute: a plan, steps with their own tools, validated step results.
+    PlanAndExecute,
 }
 
 /// The model server's API.
@@ -183,6 +197,14 @@ pub struct LimitsSection {
     pub timeout_seconds: Option<f64>,
     /// Attempts per model call, the first included (default 3).
     pub retry_attempts: Option<u32>,
+    /// Plan-and-Execute: steps in a plan, at most (default 8).
+    pub max_steps: Option<u32>,
+    /// Plan-and-Execute: step-result attempts per step (default 2).
+    pub max_step_attempts: Option<u32>,
+    /// Plan-and-Execute: plan revisions after tool failures (default 1).
+    pub max_replans: Option<u32>,
+    /// Plan-and-Execute: corrected-argument repair calls per step (default 1).
+    pub max_tool_repair_attempts: Option<u32>,
 }
 
 /// `[mcp]`.

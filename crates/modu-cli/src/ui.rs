@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, SinkError, StreamItem,
-    ToolErrorKind,
+    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, RunStream, SinkError,
+    StreamItem, ToolErrorKind,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -96,7 +96,7 @@ pub fn describe_call(tool: &str, arguments: &Value) -> String {
 
 /// An [`EventSink`] printing tool calls on stderr as they happen: `→ tool(args)` when a call
 /// starts, `✗ tool rejected` or `✗ tool failed: why` when it does not succeed. As a sink it sees
-/// streamed and resumed runs alike (a resumed run does not stream).
+/// every run of the agent, new and resumed, whether or not its caller streams.
 #[derive(Debug, Default)]
 pub struct ToolCallPrinter {
     /// What each call is shown as, by call id (MCP calls by their external tool).
@@ -160,15 +160,26 @@ impl EventSink for ToolCallPrinter {
 /// Streams one run; returns its result. Text goes to stdout (flushed per delta), tool calls to
 /// stderr.
 pub async fn stream(agent: &Agent<()>, request: AgentRequest<()>, show: Show) -> AgentResult<String> {
+    show_run(agent, agent.stream(request), show).await
+}
+
+/// Resumes a run, streaming it; returns its result.
+pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> AgentResult<String> {
+    show_run(agent, agent.resume_stream(run_id, ()), show).await
+}
+
+/// Shows a streaming run (new or resumed) until its result.
+async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> AgentResult<String> {
     let mut spinner = Spinner::start(show.progress);
-    let mut stream = agent.stream(request);
     let mut printed = false;
     let mut at_line_start = true;
-    // Tool calls are printed by ToolCallPrinter (it also sees resumed runs, which do not stream).
+    // Tool calls are printed by ToolCallPrinter, the agent's event sink.
     let mut stdout = std::io::stdout();
     while let Some(item) = stream.next().await {
         match item {
-            StreamItem::Event(AgentEvent::ModelDelta { text, .. }) => {
+            // The answer's text: every delta of a standard run, the FINALIZE deltas of a strict
+            // Plan-and-Execute run (its `stream` hides the internal steps).
+            StreamItem::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. }) => {
                 spinner.stop();
                 if show.text && !text.is_empty() {
                     let _ = stdout.write_all(text.as_bytes());
@@ -242,12 +253,14 @@ pub fn approval_prompt(request: &ApprovalRequest) -> String {
     format!("approve {}({args})? [y/N] ", request.tool_name)
 }
 
-/// Asks about every waiting call, records the answers and resumes, until the run no longer
-/// waits. At end of input the run stays paused (resume it later with `modu resume`).
+/// Asks about every waiting call, records the answers and resumes (streaming as `show` says),
+/// until the run no longer waits. At end of input the run stays paused (resume it later with
+/// `modu resume`).
 pub async fn settle(
     agent: &Agent<()>,
     mut result: AgentResult<String>,
     input: &mut Input,
+    show: Show,
 ) -> Result<AgentResult<String>, String> {
     while result.is_interrupted() {
         for request in &result.interruptions {
@@ -268,7 +281,7 @@ pub async fn settle(
                     .map_err(|e| e.to_string())?;
             }
         }
-        result = agent.resume(&result.run_id, ()).await;
+        result = show_run(agent, agent.resume_stream(&result.run_id, ()), show).await;
     }
     Ok(result)
 }

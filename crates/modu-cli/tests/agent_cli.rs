@@ -694,3 +694,48 @@ async fn sessions_can_live_in_redis() {
     let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
     assert!(delete.status.success(), "{}", text(&delete.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_and_execute_from_the_config_streams_only_the_final_answer() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        "[agent]\npolicy = \"plan_and_execute\"\n\n[limits]\nmax_steps = 2\n",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        mock.push(MockReply::Text(
+            json!({"steps": [{"description": "Greet", "allowed_tools": []}]}).to_string(),
+        ));
+        mock.push(MockReply::Text(
+            json!({"status": "completed", "result": "greeted"}).to_string(),
+        ));
+        mock.push(MockReply::Text("Hello!".into()));
+    }
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "Say hello"])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The plan and the step result are internal: only FINALIZE's tokens reach stdout.
+    assert_eq!(text(&out.stdout), "Hello!\n");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0]["response_format"]["json_schema"]["name"], "PlanDraft");
+    assert_eq!(
+        requests[0]["response_format"]["json_schema"]["schema"]["properties"]["steps"]["maxItems"],
+        2
+    );
+    assert_eq!(requests[1]["response_format"]["json_schema"]["name"], "StepResult");
+    assert!(requests[2].get("response_format").is_none());
+
+    let out = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_STORE__KIND", "memory")
+            .args(["run", "--json", "Say hello"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["output"], "Hello!");
+    assert_eq!(result["metadata"]["policy"], "plan_and_execute");
+    assert_eq!(result["metadata"]["plan"]["steps"][0]["status"], "completed");
+}

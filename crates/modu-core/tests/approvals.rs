@@ -263,3 +263,45 @@ impl Tool<()> for MetaCallAll {
         MetaCall.approval_request(call_id, args)
     }
 }
+
+#[tokio::test]
+async fn resume_stream_yields_the_resumed_runs_events_then_its_result() {
+    use futures::StreamExt;
+    use modu_core::StreamItem;
+
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let moved = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new()
+        .tool_call("transfer", json!({"amount": 5}))
+        .text_deltas(["moved ", "5"]);
+    let agent = agent(model, store, Arc::clone(&moved), Arc::default());
+    let paused = agent.run("pay 5").await;
+    agent
+        .approve(&paused.run_id, &paused.interruptions[0].call_id)
+        .await
+        .unwrap();
+    let mut stream = agent.resume_stream(&paused.run_id, ());
+    let mut kinds = Vec::new();
+    let mut text = String::new();
+    let mut last = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            StreamItem::Event(AgentEvent::ModelDelta { text: t, .. }) => text.push_str(&t),
+            StreamItem::Event(e) => kinds.push(e.kind()),
+            StreamItem::Completed(r) => last = Some(r),
+            StreamItem::Failed(r) => panic!("{:?}", r.error),
+        }
+    }
+    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert!(kinds.contains(&"tool_call_started") && kinds.contains(&"tool_call_finished"));
+    assert_eq!(text, "moved 5");
+    assert_eq!(last.unwrap().output.as_deref(), Some("moved 5"));
+    assert_eq!(moved.load(Ordering::SeqCst), 1);
+
+    // A run without a checkpoint ends the stream with a failed result, not a panic.
+    let items: Vec<_> = agent.resume_stream("no-such-run", ()).collect().await;
+    assert!(matches!(
+        items.as_slice(),
+        [StreamItem::Failed(r)] if matches!(r.error, Some(AgentError::CheckpointNotFound { .. }))
+    ));
+}

@@ -51,13 +51,8 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
         }
         let mut result = ui::stream(&built.agent, built.request(line, &session), show).await;
         if result.is_interrupted() {
-            match ui::settle(&built.agent, result, &mut input).await {
-                Ok(settled) => {
-                    if let Some(text) = &settled.output {
-                        println!("{text}");
-                    }
-                    result = settled;
-                }
+            match ui::settle(&built.agent, result, &mut input, show).await {
+                Ok(settled) => result = settled,
                 Err(message) => {
                     eprintln!("error: {message}");
                     continue;

@@ -55,12 +55,16 @@ pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
         };
         outcome.map_err(|e| Failure::Invalid(e.to_string()))?;
     }
-    let result = agent.resume(&args.run_id, ()).await;
-    let result = ui::settle(agent, result, &mut input).await.map_err(Failure::Invalid)?;
+    let show = ui::Show {
+        text: !args.json,
+        progress: ui::progress_enabled(),
+    };
+    let result = ui::resume(agent, &args.run_id, show).await;
+    let result = ui::settle(agent, result, &mut input, show)
+        .await
+        .map_err(Failure::Invalid)?;
     if args.json {
         let text = serde_json::to_string_pretty(&result).map_err(|e| Failure::Invalid(e.to_string()))?;
-        println!("{text}");
-    } else if let Some(text) = &result.output {
         println!("{text}");
     }
     super::run::finish(&built, &result).await

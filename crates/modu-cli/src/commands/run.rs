@@ -54,13 +54,9 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     let first = ui::stream(&built.agent, built.request(&prompt, &session), show).await;
     let result = if first.is_interrupted() {
         let mut input = Input::stdin();
-        let settled = ui::settle(&built.agent, first, &mut input)
+        ui::settle(&built.agent, first, &mut input, show)
             .await
-            .map_err(Failure::Invalid)?;
-        if !json && let Some(text) = &settled.output {
-            println!("{text}");
-        }
-        settled
+            .map_err(Failure::Invalid)?
     } else {
         first
     };

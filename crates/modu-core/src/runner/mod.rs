@@ -282,9 +282,35 @@ where
 
     /// [`Agent::resume`] with a shared context.
     pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> AgentResult<O> {
+        self.resume_with(run_id, context, None).await
+    }
+
+    /// [`Agent::resume`], yielding the resumed run's events and then its result, as
+    /// [`Agent::stream`] does (a strict agent's stream shows only what a user sees).
+    ///
+    /// The run proceeds on a spawned task; dropping the stream cancels it.
+    pub fn resume_stream(&self, run_id: &str, context: C) -> RunStream<O> {
+        let (tx, rx) = mpsc::channel(256);
+        let agent = self.clone();
+        let run_id = run_id.to_owned();
+        let handle = tokio::spawn(async move { agent.resume_with(&run_id, Arc::new(context), Some(tx)).await });
+        RunStream {
+            rx,
+            handle: Some(handle),
+            agent: self.inner.name.clone(),
+            public_only: matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_)),
+        }
+    }
+
+    async fn resume_with(
+        &self,
+        run_id: &str,
+        context: Arc<C>,
+        stream: Option<mpsc::Sender<AgentEvent>>,
+    ) -> AgentResult<O> {
         let emitter = Emitter {
             sink: self.inner.sink.clone(),
-            stream: None,
+            stream,
         };
         match self.load_checkpoint(run_id).await {
             Ok(checkpoint) => {
