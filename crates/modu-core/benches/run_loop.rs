@@ -1,5 +1,7 @@
 //! The run loop's own overhead: one run = one model call that calls a tool, the tool call,
-//! and a second model call that answers — with `ScriptedModel`, so no I/O is measured.
+//! and a second model call that answers — with `ScriptedModel`, so no I/O is measured. The
+//! strict Plan-and-Execute run does the same work through PLAN, ACT_TOOL, STEP_RESULT and
+//! FINALIZE (four model calls, checkpoints in memory at every transition).
 //!
 //! Run with `cargo bench -p modu-core --bench run_loop` (or `cargo xtask bench`). Prints
 //! criterion's time per run, then the bytes and allocations per run.
@@ -39,6 +41,30 @@ fn agent() -> Agent<(), String> {
         .unwrap()
 }
 
+fn strict_agent(checkpoints: bool) -> Agent<(), String> {
+    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    let model = ScriptedModel::new()
+        .text(r#"{"steps": [{"description": "Add 2 and 3", "allowed_tools": ["add"]}]}"#)
+        .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+        .text(r#"{"status": "completed", "result": "2 + 3 = 5"}"#)
+        .text("2 + 3 = 5")
+        .cycle()
+        .without_recording();
+    let add = FunctionTool::<()>::typed(
+        "add",
+        "Add two integers",
+        |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
+    );
+    let mut builder = Agent::builder(model)
+        .instructions("You add numbers.")
+        .tool(add)
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()));
+    if checkpoints {
+        builder = builder.checkpoint_store(std::sync::Arc::new(modu_core::InMemoryCheckpointStore::new()));
+    }
+    builder.build().unwrap()
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -58,6 +84,51 @@ fn main() {
             r
         })
     });
+    let strict = strict_agent(false);
+    let strict_checkpointed = strict_agent(true);
+    for _ in 0..100 {
+        assert!(rt.block_on(strict.run("What is 2 + 3?")).is_ok());
+        assert!(rt.block_on(strict_checkpointed.run("What is 2 + 3?")).is_ok());
+    }
+    let standard_checkpointed = {
+        let model = ScriptedModel::new()
+            .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+            .text("2 + 3 = 5")
+            .cycle()
+            .without_recording();
+        let add = FunctionTool::<()>::typed(
+            "add",
+            "Add two integers",
+            |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
+        );
+        Agent::builder(model)
+            .instructions("You add numbers.")
+            .tool(add)
+            .checkpoint_store(std::sync::Arc::new(modu_core::InMemoryCheckpointStore::new()))
+            .build()
+            .unwrap()
+    };
+    c.bench_function("run_loop/one_tool_call_then_answer_checkpointed", |b| {
+        b.to_async(&rt).iter(|| async {
+            let r = standard_checkpointed.run("What is 2 + 3?").await;
+            assert!(r.is_ok());
+            r
+        })
+    });
+    c.bench_function("run_loop/strict_plan_one_step_one_tool", |b| {
+        b.to_async(&rt).iter(|| async {
+            let r = strict.run("What is 2 + 3?").await;
+            assert!(r.is_ok());
+            r
+        })
+    });
+    c.bench_function("run_loop/strict_plan_one_step_one_tool_checkpointed", |b| {
+        b.to_async(&rt).iter(|| async {
+            let r = strict_checkpointed.run("What is 2 + 3?").await;
+            assert!(r.is_ok());
+            r
+        })
+    });
     c.final_summary();
 
     let runs = 2_000u64;
@@ -69,6 +140,19 @@ fn main() {
     let stats = region.change();
     println!(
         "run_loop/one_tool_call_then_answer: {} bytes allocated per run, {} allocations per run ({} runs)",
+        stats.bytes_allocated as u64 / runs,
+        stats.allocations as u64 / runs,
+        runs
+    );
+
+    let region = Region::new(GLOBAL);
+    for _ in 0..runs {
+        let r = rt.block_on(strict.run("What is 2 + 3?"));
+        assert!(r.is_ok());
+    }
+    let stats = region.change();
+    println!(
+        "run_loop/strict_plan_one_step_one_tool: {} bytes allocated per run, {} allocations per run ({} runs)",
         stats.bytes_allocated as u64 / runs,
         stats.allocations as u64 / runs,
         runs

@@ -209,6 +209,12 @@ impl StrictState {
     }
 }
 
+/// The STEP_RESULT codec (its schema is generated once per process).
+fn step_result_codec() -> &'static JsonCodec<StepResult> {
+    static CODEC: std::sync::OnceLock<JsonCodec<StepResult>> = std::sync::OnceLock::new();
+    CODEC.get_or_init(JsonCodec::new)
+}
+
 /// A sanitised failure.
 fn failure(
     cause: &str,
@@ -1044,7 +1050,7 @@ where
             self.st().phase = StrictPhase::Verify;
             return Ok(());
         };
-        let codec = JsonCodec::<StepResult>::new();
+        let codec = step_result_codec();
         let format = codec.response_format();
         let mut extra = vec![Message::user(self.plan_context())];
         extra.extend(self.st().step_messages.iter().cloned());
