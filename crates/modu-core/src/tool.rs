@@ -332,7 +332,12 @@ pub fn map_tool_error(err: BoxError, mapper: Option<&ErrorMapper>) -> ToolError 
     {
         return mapped;
     }
-    tracing::debug!(error = %err, "unmapped tool error");
+    // Only for the developer's own logs, and with key=value secrets masked: the model, events
+    // and traces see the generic error below.
+    tracing::debug!(
+        error = %crate::sinks::SecretMasker::default().mask_text(&err.to_string()),
+        "unmapped tool error"
+    );
     ToolError::execution("unhandled_error")
 }
 

@@ -896,6 +896,44 @@ async fn refused_calls_are_fed_back_without_recovery() {
     assert_eq!(trace[1]["arguments"], json!({"a": 1, "b": 2}));
 }
 
+#[tokio::test]
+async fn a_tool_outside_the_step_is_refused_and_never_runs() {
+    let adds = Arc::new(AtomicUsize::new(0));
+    let doubles = Arc::new(AtomicUsize::new(0));
+    let d = Arc::clone(&doubles);
+    let counted_double = FunctionTool::<()>::typed("double", "Double an integer", move |_ctx, a: X| {
+        let d = Arc::clone(&d);
+        async move {
+            d.fetch_add(1, Ordering::SeqCst);
+            Ok(a.x * 2)
+        }
+    });
+    let model = ScriptedModel::new()
+        .text(plan(&[("Add", &["add"]), ("Double", &["double"])]))
+        .tool_call("double", json!({"x": 1})) // not s1's tool
+        .tool_call("add", json!({"a": 1, "b": 1}))
+        .text(step_ok("2"))
+        .tool_call("double", json!({"x": 2}))
+        .text(step_ok("4"))
+        .text("4");
+    let agent = Agent::<()>::builder(model.clone())
+        .tool(counted_add(Arc::clone(&adds)))
+        .tool(counted_double)
+        .decision_policy(strict(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let result = agent.run("(1+1)*2").await;
+    assert_eq!(result.error, None);
+    assert_eq!(doubles.load(Ordering::SeqCst), 1, "double ran only in its own step");
+    let trace = &result.metadata["tool_trace"];
+    assert_eq!(trace[0]["tool_name"], "double");
+    assert_eq!(trace[0]["step_id"], "s1");
+    assert_eq!(trace[0]["error"]["reason"], "unknown_tool");
+    assert_eq!(trace[0]["attempts"], 0);
+    assert_eq!(trace[2]["tool_name"], "double");
+    assert_eq!(trace[2]["ok"], true);
+}
+
 // ----- leaks -----
 
 const SECRET_MESSAGE: &str = "conn=postgres://admin:SECRET-IN-ERROR@db";
