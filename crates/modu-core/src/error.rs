@@ -128,7 +128,12 @@ pub enum AgentError {
     /// are sanitised identifiers, never a tool's raw error).
     #[error("the plan failed in step {}: {cause}", step_id.as_deref().unwrap_or("-"))]
     PlanFailed {
-        /// Why recovery ended (`fallback_fail`, `replan_limit`, `partial_batch_failure`, …).
+        /// Why the run ended: `tool_failed` (fallback `fail`), `tool_requested_fail`,
+        /// `uncancellable_timeout`, `partial_batch_failure`, `replan_limit`, `repair_not_safe`,
+        /// `repair_limit`, `repair_declined`, `repair_same_arguments`,
+        /// `repair_same_effective_arguments`, `repair_other_tool`, `repair_not_single_call`,
+        /// `repair_same_call_id`, `repair_invalid_arguments`, `step_attempts_exhausted`,
+        /// `plan_invalid`, `max_steps`, `verify_failed`, or a limit (`max_tool_calls`, `max_turns`).
         cause: String,
         /// The step.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -434,11 +434,17 @@ impl ChatResponseBuilder {
     /// The assembled response. Fails when a tool call never received a name.
     pub fn finish(self) -> Result<ChatResponse, ModelError> {
         let mut tool_calls = Vec::with_capacity(self.calls.len());
+        // A server that sends no call id gets unique ones (a plain `call_0` would repeat in every
+        // answer, and call ids identify calls across a run: results, approvals, repairs).
+        let mut prefix: Option<String> = None;
         for (index, call) in self.calls {
             let name = call
                 .name
                 .ok_or_else(|| ModelError::invalid_response(format!("tool call #{index} has no name")))?;
-            let id = call.id.unwrap_or_else(|| format!("call_{index}"));
+            let id = call.id.filter(|id| !id.is_empty()).unwrap_or_else(|| {
+                let p = prefix.get_or_insert_with(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_owned());
+                format!("call_{p}_{index}")
+            });
             let arguments = if call.arguments.trim().is_empty() {
                 "{}".to_owned()
             } else {

@@ -468,7 +468,12 @@ pub struct PlanFailure {
     /// The tool error's reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Why recovery ended (`fallback_fail`, `replan_limit`, `partial_batch_failure`, …).
+    /// Why the run ended: `tool_failed` (fallback `fail`), `tool_requested_fail`,
+    /// `uncancellable_timeout`, `partial_batch_failure`, `replan_limit`, `repair_not_safe`,
+    /// `repair_limit`, `repair_declined`, `repair_same_arguments`,
+    /// `repair_same_effective_arguments`, `repair_other_tool`, `repair_not_single_call`,
+    /// `repair_same_call_id`, `repair_invalid_arguments`, `step_attempts_exhausted`,
+    /// `plan_invalid`, `max_steps`, `verify_failed`, or a limit (`max_tool_calls`, `max_turns`).
     pub cause: String,
 }
 
@@ -560,32 +565,71 @@ fn write_canonical(value: &serde_json::Value, out: &mut String) {
 }
 
 /// The arguments a tool effectively runs with: `args` with the `default`s of its JSON schema
-/// filled in for absent properties (recursively through nested objects).
+/// filled in for absent properties (recursively through nested objects, following local
+/// `$ref`s and `anyOf`/`oneOf` branches), and `null` members dropped (serde reads an absent
+/// `Option` and a `null` one alike).
 pub fn effective_arguments(schema: &serde_json::Value, args: &serde_json::Value) -> serde_json::Value {
     let mut out = args.clone();
-    apply_defaults(schema, &mut out, 0);
+    apply_defaults(schema, schema, &mut out, 0);
+    drop_nulls(&mut out);
     out
 }
 
-fn apply_defaults(schema: &serde_json::Value, value: &mut serde_json::Value, depth: usize) {
+/// `schema` with local `$ref`s (`#/$defs/…`, `#/definitions/…`) followed.
+fn resolve<'a>(mut schema: &'a serde_json::Value, root: &'a serde_json::Value) -> &'a serde_json::Value {
+    for _ in 0..8 {
+        match schema.get("$ref").and_then(|r| r.as_str()) {
+            Some(reference) => match reference.strip_prefix('#').and_then(|p| root.pointer(p)) {
+                Some(target) => schema = target,
+                None => break,
+            },
+            None => break,
+        }
+    }
+    schema
+}
+
+fn apply_defaults(schema: &serde_json::Value, root: &serde_json::Value, value: &mut serde_json::Value, depth: usize) {
     if depth > 32 {
         return;
     }
-    let (Some(props), Some(obj)) = (
-        schema.get("properties").and_then(|p| p.as_object()),
-        value.as_object_mut(),
-    ) else {
-        return;
-    };
-    for (name, prop) in props {
-        match obj.get_mut(name) {
-            Some(inner) => apply_defaults(prop, inner, depth + 1),
-            None => {
-                if let Some(default) = prop.get("default") {
-                    obj.insert(name.clone(), default.clone());
+    let schema = resolve(schema, root);
+    if let Some(props) = schema.get("properties").and_then(|p| p.as_object())
+        && let Some(obj) = value.as_object_mut()
+    {
+        for (name, prop) in props {
+            match obj.get_mut(name) {
+                Some(inner) => apply_defaults(prop, root, inner, depth + 1),
+                None => {
+                    if let Some(default) = resolve(prop, root).get("default").or_else(|| prop.get("default")) {
+                        obj.insert(name.clone(), default.clone());
+                    }
                 }
             }
         }
+        return;
+    }
+    // Option<Struct> and unions: the first branch with properties describes an object value.
+    if value.is_object() {
+        for key in ["anyOf", "oneOf", "allOf"] {
+            if let Some(branches) = schema.get(key).and_then(|b| b.as_array())
+                && let Some(branch) = branches.iter().find(|b| resolve(b, root).get("properties").is_some())
+            {
+                apply_defaults(branch, root, value, depth + 1);
+                return;
+            }
+        }
+    }
+}
+
+fn drop_nulls(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
     }
 }
 
@@ -638,6 +682,32 @@ mod tests {
             json_hash(&short),
             json_hash(&effective_arguments(&schema, &json!({"query": "x", "limit": 5})))
         );
+    }
+
+    #[test]
+    fn effective_arguments_follow_refs_and_ignore_nulls() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Inner {
+            #[serde(default = "ten")]
+            size: u32,
+        }
+        fn ten() -> u32 {
+            10
+        }
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Args {
+            query: String,
+            inner: Inner,
+            note: Option<String>,
+        }
+        let schema = crate::tool::schema_for::<Args>();
+        let a = effective_arguments(&schema, &json!({"query": "x", "inner": {}, "note": null}));
+        let b = effective_arguments(&schema, &json!({"query": "x", "inner": {"size": 10}}));
+        assert_eq!(json_hash(&a), json_hash(&b), "{a} vs {b}");
+        let c = effective_arguments(&schema, &json!({"query": "x", "inner": {"size": 11}}));
+        assert_ne!(json_hash(&a), json_hash(&c));
     }
 
     #[test]

@@ -526,21 +526,20 @@ async fn a_timed_out_blocking_tool_is_not_retried_and_falls_back() {
     });
     let model = ScriptedModel::new()
         .text(plan(&[("Slow", &["slow"])]))
-        .tool_call("slow", json!({}));
-    let agent = search_agent(
-        &model,
-        tool,
-        ToolFailureRecoveryConfig::default().fallback(RecoveryFallback::Fail),
-        RunLimits::default(),
-    );
+        .tool_call("slow", json!({}))
+        .text(plan(&[("never", &[])]));
+    // The default recovery (fallback replan): a blocking timeout is FAIL all the same, since the
+    // work may still be running.
+    let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
     let result = agent.run("go").await;
     assert_eq!(
         result.error,
         Some(AgentError::PlanFailed {
-            cause: "tool_failed".into(),
+            cause: "uncancellable_timeout".into(),
             step_id: Some("s1".into())
         })
     );
+    assert_eq!(model.requests().len(), 2, "no replan request");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "a blocking timeout is never retried");
     let trace = &result.metadata["tool_trace"][0];
     assert_eq!(trace["error"]["type"], "timeout");
@@ -568,6 +567,7 @@ async fn repair_call_lets_the_model_correct_the_arguments_once() {
     assert_eq!(trace[0]["ok"], false);
     assert_eq!(trace[0]["error"]["recovery"], "repair_call");
     assert_eq!(trace[0]["error"]["reason"], "invalid_query_syntax");
+    assert_ne!(trace[0]["call_id"], trace[1]["call_id"]);
     assert_eq!(trace[1]["ok"], true);
     assert_eq!(trace[1]["recovery_of_call_id"], trace[0]["call_id"]);
     assert_eq!(result.metadata["plan_usage"]["tool_repairs"], 1);
@@ -646,6 +646,14 @@ async fn rejected_repair(second: (&str, &str), expected_cause: &str) {
     );
     let trace = result.metadata["tool_trace"].as_array().unwrap();
     assert_eq!(trace.len(), 2);
+    assert_eq!(
+        trace[0]["error"]["recovery"], "repair_call",
+        "the failed call keeps its recovery"
+    );
+    assert_eq!(
+        trace[1]["error"]["recovery"], "fail",
+        "the rejected repair records the fallback"
+    );
     assert_eq!(trace[1]["attempts"], 0);
     assert_eq!(trace[1]["error"]["reason"], expected_cause);
     assert_eq!(trace[1]["arguments_source"], "requested");
@@ -934,6 +942,77 @@ async fn a_tool_outside_the_step_is_refused_and_never_runs() {
     assert_eq!(trace[2]["ok"], true);
 }
 
+#[tokio::test]
+async fn a_retryable_error_classified_otherwise_is_not_retried() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let tool = flaky(
+        "search",
+        9,
+        ToolError::execution("quota")
+            .retryable(true)
+            .with_recovery(RecoveryAction::Fail),
+        Arc::clone(&calls),
+    )
+    .map_spec(|s| s.idempotent(true));
+    let model = ScriptedModel::new()
+        .text(plan(&[("Search", &["search"])]))
+        .tool_call("search", json!({"query": "x"}));
+    let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
+    let result = agent.run("go").await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(result.metadata["failure"]["cause"], "tool_requested_fail");
+}
+
+#[tokio::test]
+async fn a_replan_interrupted_by_a_transport_error_resumes_without_rerunning_the_tool() {
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let build = |model: &ScriptedModel| {
+        Agent::<()>::builder(model.clone())
+            .tool(flaky(
+                "search",
+                1,
+                ToolError::execution("backend_down"),
+                Arc::clone(&calls),
+            ))
+            .retry(fast_retry(1))
+            .checkpoint_store(store.clone())
+            .decision_policy(strict(LlmPlanGenerator::agent_model()))
+            .build()
+            .unwrap()
+    };
+    let first = ScriptedModel::new()
+        .text(plan(&[("Search", &["search"])]))
+        .tool_call("search", json!({"query": "x"}))
+        .error(|| ModelError::transport("reset during the replan", "peer reset"));
+    let failed = build(&first).run("find x").await;
+    assert!(
+        failed.error.as_ref().is_some_and(AgentError::is_resumable),
+        "{:?}",
+        failed.error
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    let second = ScriptedModel::new()
+        .text(plan(&[("Search again", &["search"])]))
+        .tool_call("search", json!({"query": "x"}))
+        .text(step_ok("found"))
+        .text("found");
+    let resumed = build(&second).resume(&failed.run_id, ()).await;
+    assert_eq!(resumed.error, None);
+    // The failed call is not run again: the resumed run asks for the replan first.
+    assert_eq!(shape(&second.requests()[0]), (vec![], PLAN.map(str::to_owned)));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "one failed call, one call of the new plan"
+    );
+    assert_eq!(resumed.metadata["plan_usage"]["replans"], 1);
+    let trace = resumed.metadata["tool_trace"].as_array().unwrap();
+    assert_eq!(trace.len(), 2);
+    assert_eq!(trace[0]["error"]["recovery"], "replan");
+}
+
 // ----- leaks -----
 
 const SECRET_MESSAGE: &str = "conn=postgres://admin:SECRET-IN-ERROR@db";
@@ -1122,13 +1201,26 @@ async fn a_standard_checkpoint_does_not_resume_under_a_strict_policy() {
 async fn an_approval_inside_a_step_pauses_and_resumes() {
     let store = Arc::new(InMemoryCheckpointStore::new());
     let adds = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&adds);
+    let spec = ToolSpec::new(
+        "add",
+        "Add with a key",
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "api_key": {"type": "string"}}}),
+    )
+    .needs_approval(true);
+    let keyed_add = FunctionTool::<()>::new(spec, move |_ctx, args| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(json!(args["a"].as_i64().unwrap() + args["b"].as_i64().unwrap())) }
+    });
     let model = ScriptedModel::new()
         .text(plan(&[("Add", &["add"])]))
-        .tool_call("add", json!({"a": 1, "b": 2}))
+        .tool_call("add", json!({"a": 1, "b": 2, "api_key": SECRET_ARG}))
         .text(step_ok("3"))
         .text("3");
+    let sink = Arc::new(CollectingEventSink::new());
     let agent = Agent::<()>::builder(model.clone())
-        .tool(counted_add(Arc::clone(&adds)).map_spec(|s| s.needs_approval(true)))
+        .tool(keyed_add)
+        .event_sink(sink.clone())
         .checkpoint_store(store)
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
@@ -1136,6 +1228,11 @@ async fn an_approval_inside_a_step_pauses_and_resumes() {
     let paused = agent.run("1+2").await;
     assert!(matches!(paused.error, Some(AgentError::Interrupted { pending: 1 })));
     assert_eq!(adds.load(Ordering::SeqCst), 0);
+    // The person deciding sees the arguments; events carry them with secret keys masked.
+    assert_eq!(paused.interruptions[0].arguments["api_key"], SECRET_ARG);
+    let events = serde_json::to_string(&sink.events()).unwrap();
+    assert!(events.contains("approval_requested"));
+    assert!(!events.contains(SECRET_ARG), "{events}");
     let call_id = paused.interruptions[0].call_id.clone();
     agent.approve(&paused.run_id, &call_id).await.unwrap();
     let done = agent.resume(&paused.run_id, ()).await;

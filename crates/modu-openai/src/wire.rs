@@ -413,7 +413,11 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
                 arguments
             };
             Ok(ToolCall {
-                id: c.id.filter(|s| !s.is_empty()).unwrap_or_else(|| format!("call_{i}")),
+                // Unique when the server sends none: call ids identify calls across a run.
+                id: c
+                    .id
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| format!("call_{}_{i}", &uuid::Uuid::new_v4().simple().to_string()[..12])),
                 name,
                 arguments,
             })

@@ -274,7 +274,7 @@ async fn live_api_key_protected_server_rejects_a_missing_key() {
 #[tokio::test]
 async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
     use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-    use modu_core::{AgentError, FunctionTool, RunLimits};
+    use modu_core::{AgentError, AgentEvent, CollectingEventSink, FunctionTool, RunLimits};
 
     let Some(model) = live() else { return };
     #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -286,8 +286,10 @@ async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
     let mut settings = ModelSettings::default();
     settings.temperature = Some(0.0);
     settings.max_tokens = Some(96);
+    let sink = std::sync::Arc::new(CollectingEventSink::new());
     let agent = Agent::<()>::builder(model)
         .instructions("Use the add tool to add numbers.")
+        .event_sink(sink.clone())
         .tool(add)
         .model_settings(settings)
         .limits(
@@ -301,8 +303,23 @@ async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
     let result = agent.run("What is 2 + 3?").await;
     println!("error: {:?}", result.error);
     println!("metadata: {}", serde_json::Value::Object(result.metadata.clone()));
-    // The plan validated on the first try: its steps exist and name only known tools.
-    let steps = result.metadata["plan"]["steps"].as_array().cloned().unwrap_or_default();
+    // The plan validated on the first try: one model call before PlanCreated, and the first plan
+    // has 1..=2 steps naming only known tools.
+    let events = sink.events();
+    let created = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::PlanCreated { .. }))
+        .expect("a plan was made");
+    let calls_before = events[..created]
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::ModelCallStarted { .. }))
+        .count();
+    assert_eq!(calls_before, 1, "no corrective plan request was needed");
+    let steps = match &events[created] {
+        AgentEvent::PlanCreated { plan, .. } => serde_json::to_value(&plan.steps).unwrap(),
+        _ => unreachable!(),
+    };
+    let steps = steps.as_array().cloned().unwrap_or_default();
     assert!(!steps.is_empty() && steps.len() <= 2, "{steps:?}");
     for step in &steps {
         for tool in step["allowed_tools"].as_array().unwrap() {

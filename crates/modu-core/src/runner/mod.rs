@@ -1757,12 +1757,22 @@ where
                 Err(error) => {
                     let uncancellable_timeout =
                         error.kind == ToolErrorKind::Timeout && spec.blocking && !spec.timeout_retry_safe;
-                    let may_retry =
-                        spec.idempotent && error.retryable && !uncancellable_timeout && attempt < retry.max_attempts;
+                    // A tool that classified its error as something else than retry_call is not
+                    // re-run, whatever `retryable` says.
+                    let retry_wanted = error
+                        .recovery
+                        .is_none_or(|r| r == crate::tool::RecoveryAction::RetryCall);
+                    let may_retry = spec.idempotent
+                        && error.retryable
+                        && retry_wanted
+                        && !uncancellable_timeout
+                        && attempt < retry.max_attempts;
                     if !may_retry {
                         let error = if uncancellable_timeout {
+                            // The blocking work may still run: never retried, never replanned.
                             ToolError {
                                 retryable: false,
+                                recovery: Some(crate::tool::RecoveryAction::Fail),
                                 ..error
                             }
                         } else {

@@ -40,6 +40,14 @@ pub(super) enum StrictPhase {
         #[serde(default)]
         feedback: Option<String>,
     },
+    /// A tool failure is being recovered (replan or fail); saved before the planner is asked,
+    /// so a resume after an interruption recovers again instead of re-running the tool.
+    Recovering {
+        failure: PlanFailure,
+        call_id: String,
+        tool: String,
+        replan_requested: bool,
+    },
     /// Every step committed; checking the plan.
     Verify,
     /// Writing the final answer.
@@ -302,7 +310,15 @@ where
     }
 
     pub(super) async fn strict_loop(&mut self, policy: &PlanAndExecutePolicy) -> Result<O, AgentError> {
-        self.st();
+        let version = self.st().version;
+        if version > STRICT_STATE_VERSION {
+            return Err(AgentError::CheckpointInvalid {
+                run_id: self.run_id(),
+                message: format!(
+                    "the strict state has version {version}; this build reads up to {STRICT_STATE_VERSION}"
+                ),
+            });
+        }
         let outcome = self.strict_machine(policy).await;
         if let Err(error) = &outcome
             && !error.is_resumable()
@@ -312,10 +328,14 @@ where
             // interruption leaves it in progress.
             let code = error_code(error);
             let st = self.st();
-            let step_id = st.current_step().map(|s| s.id.clone());
+            let in_step = matches!(
+                st.phase,
+                StrictPhase::Act | StrictPhase::StepResult { .. } | StrictPhase::Recovering { .. }
+            );
+            let step_id = st.current_step().filter(|_| in_step).map(|s| s.id.clone());
             if let Some(step) = st.plan.steps.get_mut(st.current)
                 && matches!(step.status, StepStatus::InProgress | StepStatus::Pending)
-                && st.phase != StrictPhase::Plan
+                && in_step
             {
                 step.status = StepStatus::Failed;
             }
@@ -342,6 +362,15 @@ where
                 StrictPhase::Plan => self.strict_plan(policy).await?,
                 StrictPhase::Act => self.strict_act(policy).await?,
                 StrictPhase::StepResult { feedback } => self.strict_step_result(feedback).await?,
+                StrictPhase::Recovering {
+                    failure,
+                    call_id,
+                    tool,
+                    replan_requested,
+                } => {
+                    self.fallback(policy, failure, &call_id, &tool, replan_requested)
+                        .await?
+                }
                 StrictPhase::Verify => self.strict_verify().await?,
                 StrictPhase::Finalize => return self.strict_finalize().await,
                 StrictPhase::Done => {
@@ -668,8 +697,13 @@ where
             });
         }
         let failure = failure(reason, Some(&step.id), Some(&repair.tool), Some(&repair.call_id), None);
-        self.fallback(policy, failure, &repair.call_id, &repair.tool, false)
-            .await
+        // The fallback is recorded on the rejected call's entry; the failed call keeps its
+        // `repair_call`.
+        let traced = answer
+            .tool_calls
+            .first()
+            .map_or_else(|| repair.call_id.clone(), |c| c.id.clone());
+        self.recover(failure, &traced, &repair.tool, false).await
     }
 
     /// Runs a batch of the current step's calls and classifies how it ended.
@@ -774,12 +808,16 @@ where
             waiting.sort_by_key(|(index, _)| *index);
             let requests: Vec<_> = waiting.into_iter().map(|(_, r)| r).collect();
             for r in &requests {
+                // Events (sinks, streams) get the arguments with secret keys masked; the result's
+                // `interruptions` keep them, for the person who decides.
+                let mut shown = r.clone();
+                shown.arguments = mask_arguments(&shown.arguments);
+                for value in shown.metadata.values_mut() {
+                    *value = mask_arguments(value);
+                }
                 let run_id = self.run_id();
-                self.emit(AgentEvent::ApprovalRequested {
-                    run_id,
-                    request: r.clone(),
-                })
-                .await;
+                self.emit(AgentEvent::ApprovalRequested { run_id, request: shown })
+                    .await;
             }
             self.state.interruptions = requests;
             self.checkpoint().await?;
@@ -825,13 +863,16 @@ where
         let action = error.as_ref().and_then(|e| e.recovery);
         match action {
             Some(RecoveryAction::Fail) => {
-                let f = failure(
-                    "tool_requested_fail",
-                    Some(&step.id),
-                    Some(&call.name),
-                    Some(&call.id),
-                    error.as_ref(),
-                );
+                let cause = if error
+                    .as_ref()
+                    .is_some_and(|e| e.kind == crate::tool::ToolErrorKind::Timeout)
+                {
+                    // A timed-out blocking tool may still be running: never replanned.
+                    "uncancellable_timeout"
+                } else {
+                    "tool_requested_fail"
+                };
+                let f = failure(cause, Some(&step.id), Some(&call.name), Some(&call.id), error.as_ref());
                 self.terminal(f, &call.id, &call.name).await
             }
             Some(RecoveryAction::Replan) => {
@@ -842,7 +883,7 @@ where
                     Some(&call.id),
                     error.as_ref(),
                 );
-                self.fallback(policy, f, &call.id, &call.name, true).await
+                self.recover(f, &call.id, &call.name, true).await
             }
             Some(RecoveryAction::RepairCall) => {
                 let repair_safe = self
@@ -861,7 +902,7 @@ where
                 };
                 if let Some(cause) = cause {
                     let f = failure(cause, Some(&step.id), Some(&call.name), Some(&call.id), error.as_ref());
-                    return self.fallback(policy, f, &call.id, &call.name, false).await;
+                    return self.recover(f, &call.id, &call.name, false).await;
                 }
                 let st = self.st();
                 st.repair = Some(PendingRepair {
@@ -893,9 +934,27 @@ where
                     Some(&call.id),
                     error.as_ref(),
                 );
-                self.fallback(policy, f, &call.id, &call.name, false).await
+                self.recover(f, &call.id, &call.name, false).await
             }
         }
+    }
+
+    /// Saves the decision to recover (the batch's results with it), then leaves the recovery
+    /// to the RECOVERING phase.
+    async fn recover(
+        &mut self,
+        failure: PlanFailure,
+        call_id: &str,
+        tool: &str,
+        replan_requested: bool,
+    ) -> Result<(), AgentError> {
+        self.st().phase = StrictPhase::Recovering {
+            failure,
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            replan_requested,
+        };
+        self.checkpoint().await
     }
 
     /// Replan (when the configuration or the tool asks for it and replans remain), else fail.
@@ -956,7 +1015,6 @@ where
         let max = self.max_steps(policy);
         let (completed_text, failed_text, room) = {
             let st = self.st();
-            st.replans += 1;
             let completed: Vec<&PlanStep> = st
                 .plan
                 .steps
@@ -1023,6 +1081,7 @@ where
             });
         }
         st.plan.revision += 1;
+        st.replans += 1;
         st.current = first_new;
         st.phase = StrictPhase::Act;
         st.step_messages.clear();
@@ -1247,6 +1306,8 @@ where
         self.deltas = super::DeltaRoute::Final;
         let response = self.call_model(request).await?;
         self.notify(&response.message).await?;
+        // A corrective request (when the answer does not parse) streams as internal work.
+        self.deltas = super::DeltaRoute::Step("finalize".into());
         let output = self.accept_final(response.message, format).await?;
         let text = self
             .state
