@@ -80,14 +80,23 @@ fn var(name: &str) -> Option<String> {
 }
 
 fn seconds(value: f64, key: &str) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(value).map_err(|_| format!("model.{key} must be a positive number of seconds"))
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("model.{key} must be a positive number of seconds"))
 }
 
 /// The model client: `[model]`, with `OPENAI_BASE_URL` / `OPENAI_MODEL` / `OPENAI_API_KEY` or
 /// `OLLAMA_HOST` / `OLLAMA_MODEL` filling what the file leaves out.
 pub fn model(section: &ModelSection) -> Result<Model, String> {
     let provider = section.provider.unwrap_or_else(|| {
-        if var("OPENAI_BASE_URL").is_none() && var("OPENAI_MODEL").is_none() && var("OLLAMA_HOST").is_some() {
+        // Ollama only when nothing points at an OpenAI-compatible server: not the file's
+        // base_url, not the OPENAI_* variables.
+        if section.base_url.is_none()
+            && var("OPENAI_BASE_URL").is_none()
+            && var("OPENAI_MODEL").is_none()
+            && var("OLLAMA_HOST").is_some()
+        {
             Provider::Ollama
         } else {
             Provider::Openai
@@ -227,7 +236,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
             Ok(Stores {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
-                description: format!("redis {url}"),
+                description: format!("redis {}", modu_redis::redact_credentials(&url)),
             })
         }
     }

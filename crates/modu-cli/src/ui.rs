@@ -21,6 +21,16 @@ pub fn progress_enabled() -> bool {
     std::io::stdout().is_terminal() && std::io::stderr().is_terminal()
 }
 
+/// Whether a spinner is drawing on stderr now (lines printed meanwhile erase it first).
+static SPINNING: AtomicBool = AtomicBool::new(false);
+
+/// Erases the spinner's line before a line is printed on stderr; it redraws below.
+fn clear_spinner_line() {
+    if SPINNING.load(Ordering::Relaxed) {
+        eprint!("\r\x1b[2K");
+    }
+}
+
 /// A spinner on stderr, drawn until [`Spinner::stop`] (or drop).
 pub struct Spinner {
     running: Arc<AtomicBool>,
@@ -31,6 +41,7 @@ impl Spinner {
     /// Starts one, or a no-op when `enabled` is false.
     pub fn start(enabled: bool) -> Spinner {
         let running = Arc::new(AtomicBool::new(enabled));
+        SPINNING.store(enabled, Ordering::Relaxed);
         let task = enabled.then(|| {
             let running = Arc::clone(&running);
             tokio::spawn(async move {
@@ -50,6 +61,7 @@ impl Spinner {
     /// Stops and erases it (idempotent).
     pub fn stop(&mut self) {
         self.running.store(false, Ordering::Relaxed);
+        SPINNING.store(false, Ordering::Relaxed);
         if let Some(task) = self.task.take() {
             task.abort();
             eprint!("\r\x1b[2K");
@@ -83,15 +95,17 @@ fn shown_name(tool: &str, arguments: &Value) -> String {
     tool.to_owned()
 }
 
-/// `tool(args)`, naming the external tool for MCP calls.
+/// `tool(args)`, naming the external tool for MCP calls, with secret keys of the arguments
+/// masked (approval prompts show them whole: the person deciding needs them).
 pub fn describe_call(tool: &str, arguments: &Value) -> String {
+    let masker = modu_core::sinks::SecretMasker::default();
     if tool == modu_mcp::CALL_TOOL_NAME
         && let Some(name) = arguments.get("tool_name").and_then(Value::as_str)
     {
-        let args = arguments.get("arguments").cloned().unwrap_or(Value::Null);
+        let args = masker.mask_value(&arguments.get("arguments").cloned().unwrap_or(Value::Null));
         return format!("{name}({args})");
     }
-    format!("{tool}({arguments})")
+    format!("{tool}({})", masker.mask_value(arguments))
 }
 
 /// An [`EventSink`] printing tool calls on stderr as they happen: `→ tool(args)` when a call
@@ -130,6 +144,7 @@ impl EventSink for ToolCallPrinter {
                 arguments,
                 ..
             } => {
+                clear_spinner_line();
                 eprintln!("→ {}", describe_call(tool, arguments));
                 self.remember(call_id, shown_name(tool, arguments));
             }
@@ -144,6 +159,9 @@ impl EventSink for ToolCallPrinter {
                 ..
             } => {
                 let name = self.forget(call_id).unwrap_or_else(|| tool.clone());
+                if !*ok {
+                    clear_spinner_line();
+                }
                 match error {
                     _ if *ok => {}
                     Some(e) if e.kind == ToolErrorKind::Rejected => eprintln!("✗ {name} rejected"),
@@ -194,6 +212,15 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                 spinner.stop();
                 if printed && !at_line_start {
                     let _ = writeln!(stdout);
+                    let _ = stdout.flush();
+                }
+                // An answer that did not stream (a finished Plan-and-Execute run's stored answer,
+                // replayed on resume) is printed whole.
+                if show.text
+                    && !printed
+                    && let Some(text) = &result.output
+                {
+                    let _ = writeln!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
                 return *result;
@@ -325,6 +352,8 @@ mod tests {
             r#"weather__forecast({"city":"Oslo"})"#
         );
         assert_eq!(describe_call("add", &json!({"a": 1})), r#"add({"a":1})"#);
+        let shown = describe_call("login", &json!({"user": "ann", "password": "hunter2"}));
+        assert!(shown.contains("ann") && !shown.contains("hunter2"), "{shown}");
     }
 
     #[test]

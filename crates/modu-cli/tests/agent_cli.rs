@@ -727,15 +727,40 @@ async fn plan_and_execute_from_the_config_streams_only_the_final_answer() {
     assert_eq!(requests[1]["response_format"]["json_schema"]["name"], "StepResult");
     assert!(requests[2].get("response_format").is_none());
 
-    let out = output(
-        modu(dir.path(), &mock.base_url())
-            .env("MODU_STORE__KIND", "memory")
-            .args(["run", "--json", "Say hello"]),
-    )
-    .await;
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "--json", "Say hello"])).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["output"], "Hello!");
     assert_eq!(result["metadata"]["policy"], "plan_and_execute");
     assert_eq!(result["metadata"]["plan"]["steps"][0]["status"], "completed");
+
+    // Resuming the finished run (its DONE state stays in .modu/modu.db) prints the stored answer
+    // without asking the model again.
+    let asked = mock.requests().len();
+    let run_id = result["run_id"].as_str().unwrap();
+    let out = output(modu(dir.path(), &mock.base_url()).args(["resume", run_id])).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Hello!\n");
+    assert_eq!(mock.requests().len(), asked, "no second FINALIZE");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ollama_host_does_not_override_a_configured_base_url() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        format!("[model]\nbase_url = {:?}\nmodel = \"mock-model\"\n", mock.base_url()),
+    )
+    .unwrap();
+    let out = output(
+        modu(dir.path(), &mock.base_url())
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_MODEL")
+            .env("OLLAMA_HOST", "http://127.0.0.1:9")
+            .args(["run", "Say hello"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "You said: Say hello\n");
 }

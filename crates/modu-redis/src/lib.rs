@@ -36,8 +36,8 @@ pub enum RedisStoreError {
     },
 }
 
-/// Removes the user-info part (`user:password@`) of any URL in `text`.
-fn redact(text: &str) -> String {
+/// Removes the user-info part (`user:password@`) of any URL in `text` (for messages and logs).
+pub fn redact_credentials(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find("://") {
@@ -80,7 +80,7 @@ fn backend(operation: &'static str, e: redis::RedisError) -> StoreError {
     let err = RedisStoreError::Command {
         operation,
         kind: error_kind(&e),
-        message: redact(&e.to_string()),
+        message: redact_credentials(&e.to_string()),
     };
     StoreError::Backend {
         message: err.to_string(),
@@ -111,7 +111,7 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
 pub async fn connect_with_config(url: &str, config: ConnectionManagerConfig) -> Result<ConnectionManager, StoreError> {
     let connect_err = |e: redis::RedisError| {
         let err = RedisStoreError::Connect {
-            message: redact(&e.to_string()),
+            message: redact_credentials(&e.to_string()),
         };
         StoreError::Backend {
             message: err.to_string(),
@@ -491,12 +491,15 @@ mod tests {
     #[test]
     fn redact_removes_passwords() {
         assert_eq!(
-            redact("failed to connect to redis://user:s3cret@host:6379/0 (refused)"),
+            redact_credentials("failed to connect to redis://user:s3cret@host:6379/0 (refused)"),
             "failed to connect to redis://***@host:6379/0 (refused)"
         );
-        assert_eq!(redact("rediss://:pw@h/1"), "rediss://***@h/1");
-        assert_eq!(redact("redis://host:1/ no secret"), "redis://host:1/ no secret");
-        assert_eq!(redact("no url at all"), "no url at all");
+        assert_eq!(redact_credentials("rediss://:pw@h/1"), "rediss://***@h/1");
+        assert_eq!(
+            redact_credentials("redis://host:1/ no secret"),
+            "redis://host:1/ no secret"
+        );
+        assert_eq!(redact_credentials("no url at all"), "no url at all");
     }
 
     #[test]
