@@ -80,6 +80,16 @@ pub enum PolicyKind {
     PlanAndExecute,
 }
 
+impl PolicyKind {
+    /// The name the configuration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Standard => "standard",
+            PolicyKind::PlanAndExecute => "plan_and_execute",
+        }
+    }
+}
+
 /// The model server's API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

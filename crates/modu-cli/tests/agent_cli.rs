@@ -328,9 +328,10 @@ async fn doctor_reports_each_check_and_a_broken_server() {
         format!("✓ model: {} answers, model `mock-model`", mock.base_url())
     );
     assert_eq!(lines[2], "✓ store: sqlite .modu/modu.db (0 sessions)");
-    assert_eq!(lines[3], "✓ mcp everything: 13 tools");
+    assert_eq!(lines[3], "✓ agent: builds (policy standard)");
+    assert_eq!(lines[4], "✓ mcp everything: 13 tools");
     assert_eq!(
-        lines[4],
+        lines[5],
         "✗ mcp broken: MCP transport error (server broken): could not start \"/nonexistent/modu-mcp-server\": No such file or directory (os error 2)"
     );
     assert_eq!(text(&out.stderr), "error: 1 check(s) failed\n");
@@ -339,6 +340,22 @@ async fn doctor_reports_each_check_and_a_broken_server() {
     std::fs::write(dir.path().join("modu.toml"), everything_config(&script, "")).unwrap();
     let healthy = output(modu(dir.path(), &mock.base_url()).arg("doctor")).await;
     assert!(healthy.status.success(), "{}", text(&healthy.stdout));
+
+    // Limits the policy cannot work with: what `run` would reject, doctor reports.
+    let unusable = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_AGENT__POLICY", "plan_and_execute")
+            .env("MODU_LIMITS__MAX_STEPS", "0")
+            .arg("doctor"),
+    )
+    .await;
+    assert_eq!(unusable.status.code(), Some(1));
+    assert!(
+        text(&unusable.stdout)
+            .contains("✗ agent: invalid configuration: a strict Plan-and-Execute policy needs max_steps of at least 1"),
+        "{}",
+        text(&unusable.stdout)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,6 +67,18 @@ pub async fn run(config: Option<&Path>) -> CommandResult {
         }
     }
 
+    // The whole agent, as `run` builds it (catches what only the builder checks, such as
+    // limits a policy cannot work with). Only when the model and the store are fine.
+    if broken == 0 {
+        match build::agent(config, None).await {
+            Ok(_) => ok(&format!("agent: builds (policy {})", config.agent.policy.name())),
+            Err(Failure::Usage(m) | Failure::Invalid(m)) => {
+                broken += 1;
+                bad(&format!("agent: {m}"));
+            }
+        }
+    }
+
     if let Err(m) = build::skills(&config.skills) {
         broken += 1;
         bad(&m);
