@@ -241,11 +241,12 @@ where
 
     /// Runs the agent, yielding its events as they happen and the result at the end.
     ///
-    /// The run proceeds on a spawned task; dropping the stream cancels it. With a strict
-    /// Plan-and-Execute policy this shows what a caller shows a user: `RunStarted`,
-    /// `ApprovalRequested` and the FINALIZE tokens as `FinalDelta`, then the result; the
-    /// internal PLAN / ACT / STEP_RESULT work is in [`Agent::stream_all`]. With the standard
-    /// policy it is the same as `stream_all`.
+    /// The run proceeds on a spawned task; dropping the stream cancels it. The last item is
+    /// always [`StreamItem::Completed`] or [`StreamItem::Failed`] carrying the result (the
+    /// `RunCompleted` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
+    /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
+    /// FINALIZE tokens as `FinalDelta`, then the result; the internal PLAN / ACT / STEP_RESULT
+    /// work is in [`Agent::stream_all`]. With the standard policy it is the same as `stream_all`.
     pub fn stream(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
         let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
         self.stream_inner(request.into(), public_only)
