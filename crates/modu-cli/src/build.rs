@@ -28,8 +28,8 @@ use modu_skills::{SkillRegistry, SkillsProvider};
 
 use crate::commands::Failure;
 use crate::config::{
-    Config, DEFAULT_SQLITE_PATH, LimitsSection, McpSection, MemoryPolicyKind, MemorySection, ModelSection, PolicyKind,
-    Provider, SkillsSection, StoreKind, StoreSection,
+    Config, DEFAULT_SQLITE_PATH, LimitsSection, McpSection, McpToolsMode, MemoryPolicyKind, MemorySection,
+    ModelSection, PolicyKind, Provider, SkillsSection, StoreKind, StoreSection,
 };
 
 /// The configured model client.
@@ -312,8 +312,16 @@ pub fn mcp_connector(section: &McpSection) -> Result<Option<Arc<McpConnector>>, 
 }
 
 /// The MCP tool provider: the two meta tools, with approvals for `require_approval`.
-pub fn mcp_provider(connector: Arc<McpConnector>, section: &McpSection) -> McpToolProvider<()> {
-    let provider = McpToolProvider::new(connector);
+pub fn mcp_provider(connector: Arc<McpConnector>, section: &McpSection, policy: PolicyKind) -> McpToolProvider<()> {
+    let mut provider = McpToolProvider::new(connector);
+    // A strict plan names tools per step: it needs the external tools themselves.
+    let default_mode = match policy {
+        PolicyKind::PlanAndExecute => McpToolsMode::Direct,
+        _ => McpToolsMode::Search,
+    };
+    if section.tools.unwrap_or(default_mode) == McpToolsMode::Direct {
+        provider = provider.with_direct_tools();
+    }
     if section.require_approval.is_empty() {
         return provider;
     }
@@ -379,7 +387,7 @@ pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<
         builder = builder.decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()));
     }
     if let Some(connector) = connector {
-        builder = builder.tool_provider(mcp_provider(connector, &config.mcp));
+        builder = builder.tool_provider(mcp_provider(connector, &config.mcp, config.agent.policy));
     }
     if let Some(skills) = skills {
         builder = skills.install(builder);

@@ -227,6 +227,19 @@ pub struct McpSection {
     pub connect_timeout_seconds: Option<f64>,
     /// External tool names (`server__tool`) that need a person's approval; `"*"` for all.
     pub require_approval: Vec<String>,
+    /// How the model sees the servers' tools (default: `search`, or `direct` with
+    /// `policy = "plan_and_execute"`).
+    pub tools: Option<McpToolsMode>,
+}
+
+/// `mcp.tools`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpToolsMode {
+    /// Two meta tools, `mcp_search_tools` and `mcp_call_tool` (lazy discovery; any catalog size).
+    Search,
+    /// Every tool under its external name (`server__tool`) with its own schema.
+    Direct,
 }
 
 /// `[skills]`.

@@ -781,3 +781,54 @@ async fn ollama_host_does_not_override_a_configured_base_url() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "You said: Say hello\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_and_execute_plans_with_the_mcp_tools_themselves() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = everything_config(&script, "").replace("[agent]\n", "[agent]\npolicy = \"plan_and_execute\"\n");
+    std::fs::write(dir.path().join("modu.toml"), config).unwrap();
+    mock.push(MockReply::Text(
+        json!({"steps": [{"description": "Echo hello", "allowed_tools": ["everything__echo"]}]}).to_string(),
+    ));
+    mock.push(MockReply::ToolCalls(vec![(
+        "everything__echo".into(),
+        json!({"message": "hello"}).to_string(),
+    )]));
+    mock.push(MockReply::Text(
+        json!({"status": "completed", "result": "echoed hello"}).to_string(),
+    ));
+    mock.push(MockReply::Text("Echoed: hello".into()));
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "Echo hello"])).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Echoed: hello\n");
+    assert!(
+        stderr.contains("→ everything__echo({\"message\":\"hello\"})"),
+        "{stderr}"
+    );
+    let requests = mock.requests();
+    // The planner's schema lists server-everything's tools by name; the step offers only echo.
+    let allowed = &requests[0]["response_format"]["json_schema"]["schema"]["properties"]["steps"]["items"]["properties"]
+        ["allowed_tools"]["items"]["enum"];
+    assert!(
+        allowed.as_array().unwrap().iter().any(|t| t == "everything__echo"),
+        "{allowed}"
+    );
+    let act: Vec<&str> = requests[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(act, ["everything__echo"]);
+    // The step-result request saw the echo's result.
+    assert!(
+        transcript(&requests[2])
+            .iter()
+            .any(|m| m.starts_with("tool: ") && m.contains("hello"))
+    );
+}

@@ -20,8 +20,8 @@ pub use provider::{McpToolProvider, McpToolSession};
 pub use registry::{McpToolDescriptor, McpToolRegistry};
 pub use resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest, selection_from_metadata};
 pub use tools::{
-    CALL_TOOL_NAME, McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpSearchTool, McpToolFilter,
-    SEARCH_TOOL_NAME, approval_description,
+    CALL_TOOL_NAME, McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpDirectTool, McpSearchTool,
+    McpToolFilter, SEARCH_TOOL_NAME, approval_description,
 };
 
 /// The rmcp version this crate is built on, re-exported for raw calls next to the connector.

@@ -10,7 +10,9 @@ use crate::client::{McpConnector, McpSession};
 use crate::error::McpError;
 use crate::registry::McpToolDescriptor;
 use crate::resolver::{McpSelectionRequest, selection_from_metadata};
-use crate::tools::{McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpSearchTool, McpToolFilter};
+use crate::tools::{
+    McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpDirectTool, McpSearchTool, McpToolFilter,
+};
 
 type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>;
 
@@ -30,11 +32,19 @@ type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>
 /// every call with the current [`RunContext`], after that listing: it hides tools per request
 /// without re-listing, hidden tools are neither returned (nor counted in `total`) by search,
 /// and calling one fails as an unknown tool.
+///
+/// # Direct tools
+///
+/// [`McpToolProvider::with_direct_tools`] offers every discovered tool under its external name
+/// instead of the two meta tools — for a handful of tools, or for policies that restrict tools
+/// by name (strict Plan-and-Execute plans name them per step). Each request then carries every
+/// visible tool's schema, so prefer the meta tools for large catalogs.
 pub struct McpToolProvider<C> {
     connector: Arc<McpConnector>,
     filter: Option<McpToolFilter<C>>,
     selection: Option<SelectionFn<C>>,
     approval: Option<McpApprovalPolicy<C>>,
+    direct: bool,
 }
 
 impl<C> McpToolProvider<C> {
@@ -45,7 +55,17 @@ impl<C> McpToolProvider<C> {
             filter: None,
             selection: None,
             approval: None,
+            direct: false,
         }
+    }
+
+    /// Offers each discovered tool under its external name (`server__tool`) with its own schema,
+    /// instead of `mcp_search_tools` / `mcp_call_tool` (see "Direct tools" above). Tools whose
+    /// external name is not a portable function name (letters, digits, `_`, `-`, at most 64
+    /// characters) are left out, with a warning in the log.
+    pub fn with_direct_tools(mut self) -> Self {
+        self.direct = true;
+        self
     }
 
     /// Asks for a person's approval before the MCP calls `policy` picks (from the run context
@@ -110,9 +130,16 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
             user: Some(ctx.user()),
             run_id: Some(ctx.run_id()),
         };
-        let session = self.connector.open_with(&request).await.map_err(provider_error)?;
+        let session = Arc::new(self.connector.open_with(&request).await.map_err(provider_error)?);
+        if self.direct {
+            return Ok(Box::new(McpToolSession::direct(
+                session,
+                self.filter.clone(),
+                self.approval.clone(),
+            )));
+        }
         Ok(Box::new(McpToolSession::with_approval(
-            Arc::new(session),
+            session,
             self.filter.clone(),
             self.approval.clone(),
         )))
@@ -145,6 +172,31 @@ impl<C: Send + Sync + 'static> McpToolSession<C> {
                 Arc::new(McpCallTool::new(Arc::clone(&session), filter).with_approval(approval)),
             ]
         };
+        McpToolSession { session, tools }
+    }
+
+    /// Every discovered tool of a session under its external name (see
+    /// [`McpToolProvider::with_direct_tools`]).
+    pub fn direct(
+        session: Arc<McpSession>,
+        filter: Option<McpToolFilter<C>>,
+        approval: Option<McpApprovalPolicy<C>>,
+    ) -> Self {
+        let mut tools: Vec<Arc<dyn Tool<C>>> = Vec::new();
+        for descriptor in session.registry().tools() {
+            match McpDirectTool::new(
+                Arc::clone(&session),
+                Arc::clone(descriptor),
+                filter.clone(),
+                approval.clone(),
+            ) {
+                Some(tool) => tools.push(Arc::new(tool)),
+                None => tracing::warn!(
+                    tool = %descriptor.external_name,
+                    "MCP tool left out: its name is not a portable function name"
+                ),
+            }
+        }
         McpToolSession { session, tools }
     }
 

@@ -74,6 +74,11 @@ impl McpToolDescriptor {
         }
     }
 
+    /// Whether the input schema compiled (a schema that does not is left to the server).
+    pub fn has_valid_schema(&self) -> bool {
+        self.validator.is_some()
+    }
+
     /// Checks arguments against the input schema; `Err` lists what is wrong.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), String> {
         let Some(validator) = &self.validator else {

@@ -1,4 +1,5 @@
-//! The two meta tools the model sees: `mcp_search_tools` and `mcp_call_tool`.
+//! The two meta tools the model sees by default (`mcp_search_tools` and `mcp_call_tool`), and
+//! [`McpDirectTool`], one external tool offered under its own name.
 
 use std::sync::Arc;
 
@@ -215,6 +216,106 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
                 arguments: arguments.clone(),
                 metadata: serde_json::Map::new(),
             },
+        }
+    }
+}
+
+/// One external MCP tool offered to the model under its external name (`server__tool`), with
+/// its own input schema: what [`crate::McpToolProvider::with_direct_tools`] gives a run instead
+/// of the two meta tools. A policy that restricts tools by name (strict Plan-and-Execute's
+/// per-step tools, an RBAC authorizer) then sees the external tools themselves.
+pub struct McpDirectTool<C> {
+    session: Arc<McpSession>,
+    descriptor: Arc<McpToolDescriptor>,
+    filter: Option<McpToolFilter<C>>,
+    approval: Option<McpApprovalPolicy<C>>,
+    spec: ToolSpec,
+}
+
+/// Whether `name` is a function name every OpenAI-compatible server accepts.
+pub(crate) fn is_portable_tool_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl<C> McpDirectTool<C> {
+    /// The tool `descriptor` of `session`; `None` when its external name is not a portable
+    /// function name (letters, digits, `_`, `-`, at most 64 characters).
+    pub fn new(
+        session: Arc<McpSession>,
+        descriptor: Arc<McpToolDescriptor>,
+        filter: Option<McpToolFilter<C>>,
+        approval: Option<McpApprovalPolicy<C>>,
+    ) -> Option<Self> {
+        if !is_portable_tool_name(&descriptor.external_name) {
+            return None;
+        }
+        // A schema that does not compile is left to the server, as in mcp_call_tool.
+        let parameters = if descriptor.has_valid_schema() && descriptor.input_schema.is_object() {
+            descriptor.input_schema.clone()
+        } else {
+            json!({"type": "object"})
+        };
+        let spec = ToolSpec::new(
+            descriptor.external_name.clone(),
+            descriptor.description.clone(),
+            parameters,
+        );
+        Some(McpDirectTool {
+            session,
+            descriptor,
+            filter,
+            approval,
+            spec,
+        })
+    }
+
+    fn description(&self, arguments: &Value) -> McpApprovalDescription {
+        McpApprovalDescription {
+            tool_name: self.descriptor.external_name.clone(),
+            mcp_tool_name: self.descriptor.tool.clone(),
+            mcp_server: self.descriptor.server.clone(),
+            mcp_arguments: arguments.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
+        visible(&self.filter, ctx, &self.descriptor)
+    }
+
+    async fn call(&self, ctx: &RunContext<C>, arguments: Value) -> Result<Value, ToolError> {
+        if !visible(&self.filter, ctx, &self.descriptor) {
+            return Err(unknown_tool(&self.descriptor.external_name).to_tool_error());
+        }
+        self.session
+            .call_tool(&self.descriptor.external_name, arguments)
+            .await
+            .map_err(|e| e.to_tool_error())
+    }
+
+    fn needs_approval(&self, ctx: &RunContext<C>, arguments: &Value) -> bool {
+        self.approval
+            .as_ref()
+            .is_some_and(|policy| policy(ctx, &self.description(arguments)))
+    }
+
+    fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
+        let d = self.description(arguments);
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("mcp_tool_name".into(), Value::String(d.mcp_tool_name));
+        metadata.insert("mcp_server".into(), Value::String(d.mcp_server));
+        metadata.insert("mcp_arguments".into(), d.mcp_arguments);
+        modu_core::ApprovalRequest {
+            call_id: call_id.to_owned(),
+            tool_name: d.tool_name,
+            arguments: arguments.clone(),
+            metadata,
         }
     }
 }

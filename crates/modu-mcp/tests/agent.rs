@@ -209,3 +209,84 @@ async fn approvals_name_the_external_tool_and_the_call_runs_once_approved() {
     assert_eq!(results[0]["tool"], "tool_007");
     support::assert_no_children(&marker, Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tools_offer_each_external_tool_under_its_name_and_honour_filter_and_approval() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("agent-direct");
+    let checkpoints = Arc::new(modu_core::InMemoryCheckpointStore::new());
+    let model = ScriptedModel::new()
+        .tool_call("beta__tool_042", json!({"value": "north"}))
+        .tool_call("alpha__tool_001", json!({"value": "south"}))
+        .text("done");
+    let agent: Agent<()> = Agent::builder(model.clone())
+        .tool_provider(
+            McpToolProvider::new(connector(&python, &marker))
+                .with_direct_tools()
+                .with_filter(|_ctx, t| t.tool != "tool_099")
+                .with_approval(|_ctx, d| d.tool_name == "alpha__tool_001"),
+        )
+        .checkpoint_store(checkpoints)
+        .build()
+        .unwrap();
+    let paused = agent.run("go").await;
+    assert!(paused.is_interrupted(), "{:?}", paused.error);
+    let first = &model.requests()[0];
+    let names: Vec<&str> = first.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names.len(), 2 * 100 - 2, "every tool but the filtered ones");
+    assert!(names.contains(&"beta__tool_042") && !names.contains(&"alpha__tool_099"));
+    assert!(!names.contains(&"mcp_call_tool"));
+    let schema = &first
+        .tools
+        .iter()
+        .find(|t| t.name == "beta__tool_042")
+        .unwrap()
+        .parameters;
+    assert!(schema["properties"]["value"].is_object(), "{schema}");
+    // The direct call reached the right server; the approval names the external tool.
+    let results = tool_results(&paused.messages);
+    assert_eq!(results.len(), 1, "the approved-later call has not run");
+    assert_eq!(results[0]["tool"], "tool_042");
+    let request = &paused.interruptions[0];
+    assert_eq!(request.tool_name, "alpha__tool_001");
+    assert_eq!(request.metadata["mcp_server"], "alpha");
+    agent.approve(&paused.run_id, &request.call_id).await.unwrap();
+    let done = agent.resume(&paused.run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
+    let results = tool_results(&done.messages);
+    assert_eq!(
+        results[0],
+        json!({"tool": "tool_042", "server": format!("beta-{marker}"), "args": {"value": "north"}})
+    );
+    assert_eq!(results[1]["tool"], "tool_001");
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_plan_restricts_each_step_to_the_external_tools_it_names() {
+    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("agent-direct-plan");
+    let model = ScriptedModel::new()
+        .text(json!({"steps": [{"description": "Ask beta", "allowed_tools": ["beta__tool_042"]}]}).to_string())
+        .tool_call("beta__tool_042", json!({"value": "north"}))
+        .text(json!({"status": "completed", "result": "beta answered"}).to_string())
+        .text("beta answered");
+    let agent: Agent<()> = Agent::builder(model.clone())
+        .tool_provider(McpToolProvider::new(connector(&python, &marker)).with_direct_tools())
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let result = agent.run("ask beta").await;
+    assert_eq!(result.error, None);
+    let requests = model.requests();
+    // The planner's schema lists the external tools; the step's request offers only its tool.
+    let tools_enum = &requests[0].response_format.as_ref().unwrap().schema["properties"]["steps"]["items"]["properties"]
+        ["allowed_tools"]["items"]["enum"];
+    assert_eq!(tools_enum.as_array().unwrap().len(), 200);
+    let act: Vec<&str> = requests[1].tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(act, ["beta__tool_042"]);
+    assert_eq!(result.metadata["tool_trace"][0]["tool_name"], "beta__tool_042");
+    assert_eq!(result.metadata["tool_trace"][0]["ok"], true);
+    support::assert_no_children(&marker, Duration::from_secs(1)).await;
+}
