@@ -190,6 +190,8 @@ pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> AgentResult<
 async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> AgentResult<String> {
     let mut spinner = Spinner::start(show.progress);
     let mut printed = false;
+    // Text of the current model call is on screen (a retry after a failure restarts it).
+    let mut partial = false;
     let mut at_line_start = true;
     // Tool calls are printed by ToolCallPrinter, the agent's event sink.
     let mut stdout = std::io::stdout();
@@ -203,10 +205,24 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                     let _ = stdout.write_all(text.as_bytes());
                     let _ = stdout.flush();
                     printed = true;
+                    partial = true;
                     at_line_start = text.ends_with('\n');
                 }
             }
-            StreamItem::Event(AgentEvent::ModelCallFinished { .. }) => spinner.stop(),
+            StreamItem::Event(AgentEvent::ModelCallFinished { .. }) => {
+                spinner.stop();
+                partial = false;
+            }
+            StreamItem::Event(AgentEvent::ModelCallFailed { will_retry: true, .. }) => {
+                // The retried call streams its answer from the start: end the partial line.
+                if partial {
+                    let _ = writeln!(stdout);
+                    let _ = stdout.flush();
+                    eprintln!("(the model server failed mid-answer; retrying)");
+                    at_line_start = true;
+                    partial = false;
+                }
+            }
             StreamItem::Event(_) => {}
             StreamItem::Completed(result) | StreamItem::Failed(result) => {
                 spinner.stop();

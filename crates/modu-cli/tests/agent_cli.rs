@@ -832,3 +832,32 @@ async fn plan_and_execute_plans_with_the_mcp_tools_themselves() {
             .any(|m| m.starts_with("tool: ") && m.contains("hello"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_call_cut_mid_answer_is_retried_on_a_new_line() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": null}]
+    });
+    mock.push(MockReply::RawSse {
+        events: vec![chunk.to_string(), chunk.to_string()],
+        drop_after: Some(1),
+    });
+    mock.push(MockReply::Text("Hello world".into()));
+    let out = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_STORE__KIND", "memory")
+            .args(["run", "Say hello"]),
+    )
+    .await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Hel\nHello world\n");
+    assert!(
+        stderr.contains("(the model server failed mid-answer; retrying)"),
+        "{stderr}"
+    );
+    assert_eq!(mock.requests().len(), 2);
+}

@@ -376,8 +376,11 @@ fn usage_for(request: &Value, answer: &str) -> Value {
 }
 
 fn sse_response(events: Vec<String>, drop_after: Option<usize>) -> Response {
-    let stream = futures::stream::iter(events.into_iter().enumerate().map(move |(i, e)| {
+    use futures::StreamExt;
+    let stream = futures::stream::iter(events.into_iter().enumerate()).then(move |(i, e)| async move {
         if drop_after.is_some_and(|n| i >= n) {
+            // Let the events before the cut reach the client first, as a real cut does.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             Err(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
                 "mock: connection dropped",
@@ -385,7 +388,7 @@ fn sse_response(events: Vec<String>, drop_after: Option<usize>) -> Response {
         } else {
             Ok::<Bytes, std::io::Error>(Bytes::from(format!("data: {e}\n\n")))
         }
-    }));
+    });
     let mut resp = Response::new(Body::from_stream(stream));
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

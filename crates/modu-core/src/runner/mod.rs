@@ -247,6 +247,9 @@ where
     /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
     /// FINALIZE tokens as `FinalDelta`, then the result; the internal PLAN / ACT / STEP_RESULT
     /// work is in [`Agent::stream_all`]. With the standard policy it is the same as `stream_all`.
+    ///
+    /// A model call that fails mid-answer and is retried (`ModelCallFailed { will_retry: true }`)
+    /// streams its answer again from the start: drop the partial text of the failed attempt.
     pub fn stream(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
         let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
         self.stream_inner(request.into(), public_only)
@@ -516,7 +519,10 @@ pub struct RunStream<O> {
 fn is_public(event: &AgentEvent) -> bool {
     matches!(
         event,
-        AgentEvent::RunStarted { .. } | AgentEvent::FinalDelta { .. } | AgentEvent::ApprovalRequested { .. }
+        AgentEvent::RunStarted { .. }
+            | AgentEvent::FinalDelta { .. }
+            | AgentEvent::ApprovalRequested { .. }
+            | AgentEvent::ModelCallFailed { will_retry: true, .. }
     )
 }
 
