@@ -23,114 +23,36 @@ struct AddArgs {
     b: i64,
 }
 
-fn agent() -> Agent<(), String> {
-    let model = ScriptedModel::new()
-        .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
-        .text("2 + 3 = 5")
-        .cycle()
-        .without_recording();
-    let add = FunctionTool::<()>::typed(
-        "add",
-        "Add two integers",
-        |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
-    );
-    Agent::builder(model)
-        .instructions("You add numbers.")
-        .tool(add)
-        .build()
-        .unwrap()
-}
-
-fn strict_agent(checkpoints: bool) -> Agent<(), String> {
+/// The agent the benchmarks run: the standard policy, or strict Plan-and-Execute (whose script
+/// adds the plan and the step result), with or without an in-memory checkpoint store.
+fn agent(strict: bool, checkpoints: bool) -> Agent<(), String> {
     use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-    let model = ScriptedModel::new()
-        .text(r#"{"steps": [{"description": "Add 2 and 3", "allowed_tools": ["add"]}]}"#)
-        .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
-        .text(r#"{"status": "completed", "result": "2 + 3 = 5"}"#)
-        .text("2 + 3 = 5")
-        .cycle()
-        .without_recording();
+    let mut model = ScriptedModel::new();
+    if strict {
+        model = model.text(r#"{"steps": [{"description": "Add 2 and 3", "allowed_tools": ["add"]}]}"#);
+    }
+    model = model.tool_call("add", serde_json::json!({"a": 2, "b": 3}));
+    if strict {
+        model = model.text(r#"{"status": "completed", "result": "2 + 3 = 5"}"#);
+    }
+    let model = model.text("2 + 3 = 5").cycle().without_recording();
     let add = FunctionTool::<()>::typed(
         "add",
         "Add two integers",
         |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
     );
-    let mut builder = Agent::builder(model)
-        .instructions("You add numbers.")
-        .tool(add)
-        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()));
+    let mut builder = Agent::builder(model).instructions("You add numbers.").tool(add);
+    if strict {
+        builder = builder.decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()));
+    }
     if checkpoints {
         builder = builder.checkpoint_store(std::sync::Arc::new(modu_core::InMemoryCheckpointStore::new()));
     }
     builder.build().unwrap()
 }
 
-fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let agent = agent();
-    // Warm up (lazy statics, schema validators).
-    for _ in 0..100 {
-        assert!(rt.block_on(agent.run("What is 2 + 3?")).is_ok());
-    }
-
-    let mut c = Criterion::default().configure_from_args();
-    c.bench_function("run_loop/one_tool_call_then_answer", |b| {
-        b.to_async(&rt).iter(|| async {
-            let r = agent.run("What is 2 + 3?").await;
-            assert!(r.is_ok());
-            r
-        })
-    });
-    let strict = strict_agent(false);
-    let strict_checkpointed = strict_agent(true);
-    for _ in 0..100 {
-        assert!(rt.block_on(strict.run("What is 2 + 3?")).is_ok());
-        assert!(rt.block_on(strict_checkpointed.run("What is 2 + 3?")).is_ok());
-    }
-    let standard_checkpointed = {
-        let model = ScriptedModel::new()
-            .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
-            .text("2 + 3 = 5")
-            .cycle()
-            .without_recording();
-        let add = FunctionTool::<()>::typed(
-            "add",
-            "Add two integers",
-            |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
-        );
-        Agent::builder(model)
-            .instructions("You add numbers.")
-            .tool(add)
-            .checkpoint_store(std::sync::Arc::new(modu_core::InMemoryCheckpointStore::new()))
-            .build()
-            .unwrap()
-    };
-    c.bench_function("run_loop/one_tool_call_then_answer_checkpointed", |b| {
-        b.to_async(&rt).iter(|| async {
-            let r = standard_checkpointed.run("What is 2 + 3?").await;
-            assert!(r.is_ok());
-            r
-        })
-    });
-    c.bench_function("run_loop/strict_plan_one_step_one_tool", |b| {
-        b.to_async(&rt).iter(|| async {
-            let r = strict.run("What is 2 + 3?").await;
-            assert!(r.is_ok());
-            r
-        })
-    });
-    c.bench_function("run_loop/strict_plan_one_step_one_tool_checkpointed", |b| {
-        b.to_async(&rt).iter(|| async {
-            let r = strict_checkpointed.run("What is 2 + 3?").await;
-            assert!(r.is_ok());
-            r
-        })
-    });
-    c.final_summary();
-
+/// Bytes and allocations per run of `agent`, over 2,000 runs.
+fn allocations(rt: &tokio::runtime::Runtime, name: &str, agent: &Agent<(), String>) {
     let runs = 2_000u64;
     let region = Region::new(GLOBAL);
     for _ in 0..runs {
@@ -139,22 +61,43 @@ fn main() {
     }
     let stats = region.change();
     println!(
-        "run_loop/one_tool_call_then_answer: {} bytes allocated per run, {} allocations per run ({} runs)",
+        "{name}: {} bytes allocated per run, {} allocations per run ({} runs)",
         stats.bytes_allocated as u64 / runs,
         stats.allocations as u64 / runs,
         runs
     );
+}
 
-    let region = Region::new(GLOBAL);
-    for _ in 0..runs {
-        let r = rt.block_on(strict.run("What is 2 + 3?"));
-        assert!(r.is_ok());
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cases = [
+        ("run_loop/one_tool_call_then_answer", agent(false, false)),
+        ("run_loop/one_tool_call_then_answer_checkpointed", agent(false, true)),
+        ("run_loop/strict_plan_one_step_one_tool", agent(true, false)),
+        ("run_loop/strict_plan_one_step_one_tool_checkpointed", agent(true, true)),
+    ];
+    // Warm up (lazy statics, schema validators).
+    for (_, agent) in &cases {
+        for _ in 0..100 {
+            assert!(rt.block_on(agent.run("What is 2 + 3?")).is_ok());
+        }
     }
-    let stats = region.change();
-    println!(
-        "run_loop/strict_plan_one_step_one_tool: {} bytes allocated per run, {} allocations per run ({} runs)",
-        stats.bytes_allocated as u64 / runs,
-        stats.allocations as u64 / runs,
-        runs
-    );
+
+    let mut c = Criterion::default().configure_from_args();
+    for (name, agent) in &cases {
+        c.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| async {
+                let r = agent.run("What is 2 + 3?").await;
+                assert!(r.is_ok());
+                r
+            })
+        });
+    }
+    c.final_summary();
+
+    allocations(&rt, cases[0].0, &cases[0].1);
+    allocations(&rt, cases[2].0, &cases[2].1);
 }

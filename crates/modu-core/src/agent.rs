@@ -739,7 +739,7 @@ fn fingerprint<C, O: Send + 'static>(
     codec: &dyn OutputCodec<Output = O>,
     policy: &str,
 ) -> String {
-    // FNV-1a over a canonical description: stable across processes and Rust versions.
+    // A stable hash of a canonical description.
     let mut names: Vec<(String, String)> = tools
         .iter()
         .map(|t| (t.tool.spec().name.clone(), t.tool.spec().parameters.to_string()))
@@ -751,8 +751,14 @@ fn fingerprint<C, O: Send + 'static>(
         "output": codec.response_format().map(|f| f.schema),
     })
     .to_string();
+    stable_hash(&desc)
+}
+
+/// FNV-1a (64 bit) of `text` as 16 hex digits: stable across processes and Rust versions, for
+/// values that checkpoints keep (fingerprints, argument hashes).
+pub(crate) fn stable_hash(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in desc.as_bytes() {
+    for b in text.as_bytes() {
         hash ^= u64::from(*b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }

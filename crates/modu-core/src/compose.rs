@@ -203,12 +203,8 @@ impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
 
     /// Runs the checks: JSON, schema, `on_handoff`.
     pub(crate) fn accept(&self, ctx: &RunContext<C>, raw_arguments: &str) -> Result<(), ToolError> {
-        let value: serde_json::Value = if raw_arguments.trim().is_empty() {
-            serde_json::json!({})
-        } else {
-            serde_json::from_str(raw_arguments)
-                .map_err(|e| ToolError::validation("invalid_json", format!("the arguments are not valid JSON ({e})")))?
-        };
+        let value = crate::message::parse_tool_arguments(raw_arguments)
+            .map_err(|e| ToolError::validation("invalid_json", format!("the arguments are not valid JSON ({e})")))?;
         if let Ok(validator) = crate::tool::ArgumentValidator::new(&self.input_schema)
             && let Err(problems) = validator.check(&value)
         {

@@ -89,6 +89,21 @@ impl ToolCall {
             arguments: arguments.into(),
         }
     }
+
+    /// The arguments as JSON (empty arguments are `{}`).
+    pub fn parse_arguments(&self) -> Result<serde_json::Value, serde_json::Error> {
+        parse_tool_arguments(&self.arguments)
+    }
+}
+
+/// Raw tool-call arguments as JSON; empty (or blank) arguments are `{}`, as servers send them
+/// for tools without parameters.
+pub(crate) fn parse_tool_arguments(raw: &str) -> Result<serde_json::Value, serde_json::Error> {
+    if raw.trim().is_empty() {
+        Ok(serde_json::Value::Object(serde_json::Map::new()))
+    } else {
+        serde_json::from_str(raw)
+    }
 }
 
 /// One message of a conversation.

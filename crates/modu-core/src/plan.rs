@@ -633,20 +633,15 @@ fn drop_nulls(value: &mut serde_json::Value) {
     }
 }
 
-/// A stable hash of canonical JSON (FNV-1a, 64 bit; stable across processes and versions).
+/// A stable hash of canonical JSON (stable across processes and versions).
 pub(crate) fn json_hash(value: &serde_json::Value) -> String {
-    let text = canonical_json(value);
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    crate::agent::stable_hash(&canonical_json(value))
 }
 
-/// Masks secret keys of trace arguments.
+/// Masks secret keys of arguments shown in traces and events (one masker per process).
 pub(crate) fn mask_arguments(value: &serde_json::Value) -> serde_json::Value {
-    SecretMasker::default().mask_value(value)
+    static MASKER: std::sync::OnceLock<SecretMasker> = std::sync::OnceLock::new();
+    MASKER.get_or_init(SecretMasker::default).mask_value(value)
 }
 
 #[cfg(test)]

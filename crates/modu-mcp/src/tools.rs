@@ -89,6 +89,23 @@ pub struct McpApprovalDescription {
     pub mcp_arguments: Value,
 }
 
+impl McpApprovalDescription {
+    /// The approval request for call `call_id`: named after the external tool, with its
+    /// arguments, and `mcp_tool_name`, `mcp_server`, `mcp_arguments` in the metadata.
+    pub fn into_request(self, call_id: &str) -> modu_core::ApprovalRequest {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("mcp_tool_name".into(), Value::String(self.mcp_tool_name));
+        metadata.insert("mcp_server".into(), Value::String(self.mcp_server));
+        metadata.insert("mcp_arguments".into(), self.mcp_arguments.clone());
+        modu_core::ApprovalRequest {
+            call_id: call_id.to_owned(),
+            tool_name: self.tool_name,
+            arguments: self.mcp_arguments,
+            metadata,
+        }
+    }
+}
+
 /// Builds the approval description for `mcp_call_tool` arguments (`{tool_name, arguments}`).
 /// `None` when the arguments do not name an external tool.
 pub fn approval_description(arguments: &Value) -> Option<McpApprovalDescription> {
@@ -198,18 +215,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
 
     fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
         match approval_description(arguments) {
-            Some(d) => {
-                let mut metadata = serde_json::Map::new();
-                metadata.insert("mcp_tool_name".into(), Value::String(d.mcp_tool_name.clone()));
-                metadata.insert("mcp_server".into(), Value::String(d.mcp_server.clone()));
-                metadata.insert("mcp_arguments".into(), d.mcp_arguments.clone());
-                modu_core::ApprovalRequest {
-                    call_id: call_id.to_owned(),
-                    tool_name: d.tool_name,
-                    arguments: d.mcp_arguments,
-                    metadata,
-                }
-            }
+            Some(d) => d.into_request(call_id),
             None => modu_core::ApprovalRequest {
                 call_id: call_id.to_owned(),
                 tool_name: CALL_TOOL_NAME.to_owned(),
@@ -306,16 +312,6 @@ impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
     }
 
     fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
-        let d = self.description(arguments);
-        let mut metadata = serde_json::Map::new();
-        metadata.insert("mcp_tool_name".into(), Value::String(d.mcp_tool_name));
-        metadata.insert("mcp_server".into(), Value::String(d.mcp_server));
-        metadata.insert("mcp_arguments".into(), d.mcp_arguments);
-        modu_core::ApprovalRequest {
-            call_id: call_id.to_owned(),
-            tool_name: d.tool_name,
-            arguments: arguments.clone(),
-            metadata,
-        }
+        self.description(arguments).into_request(call_id)
     }
 }

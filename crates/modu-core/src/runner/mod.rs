@@ -49,12 +49,6 @@ enum Refusal {
     Approval(ApprovalRequest),
 }
 
-/// How one call of a batch ended.
-enum ToolRun {
-    Done(Message),
-    NeedsApproval(ApprovalRequest),
-}
-
 /// How one call ended, in detail (the strict policy classifies it).
 struct CallReport {
     outcome: ToolCallOutcome,
@@ -65,7 +59,7 @@ struct CallReport {
     duration_ms: u64,
 }
 
-/// [`ToolRun`] with the call's report instead of its message.
+/// How one call of a batch ended.
 enum RawToolRun {
     Done(CallReport),
     NeedsApproval(ApprovalRequest),
@@ -878,22 +872,7 @@ where
                     self.notify(&response.message).await?;
                     self.state.turns += 1;
                     if response.message.has_tool_calls() {
-                        let n = response
-                            .message
-                            .tool_calls
-                            .iter()
-                            .filter(|c| {
-                                self.env
-                                    .tools
-                                    .get(&c.name)
-                                    .is_none_or(|t| !t.entry.tool.spec().exempt_from_tool_limit)
-                            })
-                            .count() as u32;
-                        let limit = self.env.agent.limits.max_tool_calls;
-                        if self.state.tool_calls + n > limit {
-                            return Err(AgentError::MaxToolCallsExceeded { limit });
-                        }
-                        self.state.tool_calls += n;
+                        self.count_tool_calls(&response.message)?;
                         self.state.messages.push(response.message);
                         self.checkpoint().await?;
                         continue;
@@ -923,6 +902,27 @@ where
                 }
             }
         }
+    }
+
+    /// Counts an answer's tool calls toward `RunLimits::max_tool_calls` (calls of exempt tools
+    /// do not count); over the limit the run ends.
+    fn count_tool_calls(&mut self, answer: &Message) -> Result<(), AgentError> {
+        let n = answer
+            .tool_calls
+            .iter()
+            .filter(|c| {
+                self.env
+                    .tools
+                    .get(&c.name)
+                    .is_none_or(|t| !t.entry.tool.spec().exempt_from_tool_limit)
+            })
+            .count() as u32;
+        let limit = self.env.agent.limits.max_tool_calls;
+        if self.state.tool_calls + n > limit {
+            return Err(AgentError::MaxToolCallsExceeded { limit });
+        }
+        self.state.tool_calls += n;
+        Ok(())
     }
 
     fn needs_separate_finalization(&self, has_tools: bool) -> bool {
@@ -1236,7 +1236,6 @@ where
 
     /// Runs a batch of tool calls concurrently; results are appended in call order.
     async fn run_tools(&mut self, calls: Vec<crate::message::ToolCall>) -> Result<(), AgentError> {
-        self.state.interruptions.clear();
         // Handoffs first: checks only, no side effects, at most one accepted per batch.
         let mut handed_to: Option<Arc<AgentInner<C, O>>> = None;
         for call in &calls {
@@ -1277,56 +1276,14 @@ where
                 Message::tool_result(call.id.clone(), call.name.clone(), content, is_error),
             );
         }
-        let todo: Vec<(usize, &crate::message::ToolCall)> = calls
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !self.state.pending_results.contains_key(&c.id))
-            .collect();
-        let mut waiting = Vec::new();
-        {
-            let env = &self.env;
-            let gate = ApprovalGate {
-                offered: self.offered.as_ref(),
-                decisions: &self.state.decisions,
-                always_approved: &self.state.always_approved,
+        self.run_batch(&calls, false, |env, _state, call, report| {
+            let (content, is_error) = match report.outcome {
+                ToolCallOutcome::Ok(value) => (env.result_content(&call.name, value), false),
+                ToolCallOutcome::Err(e) => (e.model_content(true), true),
             };
-            let mut running: FuturesUnordered<_> = todo
-                .into_iter()
-                .map(|(index, call)| async move { (index, env.run_tool(call, gate).await) })
-                .collect();
-            while let Some((index, result)) = running.next().await {
-                match result? {
-                    ToolRun::Done(message) => {
-                        self.state.pending_results.insert(calls[index].id.clone(), message);
-                        self.state.usage = env.ctx.usage();
-                        if env.agent.checkpoints.is_some() && !running.is_empty() {
-                            save_checkpoint(env, &self.state).await?;
-                        }
-                    }
-                    ToolRun::NeedsApproval(request) => waiting.push((index, request)),
-                }
-            }
-        }
-        if !waiting.is_empty() {
-            waiting.sort_by_key(|(index, _)| *index);
-            let requests: Vec<ApprovalRequest> = waiting.into_iter().map(|(_, r)| r).collect();
-            if self.env.emitter.active() {
-                for r in &requests {
-                    self.env
-                        .emitter
-                        .emit(AgentEvent::ApprovalRequested {
-                            run_id: self.env.ctx.run_id().to_owned(),
-                            request: r.clone(),
-                        })
-                        .await;
-                }
-            }
-            self.state.interruptions = requests;
-            self.checkpoint().await?;
-            return Err(AgentError::Interrupted {
-                pending: self.state.interruptions.len(),
-            });
-        }
+            Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)
+        })
+        .await?;
         for call in &calls {
             if let Some(m) = self.state.pending_results.remove(&call.id) {
                 self.state.messages.push(m);
@@ -1351,6 +1308,87 @@ where
             }
         }
         self.checkpoint().await
+    }
+
+    /// Runs the calls of a batch that have no result yet, concurrently, through the tool gate;
+    /// `finished` turns each call's report into its tool message (and may record more in the
+    /// state), which waits in `pending_results` until the caller takes the batch in call order.
+    /// The state is checkpointed after each finished call while others still run. Calls that
+    /// need approval pause the run (`AgentError::Interrupted`) once the rest finished. With
+    /// `sanitized` (strict policy) events carry arguments with secret keys masked.
+    async fn run_batch<F>(
+        &mut self,
+        calls: &[crate::message::ToolCall],
+        sanitized: bool,
+        mut finished: F,
+    ) -> Result<(), AgentError>
+    where
+        F: FnMut(&Env<C, O>, &mut RunState, &crate::message::ToolCall, CallReport) -> Message,
+    {
+        self.state.interruptions.clear();
+        // The gate reads decisions while `finished` writes the state: it gets its own copies.
+        let decisions = self.state.decisions.clone();
+        let always_approved = self.state.always_approved.clone();
+        let mut waiting = Vec::new();
+        {
+            let env = &self.env;
+            let state = &mut self.state;
+            let gate = ApprovalGate {
+                offered: self.offered.as_ref(),
+                decisions: &decisions,
+                always_approved: &always_approved,
+            };
+            let mut running: FuturesUnordered<_> = calls
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !state.pending_results.contains_key(&c.id))
+                .map(|(index, call)| async move { (index, env.run_tool_raw(call, gate, sanitized).await) })
+                .collect();
+            while let Some((index, result)) = running.next().await {
+                match result? {
+                    RawToolRun::Done(report) => {
+                        let call = &calls[index];
+                        let message = finished(env, state, call, report);
+                        state.pending_results.insert(call.id.clone(), message);
+                        state.usage = env.ctx.usage();
+                        if env.agent.checkpoints.is_some() && !running.is_empty() {
+                            save_checkpoint(env, state).await?;
+                        }
+                    }
+                    RawToolRun::NeedsApproval(request) => waiting.push((index, request)),
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        waiting.sort_by_key(|(index, _)| *index);
+        let requests: Vec<ApprovalRequest> = waiting.into_iter().map(|(_, r)| r).collect();
+        if self.env.emitter.active() {
+            for r in &requests {
+                let mut shown = r.clone();
+                if sanitized {
+                    // Events get the arguments with secret keys masked; the result's
+                    // `interruptions` keep them, for the person who decides.
+                    shown.arguments = crate::plan::mask_arguments(&shown.arguments);
+                    for value in shown.metadata.values_mut() {
+                        *value = crate::plan::mask_arguments(value);
+                    }
+                }
+                self.env
+                    .emitter
+                    .emit(AgentEvent::ApprovalRequested {
+                        run_id: self.env.ctx.run_id().to_owned(),
+                        request: shown,
+                    })
+                    .await;
+            }
+        }
+        self.state.interruptions = requests;
+        self.checkpoint().await?;
+        Err(AgentError::Interrupted {
+            pending: self.state.interruptions.len(),
+        })
     }
 
     async fn checkpoint(&mut self) -> Result<(), AgentError> {
@@ -1549,26 +1587,6 @@ impl<C, O> Env<C, O>
 where
     C: Send + Sync + 'static,
 {
-    /// One tool call: lookup, argument checks, authorization, execution with timeout and
-    /// retry, result cap, events. Failures become a tool message the model can act on; only
-    /// the run's own deadline ends the run.
-    async fn run_tool(&self, call: &crate::message::ToolCall, gate: ApprovalGate<'_>) -> Result<ToolRun, AgentError> {
-        let report = match self.run_tool_raw(call, gate, false).await? {
-            RawToolRun::NeedsApproval(request) => return Ok(ToolRun::NeedsApproval(request)),
-            RawToolRun::Done(report) => report,
-        };
-        let (content, is_error) = match report.outcome {
-            ToolCallOutcome::Ok(value) => (self.result_content(&call.name, value), false),
-            ToolCallOutcome::Err(e) => (e.model_content(true), true),
-        };
-        Ok(ToolRun::Done(Message::tool_result(
-            call.id.clone(),
-            call.name.clone(),
-            content,
-            is_error,
-        )))
-    }
-
     /// A tool's result as the model sees it: strings as they are, other JSON as text, capped
     /// at the tool's `max_result_bytes`.
     fn result_content(&self, tool: &str, value: serde_json::Value) -> String {
@@ -1580,8 +1598,10 @@ where
         truncate_result(text, max)
     }
 
-    /// One call, reported in detail. With `sanitized` (strict policy) the events carry the
-    /// arguments with secret keys masked and errors without their message.
+    /// One tool call: lookup, argument checks, approval, authorization, execution with timeout
+    /// and retry, events; reported in detail (failures are data the caller turns into a tool
+    /// message; only the run's own deadline ends the run). With `sanitized` (strict policy) the
+    /// events carry the arguments with secret keys masked and errors without their message.
     async fn run_tool_raw(
         &self,
         call: &crate::message::ToolCall,
@@ -1613,16 +1633,12 @@ where
                         )),
                     )
                 })?;
-            let args: serde_json::Value = if call.arguments.trim().is_empty() {
-                serde_json::Value::Object(serde_json::Map::new())
-            } else {
-                serde_json::from_str(&call.arguments).map_err(|e| {
-                    refused(ToolError::validation(
-                        "invalid_json",
-                        format!("the arguments are not valid JSON ({e}); send a JSON object"),
-                    ))
-                })?
-            };
+            let args = call.parse_arguments().map_err(|e| {
+                refused(ToolError::validation(
+                    "invalid_json",
+                    format!("the arguments are not valid JSON ({e}); send a JSON object"),
+                ))
+            })?;
             let problems = tool.entry.validator.problems(&args);
             if !problems.is_empty() {
                 return Err(refused(ToolError::validation(

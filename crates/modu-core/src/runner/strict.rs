@@ -6,11 +6,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
-use super::{ApprovalGate, CallReport, RawToolRun, Run, ToolCallOutcome, save_checkpoint};
+use super::{Run, ToolCallOutcome};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::{Message, Role, ToolCall};
@@ -244,18 +242,12 @@ fn failure(
 /// What the model sees of a failed call in a strict run: type and reason, plus the sanitised
 /// message in [`FeedbackMode::SafeMessage`]; never details, never a raw error.
 fn strict_error_content(error: &ToolError, mode: FeedbackMode) -> String {
-    let mut err = serde_json::Map::new();
-    err.insert("type".into(), error.kind.as_str().into());
-    err.insert("reason".into(), sanitize_id(&error.reason).into());
-    if error.retryable {
-        err.insert("retryable".into(), true.into());
+    ToolError {
+        reason: sanitize_id(&error.reason),
+        message: error.message.as_deref().map(sanitize_message),
+        ..error.clone()
     }
-    if mode == FeedbackMode::SafeMessage
-        && let Some(message) = &error.message
-    {
-        err.insert("message".into(), sanitize_message(message).into());
-    }
-    serde_json::json!({ "error": err }).to_string()
+    .model_content(mode == FeedbackMode::SafeMessage)
 }
 
 fn trace_error(error: &ToolError) -> TraceError {
@@ -264,14 +256,6 @@ fn trace_error(error: &ToolError) -> TraceError {
         retryable: error.retryable,
         reason: Some(sanitize_id(&error.reason)),
         recovery: None,
-    }
-}
-
-fn parse_arguments(raw: &str) -> Option<serde_json::Value> {
-    if raw.trim().is_empty() {
-        Some(serde_json::Value::Object(serde_json::Map::new()))
-    } else {
-        serde_json::from_str(raw).ok()
     }
 }
 
@@ -609,22 +593,7 @@ where
             st.step_repairs += 1;
         }
         if response.message.has_tool_calls() {
-            let n = response
-                .message
-                .tool_calls
-                .iter()
-                .filter(|c| {
-                    self.env
-                        .tools
-                        .get(&c.name)
-                        .is_none_or(|t| !t.entry.tool.spec().exempt_from_tool_limit)
-                })
-                .count() as u32;
-            let limit = self.env.agent.limits.max_tool_calls;
-            if self.state.tool_calls + n > limit {
-                return Err(AgentError::MaxToolCallsExceeded { limit });
-            }
-            self.state.tool_calls += n;
+            self.count_tool_calls(&response.message)?;
             self.st().step_messages.push(response.message);
             return self.checkpoint().await;
         }
@@ -649,7 +618,7 @@ where
         if call.id == repair.call_id {
             return Err("repair_same_call_id");
         }
-        let args = parse_arguments(&call.arguments).ok_or("repair_invalid_arguments")?;
+        let args = call.parse_arguments().map_err(|_| "repair_invalid_arguments")?;
         if canonical_json(&args) == repair.canonical {
             return Err("repair_same_arguments");
         }
@@ -676,8 +645,9 @@ where
         let mode = policy.trace_mode;
         let st = self.st();
         for call in &answer.tool_calls {
-            let requested =
-                parse_arguments(&call.arguments).unwrap_or_else(|| serde_json::Value::String("<invalid JSON>".into()));
+            let requested = call
+                .parse_arguments()
+                .unwrap_or_else(|_| serde_json::Value::String("<invalid JSON>".into()));
             st.push_trace(ToolTraceEntry {
                 step_id: sanitize_id(&step.id),
                 call_id: sanitize_id(&call.id),
@@ -724,107 +694,55 @@ where
             allowed = HashSet::from([call.name.clone()]);
         }
         self.offered = Some(allowed);
-        self.state.interruptions.clear();
-        let mut waiting = Vec::new();
-        {
-            let env = &self.env;
-            let gate = ApprovalGate {
-                offered: self.offered.as_ref(),
-                decisions: &self.state.decisions,
-                always_approved: &self.state.always_approved,
+        let step_id = sanitize_id(&step.id);
+        self.run_batch(&calls, true, |env, state, call, report| {
+            let requested = call.parse_arguments().ok();
+            let (content, is_error, error) = match report.outcome {
+                ToolCallOutcome::Ok(value) => (env.result_content(&call.name, value), false, None),
+                ToolCallOutcome::Err(e) => (strict_error_content(&e, recovery.feedback_mode), true, Some(e)),
             };
-            let todo: Vec<(usize, &ToolCall)> = calls
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| !self.state.pending_results.contains_key(&c.id))
-                .collect();
-            let mut running: FuturesUnordered<_> = todo
-                .into_iter()
-                .map(|(index, call)| async move { (index, env.run_tool_raw(call, gate, true).await) })
-                .collect();
-            while let Some((index, result)) = running.next().await {
-                let report: CallReport = match result? {
-                    RawToolRun::Done(report) => report,
-                    RawToolRun::NeedsApproval(request) => {
-                        waiting.push((index, request));
-                        continue;
-                    }
-                };
-                let call = &calls[index];
-                let requested = parse_arguments(&call.arguments);
-                let (content, is_error, error) = match report.outcome {
-                    ToolCallOutcome::Ok(value) => (env.result_content(&call.name, value), false, None),
-                    ToolCallOutcome::Err(e) => (strict_error_content(&e, recovery.feedback_mode), true, Some(e)),
-                };
-                let recovery_of = repairing
-                    .as_ref()
-                    .filter(|(new_id, _)| new_id == &call.id)
-                    .map(|(_, old)| sanitize_id(old));
-                let (arguments, arguments_source) = match (mode, &report.validated) {
-                    (ToolTraceMode::Arguments, Some(v)) => (Some(mask_arguments(v)), Some(ArgumentsSource::Validated)),
-                    (ToolTraceMode::Arguments, None) => (
-                        Some(mask_arguments(
-                            requested
-                                .as_ref()
-                                .unwrap_or(&serde_json::Value::String("<invalid JSON>".into())),
-                        )),
-                        Some(ArgumentsSource::Requested),
-                    ),
-                    _ => (None, None),
-                };
-                let verdict = CallVerdict {
-                    ran: report.validated.is_some(),
-                    ok: !is_error,
-                    error: error.clone(),
-                    canonical: requested.as_ref().map(canonical_json).unwrap_or_default(),
-                    effective_hash: report.validated.as_ref().map(json_hash),
-                };
-                let entry = ToolTraceEntry {
-                    step_id: sanitize_id(&step.id),
-                    call_id: sanitize_id(&call.id),
-                    tool_name: sanitize_id(&call.name),
-                    ok: !is_error,
-                    attempts: report.attempts,
-                    duration_ms: report.duration_ms,
-                    error: error.as_ref().map(trace_error),
-                    recovery_of_call_id: recovery_of,
-                    arguments,
-                    arguments_source,
-                };
-                let st = self.state.strict.get_or_insert_with(|| Box::new(StrictState::new()));
-                st.batch.insert(call.id.clone(), verdict);
-                st.push_trace(entry);
-                self.state.pending_results.insert(
-                    call.id.clone(),
-                    Message::tool_result(call.id.clone(), call.name.clone(), content, is_error),
-                );
-                self.state.usage = env.ctx.usage();
-                if env.agent.checkpoints.is_some() && !running.is_empty() {
-                    save_checkpoint(env, &self.state).await?;
-                }
-            }
-        }
-        if !waiting.is_empty() {
-            waiting.sort_by_key(|(index, _)| *index);
-            let requests: Vec<_> = waiting.into_iter().map(|(_, r)| r).collect();
-            for r in &requests {
-                // Events (sinks, streams) get the arguments with secret keys masked; the result's
-                // `interruptions` keep them, for the person who decides.
-                let mut shown = r.clone();
-                shown.arguments = mask_arguments(&shown.arguments);
-                for value in shown.metadata.values_mut() {
-                    *value = mask_arguments(value);
-                }
-                let run_id = self.run_id();
-                self.emit(AgentEvent::ApprovalRequested { run_id, request: shown })
-                    .await;
-            }
-            self.state.interruptions = requests;
-            self.checkpoint().await?;
-            return Err(AgentError::Interrupted {
-                pending: self.state.interruptions.len(),
-            });
-        }
+            let recovery_of = repairing
+                .as_ref()
+                .filter(|(new_id, _)| new_id == &call.id)
+                .map(|(_, old)| sanitize_id(old));
+            let (arguments, arguments_source) = match (mode, &report.validated) {
+                (ToolTraceMode::Arguments, Some(v)) => (Some(mask_arguments(v)), Some(ArgumentsSource::Validated)),
+                (ToolTraceMode::Arguments, None) => (
+                    Some(mask_arguments(
+                        requested
+                            .as_ref()
+                            .unwrap_or(&serde_json::Value::String("<invalid JSON>".into())),
+                    )),
+                    Some(ArgumentsSource::Requested),
+                ),
+                _ => (None, None),
+            };
+            let verdict = CallVerdict {
+                ran: report.validated.is_some(),
+                ok: !is_error,
+                error: error.clone(),
+                canonical: requested.as_ref().map(canonical_json).unwrap_or_default(),
+                effective_hash: report.validated.as_ref().map(json_hash),
+            };
+            let entry = ToolTraceEntry {
+                step_id: step_id.clone(),
+                call_id: sanitize_id(&call.id),
+                tool_name: sanitize_id(&call.name),
+                ok: !is_error,
+                attempts: report.attempts,
+                duration_ms: report.duration_ms,
+                error: error.as_ref().map(trace_error),
+                recovery_of_call_id: recovery_of,
+                arguments,
+                arguments_source,
+            };
+            // Recorded with the call's result, so a checkpoint taken mid-batch keeps both.
+            let st = state.strict.get_or_insert_with(|| Box::new(StrictState::new()));
+            st.batch.insert(call.id.clone(), verdict);
+            st.push_trace(entry);
+            Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)
+        })
+        .await?;
         // The batch is complete: its results join the step's conversation in call order.
         let mut verdicts = Vec::with_capacity(calls.len());
         for call in &calls {
