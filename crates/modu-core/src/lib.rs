@@ -48,8 +48,9 @@ pub use provider::{
 pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
 pub use runtime::AgentRuntime;
 pub use store::{
-    CheckpointStore, ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore,
-    MemoryStateStore, StoreError,
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
+    ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore, MemoryStateStore,
+    StoreError,
 };
 pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{

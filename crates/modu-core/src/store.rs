@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 
@@ -63,16 +63,181 @@ pub trait ConversationStore: Send + Sync {
     async fn list_sessions(&self) -> Result<Vec<String>, StoreError>;
 }
 
+/// Where a checkpointed run stands, as its last save said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckpointStatus {
+    /// The run was working when it saved (or its process died since).
+    Running,
+    /// The run waits for a person (approvals).
+    Paused,
+    /// The run ended on a resumable error; `Agent::resume` continues it.
+    Failed,
+    /// A strict Plan-and-Execute run finished; the state is kept so it is not finalized twice.
+    Done,
+}
+
+impl CheckpointStatus {
+    /// The snake_case name stores keep (`"running"`, `"paused"`, `"failed"`, `"done"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointStatus::Running => "running",
+            CheckpointStatus::Paused => "paused",
+            CheckpointStatus::Failed => "failed",
+            CheckpointStatus::Done => "done",
+        }
+    }
+
+    /// The status named by [`CheckpointStatus::as_str`], if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "running" => CheckpointStatus::Running,
+            "paused" => CheckpointStatus::Paused,
+            "failed" => CheckpointStatus::Failed,
+            "done" => CheckpointStatus::Done,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for CheckpointStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a checkpoint says about its run, saved beside the opaque state so a store can list
+/// runs without decoding them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointMeta {
+    /// The agent that runs it.
+    pub agent: String,
+    /// Where the run stands.
+    pub status: CheckpointStatus,
+    /// The session the run belongs to, if any.
+    pub session_id: Option<String>,
+}
+
+impl CheckpointMeta {
+    /// Metadata for a run of `agent` in `status`, without a session.
+    pub fn new(agent: impl Into<String>, status: CheckpointStatus) -> Self {
+        CheckpointMeta {
+            agent: agent.into(),
+            status,
+            session_id: None,
+        }
+    }
+
+    /// The same metadata with a session id.
+    pub fn with_session(mut self, session_id: Option<impl Into<String>>) -> Self {
+        self.session_id = session_id.map(Into::into);
+        self
+    }
+}
+
+/// One stored checkpoint, as [`CheckpointStore::list`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointSummary {
+    /// The run's id.
+    pub run_id: String,
+    /// The agent, status and session of its last save.
+    pub meta: CheckpointMeta,
+    /// When it was last saved (a store keeps at least millisecond precision).
+    pub updated_at: SystemTime,
+}
+
+impl CheckpointSummary {
+    /// A summary (for store implementations).
+    pub fn new(run_id: impl Into<String>, meta: CheckpointMeta, updated_at: SystemTime) -> Self {
+        CheckpointSummary {
+            run_id: run_id.into(),
+            meta,
+            updated_at,
+        }
+    }
+}
+
+/// Which page of checkpoints [`CheckpointStore::list`] returns: run ids in ascending byte
+/// order, strictly after `after`, at most `limit` of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointQuery {
+    /// Start after this run id (the previous page's [`CheckpointPage::next`]).
+    pub after: Option<String>,
+    /// The most summaries one page holds (at least 1; 0 is read as 1).
+    pub limit: usize,
+}
+
+impl Default for CheckpointQuery {
+    fn default() -> Self {
+        CheckpointQuery {
+            after: None,
+            limit: CheckpointQuery::DEFAULT_LIMIT,
+        }
+    }
+}
+
+impl CheckpointQuery {
+    /// The page size of [`CheckpointQuery::default`].
+    pub const DEFAULT_LIMIT: usize = 100;
+
+    /// The first page, `limit` summaries at most.
+    pub fn first(limit: usize) -> Self {
+        CheckpointQuery { after: None, limit }
+    }
+
+    /// The page after run id `after`.
+    pub fn after(mut self, after: Option<impl Into<String>>) -> Self {
+        self.after = after.map(Into::into);
+        self
+    }
+
+    /// `limit` with 0 read as 1.
+    pub fn effective_limit(&self) -> usize {
+        self.limit.max(1)
+    }
+}
+
+/// A page of checkpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointPage {
+    /// The summaries, ascending by run id.
+    pub items: Vec<CheckpointSummary>,
+    /// The `after` of the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+impl CheckpointPage {
+    /// A page (for store implementations).
+    pub fn new(items: Vec<CheckpointSummary>, next: Option<String>) -> Self {
+        CheckpointPage { items, next }
+    }
+}
+
 /// Keeps the state of unfinished runs, by run id, as opaque bytes (the run loop encodes and
-/// versions them).
+/// versions them) with a [`CheckpointMeta`] beside them.
+///
+/// A TTL, when the implementation has one, counts from the last save or load. An expired
+/// checkpoint is never loaded or listed; [`CheckpointStore::purge_expired`] removes what
+/// expiry left behind, with bounded work per call.
 #[async_trait]
 pub trait CheckpointStore: Send + Sync {
-    /// Saves (or overwrites) a run's state.
-    async fn save(&self, run_id: &str, state: &[u8]) -> Result<(), StoreError>;
+    /// Saves (or overwrites) a run's state and metadata.
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError>;
     /// A run's state, if any.
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Deletes a run's state (no error when it does not exist).
     async fn delete(&self, run_id: &str) -> Result<(), StoreError>;
+    /// A page of the stored, unexpired checkpoints, ascending by run id.
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError>;
+    /// Removes expired checkpoints, at most an implementation-defined batch per call, and
+    /// returns how many it removed (call again while it returns more than 0). A store whose
+    /// backend expires keys by itself (Redis) removes only what its index still names.
+    async fn purge_expired(&self) -> Result<u64, StoreError>;
 }
 
 /// Keeps derived memory state, such as cached conversation summaries, by key.
@@ -111,6 +276,16 @@ impl<T> TtlMap<T> {
             map.retain(|_, e| now.duration_since(e.touched) < ttl);
         }
         f(&mut map)
+    }
+
+    /// Removes the expired entries; how many.
+    fn purge(&self) -> u64 {
+        let Some(ttl) = self.ttl else { return 0 };
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = map.len();
+        let now = Instant::now();
+        map.retain(|_, e| now.duration_since(e.touched) < ttl);
+        (before - map.len()) as u64
     }
 }
 
@@ -179,7 +354,13 @@ impl ConversationStore for InMemoryConversationStore {
 
 /// Checkpoints in process memory.
 pub struct InMemoryCheckpointStore {
-    inner: TtlMap<Vec<u8>>,
+    inner: TtlMap<StoredCheckpoint>,
+}
+
+struct StoredCheckpoint {
+    meta: CheckpointMeta,
+    state: Vec<u8>,
+    updated_at: SystemTime,
 }
 
 impl InMemoryCheckpointStore {
@@ -206,12 +387,16 @@ impl Default for InMemoryCheckpointStore {
 
 #[async_trait]
 impl CheckpointStore for InMemoryCheckpointStore {
-    async fn save(&self, run_id: &str, state: &[u8]) -> Result<(), StoreError> {
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
         self.inner.with(|m| {
             m.insert(
                 run_id.to_owned(),
                 Entry {
-                    value: state.to_vec(),
+                    value: StoredCheckpoint {
+                        meta: meta.clone(),
+                        state: state.to_vec(),
+                        updated_at: SystemTime::now(),
+                    },
                     touched: Instant::now(),
                 },
             )
@@ -223,7 +408,7 @@ impl CheckpointStore for InMemoryCheckpointStore {
         Ok(self.inner.with(|m| {
             m.get_mut(run_id).map(|e| {
                 e.touched = Instant::now();
-                e.value.clone()
+                e.value.state.clone()
             })
         }))
     }
@@ -231,6 +416,36 @@ impl CheckpointStore for InMemoryCheckpointStore {
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
         self.inner.with(|m| m.remove(run_id));
         Ok(())
+    }
+
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        let limit = query.effective_limit();
+        Ok(self.inner.with(|m| {
+            let mut ids: Vec<&String> = m
+                .keys()
+                .filter(|id| query.after.as_ref().is_none_or(|after| id.as_str() > after.as_str()))
+                .collect();
+            ids.sort();
+            let more = ids.len() > limit;
+            let items: Vec<CheckpointSummary> = ids
+                .into_iter()
+                .take(limit)
+                .filter_map(|id| {
+                    m.get(id)
+                        .map(|e| CheckpointSummary::new(id.clone(), e.value.meta.clone(), e.value.updated_at))
+                })
+                .collect();
+            let next = if more {
+                items.last().map(|s| s.run_id.clone())
+            } else {
+                None
+            };
+            CheckpointPage::new(items, next)
+        }))
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.purge())
     }
 }
 

@@ -670,11 +670,22 @@ async fn resume_refuses_an_incompatible_agent_and_corrupted_checkpoints() {
         r.error
     );
     // Corrupted bytes and an unknown schema version.
-    checkpoints.save("broken", b"\x00\xffnot json").await.unwrap();
+    checkpoints
+        .save(
+            "broken",
+            &modu_core::CheckpointMeta::new("a", modu_core::CheckpointStatus::Failed),
+            b"\x00\xffnot json",
+        )
+        .await
+        .unwrap();
     let r = agent.resume("broken", ()).await;
     assert!(matches!(r.error, Some(AgentError::CheckpointInvalid { .. })));
     checkpoints
-        .save("future", br#"{"schema_version": 99, "run_id": "future"}"#)
+        .save(
+            "future",
+            &modu_core::CheckpointMeta::new("a", modu_core::CheckpointStatus::Failed),
+            br#"{"schema_version": 99, "run_id": "future"}"#,
+        )
         .await
         .unwrap();
     let r = agent.resume("future", ()).await;

@@ -31,6 +31,7 @@ use crate::message::{Message, Role, Usage};
 use crate::middleware::{AgentService, ToolInvocation};
 use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
 use crate::provider::{ModelContext, Stage, ToolSession};
+use crate::store::{CheckpointMeta, CheckpointStatus};
 use crate::tool::{ToolError, ToolErrorKind, truncate_result};
 
 type ToolCallOutcome = Result<serde_json::Value, ToolError>;
@@ -113,6 +114,19 @@ struct RunState {
     /// The strict Plan-and-Execute state (strict runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     strict: Option<Box<strict::StrictState>>,
+}
+
+impl RunState {
+    /// What a checkpoint of this state says about the run (a failure is recorded by the caller).
+    fn status(&self) -> CheckpointStatus {
+        if self.strict.as_ref().is_some_and(|s| s.is_done()) {
+            CheckpointStatus::Done
+        } else if self.interruptions.is_empty() {
+            CheckpointStatus::Running
+        } else {
+            CheckpointStatus::Paused
+        }
+    }
 }
 
 /// A checkpoint: the run state with what is needed to check and rebuild the run.
@@ -429,8 +443,10 @@ where
             operation: "checkpoint.encode".into(),
             message: e.to_string(),
         })?;
+        let meta = CheckpointMeta::new(checkpoint.agent.clone(), checkpoint.state.status())
+            .with_session(checkpoint.session_id.clone());
         store
-            .save(&checkpoint.run_id, &bytes)
+            .save(&checkpoint.run_id, &meta, &bytes)
             .await
             .map_err(|e| AgentError::from_store("checkpoint.save", &e))
     }
@@ -1467,6 +1483,14 @@ where
                     tracing::warn!(error = %e, "could not record that the strict run's answer was stored");
                 }
             }
+            if keep
+                && !keep_done
+                && error.as_ref().is_some_and(AgentError::is_resumable)
+                && let Err(e) = save_checkpoint_as(env, &self.state, CheckpointStatus::Failed).await
+            {
+                // The checkpoint of the last step stays (status `running`); resume still works.
+                tracing::debug!(error = %e, "could not mark the checkpoint as failed");
+            }
             if !keep && let Err(e) = store.delete(&run_id).await {
                 self.store_failed("checkpoint.delete", &e.to_string()).await;
             }
@@ -1521,6 +1545,14 @@ where
 }
 
 async fn save_checkpoint<C, O>(env: &Env<C, O>, state: &RunState) -> Result<(), AgentError> {
+    save_checkpoint_as(env, state, state.status()).await
+}
+
+async fn save_checkpoint_as<C, O>(
+    env: &Env<C, O>,
+    state: &RunState,
+    status: CheckpointStatus,
+) -> Result<(), AgentError> {
     let Some(store) = &env.agent.checkpoints else {
         return Ok(());
     };
@@ -1541,7 +1573,11 @@ async fn save_checkpoint<C, O>(env: &Env<C, O>, state: &RunState) -> Result<(), 
     match with_deadline(
         env.deadline,
         env.agent.limits.timeout,
-        store.save(env.ctx.run_id(), &bytes),
+        store.save(
+            env.ctx.run_id(),
+            &CheckpointMeta::new(env.agent.name.clone(), status).with_session(env.ctx.session_id()),
+            &bytes,
+        ),
     )
     .await?
     {
