@@ -50,7 +50,7 @@ pub use runtime::AgentRuntime;
 pub use store::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
     ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore, MemoryStateStore,
-    StoreError,
+    SessionSummary, StoreError,
 };
 pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{

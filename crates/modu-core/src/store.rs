@@ -59,8 +59,28 @@ pub trait ConversationStore: Send + Sync {
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError>;
     /// Deletes a session (no error when it does not exist).
     async fn delete(&self, session_id: &str) -> Result<(), StoreError>;
-    /// The ids of the sessions stored, sorted.
-    async fn list_sessions(&self) -> Result<Vec<String>, StoreError>;
+    /// The sessions stored, sorted by id, each with the time of its last append.
+    async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError>;
+}
+
+/// One stored session, as [`ConversationStore::list_sessions`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionSummary {
+    /// The session's id.
+    pub session_id: String,
+    /// When messages were last appended to it (a store keeps at least millisecond precision).
+    pub last_used: SystemTime,
+}
+
+impl SessionSummary {
+    /// A summary (for store implementations).
+    pub fn new(session_id: impl Into<String>, last_used: SystemTime) -> Self {
+        SessionSummary {
+            session_id: session_id.into(),
+            last_used,
+        }
+    }
 }
 
 /// Where a checkpointed run stands, as its last save said.
@@ -291,7 +311,7 @@ impl<T> TtlMap<T> {
 
 /// Conversations in process memory. Lost when the process ends.
 pub struct InMemoryConversationStore {
-    inner: TtlMap<Vec<Message>>,
+    inner: TtlMap<(Vec<Message>, SystemTime)>,
 }
 
 impl InMemoryConversationStore {
@@ -321,10 +341,11 @@ impl ConversationStore for InMemoryConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
         self.inner.with(|m| {
             let e = m.entry(session_id.to_owned()).or_insert_with(|| Entry {
-                value: Vec::new(),
+                value: (Vec::new(), SystemTime::now()),
                 touched: Instant::now(),
             });
-            e.value.extend_from_slice(messages);
+            e.value.0.extend_from_slice(messages);
+            e.value.1 = SystemTime::now();
             e.touched = Instant::now();
         });
         Ok(())
@@ -334,7 +355,7 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(self.inner.with(|m| match m.get_mut(session_id) {
             Some(e) => {
                 e.touched = Instant::now();
-                e.value.clone()
+                e.value.0.clone()
             }
             None => Vec::new(),
         }))
@@ -345,10 +366,14 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(())
     }
 
-    async fn list_sessions(&self) -> Result<Vec<String>, StoreError> {
-        let mut ids: Vec<String> = self.inner.with(|m| m.keys().cloned().collect());
-        ids.sort();
-        Ok(ids)
+    async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let mut sessions: Vec<SessionSummary> = self.inner.with(|m| {
+            m.iter()
+                .map(|(id, e)| SessionSummary::new(id.clone(), e.value.1))
+                .collect()
+        });
+        sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Ok(sessions)
     }
 }
 

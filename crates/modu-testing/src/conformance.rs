@@ -141,6 +141,7 @@ const CONVERSATION_CASES: &[Case<dyn ConversationStore>] = &[
     ("concurrent_appends_lose_nothing", |s| Box::pin(conv_concurrent(s))),
     ("delete_session", |s| Box::pin(conv_delete(s))),
     ("list_sessions_sorted", |s| Box::pin(conv_list(s))),
+    ("list_sessions_shows_last_append", |s| Box::pin(conv_last_used(s))),
 ];
 
 const CONVERSATION_TTL_CASES: &[Case<dyn ConversationStore>] = &[
@@ -177,10 +178,10 @@ async fn conv_missing(s: Arc<dyn ConversationStore>) -> CaseResult {
         "load of a missing session returned {} messages",
         loaded.len()
     );
-    let listed = store("list_sessions", s.list_sessions().await)?;
+    let listed = session_ids(store("list_sessions", s.list_sessions().await)?);
     check!(listed.is_empty(), "a fresh store lists sessions: {listed:?}");
     // Loading does not create the session.
-    let listed = store("list_sessions", s.list_sessions().await)?;
+    let listed = session_ids(store("list_sessions", s.list_sessions().await)?);
     check!(listed.is_empty(), "load created a session: {listed:?}");
     Ok(())
 }
@@ -281,7 +282,7 @@ async fn conv_unicode(s: Arc<dyn ConversationStore>) -> CaseResult {
     }
     let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     want.sort();
-    let listed = store("list_sessions", s.list_sessions().await)?;
+    let listed = session_ids(store("list_sessions", s.list_sessions().await)?);
     check_eq!(listed, want, "unicode session ids listed");
     Ok(())
 }
@@ -364,7 +365,7 @@ async fn conv_delete(s: Arc<dyn ConversationStore>) -> CaseResult {
     let kept = store("load", s.load("kept").await)?;
     check_eq!(kept, turn(1), "the other session");
     check_eq!(
-        store("list_sessions", s.list_sessions().await)?,
+        session_ids(store("list_sessions", s.list_sessions().await)?),
         vec!["kept".to_owned()],
         "sessions after delete"
     );
@@ -384,7 +385,11 @@ async fn conv_list(s: Arc<dyn ConversationStore>) -> CaseResult {
     store("append", s.append("mid", &[Message::user("y")]).await)?;
     let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     want.sort();
-    check_eq!(store("list_sessions", s.list_sessions().await)?, want, "sessions");
+    check_eq!(
+        session_ids(store("list_sessions", s.list_sessions().await)?),
+        want,
+        "sessions"
+    );
     Ok(())
 }
 
@@ -398,7 +403,7 @@ async fn conv_ttl_expiry(s: Arc<dyn ConversationStore>) -> CaseResult {
         "session still has {} messages after its TTL",
         loaded.len()
     );
-    let listed = store("list_sessions", s.list_sessions().await)?;
+    let listed = session_ids(store("list_sessions", s.list_sessions().await)?);
     check!(listed.is_empty(), "expired session still listed: {listed:?}");
     // An expired session starts over on append.
     store("append", s.append("short", &turn(1)).await)?;
@@ -494,6 +499,41 @@ const CHECKPOINT_TTL_CASES: &[Case<dyn CheckpointStore>] = &[
         Box::pin(ckpt_ttl_list_purge(s))
     }),
 ];
+
+fn session_ids(sessions: Vec<modu_core::SessionSummary>) -> Vec<String> {
+    sessions.into_iter().map(|s| s.session_id).collect()
+}
+
+async fn conv_last_used(s: Arc<dyn ConversationStore>) -> CaseResult {
+    let before = std::time::SystemTime::now() - Duration::from_secs(2);
+    store("append", s.append("first", &turn(0)).await)?;
+    store("append", s.append("second", &turn(0)).await)?;
+    let listed = store("list_sessions", s.list_sessions().await)?;
+    let first_at = listed.first().map(|s| s.last_used).ok_or("no sessions listed")?;
+    check!(
+        first_at >= before && first_at <= std::time::SystemTime::now() + Duration::from_secs(2),
+        "last_used {first_at:?} is not about now"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store("append", s.append("first", &turn(1)).await)?;
+    let listed = store("list_sessions", s.list_sessions().await)?;
+    check_eq!(
+        session_ids(listed.clone()),
+        vec!["first".to_owned(), "second".to_owned()],
+        "sessions"
+    );
+    check!(
+        listed[0].last_used > first_at,
+        "an append did not move last_used ({:?} then {:?})",
+        first_at,
+        listed[0].last_used
+    );
+    check!(
+        listed[0].last_used > listed[1].last_used,
+        "the session appended last is not the most recently used"
+    );
+    Ok(())
+}
 
 fn meta() -> CheckpointMeta {
     CheckpointMeta::new("agent", CheckpointStatus::Running)
