@@ -364,12 +364,20 @@ pub trait Tool<C>: Send + Sync {
         self.spec().needs_approval
     }
 
-    /// What the approval prompt shows for this call. Tools that stand for another tool (the
-    /// MCP `mcp_call_tool` meta tool) name the real one here.
+    /// The tool this call really runs: the name RBAC decides on, approvals show, and events
+    /// and the tool trace carry. A tool that stands for another one (MCP's `mcp_call_tool`
+    /// meta tool) returns the external tool (`server__tool`) from its arguments; the default
+    /// is the tool's own name. Called with arguments that passed schema validation.
+    fn identity(&self, _arguments: &serde_json::Value) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(self.spec().name.as_str())
+    }
+
+    /// What the approval prompt shows for this call. The default names the call's
+    /// [`Tool::identity`].
     fn approval_request(&self, call_id: &str, arguments: &serde_json::Value) -> crate::approval::ApprovalRequest {
         crate::approval::ApprovalRequest {
             call_id: call_id.to_owned(),
-            tool_name: self.spec().name.clone(),
+            tool_name: self.identity(arguments).into_owned(),
             arguments: arguments.clone(),
             metadata: serde_json::Map::new(),
         }

@@ -199,11 +199,28 @@ impl ScriptedModel {
         I: IntoIterator<Item = (String, String)>,
     {
         let step_no = self.pending.len();
+        let calls: Vec<(Option<String>, String, String)> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, args))| (Some(format!("call_{step_no}_{i}")), name, args))
+            .collect();
+        self.tool_calls_with_ids(calls)
+    }
+
+    /// Call several tools with the ids given (`None`: the call is sent without an id, as some
+    /// servers do), so missing and repeated ids can be scripted.
+    pub fn tool_calls_with_ids<I, Id, N>(self, calls: I) -> Self
+    where
+        I: IntoIterator<Item = (Option<Id>, N, String)>,
+        Id: Into<String>,
+        N: Into<String>,
+    {
         let mut events = Vec::new();
-        for (i, (name, args)) in calls.into_iter().enumerate() {
+        for (i, (id, name, args)) in calls.into_iter().enumerate() {
+            let name: String = name.into();
             events.push(ChatEvent::ToolCallDelta {
                 index: i,
-                id: Some(format!("call_{step_no}_{i}")),
+                id: id.map(Into::into),
                 name: Some(name),
                 arguments: String::new(),
             });

@@ -57,6 +57,9 @@ struct CallReport {
     attempts: u32,
     /// The arguments it ran with, schema defaults filled in (`None`: refused before running).
     validated: Option<serde_json::Value>,
+    /// The tool that ran or was refused ([`crate::Tool::identity`]; the called name when the
+    /// call never got past lookup and argument checks).
+    identity: String,
     duration_ms: u64,
 }
 
@@ -1205,7 +1208,14 @@ where
             };
             let outcome = with_deadline(self.env.deadline, agent.limits.timeout, attempt_fut).await?;
             match outcome {
-                Ok(response) => {
+                Ok(mut response) => {
+                    if response.message.has_tool_calls() {
+                        let mut used = self.used_call_ids();
+                        let rewritten = unique_call_ids(&mut response.message, &mut used);
+                        if rewritten > 0 {
+                            tracing::debug!(rewritten, "the model server sent repeated tool-call ids; renamed");
+                        }
+                    }
                     self.env.ctx.add_usage(response.usage);
                     if emitter.active() {
                         emitter
@@ -1248,6 +1258,21 @@ where
                 }
             }
         }
+    }
+
+    /// The tool-call ids the run has used so far (its messages and a strict step's messages).
+    fn used_call_ids(&self) -> HashSet<String> {
+        let mut used: HashSet<String> = self
+            .state
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+            .chain(self.state.decisions.keys().cloned())
+            .collect();
+        if let Some(strict) = &self.state.strict {
+            used.extend(strict.used_call_ids().map(str::to_owned));
+        }
+        used
     }
 
     /// Runs a batch of tool calls concurrently; results are appended in call order.
@@ -1544,6 +1569,32 @@ where
     }
 }
 
+/// Gives every call of `answer` an id unique within the run: the server's id when no earlier
+/// call of the run (`used`) nor of this answer has it, otherwise `{id}_{n}` with the smallest
+/// `n ≥ 2` still free. Deterministic, so a replay of the same answer gets the same ids; the
+/// rewritten ids are what history, tool messages, approvals, events and checkpoints carry.
+/// Returns how many ids were rewritten.
+fn unique_call_ids(answer: &mut Message, used: &mut HashSet<String>) -> usize {
+    let mut rewritten = 0;
+    for call in &mut answer.tool_calls {
+        if used.insert(call.id.clone()) {
+            continue;
+        }
+        let mut n = 2u32;
+        let fresh = loop {
+            let candidate = format!("{}_{n}", call.id);
+            if !used.contains(&candidate) {
+                break candidate;
+            }
+            n += 1;
+        };
+        used.insert(fresh.clone());
+        call.id = fresh;
+        rewritten += 1;
+    }
+    rewritten
+}
+
 async fn save_checkpoint<C, O>(env: &Env<C, O>, state: &RunState) -> Result<(), AgentError> {
     save_checkpoint_as(env, state, state.status()).await
 }
@@ -1682,50 +1733,65 @@ where
                     format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
                 )));
             }
-            if tool.entry.tool.needs_approval(&self.ctx, &args) {
-                // Decisions that cover a whole tool use the name the approval shows (for a meta
-                // tool such as MCP's mcp_call_tool, the external tool), not the called name.
-                let request = tool.entry.tool.approval_request(&call.id, &args);
-                let in_code = self.ctx.tool_decision(&request.tool_name).map(|d| match d {
-                    Ok(()) => ApprovalDecision::Approved,
-                    Err(message) => ApprovalDecision::Rejected { message },
-                });
-                let always = gate
-                    .always_approved
-                    .contains(&request.tool_name)
-                    .then_some(ApprovalDecision::Approved);
-                match gate.decisions.get(&call.id).or(always.as_ref()).or(in_code.as_ref()) {
-                    Some(ApprovalDecision::Approved) => {}
-                    Some(ApprovalDecision::Rejected { message }) => {
-                        return Err(refused(
-                            ToolError::new(ToolErrorKind::Rejected, "rejected_by_user").with_message(
-                                message
-                                    .clone()
-                                    .unwrap_or_else(|| "a person rejected this call; do not retry it".to_owned()),
-                            ),
-                        ));
+            // A decision recorded for this call (approve, approve_always or reject) binds it,
+            // whatever `needs_approval` says now: the predicate is asked only for calls nobody
+            // decided yet, each time such a call reaches the gate (first run and resumes).
+            let recorded = gate.decisions.get(&call.id);
+            let decision = match recorded {
+                Some(d) => Some(d.clone()),
+                None if tool.entry.tool.needs_approval(&self.ctx, &args) => {
+                    // Decisions that cover a whole tool use the tool's identity (for a meta tool
+                    // such as MCP's mcp_call_tool, the external tool), not the called name.
+                    let request = tool.entry.tool.approval_request(&call.id, &args);
+                    let in_code = self.ctx.tool_decision(&request.tool_name).map(|d| match d {
+                        Ok(()) => ApprovalDecision::Approved,
+                        Err(message) => ApprovalDecision::Rejected { message },
+                    });
+                    let always = gate
+                        .always_approved
+                        .contains(&request.tool_name)
+                        .then_some(ApprovalDecision::Approved);
+                    match always.or(in_code) {
+                        Some(d) => Some(d),
+                        None => return Err(Refusal::Approval(request)),
                     }
-                    None => return Err(Refusal::Approval(request)),
                 }
+                None => None,
+            };
+            if let Some(ApprovalDecision::Rejected { message }) = decision {
+                return Err(refused(
+                    ToolError::new(ToolErrorKind::Rejected, "rejected_by_user").with_message(
+                        message.unwrap_or_else(|| "a person rejected this call; do not retry it".to_owned()),
+                    ),
+                ));
             }
-            // Authorization comes last, right before execution (after approval).
+            // Authorization comes last, right before execution (after approval), on the tool
+            // that really runs (a meta tool's external tool).
             self.agent
                 .authorizer
-                .authorize(self.ctx.user(), &call.name)
+                .authorize(self.ctx.user(), &tool.entry.tool.identity(&args))
                 .map_err(refused)?;
             Ok((tool, args))
         })();
 
-        let (outcome, attempts, validated) = match checked {
+        let (outcome, attempts, validated, identity) = match checked {
             Err(Refusal::Approval(request)) => return Ok(RawToolRun::NeedsApproval(request)),
-            Err(Refusal::Error(error)) => (ToolCallOutcome::Err(error), 0, None),
+            Err(Refusal::Error(error)) => {
+                let identity = self
+                    .tools
+                    .get(&call.name)
+                    .zip(call.parse_arguments().ok())
+                    .map_or_else(|| call.name.clone(), |(t, a)| t.entry.tool.identity(&a).into_owned());
+                (ToolCallOutcome::Err(error), 0, None, identity)
+            }
             Ok((tool, args)) => {
+                let identity = tool.entry.tool.identity(&args).into_owned();
                 if self.emitter.active() {
                     self.emitter
                         .emit(AgentEvent::ToolCallStarted {
                             run_id: self.ctx.run_id().to_owned(),
                             call_id: call.id.clone(),
-                            tool: call.name.clone(),
+                            tool: identity.clone(),
                             arguments: if sanitized {
                                 crate::plan::mask_arguments(&args)
                             } else {
@@ -1736,7 +1802,7 @@ where
                 }
                 let effective = crate::plan::effective_arguments(&tool.entry.tool.spec().parameters, &args);
                 let (outcome, attempts) = self.execute_with_retry(&call.id, tool, args).await?;
-                (outcome, attempts, Some(effective))
+                (outcome, attempts, Some(effective), identity)
             }
         };
         let duration_ms = started.elapsed().as_millis() as u64;
@@ -1755,7 +1821,7 @@ where
                 .emit(AgentEvent::ToolCallFinished {
                     run_id: self.ctx.run_id().to_owned(),
                     call_id: call.id.clone(),
-                    tool: call.name.clone(),
+                    tool: identity.clone(),
                     ok: error.is_none(),
                     attempts,
                     duration_ms,
@@ -1767,6 +1833,7 @@ where
             outcome,
             attempts,
             validated,
+            identity,
             duration_ms,
         }))
     }

@@ -141,6 +141,14 @@ impl StrictState {
     }
 
     /// The run produced its final answer.
+    /// The call ids this strict run has used: the current step's calls and the traced ones.
+    pub(super) fn used_call_ids(&self) -> impl Iterator<Item = &str> {
+        self.step_messages
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()))
+            .chain(self.trace.iter().map(|t| t.call_id.as_str()))
+    }
+
     pub(super) fn is_done(&self) -> bool {
         self.phase == StrictPhase::Done && self.final_emitted
     }
@@ -727,7 +735,7 @@ where
             let entry = ToolTraceEntry {
                 step_id: step_id.clone(),
                 call_id: sanitize_id(&call.id),
-                tool_name: sanitize_id(&call.name),
+                tool_name: sanitize_id(&report.identity),
                 ok: !is_error,
                 attempts: report.attempts,
                 duration_ms: report.duration_ms,
