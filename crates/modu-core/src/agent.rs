@@ -785,7 +785,12 @@ pub struct AgentRequest<C> {
     pub parent_run_id: Option<String>,
     pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
     pub(crate) approvals: Option<Arc<std::sync::Mutex<crate::context::SharedApprovals>>>,
+    /// For a run nested as a tool: where it leaves its state when it pauses for approvals.
+    pub(crate) nested_pause: Option<PauseSlot>,
 }
+
+/// Where a nested run leaves its exported state when it pauses.
+pub(crate) type PauseSlot = Arc<std::sync::Mutex<Option<serde_json::Value>>>;
 
 impl<C> Clone for AgentRequest<C> {
     fn clone(&self) -> Self {
@@ -800,6 +805,7 @@ impl<C> Clone for AgentRequest<C> {
             parent_run_id: self.parent_run_id.clone(),
             stream: self.stream.clone(),
             approvals: self.approvals.clone(),
+            nested_pause: self.nested_pause.clone(),
         }
     }
 }
@@ -834,6 +840,7 @@ impl<C> AgentRequest<C> {
             parent_run_id: None,
             stream: None,
             approvals: None,
+            nested_pause: None,
         }
     }
 
@@ -864,6 +871,30 @@ impl<C> AgentRequest<C> {
     /// Replaces the input messages.
     pub fn messages(mut self, input: Vec<Message>) -> Self {
         self.input = input;
+        self
+    }
+
+    /// Approves every call of `tool` in this run and the runs nested in it in advance, as
+    /// [`RunContext::approve_tool`] does from code (for an MCP tool, its external name).
+    pub fn approve_tool(mut self, tool: impl Into<String>) -> Self {
+        let tool = tool.into();
+        let approvals = self.approvals.get_or_insert_with(Arc::default);
+        let mut a = approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.rejected.remove(&tool);
+        a.approved.insert(tool);
+        drop(a);
+        self
+    }
+
+    /// Rejects every call of `tool` in this run and the runs nested in it in advance; the
+    /// model sees `message`.
+    pub fn reject_tool(mut self, tool: impl Into<String>, message: Option<String>) -> Self {
+        let tool = tool.into();
+        let approvals = self.approvals.get_or_insert_with(Arc::default);
+        let mut a = approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.approved.remove(&tool);
+        a.rejected.insert(tool, message);
+        drop(a);
         self
     }
 }

@@ -44,3 +44,59 @@ pub enum ApprovalDecision {
         message: Option<String>,
     },
 }
+
+/// A nested run (agent-as-tool) that paused for approvals: its exported state travels in the
+/// parent's checkpoint, so the parent can be resumed in another process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct NestedPause {
+    /// The nested agent's name.
+    pub(crate) agent: String,
+    /// The nested run's id.
+    pub(crate) run_id: String,
+    /// The nested run's exported state ([`crate::Agent::export_state`]).
+    pub(crate) state: serde_json::Value,
+    /// The nested run's pending approvals, with the nested run's own call ids.
+    pub(crate) requests: Vec<ApprovalRequest>,
+}
+
+/// How a parent resumes a nested run: its state and the decisions made on the parent.
+#[derive(Clone, Debug)]
+pub(crate) struct NestedResume {
+    pub(crate) pause: NestedPause,
+    /// (nested call id, decision, approve always).
+    pub(crate) decisions: Vec<(String, ApprovalDecision, bool)>,
+}
+
+/// The id under which a parent lists a nested run's pending call.
+pub(crate) fn nested_call_id(parent_call_id: &str, nested_call_id: &str) -> String {
+    format!("{parent_call_id}/{nested_call_id}")
+}
+
+impl NestedPause {
+    /// The requests as the parent lists them: ids `{parent call}/{nested call}` and metadata
+    /// naming the nested agent, run and call.
+    pub(crate) fn parent_requests(&self, parent_call_id: &str) -> Vec<ApprovalRequest> {
+        self.requests
+            .iter()
+            .map(|r| {
+                let mut metadata = r.metadata.clone();
+                metadata
+                    .entry("nested_agent")
+                    .or_insert_with(|| self.agent.clone().into());
+                metadata
+                    .entry("nested_run_id")
+                    .or_insert_with(|| self.run_id.clone().into());
+                metadata
+                    .entry("nested_call_id")
+                    .or_insert_with(|| r.call_id.clone().into());
+                metadata.insert("parent_call_id".into(), parent_call_id.into());
+                ApprovalRequest {
+                    call_id: nested_call_id(parent_call_id, &r.call_id),
+                    tool_name: r.tool_name.clone(),
+                    arguments: r.arguments.clone(),
+                    metadata,
+                }
+            })
+            .collect()
+    }
+}

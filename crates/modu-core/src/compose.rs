@@ -6,19 +6,30 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use std::sync::{Arc, PoisonError};
+
 use crate::agent::{Agent, AgentRequest};
+use crate::approval::NestedPause;
 use crate::context::RunContext;
 use crate::error::AgentError;
+use crate::message::Usage;
 use crate::tool::{Tool, ToolError, ToolErrorKind, ToolSpec, parse_arguments};
 
 /// An agent used as a tool by another agent ([`Agent::as_tool`]).
 ///
 /// The nested run shares the parent's application context, user context and code-made
-/// approval decisions ([`RunContext::approve_tool`]), receives its structured input as
-/// [`RunContext::tool_input`] (and, as JSON, as its user message), and its usage is added to
-/// the parent's. A nested run that pauses for a person's approval ends the tool call with a
-/// `rejected` error naming the tool, since the parent cannot resume it; approve such tools in
-/// code on the parent's context beforehand.
+/// approval decisions ([`RunContext::approve_tool`], [`AgentRequest::approve_tool`]), receives
+/// its structured input as [`RunContext::tool_input`] (and, as JSON, as its user message), and
+/// its usage is added to the parent's. Its run id is `{parent run id}.{call id}`.
+///
+/// A nested run that reaches a tool needing approval pauses the parent: the parent's result
+/// lists the nested calls in `interruptions` with ids `{parent call id}/{nested call id}` and
+/// metadata `nested_agent`, `nested_run_id`, `nested_call_id`, `parent_call_id`.
+/// [`Agent::approve`] / [`Agent::reject`] on the parent decide them, and resuming the parent
+/// continues the nested run from its own state (kept inside the parent's checkpoint, so it
+/// survives [`Agent::export_state`] / [`Agent::import_state`] into another process) without
+/// re-running its finished calls. The nested agent needs no checkpoint store of its own.
+/// The tool itself can require approval: `expert.as_tool::<Q>(..).needs_approval(true)`.
 pub struct AgentTool<C, O, A> {
     agent: Agent<C, O>,
     spec: ToolSpec,
@@ -64,6 +75,20 @@ where
     }
 }
 
+impl<C, O, A> AgentTool<C, O, A> {
+    /// Whether a person must approve each call of this tool before the nested run starts.
+    pub fn needs_approval(mut self, yes: bool) -> Self {
+        self.spec = self.spec.needs_approval(yes);
+        self
+    }
+
+    /// Changes the tool's spec (timeout, flags, result cap, …).
+    pub fn map_spec(mut self, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Self {
+        self.spec = f(self.spec);
+        self
+    }
+}
+
 #[async_trait]
 impl<C, O, A> Tool<C> for AgentTool<C, O, A>
 where
@@ -76,17 +101,52 @@ where
     }
 
     async fn call(&self, ctx: &RunContext<C>, arguments: serde_json::Value) -> Result<serde_json::Value, ToolError> {
-        let input: A = parse_arguments(arguments.clone())?;
-        let text = serde_json::to_string(&input).map_err(|_| ToolError::execution("unserializable_input"))?;
-        let mut request = AgentRequest::with_context_arc(ctx.context_arc(), text).user(ctx.user().clone());
-        request.tool_input = Some(arguments);
-        request.parent_run_id = Some(ctx.run_id().to_owned());
-        request.approvals = Some(ctx.shared_approvals());
-        let result = self.agent.run(request).await;
-        ctx.add_usage(result.usage);
+        let slot: crate::agent::PauseSlot = Arc::default();
+        let scope = ctx.call_scope().cloned();
+        let (result, earlier) = match scope.as_ref().and_then(|s| s.resume.clone()) {
+            // The parent resumes: continue the nested run from the state it kept.
+            Some(resume) => {
+                let earlier = resume
+                    .pause
+                    .state
+                    .pointer("/state/usage")
+                    .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
+                    .unwrap_or_default();
+                let result = self
+                    .agent
+                    .resume_nested(resume, ctx.context_arc(), ctx.shared_approvals(), Arc::clone(&slot))
+                    .await;
+                (result, earlier)
+            }
+            None => {
+                let input: A = parse_arguments(arguments.clone())?;
+                let text = serde_json::to_string(&input).map_err(|_| ToolError::execution("unserializable_input"))?;
+                let mut request = AgentRequest::with_context_arc(ctx.context_arc(), text).user(ctx.user().clone());
+                request.tool_input = Some(arguments);
+                request.parent_run_id = Some(ctx.run_id().to_owned());
+                request.approvals = Some(ctx.shared_approvals());
+                if let Some(scope) = &scope {
+                    // A stable id, so the parent's checkpoint names the nested run.
+                    request.run_id = Some(format!("{}.{}", ctx.run_id(), scope.call_id));
+                    request.nested_pause = Some(Arc::clone(&slot));
+                }
+                (self.agent.run(request).await, Usage::default())
+            }
+        };
+        ctx.add_usage(saturating_sub(result.usage, earlier));
         match (result.output, result.error) {
             (Some(output), None) => Ok(self.agent.inner.codec.to_json(&output)),
             (_, Some(AgentError::Interrupted { .. })) => {
+                let state = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if let (Some(scope), Some(state)) = (&scope, state) {
+                    // The parent pauses too, listing these calls; its decisions resume us.
+                    *scope.pause.lock().unwrap_or_else(PoisonError::into_inner) = Some(NestedPause {
+                        agent: self.agent.name().to_owned(),
+                        run_id: result.run_id.clone(),
+                        state,
+                        requests: result.interruptions.clone(),
+                    });
+                }
                 let tools: Vec<String> = result.interruptions.iter().map(|r| r.tool_name.clone()).collect();
                 Err(
                     ToolError::new(ToolErrorKind::Rejected, "nested_approval_required").with_message(format!(
@@ -104,6 +164,16 @@ where
             (None, None) => Err(ToolError::execution("nested_run_failed")),
         }
     }
+}
+
+/// `a - b`, field by field, never below zero.
+fn saturating_sub(a: Usage, b: Usage) -> Usage {
+    let mut out = a;
+    out.input_tokens = a.input_tokens.saturating_sub(b.input_tokens);
+    out.output_tokens = a.output_tokens.saturating_sub(b.output_tokens);
+    out.total_tokens = a.total_tokens.saturating_sub(b.total_tokens);
+    out.requests = a.requests.saturating_sub(b.requests);
+    out
 }
 
 type OnHandoff<C> = Arc<dyn Fn(&RunContext<C>, serde_json::Value) -> Result<(), String> + Send + Sync>;
@@ -217,5 +287,3 @@ impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
         Ok(())
     }
 }
-
-use std::sync::Arc;

@@ -71,12 +71,38 @@ struct Inner<C> {
 /// parent: usage recorded in the child is visible in the parent.
 pub struct RunContext<C> {
     inner: Arc<Inner<C>>,
+    /// The tool call this context was handed to (`None` outside a tool call).
+    call: Option<Arc<CallScope>>,
+}
+
+/// What a context knows about the one tool call it was handed to.
+pub(crate) struct CallScope {
+    pub(crate) call_id: String,
+    /// A nested run this call paused earlier, with the decisions people made since.
+    pub(crate) resume: Option<crate::approval::NestedResume>,
+    /// Set by a tool whose nested run paused for approvals (agent-as-tool).
+    pub(crate) pause: Mutex<Option<crate::approval::NestedPause>>,
+}
+
+impl CallScope {
+    pub(crate) fn new(call_id: &str, resume: Option<crate::approval::NestedResume>) -> Self {
+        CallScope {
+            call_id: call_id.to_owned(),
+            resume,
+            pause: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn take_pause(&self) -> Option<crate::approval::NestedPause> {
+        self.pause.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
 }
 
 impl<C> Clone for RunContext<C> {
     fn clone(&self) -> Self {
         RunContext {
             inner: Arc::clone(&self.inner),
+            call: self.call.clone(),
         }
     }
 }
@@ -107,6 +133,7 @@ impl<C> RunContext<C> {
                 metadata: Arc::new(serde_json::Map::new()),
                 approvals: Arc::default(),
             }),
+            call: None,
         }
     }
 
@@ -123,7 +150,28 @@ impl<C> RunContext<C> {
             approvals: Arc::clone(&self.inner.approvals),
         };
         f(&mut inner);
-        RunContext { inner: Arc::new(inner) }
+        RunContext {
+            inner: Arc::new(inner),
+            call: None,
+        }
+    }
+
+    /// The same context, handed to one tool call.
+    pub(crate) fn for_call(&self, scope: Arc<CallScope>) -> Self {
+        RunContext {
+            inner: Arc::clone(&self.inner),
+            call: Some(scope),
+        }
+    }
+
+    pub(crate) fn call_scope(&self) -> Option<&Arc<CallScope>> {
+        self.call.as_ref()
+    }
+
+    /// The id of the tool call this context was handed to (`None` outside a tool call): a
+    /// stable key for a tool's own idempotency, the same on a retry and on a resume.
+    pub fn call_id(&self) -> Option<&str> {
+        self.call.as_deref().map(|c| c.call_id.as_str())
     }
 
     /// The same context with a session id.

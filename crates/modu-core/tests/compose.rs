@@ -72,7 +72,7 @@ async fn a_nested_agent_shares_context_and_usage_and_gets_its_input() {
 
 #[tokio::test]
 async fn approvals_are_shared_with_nested_runs() {
-    // Without a decision, the nested run cannot pause its parent: the call fails visibly.
+    // Without a decision, the nested run pauses its parent (tests/nested_approvals.rs resumes it).
     let child = researcher(ScriptedModel::new().tool_call("write", json!({})).text("never"));
     let parent_model = ScriptedModel::new()
         .tool_call("research", json!({"topic": "x"}))
@@ -83,9 +83,13 @@ async fn approvals_are_shared_with_nested_runs() {
         .unwrap();
     let app = Arc::new(App::default());
     let result = parent.run(AgentRequest::with_context_arc(Arc::clone(&app), "go")).await;
-    assert!(result.is_ok());
-    let err: Value = serde_json::from_str(&result.messages[2].text()).unwrap();
-    assert_eq!(err["error"]["reason"], "nested_approval_required");
+    assert!(result.is_interrupted(), "{:?}", result.error);
+    assert_eq!(result.interruptions[0].tool_name, "write");
+    assert_eq!(
+        parent_model.requests().len(),
+        1,
+        "the parent waits instead of answering"
+    );
     assert_eq!(app.writes.load(Ordering::SeqCst), 0);
 
     // A parent that approved the tool in code lets the nested run write, once.

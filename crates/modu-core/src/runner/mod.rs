@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::agent::{Agent, AgentInner, AgentRequest, AgentResult, FinalizationMode, ToolEntry, compile_tool};
-use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause, NestedResume, nested_call_id};
+use crate::context::CallScope;
 use crate::context::{RunContext, UserContext};
 use crate::error::AgentError;
 use crate::event::{AgentEvent, EventSink};
@@ -42,6 +43,8 @@ struct ApprovalGate<'a> {
     offered: Option<&'a HashSet<String>>,
     decisions: &'a BTreeMap<String, ApprovalDecision>,
     always_approved: &'a BTreeSet<String>,
+    /// Nested runs paused by calls of this batch (by the parent's call id).
+    nested: &'a BTreeMap<String, NestedPause>,
 }
 
 /// Why a call did not run.
@@ -67,6 +70,8 @@ struct CallReport {
 enum RawToolRun {
     Done(CallReport),
     NeedsApproval(ApprovalRequest),
+    /// The call's nested run (agent-as-tool) paused for approvals.
+    Nested(NestedPause),
 }
 
 mod strict;
@@ -111,6 +116,9 @@ struct RunState {
     /// Calls waiting for a decision (the run is paused while this is not empty).
     #[serde(default)]
     interruptions: Vec<ApprovalRequest>,
+    /// Nested runs (agent-as-tool) paused for approvals, by the parent's call id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    nested: BTreeMap<String, NestedPause>,
     /// The agent answering after a handoff (`None`: the agent the run started with).
     #[serde(default)]
     active_agent: Option<String>,
@@ -191,6 +199,8 @@ struct Env<C, O> {
     metadata: serde_json::Map<String, serde_json::Value>,
     history: Vec<Message>,
     parent_run_id: Option<String>,
+    /// A nested run leaves its state here when it pauses (agent-as-tool).
+    nested_pause: Option<crate::agent::PauseSlot>,
 }
 
 struct Run<C, O> {
@@ -235,6 +245,11 @@ enum Start<C> {
     Resume {
         checkpoint: Box<Checkpoint>,
         context: Arc<C>,
+        /// For a nested run resumed by its parent: shared approvals and the pause slot.
+        nested: Option<(
+            Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
+            crate::agent::PauseSlot,
+        )>,
     },
 }
 
@@ -317,6 +332,52 @@ where
         }
     }
 
+    /// Resumes a nested run from the state its parent kept, with the decisions made on the
+    /// parent; no checkpoint store is needed.
+    pub(crate) async fn resume_nested(
+        &self,
+        resume: NestedResume,
+        context: Arc<C>,
+        approvals: Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
+        slot: crate::agent::PauseSlot,
+    ) -> AgentResult<O> {
+        let emitter = Emitter {
+            sink: self.inner.sink.clone(),
+            stream: None,
+        };
+        let run_id = resume.pause.run_id.clone();
+        match self.decode_checkpoint(&run_id, resume.pause.state) {
+            Ok(mut checkpoint) => {
+                for (call_id, decision, always) in resume.decisions {
+                    if always && let Some(r) = checkpoint.state.interruptions.iter().find(|r| r.call_id == call_id) {
+                        checkpoint.state.always_approved.insert(r.tool_name.clone());
+                    }
+                    checkpoint.state.decisions.insert(call_id, decision);
+                }
+                execute(
+                    Arc::clone(&self.inner),
+                    Start::Resume {
+                        checkpoint: Box::new(checkpoint),
+                        context,
+                        nested: Some((approvals, slot)),
+                    },
+                    emitter,
+                )
+                .await
+            }
+            Err(error) => AgentResult {
+                run_id,
+                agent: self.inner.name.clone(),
+                output: None,
+                messages: Vec::new(),
+                usage: Usage::default(),
+                metadata: serde_json::Map::new(),
+                error: Some(error),
+                interruptions: Vec::new(),
+            },
+        }
+    }
+
     async fn resume_with(
         &self,
         run_id: &str,
@@ -334,6 +395,7 @@ where
                     Start::Resume {
                         checkpoint: Box::new(checkpoint),
                         context,
+                        nested: None,
                     },
                     emitter,
                 )
@@ -680,9 +742,10 @@ where
 {
     let started = Instant::now();
     let deadline = agent.limits.timeout.map(|t| started + t);
-    let (ctx, state, metadata, resumed, parent_run_id) = match start {
+    let (ctx, state, metadata, resumed, parent_run_id, nested_pause) = match start {
         Start::Fresh(req) => {
             let req = *req;
+            let nested_pause = req.nested_pause.clone();
             let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             let parent_run_id = req.parent_run_id.clone();
             let tool_input = req.tool_input.clone();
@@ -707,20 +770,30 @@ where
                 decisions: BTreeMap::new(),
                 always_approved: BTreeSet::new(),
                 interruptions: Vec::new(),
+                nested: BTreeMap::new(),
                 active_agent: None,
                 strict: None,
             };
-            (ctx, state, req.metadata, false, parent_run_id)
+            (ctx, state, req.metadata, false, parent_run_id, nested_pause)
         }
-        Start::Resume { checkpoint, context } => {
+        Start::Resume {
+            checkpoint,
+            context,
+            nested,
+        } => {
             let cp = *checkpoint;
-            let ctx = RunContext::new(context, cp.run_id)
+            let (approvals, nested_pause) = nested.unzip();
+            let mut ctx = RunContext::new(context, cp.run_id);
+            if let Some(shared) = approvals {
+                ctx = ctx.with_shared_approvals(shared);
+            }
+            let ctx = ctx
                 .with_session_id(cp.session_id)
                 .with_user(cp.user)
                 .with_metadata(cp.metadata.clone())
                 .with_agent_name(agent.name.clone());
             ctx.set_usage(cp.state.usage);
-            (ctx, cp.state, cp.metadata, true, None)
+            (ctx, cp.state, cp.metadata, true, None, nested_pause)
         }
     };
     let fingerprint = agent.fingerprint.clone();
@@ -737,6 +810,7 @@ where
             metadata,
             history: Vec::new(),
             parent_run_id,
+            nested_pause,
         },
         state,
         offered: None,
@@ -1370,6 +1444,7 @@ where
         // The gate reads decisions while `finished` writes the state: it gets its own copies.
         let decisions = self.state.decisions.clone();
         let always_approved = self.state.always_approved.clone();
+        let nested = self.state.nested.clone();
         let mut waiting = Vec::new();
         {
             let env = &self.env;
@@ -1378,6 +1453,7 @@ where
                 offered: self.offered.as_ref(),
                 decisions: &decisions,
                 always_approved: &always_approved,
+                nested: &nested,
             };
             let mut running: FuturesUnordered<_> = calls
                 .iter()
@@ -1390,6 +1466,7 @@ where
                     RawToolRun::Done(report) => {
                         let call = &calls[index];
                         let message = finished(env, state, call, report);
+                        state.nested.remove(&call.id);
                         state.pending_results.insert(call.id.clone(), message);
                         state.usage = env.ctx.usage();
                         if env.agent.checkpoints.is_some() && !running.is_empty() {
@@ -1397,6 +1474,13 @@ where
                         }
                     }
                     RawToolRun::NeedsApproval(request) => waiting.push((index, request)),
+                    RawToolRun::Nested(pause) => {
+                        let call = &calls[index];
+                        for request in pause.parent_requests(&call.id) {
+                            waiting.push((index, request));
+                        }
+                        state.nested.insert(call.id.clone(), pause);
+                    }
                 }
             }
         }
@@ -1487,6 +1571,13 @@ where
         }
         let interruptions = if matches!(error, Some(AgentError::Interrupted { .. })) {
             metadata.insert("status".into(), "interrupted".into());
+            if let Some(slot) = &env.nested_pause {
+                // The parent keeps the nested run's state in its own checkpoint.
+                match serde_json::to_value(checkpoint_ref(env, &self.state)) {
+                    Ok(state) => *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(state),
+                    Err(e) => tracing::warn!(error = %e, "could not hand the nested run's state to its parent"),
+                }
+            }
             self.state.interruptions.clone()
         } else {
             Vec::new()
@@ -1607,16 +1698,7 @@ async fn save_checkpoint_as<C, O>(
     let Some(store) = &env.agent.checkpoints else {
         return Ok(());
     };
-    let checkpoint = CheckpointRef {
-        schema_version: CHECKPOINT_SCHEMA_VERSION,
-        run_id: env.ctx.run_id(),
-        agent: &env.agent.name,
-        fingerprint: &env.fingerprint,
-        session_id: env.ctx.session_id(),
-        user: env.ctx.user(),
-        metadata: &env.metadata,
-        state,
-    };
+    let checkpoint = checkpoint_ref(env, state);
     let bytes = serde_json::to_vec(&checkpoint).map_err(|e| AgentError::Store {
         operation: "checkpoint.encode".into(),
         message: e.to_string(),
@@ -1654,6 +1736,19 @@ async fn save_checkpoint_as<C, O>(
             }
             Err(AgentError::from_store("checkpoint.save", &e))
         }
+    }
+}
+
+fn checkpoint_ref<'a, C, O>(env: &'a Env<C, O>, state: &'a RunState) -> CheckpointRef<'a> {
+    CheckpointRef {
+        schema_version: CHECKPOINT_SCHEMA_VERSION,
+        run_id: env.ctx.run_id(),
+        agent: &env.agent.name,
+        fingerprint: &env.fingerprint,
+        session_id: env.ctx.session_id(),
+        user: env.ctx.user(),
+        metadata: &env.metadata,
+        state,
     }
 }
 
@@ -1773,6 +1868,29 @@ where
                 .map_err(refused)?;
             Ok((tool, args))
         })();
+        // A call whose nested run paused earlier goes on only when every one of the nested
+        // calls has a decision; it then resumes the nested run with them.
+        let mut nested_resume = None;
+        if let (Ok(_), Some(pause)) = (&checked, gate.nested.get(&call.id)) {
+            let mut decisions = Vec::with_capacity(pause.requests.len());
+            for r in &pause.requests {
+                match gate.decisions.get(&nested_call_id(&call.id, &r.call_id)) {
+                    Some(d) => decisions.push((
+                        r.call_id.clone(),
+                        d.clone(),
+                        gate.always_approved.contains(&r.tool_name),
+                    )),
+                    None if gate.always_approved.contains(&r.tool_name) => {
+                        decisions.push((r.call_id.clone(), ApprovalDecision::Approved, true))
+                    }
+                    None => return Ok(RawToolRun::Nested(pause.clone())),
+                }
+            }
+            nested_resume = Some(NestedResume {
+                pause: pause.clone(),
+                decisions,
+            });
+        }
 
         let (outcome, attempts, validated, identity) = match checked {
             Err(Refusal::Approval(request)) => return Ok(RawToolRun::NeedsApproval(request)),
@@ -1801,7 +1919,11 @@ where
                         .await;
                 }
                 let effective = crate::plan::effective_arguments(&tool.entry.tool.spec().parameters, &args);
-                let (outcome, attempts) = self.execute_with_retry(&call.id, tool, args).await?;
+                let scope = Arc::new(CallScope::new(&call.id, nested_resume));
+                let (outcome, attempts) = self.execute_with_retry(&scope, tool, args).await?;
+                if let Some(pause) = scope.take_pause() {
+                    return Ok(RawToolRun::Nested(pause));
+                }
                 (outcome, attempts, Some(effective), identity)
             }
         };
@@ -1840,10 +1962,12 @@ where
 
     async fn execute_with_retry(
         &self,
-        call_id: &str,
+        scope: &Arc<CallScope>,
         tool: &VisibleTool<C>,
         args: serde_json::Value,
     ) -> Result<(ToolCallOutcome, u32), AgentError> {
+        let call_id = scope.call_id.as_str();
+        let ctx = self.ctx.for_call(Arc::clone(scope));
         let spec = tool.entry.tool.spec();
         let retry = &self.agent.retry;
         let mut attempt = 0u32;
@@ -1857,11 +1981,11 @@ where
                             call_id: call_id.to_owned(),
                             tool_name: spec.name.clone(),
                             arguments: args.clone(),
-                            ctx: self.ctx.clone(),
+                            ctx: ctx.clone(),
                             tool: Arc::clone(&tool.entry.tool),
                         },
                     )),
-                    None => tool.entry.tool.call(&self.ctx, args.clone()),
+                    None => tool.entry.tool.call(&ctx, args.clone()),
                 };
             let result = match spec.timeout {
                 Some(limit) => {
@@ -1970,6 +2094,7 @@ mod tests {
             decisions: BTreeMap::new(),
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
+            nested: BTreeMap::new(),
             active_agent: None,
             strict: None,
         };
