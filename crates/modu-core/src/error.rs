@@ -22,19 +22,19 @@ pub enum AgentError {
         retryable: bool,
     },
     /// The run's shared timeout elapsed.
-    #[error("the run timed out after {after_ms} ms")]
+    #[error("the run timed out (RunLimits::timeout = {after_ms} ms)")]
     Timeout {
         /// The configured timeout, in milliseconds.
         after_ms: u64,
     },
     /// `RunLimits::max_turns` reached: the model kept calling tools.
-    #[error("the run reached its limit of {limit} model turns")]
+    #[error("the run reached RunLimits::max_turns = {limit} (model turns that called tools)")]
     MaxTurnsExceeded {
         /// The limit.
         limit: u32,
     },
     /// `RunLimits::max_tool_calls` reached.
-    #[error("the run reached its limit of {limit} tool calls")]
+    #[error("the run reached RunLimits::max_tool_calls = {limit}")]
     MaxToolCallsExceeded {
         /// The limit.
         limit: u32,

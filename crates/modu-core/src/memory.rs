@@ -409,6 +409,24 @@ pub struct SummarizingPolicy {
 }
 
 impl SummarizingPolicy {
+    /// A summarizing policy: history beyond the last `max_history_turns` turns, or beyond the
+    /// budget, is summarised by `summarizer`, and summaries are cached in `state_store`.
+    pub fn new(
+        budget: TokenBudget,
+        counter: Arc<dyn TokenCounter>,
+        summarizer: Arc<dyn ConversationSummarizer>,
+        state_store: Arc<dyn MemoryStateStore>,
+        max_history_turns: usize,
+    ) -> Self {
+        SummarizingPolicy {
+            budget,
+            counter,
+            summarizer,
+            state_store,
+            max_history_turns,
+        }
+    }
+
     fn fallback(&self) -> TokenBudgetPolicy {
         TokenBudgetPolicy {
             budget: self.budget,

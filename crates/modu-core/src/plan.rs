@@ -484,6 +484,22 @@ pub(crate) const MAX_SAFE_MESSAGE_CHARS: usize = 300;
 /// The most trace entries kept (later ones are counted, not kept).
 pub(crate) const MAX_TRACE_ENTRIES: usize = 256;
 
+/// The most bytes of one trace entry's arguments (as JSON); longer ones are cut with the same
+/// marker as tool results, so one large argument cannot make a large trace and checkpoint.
+pub(crate) const MAX_TRACE_ARGUMENT_BYTES: usize = 2048;
+
+/// A call's arguments as the tool trace keeps them: secret keys masked, at most
+/// [`MAX_TRACE_ARGUMENT_BYTES`] of JSON (then a string ending in a `…[truncated: …]` marker).
+pub(crate) fn trace_arguments(value: &serde_json::Value) -> serde_json::Value {
+    let masked = mask_arguments(value);
+    let text = masked.to_string();
+    if text.len() <= MAX_TRACE_ARGUMENT_BYTES {
+        masked
+    } else {
+        serde_json::Value::String(crate::tool::truncate_result(text, Some(MAX_TRACE_ARGUMENT_BYTES)))
+    }
+}
+
 /// An identifier fit for metadata: letters, digits and `_-.:/` only, at most [`MAX_ID_CHARS`].
 pub(crate) fn sanitize_id(s: &str) -> String {
     s.chars()
@@ -492,11 +508,39 @@ pub(crate) fn sanitize_id(s: &str) -> String {
         .collect()
 }
 
-/// A message without control characters, at most [`MAX_SAFE_MESSAGE_CHARS`].
+/// Whether `c` is a Unicode format character (general category Cf: bidirectional overrides
+/// and isolates such as U+202E, zero-width characters, the BOM, tag characters, …).
+pub(crate) fn is_format_char(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD
+        | 0x0600..=0x0605
+        | 0x061C
+        | 0x06DD
+        | 0x070F
+        | 0x0890..=0x0891
+        | 0x08E2
+        | 0x180E
+        | 0x200B..=0x200F
+        | 0x202A..=0x202E
+        | 0x2060..=0x2064
+        | 0x2066..=0x206F
+        | 0xFEFF
+        | 0xFFF9..=0xFFFB
+        | 0x110BD
+        | 0x110CD
+        | 0x13430..=0x1343F
+        | 0x1BCA0..=0x1BCA3
+        | 0x1D173..=0x1D17A
+        | 0xE0001
+        | 0xE0020..=0xE007F)
+}
+
+/// A message without control or format characters (see [`is_format_char`]), at most
+/// [`MAX_SAFE_MESSAGE_CHARS`].
 pub(crate) fn sanitize_message(s: &str) -> String {
     let cleaned: String = s
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| if c.is_control() || is_format_char(c) { ' ' } else { c })
         .take(MAX_SAFE_MESSAGE_CHARS + 1)
         .collect();
     if cleaned.chars().count() > MAX_SAFE_MESSAGE_CHARS {
@@ -712,5 +756,27 @@ mod tests {
         let m = sanitize_message(&format!("bad\u{7}\nthing{}", "x".repeat(1000)));
         assert!(m.starts_with("bad  thing"));
         assert_eq!(m.chars().count(), MAX_SAFE_MESSAGE_CHARS + 1);
+    }
+
+    #[test]
+    fn safe_messages_strip_format_characters() {
+        // A right-to-left override would make "txt.exe" read as "exe.txt".
+        let m = sanitize_message(
+            "file \u{202E}txt.exe\u{202C} zero\u{200B}width \u{FEFF}bom \u{2066}iso\u{2069} tag\u{E0041}",
+        );
+        for c in [
+            '\u{202E}',
+            '\u{202C}',
+            '\u{200B}',
+            '\u{FEFF}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{E0041}',
+        ] {
+            assert!(!m.contains(c), "{:?} left in {m:?}", c);
+        }
+        assert!(m.contains("txt.exe"));
+        // Letters, marks and emoji stay.
+        assert_eq!(sanitize_message("안녕 café 🦀"), "안녕 café 🦀");
     }
 }

@@ -317,3 +317,39 @@ async fn rbac_decides_on_the_tool_a_meta_tool_runs() {
     );
     let _ = AgentError::Cancelled;
 }
+
+#[tokio::test]
+async fn importing_a_state_without_a_run_id_is_a_typed_error() {
+    let agent = Agent::<()>::builder(ScriptedModel::new())
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    for state in [
+        json!({"schema_version": 2, "state": {}}),
+        json!({"run_id": ""}),
+        json!({"run_id": 7}),
+    ] {
+        match agent.import_state(state.clone()).await {
+            Err(AgentError::CheckpointInvalid { message, .. }) => assert!(message.contains("run_id"), "{message}"),
+            other => panic!("{state}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn limit_errors_name_the_setting_and_its_value() {
+    let agent = Agent::<()>::builder(
+        ScriptedModel::new()
+            .tool_call("transfer", json!({"amount": 1}))
+            .tool_call("transfer", json!({"amount": 2})),
+    )
+    .tool(transfer(Arc::default(), false))
+    .limits(modu_core::RunLimits::default().max_turns(1))
+    .build()
+    .unwrap();
+    let error = agent.run("go").await.error.unwrap();
+    assert_eq!(
+        error.to_string(),
+        "the run reached RunLimits::max_turns = 1 (model turns that called tools)"
+    );
+}

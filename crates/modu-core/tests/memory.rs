@@ -74,11 +74,28 @@ async fn token_budget_drops_oldest_turns_and_overflows_before_any_model_call() {
     assert!(seen.len() > 2 && seen.len() < 26);
     assert_eq!(seen[1].role, Role::User, "history starts at a turn boundary");
     assert_eq!(seen.last().unwrap().text(), "q");
-    assert!(
-        sink.events()
-            .iter()
-            .any(|e| matches!(e, AgentEvent::MemoryApplied { dropped_turns, .. } if *dropped_turns > 0))
-    );
+    // The turns kept are the newest ones, whole and in order: question k..=5 for some k > 0.
+    let questions: Vec<String> = seen[..seen.len() - 1]
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .collect();
+    let first = 6 - questions.len();
+    assert!(first > 0, "nothing was dropped: {questions:?}");
+    let expected: Vec<String> = (first..6).map(|i| format!("question {i}")).collect();
+    assert_eq!(questions, expected, "the oldest turns go first");
+    let calls: Vec<String> = seen
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.clone())
+        .collect();
+    let expected_calls: Vec<String> = (first..6).map(|i| format!("c{i}")).collect();
+    assert_eq!(calls, expected_calls, "each kept turn keeps its tool result");
+    let dropped = sink.events().iter().find_map(|e| match e {
+        AgentEvent::MemoryApplied { dropped_turns, .. } => Some(*dropped_turns),
+        _ => None,
+    });
+    assert_eq!(dropped, Some(first), "MemoryApplied counts the dropped turns");
 
     // A current run that alone exceeds the budget fails before the model is called.
     let model = ScriptedModel::new().text("never");

@@ -388,9 +388,15 @@ where
             sink: self.inner.sink.clone(),
             stream,
         };
-        match self.load_checkpoint(run_id).await {
+        let started = Instant::now();
+        let deadline = self.inner.limits.timeout.map(|t| started + t);
+        let loaded = match with_deadline(deadline, self.inner.limits.timeout, self.load_checkpoint(run_id)).await {
+            Ok(loaded) => loaded,
+            Err(timeout) => Err(timeout),
+        };
+        match loaded {
             Ok(checkpoint) => {
-                execute(
+                execute_from(
                     Arc::clone(&self.inner),
                     Start::Resume {
                         checkpoint: Box::new(checkpoint),
@@ -398,6 +404,7 @@ where
                         nested: None,
                     },
                     emitter,
+                    started,
                 )
                 .await
             }
@@ -488,11 +495,17 @@ where
     /// Stores a state produced by [`Agent::export_state`] in this agent's checkpoint store,
     /// after checking its version and that it belongs to a compatible agent; returns its run id.
     pub async fn import_state(&self, state: serde_json::Value) -> Result<String, AgentError> {
-        let run_id = state
+        let Some(run_id) = state
             .get("run_id")
             .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+        else {
+            return Err(AgentError::CheckpointInvalid {
+                run_id: String::new(),
+                message: "the state has no run_id: it is not a state exported by Agent::export_state".into(),
+            });
+        };
         let checkpoint = self.decode_checkpoint(&run_id, state)?;
         self.store_checkpoint(&checkpoint).await?;
         Ok(run_id)
@@ -740,7 +753,21 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    let started = Instant::now();
+    execute_from(agent, start, emitter, Instant::now()).await
+}
+
+/// [`execute`] with the run's clock started at `started` (a resume starts it before it loads
+/// the checkpoint, so the load counts toward the run's one timeout).
+async fn execute_from<C, O>(
+    agent: Arc<AgentInner<C, O>>,
+    start: Start<C>,
+    emitter: Emitter,
+    started: Instant,
+) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
     let deadline = agent.limits.timeout.map(|t| started + t);
     let (ctx, state, metadata, resumed, parent_run_id, nested_pause) = match start {
         Start::Fresh(req) => {
@@ -1607,8 +1634,15 @@ where
                 // The checkpoint of the last step stays (status `running`); resume still works.
                 tracing::debug!(error = %e, "could not mark the checkpoint as failed");
             }
-            if !keep && let Err(e) = store.delete(&run_id).await {
-                self.store_failed("checkpoint.delete", &e.to_string()).await;
+            if !keep {
+                match with_deadline(env.deadline, agent.limits.timeout, store.delete(&run_id)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => self.store_failed("checkpoint.delete", &e.to_string()).await,
+                    Err(timeout) => {
+                        // The answer stands; the checkpoint stays until its TTL or a purge.
+                        self.store_failed("checkpoint.delete", &timeout.to_string()).await;
+                    }
+                }
             }
         }
         if error.is_some() && output.is_some() {

@@ -17,7 +17,7 @@ use crate::output::{JsonCodec, OutputCodec};
 use crate::plan::{
     ArgumentsSource, FeedbackMode, MAX_TRACE_ENTRIES, Plan, PlanAndExecutePolicy, PlanDraft, PlanFailure, PlanStep,
     RecoveryFallback, StepOutcome, StepResult, StepStatus, ToolTraceEntry, ToolTraceMode, TraceError, canonical_json,
-    effective_arguments, json_hash, mask_arguments, sanitize_id, sanitize_message,
+    effective_arguments, json_hash, sanitize_id, sanitize_message, trace_arguments,
 };
 use crate::provider::Stage;
 use crate::tool::{RecoveryAction, ToolError};
@@ -670,7 +670,7 @@ where
                     recovery: None,
                 }),
                 recovery_of_call_id: Some(sanitize_id(&repair.call_id)),
-                arguments: (mode == ToolTraceMode::Arguments).then(|| mask_arguments(&requested)),
+                arguments: (mode == ToolTraceMode::Arguments).then(|| trace_arguments(&requested)),
                 arguments_source: (mode == ToolTraceMode::Arguments).then_some(ArgumentsSource::Requested),
             });
         }
@@ -714,9 +714,9 @@ where
                 .filter(|(new_id, _)| new_id == &call.id)
                 .map(|(_, old)| sanitize_id(old));
             let (arguments, arguments_source) = match (mode, &report.validated) {
-                (ToolTraceMode::Arguments, Some(v)) => (Some(mask_arguments(v)), Some(ArgumentsSource::Validated)),
+                (ToolTraceMode::Arguments, Some(v)) => (Some(trace_arguments(v)), Some(ArgumentsSource::Validated)),
                 (ToolTraceMode::Arguments, None) => (
-                    Some(mask_arguments(
+                    Some(trace_arguments(
                         requested
                             .as_ref()
                             .unwrap_or(&serde_json::Value::String("<invalid JSON>".into())),
@@ -1228,11 +1228,18 @@ where
         );
         let (messages, _) = self.prepare(Stage::Finalize, vec![Message::user(summary)]).await?;
         let format = self.env.agent.codec.response_format();
+        let structured = format.is_some();
         let request = self.build_request(messages, Vec::new(), format.clone());
-        self.deltas = super::DeltaRoute::Final;
+        // Text streams as FinalDelta as it arrives. A structured answer may fail to parse and
+        // be corrected, so it streams as internal work, and the answer that is returned goes
+        // out as one FinalDelta once it parsed: `FinalDelta` never shows a rejected answer.
+        self.deltas = if structured {
+            super::DeltaRoute::Step("finalize".into())
+        } else {
+            super::DeltaRoute::Final
+        };
         let response = self.call_model(request).await?;
         self.notify(&response.message).await?;
-        // A corrective request (when the answer does not parse) streams as internal work.
         self.deltas = super::DeltaRoute::Step("finalize".into());
         let output = self.accept_final(response.message, format).await?;
         let text = self
@@ -1242,6 +1249,15 @@ where
             .filter(|m| m.role == Role::Assistant)
             .map(Message::text)
             .unwrap_or_default();
+        if structured && self.env.emitter.active() && !text.is_empty() {
+            self.env
+                .emitter
+                .emit(AgentEvent::FinalDelta {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    text: text.clone(),
+                })
+                .await;
+        }
         let st = self.st();
         st.final_text = Some(text);
         st.final_emitted = true;
