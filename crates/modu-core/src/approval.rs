@@ -7,7 +7,16 @@
 //! decides with [`crate::Agent::approve`], [`crate::Agent::approve_always`] or
 //! [`crate::Agent::reject`], and [`crate::Agent::resume`] continues — in this process or another
 //! one sharing the checkpoint store. An approved call runs once; a rejected one does not run
-//! and the model sees the rejection.
+//! and the model sees the rejection. A recorded decision binds its call: whether a call needs
+//! approval is asked only while it has none, so a later `needs_approval` answer cannot undo a
+//! rejection. Every call has an id unique within its run (a server's repeated id is renamed
+//! `{id}_{n}` before anything else sees it), so one decision never covers two calls.
+//!
+//! A run nested with [`crate::Agent::as_tool`] that reaches a call needing approval pauses its
+//! parent: the parent lists the nested call as `{parent call id}/{nested call id}` (metadata:
+//! `nested_agent`, `nested_run_id`, `nested_call_id`, `parent_call_id`), its decisions go to
+//! the nested run, and resuming the parent resumes the nested run from the state kept in the
+//! parent's checkpoint.
 //!
 //! The run state ([`crate::Agent::export_state`]) is JSON holding the messages, decisions,
 //! usage, user context and metadata. The application context `C` is never part of it — the

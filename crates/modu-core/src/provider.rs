@@ -164,6 +164,14 @@ pub struct ModelContext {
     /// The tools offered. Providers may remove tools (a removed tool is refused if called);
     /// tools are added through [`ToolProvider`]s, not here.
     pub tools: Vec<crate::model::ToolDefinition>,
+    /// The names of the offered tools that stand for other tools ([`crate::ToolSpec::meta`]),
+    /// filled in by the run loop.
+    pub meta_tools: std::collections::BTreeSet<String>,
+    /// The tool identities ([`crate::Tool::identity`]) the gate admits this turn; `None`
+    /// admits every offered tool. A provider that narrows tools by identity (skills'
+    /// `allowed-tools`) sets it, so a meta tool can stay offered while only the listed external
+    /// tools run through it; a call outside the set is refused with `tool_not_allowed`.
+    pub allowed_identities: Option<std::collections::BTreeSet<String>>,
 }
 
 /// A context provider failed; the run ends with [`crate::AgentError::ContextProvider`].

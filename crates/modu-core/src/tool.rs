@@ -51,6 +51,11 @@ pub struct ToolSpec {
     /// own limit, such as skill resource reads).
     #[serde(default)]
     pub exempt_from_tool_limit: bool,
+    /// The tool stands for other tools (MCP's `mcp_search_tools` / `mcp_call_tool`): a call
+    /// runs the tool [`Tool::identity`] names. Context providers that narrow tools by identity
+    /// (skills' `allowed-tools`) keep such tools offered and let the gate decide per call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub meta: bool,
 }
 
 mod opt_secs {
@@ -84,6 +89,7 @@ impl ToolSpec {
             max_result_bytes: None,
             needs_approval: false,
             exempt_from_tool_limit: false,
+            meta: false,
         }
     }
 
@@ -125,6 +131,12 @@ impl ToolSpec {
     /// Requires a person's approval before every call.
     pub fn needs_approval(mut self, yes: bool) -> Self {
         self.needs_approval = yes;
+        self
+    }
+
+    /// Marks the tool as one that stands for other tools (see [`ToolSpec::meta`]).
+    pub fn meta(mut self, yes: bool) -> Self {
+        self.meta = yes;
         self
     }
 
@@ -360,6 +372,8 @@ pub trait Tool<C>: Send + Sync {
 
     /// Whether this call must be approved by a person before it runs. The default follows
     /// [`ToolSpec::needs_approval`]; override it to decide from the context and arguments.
+    /// It is asked only for calls without a recorded decision (see
+    /// [`FunctionTool::needs_approval_when`] for when).
     fn needs_approval(&self, _ctx: &RunContext<C>, _arguments: &serde_json::Value) -> bool {
         self.spec().needs_approval
     }
@@ -482,6 +496,13 @@ impl<C: Send + Sync + 'static> FunctionTool<C> {
     }
 
     /// Requires approval for calls this predicate picks (from the context and arguments).
+    ///
+    /// The predicate is evaluated when a call reaches the tool gate — after its arguments
+    /// passed schema validation, before RBAC — each time an undecided call does so: on the
+    /// first run and again on every resume while the call has no decision. Once a person's
+    /// decision (approve, approve_always, reject) is recorded for a call, that decision binds
+    /// the call and the predicate is not asked again for it: a rejected call never runs, even
+    /// when the resuming agent's predicate would now return `false`.
     pub fn needs_approval_when<P>(mut self, predicate: P) -> Self
     where
         P: Fn(&RunContext<C>, &serde_json::Value) -> bool + Send + Sync + 'static,

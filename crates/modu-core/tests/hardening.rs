@@ -353,3 +353,54 @@ async fn limit_errors_name_the_setting_and_its_value() {
         "the run reached RunLimits::max_turns = 1 (model turns that called tools)"
     );
 }
+
+/// Narrows the turn to one external tool by identity, keeping meta tools offered (as skills'
+/// `allowed-tools` does).
+struct OnlyIdentity(&'static str);
+
+#[async_trait]
+impl modu_core::ContextProvider<()> for OnlyIdentity {
+    fn name(&self) -> &str {
+        "only"
+    }
+    async fn invoking(
+        &self,
+        _ctx: &RunContext<()>,
+        context: &mut modu_core::ModelContext,
+    ) -> Result<(), modu_core::ContextProviderError> {
+        let meta = context.meta_tools.clone();
+        context.tools.retain(|t| meta.contains(&t.name) || t.name == self.0);
+        let mut allowed: BTreeSet<String> = meta;
+        allowed.insert(self.0.to_owned());
+        context.allowed_identities = Some(allowed);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_provider_admits_tools_by_identity_through_a_meta_tool() {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let meta = MetaTool {
+        spec: ToolSpec::new("call_external", "Call an external tool", json!({"type": "object"})).meta(true),
+        ran: Arc::clone(&ran),
+    };
+    let model = ScriptedModel::new()
+        .tool_calls([
+            ("call_external", json!({"server": "github", "tool": "list_issues"})),
+            ("call_external", json!({"server": "github", "tool": "delete_repo"})),
+        ])
+        .text("done");
+    let agent = Agent::<()>::builder(model.clone())
+        .tool(meta)
+        .context_provider(OnlyIdentity("github__list_issues"))
+        .build()
+        .unwrap();
+    let result = agent.run("triage").await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    // The meta tool stayed offered; only the admitted external tool ran through it.
+    assert_eq!(model.requests()[0].tools.len(), 1);
+    assert_eq!(*ran.lock().unwrap(), ["github__list_issues"]);
+    let refused = result.messages.iter().filter(|m| m.role == Role::Tool).nth(1).unwrap();
+    assert!(refused.is_error);
+    assert!(refused.text().contains("tool_not_allowed"), "{}", refused.text());
+}

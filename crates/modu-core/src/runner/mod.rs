@@ -45,6 +45,8 @@ struct ApprovalGate<'a> {
     always_approved: &'a BTreeSet<String>,
     /// Nested runs paused by calls of this batch (by the parent's call id).
     nested: &'a BTreeMap<String, NestedPause>,
+    /// The tool identities admitted this turn (`None`: every offered tool).
+    allowed: Option<&'a BTreeSet<String>>,
 }
 
 /// Why a call did not run.
@@ -208,6 +210,8 @@ struct Run<C, O> {
     state: RunState,
     /// The tools offered in the last request (`None` before the first request of this process).
     offered: Option<HashSet<String>>,
+    /// The identities context providers admitted for the last request (`None`: all offered).
+    allowed: Option<BTreeSet<String>>,
     sessions: Vec<Box<dyn ToolSession<C>>>,
     resumed: bool,
     /// Which event carries the model's text deltas.
@@ -841,6 +845,7 @@ where
         },
         state,
         offered: None,
+        allowed: None,
         sessions: Vec::new(),
         resumed,
         deltas: DeltaRoute::Answer,
@@ -1145,6 +1150,12 @@ where
             None if stage == Stage::Act => context.tools = self.visible_definitions(),
             None => {}
         }
+        context.meta_tools = context
+            .tools
+            .iter()
+            .filter(|t| self.env.tools.get(&t.name).is_some_and(|v| v.entry.tool.spec().meta))
+            .map(|t| t.name.clone())
+            .collect();
         let mut current = Vec::with_capacity(self.state.messages.len() + extra.len());
         current.extend(self.state.messages.iter().cloned());
         current.extend(extra);
@@ -1194,6 +1205,7 @@ where
         });
         if stage == Stage::Act {
             self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+            self.allowed = context.allowed_identities.take();
         }
         let mut messages = Vec::with_capacity(1 + context.messages.len());
         if !context.instructions.is_empty() {
@@ -1481,6 +1493,7 @@ where
                 decisions: &decisions,
                 always_approved: &always_approved,
                 nested: &nested,
+                allowed: self.allowed.as_ref(),
             };
             let mut running: FuturesUnordered<_> = calls
                 .iter()
@@ -1861,6 +1874,17 @@ where
                     "invalid_arguments",
                     format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
                 )));
+            }
+            if let Some(allowed) = gate.allowed {
+                let identity = tool.entry.tool.identity(&args);
+                if !allowed.contains(identity.as_ref()) {
+                    return Err(refused(
+                        ToolError::new(ToolErrorKind::NotFound, "tool_not_allowed").with_message(format!(
+                            "{identity} is not among the tools allowed now; allowed: {}",
+                            allowed.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+                        )),
+                    ));
+                }
             }
             // A decision recorded for this call (approve, approve_always or reject) binds it,
             // whatever `needs_approval` says now: the predicate is asked only for calls nobody
