@@ -121,6 +121,12 @@ struct RunState {
     /// Nested runs (agent-as-tool) paused for approvals, by the parent's call id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     nested: BTreeMap<String, NestedPause>,
+    /// The tools offered and the identities admitted in the last standard request, so a
+    /// batch resumed in another process is checked as it would have been.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    offered: Option<BTreeSet<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admitted: Option<BTreeSet<String>>,
     /// The agent answering after a handoff (`None`: the agent the run started with).
     #[serde(default)]
     active_agent: Option<String>,
@@ -802,6 +808,8 @@ where
                 always_approved: BTreeSet::new(),
                 interruptions: Vec::new(),
                 nested: BTreeMap::new(),
+                offered: None,
+                admitted: None,
                 active_agent: None,
                 strict: None,
             };
@@ -843,9 +851,9 @@ where
             parent_run_id,
             nested_pause,
         },
+        offered: state.offered.as_ref().map(|o| o.iter().cloned().collect()),
+        allowed: state.admitted.clone(),
         state,
-        offered: None,
-        allowed: None,
         sessions: Vec::new(),
         resumed,
         deltas: DeltaRoute::Answer,
@@ -1206,6 +1214,10 @@ where
         if stage == Stage::Act {
             self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
             self.allowed = context.allowed_identities.take();
+            if self.state.strict.is_none() {
+                self.state.offered = self.offered.as_ref().map(|o| o.iter().cloned().collect());
+                self.state.admitted = self.allowed.clone();
+            }
         }
         let mut messages = Vec::with_capacity(1 + context.messages.len());
         if !context.instructions.is_empty() {
@@ -2153,6 +2165,8 @@ mod tests {
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
             nested: BTreeMap::new(),
+            offered: None,
+            admitted: None,
             active_agent: None,
             strict: None,
         };
