@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::{OllamaConfigError, status_error, stream_error, transport_error};
+use crate::redact::{MASK, MaskedHeaders, Redactor, display_url};
 use crate::wire::{self, LineState, WireLine};
 
 /// Ollama's default address.
@@ -28,6 +29,13 @@ pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";
 /// `tool_choice` or `parallel_tool_calls`: they are not sent.
 ///
 /// Cheap to clone: clones share the configuration and the connection pool.
+///
+/// The client never shows its credentials: `Debug` prints header names with `***` values and
+/// the base URL without its user info, and every [`ModelError`] it returns has the API key,
+/// each configured header value (and the token of a `Bearer xyz` value) and the base URL's user
+/// name and password replaced by `***`, in the server's quoted error bodies too. Values shorter
+/// than 4 bytes are hidden in `Debug` but not searched for in texts (they would match ordinary
+/// words and numbers, and are no credentials).
 #[derive(Clone)]
 pub struct OllamaClient {
     inner: Arc<Inner>,
@@ -44,20 +52,28 @@ struct Inner {
     keep_alive: Option<Value>,
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
+    redactor: Arc<Redactor>,
 }
 
 impl std::fmt::Debug for OllamaClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Header values are secrets (the API key among them): names only.
+        let i = &self.inner;
+        let names = i.headers.keys().map(|n| n.as_str().to_owned()).collect();
         f.debug_struct("OllamaClient")
-            .field("base_url", &self.inner.base_url)
-            .field("model", &self.inner.model)
-            .field("options", &self.inner.options)
+            .field("base_url", &display_url(&i.base_url))
+            .field("model", &i.model)
+            .field("headers", &MaskedHeaders(names))
+            .field("options", &i.options)
+            .field("keep_alive", &i.keep_alive)
+            .field("request_timeout", &i.request_timeout)
+            .field("read_timeout", &i.read_timeout)
             .finish_non_exhaustive()
     }
 }
 
 /// Builds an [`OllamaClient`]. Start with [`OllamaClient::builder`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use]
 pub struct OllamaClientBuilder {
     base_url: String,
@@ -70,6 +86,23 @@ pub struct OllamaClientBuilder {
     read_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     http: Option<reqwest::Client>,
+}
+
+impl std::fmt::Debug for OllamaClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = self.headers.iter().map(|(n, _)| n.clone()).collect();
+        f.debug_struct("OllamaClientBuilder")
+            .field("base_url", &display_url(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| MASK))
+            .field("headers", &MaskedHeaders(names))
+            .field("options", &self.options)
+            .field("keep_alive", &self.keep_alive)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OllamaClientBuilder {
@@ -85,14 +118,17 @@ impl OllamaClientBuilder {
         self
     }
 
-    /// A bearer key, for Ollama behind an authenticating proxy or Ollama's cloud.
+    /// A bearer key, for Ollama behind an authenticating proxy or Ollama's cloud. Sent as a
+    /// sensitive header; masked as `***` in `Debug` and in every error the client returns.
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         let key = key.into();
         self.api_key = (!key.is_empty()).then_some(key);
         self
     }
 
-    /// An extra header sent with every request.
+    /// An extra header sent with every request. Its value is treated as a secret: masked as
+    /// `***` in `Debug` and in every error the client returns (also the `xyz` of a `Bearer xyz`
+    /// value).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -147,7 +183,7 @@ impl OllamaClientBuilder {
     pub fn build(self) -> Result<OllamaClient, OllamaConfigError> {
         let raw = self.base_url.trim().trim_end_matches('/').to_owned();
         let invalid = |reason: &str| OllamaConfigError::InvalidBaseUrl {
-            url: self.base_url.clone(),
+            url: display_url(&self.base_url).into_owned(),
             reason: reason.to_owned(),
         };
         if !(raw.starts_with("http://") || raw.starts_with("https://")) {
@@ -174,6 +210,11 @@ impl OllamaClientBuilder {
             Some(c) => c,
             None => shared_client(self.connect_timeout, self.read_timeout)?,
         };
+        let redactor = Redactor::new(
+            self.api_key.as_deref(),
+            self.headers.iter().map(|(_, v)| v.as_str()),
+            &raw,
+        );
         Ok(OllamaClient {
             inner: Arc::new(Inner {
                 http,
@@ -186,6 +227,7 @@ impl OllamaClientBuilder {
                 keep_alive: self.keep_alive,
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
+                redactor: Arc::new(redactor),
             }),
         })
     }
@@ -291,13 +333,18 @@ impl OllamaClient {
         b
     }
 
-    /// The base URL.
+    /// The base URL, as configured: with its user info, if it has one (`Debug` and errors never
+    /// show it).
     pub fn base_url(&self) -> &str {
         &self.inner.base_url
     }
 
     /// The models Ollama has pulled (`GET /api/tags`).
     pub async fn list_models(&self) -> Result<Vec<OllamaModel>, ModelError> {
+        self.list_models_raw().await.map_err(|e| self.inner.redactor.error(e))
+    }
+
+    async fn list_models_raw(&self) -> Result<Vec<OllamaModel>, ModelError> {
         let i = &self.inner;
         let mut rb = i.http.get(&i.tags_url).headers(i.headers.clone());
         if let Some(t) = i.request_timeout {
@@ -314,7 +361,7 @@ impl OllamaClient {
             .await
             .map_err(|e| transport_error(e, self.timeout_hint(), &i.tags_url))?;
         if !status.is_success() {
-            return Err(status_error(status, &headers, &text, &i.model));
+            return Err(status_error(status, &headers, &text, &i.model, &i.redactor));
         }
         let tags: Tags =
             serde_json::from_str(&text).map_err(|e| ModelError::invalid_response(format!("invalid /api/tags: {e}")))?;
@@ -347,7 +394,7 @@ impl OllamaClient {
         }
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap_or_default();
-        Err(status_error(status, &headers, &text, &i.model))
+        Err(status_error(status, &headers, &text, &i.model, &i.redactor))
     }
 }
 
@@ -358,16 +405,28 @@ impl ChatModel for OllamaClient {
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        let resp = self.post_chat(&request, true).await?;
+        let redactor = Arc::clone(&self.inner.redactor);
+        let resp = self.post_chat(&request, true).await.map_err(|e| redactor.error(e))?;
         let bytes = Box::pin(resp.bytes_stream());
-        Ok(Box::pin(ndjson_stream(
+        let stream = ndjson_stream(
             bytes,
             self.inner.model.clone(),
             self.timeout_hint(),
-        )))
+            Arc::clone(&redactor),
+        )
+        .map(move |item| item.map_err(|e| redactor.error(e)));
+        Ok(Box::pin(stream))
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.complete_raw(request)
+            .await
+            .map_err(|e| self.inner.redactor.error(e))
+    }
+}
+
+impl OllamaClient {
+    async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
         let resp = self.post_chat(&request, false).await?;
         let bytes = resp
@@ -377,7 +436,7 @@ impl ChatModel for OllamaClient {
         let line: WireLine = serde_json::from_slice(&bytes)
             .map_err(|e| ModelError::invalid_response(format!("invalid /api/chat answer: {e}")))?;
         if let Some(error) = &line.error {
-            return Err(stream_error(error, &i.model));
+            return Err(stream_error(error, &i.model, &i.redactor));
         }
         let mut st = LineState::default();
         let mut events = Vec::new();
@@ -398,6 +457,7 @@ struct NdjsonState<S> {
     finished: bool,
     model: String,
     timeout: Option<Duration>,
+    redactor: Arc<Redactor>,
 }
 
 enum Step {
@@ -427,14 +487,15 @@ impl<S> NdjsonState<S> {
         let line: WireLine = match serde_json::from_str(text) {
             Ok(l) => l,
             Err(e) => {
-                let shown: String = text.chars().take(200).collect();
+                // Masked before the cut: a cut secret would leak its first part.
+                let shown: String = self.redactor.text(text).chars().take(200).collect();
                 return Some(ModelError::invalid_response(format!(
                     "invalid JSON in an NDJSON line ({e}): {shown}"
                 )));
             }
         };
         if let Some(error) = &line.error {
-            return Some(stream_error(error, &self.model));
+            return Some(stream_error(error, &self.model, &self.redactor));
         }
         let mut out = Vec::new();
         wire::line_events(line, &mut self.lines, &mut out);
@@ -449,6 +510,7 @@ fn ndjson_stream<S>(
     bytes: Pin<Box<S>>,
     model: String,
     timeout: Option<Duration>,
+    redactor: Arc<Redactor>,
 ) -> impl Stream<Item = Result<ChatEvent, ModelError>> + Send
 where
     S: Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
@@ -461,6 +523,7 @@ where
         finished: false,
         model,
         timeout,
+        redactor,
     };
     futures::stream::unfold(state, |mut st| async move {
         let step = loop {

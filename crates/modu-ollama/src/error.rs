@@ -15,7 +15,8 @@ pub enum OllamaConfigError {
     /// A required setting is missing (no model).
     #[error("missing setting: {0}")]
     Missing(&'static str),
-    /// The base URL is not an `http://` or `https://` URL.
+    /// The base URL is not an `http://` or `https://` URL (its user info, if any, is shown as
+    /// `***`).
     #[error("invalid base URL {url:?}: {reason}")]
     InvalidBaseUrl {
         /// The URL given.
@@ -35,6 +36,8 @@ pub enum OllamaConfigError {
 }
 
 use modu_core::model::http::trim_body;
+
+use crate::redact::{Redactor, display_url};
 
 /// The message of an Ollama error body (`{"error": "..."}`), or the body itself.
 pub(crate) fn error_message(body: &str) -> String {
@@ -69,23 +72,42 @@ fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     modu_core::model::http::retry_after(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
 }
 
-/// Maps an error status and body onto a [`ModelError`].
-pub(crate) fn status_error(status: StatusCode, headers: &HeaderMap, body: &str, model: &str) -> ModelError {
+/// Maps an error status and body onto a [`ModelError`]. The client's secrets are masked in the
+/// body first, before it is cut to length (a cut secret would leak its first part).
+pub(crate) fn status_error(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &str,
+    model: &str,
+    redactor: &Redactor,
+) -> ModelError {
+    let body = redactor.text(body);
     let code = status.as_u16();
-    let message = error_message(body);
+    let message = error_message(&body);
     let context_length = matches!(code, 400 | 413 | 500) && is_context_length_error(&message);
-    modu_core::model::http::status_error(code, message, body, parse_retry_after(headers), model, context_length)
+    modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
 }
 
 /// An `{"error": ...}` line inside a 200 stream: the server failed mid-answer.
-pub(crate) fn stream_error(error: &Value, model: &str) -> ModelError {
+pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor) -> ModelError {
     let body = serde_json::json!({ "error": error }).to_string();
-    status_error(StatusCode::INTERNAL_SERVER_ERROR, &HeaderMap::new(), &body, model)
+    status_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &HeaderMap::new(),
+        &body,
+        model,
+        redactor,
+    )
 }
 
 /// Maps a reqwest failure: timeouts to [`ModelError::Timeout`], the rest to
-/// [`ModelError::Transport`].
-pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+/// [`ModelError::Transport`]. `what` (a URL, or what was being read) and the error's URL lose
+/// their user info.
+pub(crate) fn transport_error(mut err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+    if let Some(url) = err.url_mut() {
+        let _ = url.set_password(None);
+        let _ = url.set_username("");
+    }
     if err.is_timeout() {
         return ModelError::Timeout(timeout.unwrap_or_default());
     }
@@ -96,5 +118,5 @@ pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, wh
     } else {
         "HTTP request failed"
     };
-    ModelError::transport(format!("{kind} ({what})"), err)
+    ModelError::transport(format!("{kind} ({})", display_url(what)), err)
 }

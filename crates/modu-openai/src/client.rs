@@ -13,6 +13,7 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName
 use serde::Deserialize;
 
 use crate::error::{OpenAiConfigError, status_error, stream_error, transport_error};
+use crate::redact::{MaskedHeaders, Redactor, display_url};
 use crate::wire::{self, EmptyToolCallContent, WireChunk, WireCompletion};
 
 /// The default time allowed to open a TCP connection.
@@ -30,6 +31,13 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(300);
 /// [`ChatModel::stream`] sends `stream: true` and reads the server-sent events;
 /// [`ChatModel::complete`] sends `stream: false` and reads one JSON answer. Dropping the
 /// stream closes the connection, which makes vLLM and llama.cpp abort the generation.
+///
+/// The client never shows its credentials: `Debug` prints header names with `***` values and
+/// the base URL without its user info, and every [`ModelError`] it returns has the API key,
+/// each configured header value (and the token of a `Bearer xyz` value) and the base URL's user
+/// name and password replaced by `***`, in the server's quoted error bodies too. Values shorter
+/// than 4 bytes are hidden in `Debug` but not searched for in texts (they would match ordinary
+/// words and numbers, and are no credentials).
 #[derive(Clone)]
 pub struct OpenAiClient {
     inner: Arc<Inner>,
@@ -45,15 +53,20 @@ pub(crate) struct Inner {
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
     pub(crate) empty_content: EmptyToolCallContent,
+    redactor: Arc<Redactor>,
 }
 
 impl std::fmt::Debug for OpenAiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the headers: they hold the API key.
+        // Header values are secrets (the API key among them): names only.
+        let i = &self.inner;
+        let names = i.headers.keys().map(|n| n.as_str().to_owned()).collect();
         f.debug_struct("OpenAiClient")
-            .field("base_url", &self.inner.base_url)
-            .field("model", &self.inner.model)
-            .field("request_timeout", &self.inner.request_timeout)
+            .field("base_url", &display_url(&i.base_url))
+            .field("model", &i.model)
+            .field("headers", &MaskedHeaders(names))
+            .field("request_timeout", &i.request_timeout)
+            .field("read_timeout", &i.read_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -75,10 +88,15 @@ pub struct OpenAiClientBuilder {
 
 impl std::fmt::Debug for OpenAiClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = self.headers.iter().map(|(n, _)| n.clone()).collect();
         f.debug_struct("OpenAiClientBuilder")
-            .field("base_url", &self.base_url)
+            .field("base_url", &self.base_url.as_deref().map(display_url))
             .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("api_key", &self.api_key.as_ref().map(|_| crate::redact::MASK))
+            .field("headers", &MaskedHeaders(names))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +131,8 @@ impl OpenAiClientBuilder {
         self
     }
 
-    /// A bearer API key (`Authorization: Bearer KEY`), marked sensitive so it is never logged.
+    /// A bearer API key (`Authorization: Bearer KEY`), marked sensitive so it is never logged,
+    /// and masked as `***` in `Debug` and in every error the client returns.
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         let key = key.into();
         self.api_key = (!key.is_empty()).then_some(key);
@@ -121,7 +140,8 @@ impl OpenAiClientBuilder {
     }
 
     /// An extra header sent with every request (for example `OpenAI-Organization`, or a
-    /// gateway's routing header).
+    /// gateway's routing header). Its value is treated as a secret: masked as `***` in `Debug`
+    /// and in every error the client returns (also the `xyz` of a `Bearer xyz` value).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -184,6 +204,11 @@ impl OpenAiClientBuilder {
             Some(c) => c,
             None => shared_client(self.connect_timeout, self.read_timeout)?,
         };
+        let redactor = Redactor::new(
+            self.api_key.as_deref(),
+            self.headers.iter().map(|(_, v)| v.as_str()),
+            &base_url,
+        );
         Ok(OpenAiClient {
             inner: Arc::new(Inner {
                 http,
@@ -195,6 +220,7 @@ impl OpenAiClientBuilder {
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
                 empty_content: self.empty_content,
+                redactor: Arc::new(redactor),
             }),
         })
     }
@@ -203,7 +229,7 @@ impl OpenAiClientBuilder {
 fn normalize_base_url(raw: &str) -> Result<String, OpenAiConfigError> {
     let url = raw.trim().trim_end_matches('/');
     let invalid = |reason: &str| OpenAiConfigError::InvalidBaseUrl {
-        url: raw.to_owned(),
+        url: display_url(raw).into_owned(),
         reason: reason.to_owned(),
     };
     let rest = url
@@ -289,7 +315,8 @@ impl OpenAiClient {
         Ok(builder)
     }
 
-    /// The base URL (without a trailing `/`).
+    /// The base URL (without a trailing `/`), as configured: with its user info, if it has one
+    /// (`Debug` and errors never show it).
     pub fn base_url(&self) -> &str {
         &self.inner.base_url
     }
@@ -313,6 +340,7 @@ impl OpenAiClient {
                 request_timeout: i.request_timeout,
                 read_timeout: i.read_timeout,
                 empty_content: i.empty_content,
+                redactor: Arc::clone(&i.redactor),
             }),
         }
     }
@@ -321,10 +349,19 @@ impl OpenAiClient {
         &self.inner
     }
 
+    /// The error with the client's secrets masked.
+    pub(crate) fn redact(&self, err: ModelError) -> ModelError {
+        self.inner.redactor.error(err)
+    }
+
     /// The models the server offers (`GET {base_url}/models`), for health checks and a
     /// `doctor` command. A 401 here means the key is wrong, a connection error that the
     /// server is down.
     pub async fn list_models(&self) -> Result<Vec<ModelInfo>, ModelError> {
+        self.list_models_raw().await.map_err(|e| self.redact(e))
+    }
+
+    async fn list_models_raw(&self) -> Result<Vec<ModelInfo>, ModelError> {
         let i = &self.inner;
         let mut rb = i.http.get(&i.models_url).headers(i.headers.clone());
         if let Some(t) = i.request_timeout {
@@ -341,18 +378,19 @@ impl OpenAiClient {
             .await
             .map_err(|e| transport_error(e, self.timeout_hint(), &i.models_url))?;
         if !status.is_success() {
-            return Err(status_error(status, &headers, &text, &i.model));
+            return Err(status_error(status, &headers, &text, &i.model, &i.redactor));
         }
         let list: ModelList = serde_json::from_str(&text)
             .map_err(|e| ModelError::invalid_response(format!("invalid model list: {e}")))?;
         Ok(list.data)
     }
 
-    fn timeout_hint(&self) -> Option<Duration> {
+    pub(crate) fn timeout_hint(&self) -> Option<Duration> {
         self.inner.request_timeout.or(self.inner.read_timeout)
     }
 
-    /// POSTs a JSON body and returns the response when its status is a success.
+    /// POSTs a JSON body and returns the response when its status is a success. Its errors
+    /// are not masked yet: callers pass them through [`OpenAiClient::redact`].
     pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>, sse: bool) -> Result<reqwest::Response, ModelError> {
         let i = &self.inner;
         let mut rb = i
@@ -377,7 +415,7 @@ impl OpenAiClient {
         }
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap_or_default();
-        Err(status_error(status, &headers, &text, &i.model))
+        Err(status_error(status, &headers, &text, &i.model, &i.redactor))
     }
 }
 
@@ -389,13 +427,25 @@ impl ChatModel for OpenAiClient {
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, true, i.empty_content)?;
-        let resp = self.post_json(&i.chat_url, body, true).await?;
+        let body = wire::encode_request(&i.model, &request, true, i.empty_content).map_err(|e| self.redact(e))?;
+        let resp = self
+            .post_json(&i.chat_url, body, true)
+            .await
+            .map_err(|e| self.redact(e))?;
         let events = Box::pin(resp.bytes_stream().eventsource());
-        Ok(Box::pin(sse_stream(events, i.model.clone(), self.timeout_hint())))
+        let redactor = Arc::clone(&i.redactor);
+        let stream = sse_stream(events, i.model.clone(), self.timeout_hint(), Arc::clone(&redactor))
+            .map(move |item| item.map_err(|e| redactor.error(e)));
+        Ok(Box::pin(stream))
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.complete_raw(request).await.map_err(|e| self.redact(e))
+    }
+}
+
+impl OpenAiClient {
+    async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
         let body = wire::encode_request(&i.model, &request, false, i.empty_content)?;
         let resp = self.post_json(&i.chat_url, body, false).await?;
@@ -417,6 +467,7 @@ struct SseState<S> {
     model: String,
     timeout: Option<Duration>,
     scratch: Vec<ChatEvent>,
+    redactor: Arc<Redactor>,
 }
 
 /// Reads `chat.completion.chunk` events until `[DONE]`.
@@ -431,6 +482,7 @@ fn sse_stream<S>(
     events: Pin<Box<S>>,
     model: String,
     timeout: Option<Duration>,
+    redactor: Arc<Redactor>,
 ) -> impl Stream<Item = Result<ChatEvent, ModelError>> + Send
 where
     S: Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>> + Send + 'static,
@@ -443,6 +495,7 @@ where
         model,
         timeout,
         scratch: Vec::new(),
+        redactor,
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {
@@ -492,7 +545,8 @@ where
                         Ok(c) => c,
                         Err(e) => {
                             st.done = true;
-                            let shown: String = data.chars().take(200).collect();
+                            // Masked before the cut: a cut secret would leak its first part.
+                            let shown: String = st.redactor.text(data).chars().take(200).collect();
                             return Some((
                                 Err(ModelError::invalid_response(format!(
                                     "invalid JSON in a stream chunk ({e}): {shown}"
@@ -503,14 +557,14 @@ where
                     };
                     if let Some(error) = &chunk.error {
                         st.done = true;
-                        let err = stream_error(error, &st.model);
+                        let err = stream_error(error, &st.model, &st.redactor);
                         return Some((Err(err), st));
                     }
                     if chunk.object.as_deref() == Some("error") {
                         // vLLM: {"object": "error", "message": …, "type": …, "code": 400}
                         st.done = true;
                         let value: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
-                        let err = stream_error(&value, &st.model);
+                        let err = stream_error(&value, &st.model, &st.redactor);
                         return Some((Err(err), st));
                     }
                     let mut scratch = std::mem::take(&mut st.scratch);

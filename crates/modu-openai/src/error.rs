@@ -18,7 +18,8 @@ pub enum OpenAiConfigError {
     /// An environment variable is not set (or empty).
     #[error("environment variable {0} is not set")]
     MissingEnv(&'static str),
-    /// The base URL is not an `http://` or `https://` URL.
+    /// The base URL is not an `http://` or `https://` URL (its user info, if any, is shown as
+    /// `***`).
     #[error("invalid base URL {url:?}: {reason}")]
     InvalidBaseUrl {
         /// The URL given.
@@ -38,6 +39,8 @@ pub enum OpenAiConfigError {
 }
 
 pub(crate) use modu_core::model::http::trim_body;
+
+use crate::redact::{Redactor, display_url};
 
 /// The human message of an error body: `{"error":{"message":…}}` (OpenAI, llama.cpp),
 /// `{"message":…}` (vLLM), `{"error":"…"}`, `{"detail":…}`, or the body itself.
@@ -86,16 +89,24 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     modu_core::model::http::retry_after(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
 }
 
-/// Maps an error status and body onto a [`ModelError`].
-pub(crate) fn status_error(status: StatusCode, headers: &HeaderMap, body: &str, model: &str) -> ModelError {
+/// Maps an error status and body onto a [`ModelError`]. The client's secrets are masked in the
+/// body first, before it is cut to length (a cut secret would leak its first part).
+pub(crate) fn status_error(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &str,
+    model: &str,
+    redactor: &Redactor,
+) -> ModelError {
+    let body = redactor.text(body);
     let code = status.as_u16();
-    let context_length = matches!(code, 400 | 413 | 422) && is_context_length_error(body);
-    let message = error_message(body);
-    modu_core::model::http::status_error(code, message, body, parse_retry_after(headers), model, context_length)
+    let context_length = matches!(code, 400 | 413 | 422) && is_context_length_error(&body);
+    let message = error_message(&body);
+    modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
 }
 
 /// An error object sent inside a 200 stream (`data: {"error": {...}}`).
-pub(crate) fn stream_error(error: &Value, model: &str) -> ModelError {
+pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor) -> ModelError {
     let body = serde_json::json!({ "error": error }).to_string();
     let code = error
         .get("code")
@@ -103,12 +114,17 @@ pub(crate) fn stream_error(error: &Value, model: &str) -> ModelError {
         .and_then(|c| u16::try_from(c).ok())
         .and_then(|c| StatusCode::from_u16(c).ok())
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    status_error(code, &HeaderMap::new(), &body, model)
+    status_error(code, &HeaderMap::new(), &body, model, redactor)
 }
 
 /// Maps a reqwest failure: timeouts to [`ModelError::Timeout`], everything else (refused,
-/// reset, cut mid-body) to [`ModelError::Transport`].
-pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+/// reset, cut mid-body) to [`ModelError::Transport`]. `what` (a URL, or what was being read) and
+/// the error's URL lose their user info.
+pub(crate) fn transport_error(mut err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+    if let Some(url) = err.url_mut() {
+        let _ = url.set_password(None);
+        let _ = url.set_username("");
+    }
     if err.is_timeout() {
         return ModelError::Timeout(timeout.unwrap_or_default());
     }
@@ -119,7 +135,7 @@ pub(crate) fn transport_error(err: reqwest::Error, timeout: Option<Duration>, wh
     } else {
         "HTTP request failed"
     };
-    ModelError::transport(format!("{kind} ({what})"), err)
+    ModelError::transport(format!("{kind} ({})", display_url(what)), err)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 mod client;
 mod error;
+mod redact;
 mod tokens;
 mod wire;
 

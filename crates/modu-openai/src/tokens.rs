@@ -25,11 +25,21 @@ pub enum TokenizeApi {
 ///
 /// The tokenize endpoints live at the server's root, not under `/v1`: the URL is the client's
 /// base URL without a trailing `/v1`, unless set with [`VllmTokenCounter::with_root_url`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct VllmTokenCounter {
     client: OpenAiClient,
     root_url: String,
     api: TokenizeApi,
+}
+
+impl std::fmt::Debug for VllmTokenCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VllmTokenCounter")
+            .field("client", &self.client)
+            .field("root_url", &crate::redact::display_url(&self.root_url))
+            .field("api", &self.api)
+            .finish()
+    }
 }
 
 #[derive(Serialize)]
@@ -118,6 +128,14 @@ impl VllmTokenCounter {
     }
 
     async fn post<T: Serialize, R: for<'de> Deserialize<'de>>(&self, path: &str, body: &T) -> Result<R, ModelError> {
+        self.post_raw(path, body).await.map_err(|e| self.client.redact(e))
+    }
+
+    async fn post_raw<T: Serialize, R: for<'de> Deserialize<'de>>(
+        &self,
+        path: &str,
+        body: &T,
+    ) -> Result<R, ModelError> {
         let url = format!("{}{path}", self.root_url);
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::InvalidRequest {
             message: format!("cannot serialise the tokenize request: {e}"),
@@ -126,9 +144,11 @@ impl VllmTokenCounter {
         let text = resp
             .bytes()
             .await
-            .map_err(|e| ModelError::transport(format!("reading {url}"), e))?;
-        serde_json::from_slice(&text)
-            .map_err(|e| ModelError::invalid_response(format!("invalid answer from {url}: {e}")))
+            .map_err(|e| crate::error::transport_error(e, self.client.timeout_hint(), &url))?;
+        serde_json::from_slice(&text).map_err(|e| {
+            let shown = crate::redact::display_url(&url);
+            ModelError::invalid_response(format!("invalid answer from {shown}: {e}"))
+        })
     }
 
     async fn count_vllm(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<u64, ModelError> {

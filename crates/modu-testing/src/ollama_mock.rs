@@ -11,9 +11,20 @@
 //! Replies come from a queue ([`OllamaReply`]); when it is empty a deterministic fallback
 //! behaves like [`MockOpenAiServer`](crate::MockOpenAiServer)'s: call the first tool once,
 //! then answer (a JSON instance of `format` when the request has a schema).
+//!
+//! Tool-call ids: Ollama's documented `/api/chat` tool calls have none
+//! (`{"function": {"name", "arguments"}}`), and that is what [`OllamaReply::ToolCalls`] sends.
+//! Newer Ollama builds add an optional `id` (`api.ToolCall.ID`, `json:"id,omitempty"`) and a
+//! `function.index`; [`OllamaReply::ToolCallsWithIds`] sends those, with the ids given (the
+//! same id twice, or none), to script a server that gets them wrong.
+//!
+//! Request bodies up to [`MockOllamaServer::DEFAULT_BODY_LIMIT`] (32 MiB) are accepted; a larger
+//! one is answered with `413` and `{"error": "..."}`. [`MockOllamaServer::body_limit`] changes
+//! the limit.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -35,8 +46,12 @@ use crate::openai_mock::instance_of;
 pub enum OllamaReply {
     /// A text answer (streamed in pieces when the request streams).
     Text(String),
-    /// Tool calls: `(name, arguments object)`, sent in one line as Ollama does.
+    /// Tool calls: `(name, arguments object)`, sent in one line as Ollama does, without ids
+    /// (Ollama's documented shape).
     ToolCalls(Vec<(String, Value)>),
+    /// Tool calls as newer Ollama builds send them: `(id, name, arguments object)`, each with
+    /// `function.index`, and `id` unless it is `None` (the same id may be given twice).
+    ToolCallsWithIds(Vec<(Option<String>, String, Value)>),
     /// An error status with a JSON body (Ollama's is `{"error": "..."}`).
     Error {
         /// The HTTP status.
@@ -56,13 +71,26 @@ pub enum OllamaReply {
     Delayed(Duration, Box<OllamaReply>),
 }
 
-#[derive(Default)]
 struct OllamaState {
     queue: Mutex<VecDeque<OllamaReply>>,
     requests: Mutex<Vec<Value>>,
+    body_limit: AtomicUsize,
+}
+
+impl Default for OllamaState {
+    fn default() -> Self {
+        OllamaState {
+            queue: Mutex::default(),
+            requests: Mutex::default(),
+            body_limit: AtomicUsize::new(MockOllamaServer::DEFAULT_BODY_LIMIT),
+        }
+    }
 }
 
 /// A mock Ollama server running on 127.0.0.1 until dropped.
+///
+/// It accepts request bodies up to [`MockOllamaServer::DEFAULT_BODY_LIMIT`] bytes (32 MiB, set
+/// another limit with [`MockOllamaServer::body_limit`]) and answers a larger one with `413`.
 pub struct MockOllamaServer {
     addr: SocketAddr,
     state: Arc<OllamaState>,
@@ -70,6 +98,10 @@ pub struct MockOllamaServer {
 }
 
 impl MockOllamaServer {
+    /// The request body limit a new server has: 32 MiB (axum's own default, 2 MB, does not
+    /// apply).
+    pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
     /// Starts a server on a free port of 127.0.0.1.
     pub async fn start() -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -110,6 +142,13 @@ impl MockOllamaServer {
         self
     }
 
+    /// Sets the largest request body accepted, in bytes (default
+    /// [`MockOllamaServer::DEFAULT_BODY_LIMIT`]); a larger one is answered with `413`.
+    pub fn body_limit(&self, bytes: usize) -> &Self {
+        self.state.body_limit.store(bytes, Ordering::Relaxed);
+        self
+    }
+
     /// The JSON bodies of every chat request received.
     pub fn requests(&self) -> Vec<Value> {
         self.state
@@ -138,7 +177,15 @@ async fn tags() -> Json<Value> {
     }]}))
 }
 
-async fn chat(State(state): State<Arc<OllamaState>>, body: Bytes) -> Response {
+async fn chat(State(state): State<Arc<OllamaState>>, body: Body) -> Response {
+    let limit = state.body_limit.load(Ordering::Relaxed);
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) => {
+            let message = format!("request body larger than the limit of {limit} bytes, or unreadable ({e})");
+            return (StatusCode::PAYLOAD_TOO_LARGE, Json(json!({"error": message}))).into_response();
+        }
+    };
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -200,26 +247,44 @@ fn respond(request: &Value, reply: OllamaReply) -> futures::future::BoxFuture<'_
                 }
             }
             OllamaReply::ToolCalls(calls) => {
-                let tool_calls: Vec<Value> = calls
+                let tool_calls = calls
                     .iter()
                     .map(|(name, args)| json!({"function": {"name": name, "arguments": args}}))
                     .collect();
-                let message = json!({"role": "assistant", "content": "", "tool_calls": tool_calls});
-                if stream {
-                    let lines = vec![
-                        delta_line(&model, message),
-                        done_line(&model, "stop", prompt_eval_count, 20),
-                    ];
-                    ndjson(lines, None)
-                } else {
-                    let mut v: Value =
-                        serde_json::from_str(&done_line(&model, "stop", prompt_eval_count, 20)).unwrap_or_default();
-                    v["message"] = message;
-                    Json(v).into_response()
-                }
+                tool_calls_response(&model, stream, prompt_eval_count, tool_calls)
+            }
+            OllamaReply::ToolCallsWithIds(calls) => {
+                let tool_calls = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(index, (id, name, args))| {
+                        let mut call = json!({"function": {"index": index, "name": name, "arguments": args}});
+                        if let Some(id) = id {
+                            call["id"] = json!(id);
+                        }
+                        call
+                    })
+                    .collect();
+                tool_calls_response(&model, stream, prompt_eval_count, tool_calls)
             }
         }
     })
+}
+
+/// Tool calls arrive whole, in one line, followed by the `done` line.
+fn tool_calls_response(model: &str, stream: bool, prompt_eval_count: u64, tool_calls: Vec<Value>) -> Response {
+    let message = json!({"role": "assistant", "content": "", "tool_calls": tool_calls});
+    if stream {
+        let lines = vec![
+            delta_line(model, message),
+            done_line(model, "stop", prompt_eval_count, 20),
+        ];
+        ndjson(lines, None)
+    } else {
+        let mut v: Value = serde_json::from_str(&done_line(model, "stop", prompt_eval_count, 20)).unwrap_or_default();
+        v["message"] = message;
+        Json(v).into_response()
+    }
 }
 
 /// A streamed delta line (`done: false`).

@@ -8,9 +8,19 @@
 //! is empty a deterministic fallback answers like a well-behaved model: it calls the first
 //! offered tool once (arguments synthesised from its schema), then answers in text, or with a
 //! JSON instance of the requested schema when the request has a `response_format`.
+//!
+//! Request bodies up to [`MockOpenAiServer::DEFAULT_BODY_LIMIT`] (32 MiB: room for a 10 MB tool
+//! argument even when JSON escaping doubles it) are accepted; a larger one is answered with
+//! `413` and an OpenAI error body. [`MockOpenAiServer::body_limit`] changes the limit.
+//!
+//! Tool-call ids: [`MockReply::ToolCalls`] gives every call a fresh `call_…` id;
+//! [`MockReply::ToolCallsWithIds`] sends the ids given (the same id twice, or none at all) to
+//! script servers that get them wrong. Streamed, a call's id travels on its first chunk only,
+//! with its `type` and name, as OpenAI sends it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -29,8 +39,12 @@ use tokio::sync::oneshot;
 pub enum MockReply {
     /// A text answer.
     Text(String),
-    /// Tool calls: `(name, arguments JSON text)`.
+    /// Tool calls: `(name, arguments JSON text)`, each with a fresh unique id.
     ToolCalls(Vec<(String, String)>),
+    /// Tool calls with scripted ids: `(id, name, arguments JSON text)`. `None` sends the call
+    /// without an `id` field; the same id may be given twice. Streamed, the id is on the first
+    /// chunk of each call, as OpenAI sends it.
+    ToolCallsWithIds(Vec<(Option<String>, String, String)>),
     /// An error status with a JSON body and extra headers (e.g. `Retry-After`).
     Error {
         /// The HTTP status.
@@ -54,7 +68,6 @@ pub enum MockReply {
     Delayed(Duration, Box<MockReply>),
 }
 
-#[derive(Default)]
 struct MockState {
     queue: Mutex<VecDeque<MockReply>>,
     requests: Mutex<Vec<Value>>,
@@ -62,9 +75,28 @@ struct MockState {
     api_key: Mutex<Option<String>>,
     model: Mutex<String>,
     record: std::sync::atomic::AtomicBool,
+    body_limit: AtomicUsize,
+}
+
+impl Default for MockState {
+    fn default() -> Self {
+        MockState {
+            queue: Mutex::default(),
+            requests: Mutex::default(),
+            headers: Mutex::default(),
+            api_key: Mutex::default(),
+            model: Mutex::new("mock-model".into()),
+            record: std::sync::atomic::AtomicBool::new(true),
+            body_limit: AtomicUsize::new(MockOpenAiServer::DEFAULT_BODY_LIMIT),
+        }
+    }
 }
 
 /// A mock OpenAI-compatible server running on 127.0.0.1 until dropped.
+///
+/// It accepts request bodies up to [`MockOpenAiServer::DEFAULT_BODY_LIMIT`] bytes (32 MiB, set
+/// another limit with [`MockOpenAiServer::body_limit`]) and answers a larger one with `413` and
+/// an OpenAI error body (`type: "invalid_request_error"`).
 pub struct MockOpenAiServer {
     addr: SocketAddr,
     state: Arc<MockState>,
@@ -72,6 +104,10 @@ pub struct MockOpenAiServer {
 }
 
 impl MockOpenAiServer {
+    /// The request body limit a new server has: 32 MiB, room for a 10 MB tool argument even
+    /// when its JSON escaping doubles it (axum's own default, 2 MB, does not apply).
+    pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
     /// Starts a server on a free port of 127.0.0.1.
     pub async fn start() -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -87,8 +123,6 @@ impl MockOpenAiServer {
     fn serve(listener: tokio::net::TcpListener) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let state = Arc::new(MockState::default());
-        *state.model.lock().unwrap_or_else(PoisonError::into_inner) = "mock-model".into();
-        state.record.store(true, std::sync::atomic::Ordering::Relaxed);
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/models", get(models))
@@ -132,6 +166,13 @@ impl MockOpenAiServer {
     /// Requires `Authorization: Bearer KEY` on every request (401 otherwise).
     pub fn require_api_key(&self, key: impl Into<String>) -> &Self {
         *self.state.api_key.lock().unwrap_or_else(PoisonError::into_inner) = Some(key.into());
+        self
+    }
+
+    /// Sets the largest request body accepted, in bytes (default
+    /// [`MockOpenAiServer::DEFAULT_BODY_LIMIT`]); a larger one is answered with `413`.
+    pub fn body_limit(&self, bytes: usize) -> &Self {
+        self.state.body_limit.store(bytes, Ordering::Relaxed);
         self
     }
 
@@ -186,7 +227,7 @@ fn error_body(status: u16, message: &str, kind: &str) -> Response {
         .into_response()
 }
 
-async fn chat_completions(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat_completions(State(state): State<Arc<MockState>>, headers: HeaderMap, body: Body) -> Response {
     let expected = state.api_key.lock().unwrap_or_else(PoisonError::into_inner).clone();
     if let Some(key) = expected {
         let ok = headers
@@ -197,6 +238,14 @@ async fn chat_completions(State(state): State<Arc<MockState>>, headers: HeaderMa
             return error_body(401, "Invalid API Key", "authentication_error");
         }
     }
+    let limit = state.body_limit.load(Ordering::Relaxed);
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) => {
+            let message = format!("request body larger than the limit of {limit} bytes, or unreadable ({e})");
+            return error_body(413, &message, "invalid_request_error");
+        }
+    };
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return error_body(400, &format!("invalid JSON body: {e}"), "invalid_request_error"),
@@ -278,49 +327,70 @@ fn respond(request: &Value, reply: MockReply) -> futures::future::BoxFuture<'_, 
                 }
             }
             MockReply::ToolCalls(calls) => {
-                let usage = usage_for(request, "tool call");
-                let ids: Vec<String> = (0..calls.len()).map(|i| format!("call_{}_{i}", short_id())).collect();
-                if stream {
-                    let id = completion_id();
-                    let mut events = vec![chunk(&id, &model, json!({"role": "assistant", "content": null}), None)];
-                    for (i, (name, args)) in calls.iter().enumerate() {
-                        events.push(chunk(
-                            &id,
-                            &model,
-                            json!({"tool_calls": [{"index": i, "id": ids[i], "type": "function", "function": {"name": name, "arguments": ""}}]}),
-                            None,
-                        ));
-                        for piece in split_text(args) {
-                            events.push(chunk(
-                                &id,
-                                &model,
-                                json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
-                                None,
-                            ));
-                        }
-                    }
-                    events.push(chunk(&id, &model, json!({}), Some("tool_calls")));
-                    if include_usage {
-                        events.push(usage_chunk(&id, &model, &usage));
-                    }
-                    events.push("[DONE]".into());
-                    sse_response(events, None)
-                } else {
-                    let tool_calls: Vec<Value> = calls
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (name, args))| json!({"id": ids[i], "type": "function", "function": {"name": name, "arguments": args}}))
-                        .collect();
-                    Json(json!({
-                        "id": completion_id(), "object": "chat.completion", "created": 0, "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}, "finish_reason": "tool_calls"}],
-                        "usage": usage,
-                    }))
-                    .into_response()
-                }
+                let calls = calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (name, args))| (Some(format!("call_{}_{i}", short_id())), name, args))
+                    .collect();
+                tool_calls_response(request, &model, stream, include_usage, calls)
             }
+            MockReply::ToolCallsWithIds(calls) => tool_calls_response(request, &model, stream, include_usage, calls),
         }
     })
+}
+
+/// A tool-call answer: `(id, name, arguments)`; a `None` id is left out of the call.
+fn tool_calls_response(
+    request: &Value,
+    model: &str,
+    stream: bool,
+    include_usage: bool,
+    calls: Vec<(Option<String>, String, String)>,
+) -> Response {
+    let usage = usage_for(request, "tool call");
+    if stream {
+        let id = completion_id();
+        let mut events = vec![chunk(&id, model, json!({"role": "assistant", "content": null}), None)];
+        for (i, (call_id, name, args)) in calls.iter().enumerate() {
+            // The first chunk of a call carries its id, type and name; the rest only arguments.
+            let mut first = json!({"index": i, "type": "function", "function": {"name": name, "arguments": ""}});
+            if let Some(call_id) = call_id {
+                first["id"] = json!(call_id);
+            }
+            events.push(chunk(&id, model, json!({"tool_calls": [first]}), None));
+            for piece in split_text(args) {
+                events.push(chunk(
+                    &id,
+                    model,
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
+                    None,
+                ));
+            }
+        }
+        events.push(chunk(&id, model, json!({}), Some("tool_calls")));
+        if include_usage {
+            events.push(usage_chunk(&id, model, &usage));
+        }
+        events.push("[DONE]".into());
+        sse_response(events, None)
+    } else {
+        let tool_calls: Vec<Value> = calls
+            .iter()
+            .map(|(call_id, name, args)| {
+                let mut call = json!({"type": "function", "function": {"name": name, "arguments": args}});
+                if let Some(call_id) = call_id {
+                    call["id"] = json!(call_id);
+                }
+                call
+            })
+            .collect();
+        Json(json!({
+            "id": completion_id(), "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}, "finish_reason": "tool_calls"}],
+            "usage": usage,
+        }))
+        .into_response()
+    }
 }
 
 fn completion_id() -> String {

@@ -1,0 +1,351 @@
+//! Masking the client's own credentials in everything it formats.
+//!
+//! The secrets of a client are its API key, the value of every header it was configured with
+//! (and, for a value in the form `Scheme token` such as `Bearer xyz`, the token alone), and the
+//! user name and password of its base URL (with the `Basic` credentials reqwest sends for them).
+//! Every [`ModelError`] the client returns has each occurrence of a secret replaced by
+//! [`MASK`], error bodies included; `Debug` shows header names and `***` values; URLs are shown
+//! with their user info replaced by `***`.
+//!
+//! The short-value rule: a value shorter than [`MIN_SECRET_LEN`] bytes is still hidden in
+//! `Debug` output, but is not searched for in texts (error bodies, messages): replacing every
+//! `1` or `on` of a body would make it unreadable, and a value that short is no credential.
+//! Longer values are replaced wherever they occur, longest first (so no part of a longer secret
+//! is left around a shorter one), raw and in their JSON-escaped form (a server echoing a value
+//! inside a JSON string escapes `"`, `\` and sometimes `/`).
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+
+use modu_core::{BoxError, ModelError};
+
+/// What a secret is replaced by.
+pub(crate) const MASK: &str = "***";
+
+/// Values shorter than this (in bytes) are not searched for in texts.
+pub(crate) const MIN_SECRET_LEN: usize = 4;
+
+/// The secrets of one client, longest first.
+#[derive(Clone, Default)]
+pub(crate) struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redactor")
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
+}
+
+impl Redactor {
+    /// The redactor of a client with this key, these header values and this base URL.
+    pub(crate) fn new<'a>(
+        api_key: Option<&str>,
+        header_values: impl IntoIterator<Item = &'a str>,
+        base_url: &str,
+    ) -> Self {
+        let mut r = Redactor::default();
+        if let Some(key) = api_key {
+            r.add(key);
+        }
+        for value in header_values {
+            r.add(value);
+            let value = value.trim();
+            if let Some((scheme, token)) = value.split_once(' ')
+                && !scheme.is_empty()
+                && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            {
+                r.add(token);
+            }
+        }
+        if let Some((user, password)) = userinfo(base_url) {
+            let user_decoded = percent_decode(user);
+            r.add(user);
+            r.add(&user_decoded);
+            let mut basic = format!("{user_decoded}:");
+            if let Some(password) = password {
+                let decoded = percent_decode(password);
+                r.add(password);
+                r.add(&decoded);
+                basic.push_str(&decoded);
+            }
+            r.add(&base64(basic.as_bytes()));
+        }
+        r.secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        r.secrets.dedup();
+        r
+    }
+
+    fn add(&mut self, value: &str) {
+        let value = value.trim();
+        if value.len() < MIN_SECRET_LEN {
+            return;
+        }
+        self.secrets.push(value.to_owned());
+        if let Ok(json) = serde_json::to_string(value) {
+            let escaped = json.get(1..json.len().saturating_sub(1)).unwrap_or_default();
+            if escaped != value {
+                self.secrets.push(escaped.to_owned());
+            }
+            if escaped.contains('/') {
+                self.secrets.push(escaped.replace('/', "\\/"));
+            }
+        }
+    }
+
+    /// Whether `text` holds a secret.
+    pub(crate) fn leaks(&self, text: &str) -> bool {
+        self.secrets.iter().any(|s| text.contains(s.as_str()))
+    }
+
+    /// `text` with every secret replaced by [`MASK`].
+    pub(crate) fn text<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if !self.leaks(text) {
+            return Cow::Borrowed(text);
+        }
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), MASK);
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    fn string(&self, text: String) -> String {
+        match self.text(&text) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(s) => s,
+        }
+    }
+
+    /// The error with every secret masked in its texts, and its source replaced by a text copy
+    /// (masked) when the source's own texts hold one.
+    pub(crate) fn error(&self, err: ModelError) -> ModelError {
+        if self.secrets.is_empty() {
+            return err;
+        }
+        match err {
+            ModelError::Transport { message, source } => ModelError::Transport {
+                message: self.string(message),
+                source: source.map(|s| self.source(s)),
+            },
+            ModelError::Authentication { status, message } => ModelError::Authentication {
+                status,
+                message: self.string(message),
+            },
+            ModelError::ModelNotFound { model, message } => ModelError::ModelNotFound {
+                model,
+                message: self.string(message),
+            },
+            ModelError::ContextLengthExceeded { message } => ModelError::ContextLengthExceeded {
+                message: self.string(message),
+            },
+            ModelError::Status {
+                status,
+                body,
+                retry_after,
+            } => ModelError::Status {
+                status,
+                body: self.string(body),
+                retry_after,
+            },
+            ModelError::InvalidResponse { message } => ModelError::InvalidResponse {
+                message: self.string(message),
+            },
+            ModelError::InvalidRequest { message } => ModelError::InvalidRequest {
+                message: self.string(message),
+            },
+            other => other,
+        }
+    }
+
+    fn source(&self, source: BoxError) -> BoxError {
+        let mut current: Option<&(dyn StdError + 'static)> = Some(&*source);
+        let mut leaks = false;
+        while let Some(e) = current {
+            if self.leaks(&e.to_string()) || self.leaks(&format!("{e:?}")) {
+                leaks = true;
+                break;
+            }
+            current = e.source();
+        }
+        if !leaks {
+            return source;
+        }
+        Box::new(RedactedError::of(self, &*source))
+    }
+}
+
+/// A copy of an error chain whose texts had a secret: the texts, masked.
+#[derive(Clone)]
+struct RedactedError {
+    display: String,
+    debug: String,
+    source: Option<Box<RedactedError>>,
+}
+
+impl RedactedError {
+    fn of(redactor: &Redactor, err: &(dyn StdError + 'static)) -> Self {
+        RedactedError {
+            display: redactor.text(&err.to_string()).into_owned(),
+            debug: redactor.text(&format!("{err:?}")).into_owned(),
+            source: err.source().map(|s| Box::new(RedactedError::of(redactor, s))),
+        }
+    }
+}
+
+impl fmt::Display for RedactedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+impl fmt::Debug for RedactedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.debug)
+    }
+}
+
+impl StdError for RedactedError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_deref().map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+/// Where the user info of a URL is: the bytes after `://` up to the last `@` before the first
+/// `?` or `#` (a wrongly encoded password may hold a `/`, so the path is not excluded).
+fn userinfo_span(url: &str) -> Option<(usize, usize)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let end = rest.find(['?', '#']).unwrap_or(rest.len());
+    let at = rest[..end].rfind('@')?;
+    Some((start, start + at))
+}
+
+/// The user name and password of a URL, as written (percent-encoded).
+fn userinfo(url: &str) -> Option<(&str, Option<&str>)> {
+    let (start, end) = userinfo_span(url)?;
+    let info = &url[start..end];
+    Some(match info.split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (info, None),
+    })
+}
+
+/// The URL with its user info (if any) replaced by `***`: `http://***@host/v1`.
+pub(crate) fn display_url(url: &str) -> Cow<'_, str> {
+    match userinfo_span(url) {
+        Some((start, end)) => Cow::Owned(format!("{}{MASK}{}", &url[..start], &url[end..])),
+        None => Cow::Borrowed(url),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Standard base64 with padding (what an HTTP `Basic` header holds).
+fn base64(input: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b0 = u32::from(chunk[0]);
+        let b1 = u32::from(chunk.get(1).copied().unwrap_or(0));
+        let b2 = u32::from(chunk.get(2).copied().unwrap_or(0));
+        let n = (b0 << 16) | (b1 << 8) | b2;
+        let sextet = |shift: u32| char::from(TABLE[((n >> shift) & 63) as usize]);
+        out.push(sextet(18));
+        out.push(sextet(12));
+        out.push(if chunk.len() > 1 { sextet(6) } else { '=' });
+        out.push(if chunk.len() > 2 { sextet(0) } else { '=' });
+    }
+    out
+}
+
+/// Header names with masked values, for `Debug`: `{"authorization": "***"}`.
+pub(crate) struct MaskedHeaders(pub(crate) Vec<String>);
+
+impl fmt::Debug for MaskedHeaders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.0.iter().map(|name| (name, MASK))).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn masks_key_headers_bearer_tokens_and_json_escapes() {
+        let r = Redactor::new(
+            Some("sk-live-123"),
+            ["Bearer gw-token-9", "org-\"quoted\"", "1"],
+            "http://127.0.0.1/v1",
+        );
+        let text =
+            r.text("key sk-live-123, auth Bearer gw-token-9, token gw-token-9, json \"org-\\\"quoted\\\"\", HTTP 401");
+        assert_eq!(text, "key ***, auth ***, token ***, json \"***\", HTTP 401");
+        assert!(!r.leaks(&text));
+        assert!(matches!(r.text("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn longer_secrets_go_first() {
+        let r = Redactor::new(Some("abcd"), ["xxabcdyy"], "http://h");
+        assert_eq!(r.text("xxabcdyy and abcd"), "*** and ***");
+    }
+
+    #[test]
+    fn url_userinfo_is_masked_and_its_basic_form_too() {
+        assert_eq!(display_url("http://user:p%40ss@host:1/v1"), "http://***@host:1/v1");
+        assert_eq!(display_url("https://host/v1?x=a@b"), "https://host/v1?x=a@b");
+        assert_eq!(display_url("reading the stream"), "reading the stream");
+        let r = Redactor::new(None, [], "http://Aladdin:open%20sesame@host/v1");
+        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            r.text("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ== open sesame open%20sesame Aladdin"),
+            "Basic *** *** *** ***"
+        );
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"a"), "YQ==");
+    }
+
+    #[test]
+    fn error_sources_with_secrets_become_masked_copies() {
+        #[derive(Debug)]
+        struct Leaky;
+        impl fmt::Display for Leaky {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("failed with sk-live-123")
+            }
+        }
+        impl StdError for Leaky {}
+        let r = Redactor::new(Some("sk-live-123"), [], "http://h");
+        let err = r.error(ModelError::transport("sent sk-live-123", Leaky));
+        let ModelError::Transport { message, source } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(message, "sent ***");
+        assert_eq!(source.as_ref().unwrap().to_string(), "failed with ***");
+        assert!(!format!("{err:?}").contains("sk-live-123"));
+    }
+}
