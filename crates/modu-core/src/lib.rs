@@ -15,6 +15,7 @@ pub mod model;
 pub mod output;
 pub mod plan;
 pub mod provider;
+pub mod redact;
 mod runner;
 pub mod runtime;
 pub mod sinks;

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::{OllamaConfigError, status_error, stream_error, transport_error};
-use crate::redact::{MASK, MaskedHeaders, Redactor, display_url};
 use crate::wire::{self, LineState, WireLine};
+use modu_core::redact::{MASK, MaskedHeaders, Redactor, display_url};
 
 /// Ollama's default address.
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";

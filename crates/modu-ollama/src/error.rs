@@ -37,7 +37,7 @@ pub enum OllamaConfigError {
 
 use modu_core::model::http::trim_body;
 
-use crate::redact::{Redactor, display_url};
+use modu_core::redact::{Redactor, display_url};
 
 /// The message of an Ollama error body (`{"error": "..."}`), or the body itself.
 pub(crate) fn error_message(body: &str) -> String {

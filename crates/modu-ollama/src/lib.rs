@@ -6,7 +6,6 @@ use std::time::Duration;
 
 mod client;
 mod error;
-mod redact;
 mod wire;
 
 pub use client::{DEFAULT_BASE_URL, OllamaClient, OllamaClientBuilder, OllamaModel, OllamaModelDetails};

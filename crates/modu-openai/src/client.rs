@@ -13,8 +13,8 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName
 use serde::Deserialize;
 
 use crate::error::{OpenAiConfigError, status_error, stream_error, transport_error};
-use crate::redact::{MaskedHeaders, Redactor, display_url};
 use crate::wire::{self, EmptyToolCallContent, WireChunk, WireCompletion};
+use modu_core::redact::{MaskedHeaders, Redactor, display_url};
 
 /// The default time allowed to open a TCP connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,7 +92,7 @@ impl std::fmt::Debug for OpenAiClientBuilder {
         f.debug_struct("OpenAiClientBuilder")
             .field("base_url", &self.base_url.as_deref().map(display_url))
             .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| crate::redact::MASK))
+            .field("api_key", &self.api_key.as_ref().map(|_| modu_core::redact::MASK))
             .field("headers", &MaskedHeaders(names))
             .field("connect_timeout", &self.connect_timeout)
             .field("read_timeout", &self.read_timeout)

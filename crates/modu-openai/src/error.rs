@@ -40,7 +40,7 @@ pub enum OpenAiConfigError {
 
 pub(crate) use modu_core::model::http::trim_body;
 
-use crate::redact::{Redactor, display_url};
+use modu_core::redact::{Redactor, display_url};
 
 /// The human message of an error body: `{"error":{"message":…}}` (OpenAI, llama.cpp),
 /// `{"message":…}` (vLLM), `{"error":"…"}`, `{"detail":…}`, or the body itself.

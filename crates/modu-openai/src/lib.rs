@@ -4,7 +4,6 @@
 
 mod client;
 mod error;
-mod redact;
 mod tokens;
 mod wire;
 

@@ -36,7 +36,7 @@ impl std::fmt::Debug for VllmTokenCounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VllmTokenCounter")
             .field("client", &self.client)
-            .field("root_url", &crate::redact::display_url(&self.root_url))
+            .field("root_url", &modu_core::redact::display_url(&self.root_url))
             .field("api", &self.api)
             .finish()
     }
@@ -146,7 +146,7 @@ impl VllmTokenCounter {
             .await
             .map_err(|e| crate::error::transport_error(e, self.client.timeout_hint(), &url))?;
         serde_json::from_slice(&text).map_err(|e| {
-            let shown = crate::redact::display_url(&url);
+            let shown = modu_core::redact::display_url(&url);
             ModelError::invalid_response(format!("invalid answer from {shown}: {e}"))
         })
     }

@@ -1,4 +1,4 @@
-//! Masking the client's own credentials in everything it formats.
+//! Masking a client's own credentials in everything it formats (for provider crates: modu-openai and modu-ollama use it; a provider of your own can too).
 //!
 //! The secrets of a client are its API key, the value of every header it was configured with
 //! (and, for a value in the form `Scheme token` such as `Bearer xyz`, the token alone), and the
@@ -18,17 +18,17 @@ use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
 
-use modu_core::{BoxError, ModelError};
+use crate::{BoxError, ModelError};
 
 /// What a secret is replaced by.
-pub(crate) const MASK: &str = "***";
+pub const MASK: &str = "***";
 
 /// Values shorter than this (in bytes) are not searched for in texts.
-pub(crate) const MIN_SECRET_LEN: usize = 4;
+pub const MIN_SECRET_LEN: usize = 4;
 
 /// The secrets of one client, longest first.
 #[derive(Clone, Default)]
-pub(crate) struct Redactor {
+pub struct Redactor {
     secrets: Vec<String>,
 }
 
@@ -42,11 +42,7 @@ impl fmt::Debug for Redactor {
 
 impl Redactor {
     /// The redactor of a client with this key, these header values and this base URL.
-    pub(crate) fn new<'a>(
-        api_key: Option<&str>,
-        header_values: impl IntoIterator<Item = &'a str>,
-        base_url: &str,
-    ) -> Self {
+    pub fn new<'a>(api_key: Option<&str>, header_values: impl IntoIterator<Item = &'a str>, base_url: &str) -> Self {
         let mut r = Redactor::default();
         if let Some(key) = api_key {
             r.add(key);
@@ -97,12 +93,12 @@ impl Redactor {
     }
 
     /// Whether `text` holds a secret.
-    pub(crate) fn leaks(&self, text: &str) -> bool {
+    pub fn leaks(&self, text: &str) -> bool {
         self.secrets.iter().any(|s| text.contains(s.as_str()))
     }
 
     /// `text` with every secret replaced by [`MASK`].
-    pub(crate) fn text<'t>(&self, text: &'t str) -> Cow<'t, str> {
+    pub fn text<'t>(&self, text: &'t str) -> Cow<'t, str> {
         if !self.leaks(text) {
             return Cow::Borrowed(text);
         }
@@ -124,7 +120,7 @@ impl Redactor {
 
     /// The error with every secret masked in its texts, and its source replaced by a text copy
     /// (masked) when the source's own texts hold one.
-    pub(crate) fn error(&self, err: ModelError) -> ModelError {
+    pub fn error(&self, err: ModelError) -> ModelError {
         if self.secrets.is_empty() {
             return err;
         }
@@ -237,7 +233,7 @@ fn userinfo(url: &str) -> Option<(&str, Option<&str>)> {
 }
 
 /// The URL with its user info (if any) replaced by `***`: `http://***@host/v1`.
-pub(crate) fn display_url(url: &str) -> Cow<'_, str> {
+pub fn display_url(url: &str) -> Cow<'_, str> {
     match userinfo_span(url) {
         Some((start, end)) => Cow::Owned(format!("{}{MASK}{}", &url[..start], &url[end..])),
         None => Cow::Borrowed(url),
@@ -281,7 +277,7 @@ fn base64(input: &[u8]) -> String {
 }
 
 /// Header names with masked values, for `Debug`: `{"authorization": "***"}`.
-pub(crate) struct MaskedHeaders(pub(crate) Vec<String>);
+pub struct MaskedHeaders(pub Vec<String>);
 
 impl fmt::Debug for MaskedHeaders {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
