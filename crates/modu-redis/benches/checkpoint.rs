@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use modu_core::CheckpointStore;
+use modu_core::{CheckpointMeta, CheckpointStatus, CheckpointStore};
 use modu_redis::RedisCheckpointStore;
 use modu_redis::redis::AsyncCommands;
 
@@ -68,6 +68,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let conn = rt.block_on(modu_redis::connect(&url)).unwrap();
     let bytes = checkpoint_bytes();
+    let meta = CheckpointMeta::new("bench", CheckpointStatus::Running).with_session(Some("s"));
     let prefix = format!("modu-bench:{}", std::process::id());
     let store = RedisCheckpointStore::new(conn.clone()).with_prefix(&prefix);
     let store_ttl = RedisCheckpointStore::new(conn.clone())
@@ -90,14 +91,14 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("store", |b| {
         b.to_async(&rt).iter(|| async {
-            store.save("run", &bytes).await.unwrap();
+            store.save("run", &meta, &bytes).await.unwrap();
             let back = store.load("run").await.unwrap().unwrap();
             assert_eq!(back.len(), bytes.len());
         })
     });
     group.bench_function("store_with_ttl", |b| {
         b.to_async(&rt).iter(|| async {
-            store_ttl.save("run", &bytes).await.unwrap();
+            store_ttl.save("run", &meta, &bytes).await.unwrap();
             let back = store_ttl.load("run").await.unwrap().unwrap();
             assert_eq!(back.len(), bytes.len());
         })
@@ -110,7 +111,13 @@ fn bench(c: &mut Criterion) {
             .del(&[
                 raw_key.clone(),
                 format!("{prefix}:checkpoint:run"),
+                format!("{prefix}:checkpoint-meta:run"),
+                format!("{prefix}:checkpoints"),
+                format!("{prefix}:checkpoints-expiry"),
                 format!("{prefix}:ttl:checkpoint:run"),
+                format!("{prefix}:ttl:checkpoint-meta:run"),
+                format!("{prefix}:ttl:checkpoints"),
+                format!("{prefix}:ttl:checkpoints-expiry"),
             ])
             .await
             .unwrap();

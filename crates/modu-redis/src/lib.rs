@@ -1,10 +1,14 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use modu_core::{CheckpointStore, ConversationStore, MemoryStateStore, Message, StoreError};
+use modu_core::{
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
+    ConversationStore, MemoryStateStore, Message, SessionSummary, StoreError,
+};
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -89,8 +93,14 @@ fn backend(operation: &'static str, e: redis::RedisError) -> StoreError {
 }
 
 /// The connection settings [`connect`] uses: 1 s to connect, 2 retries with a short backoff,
-/// 5 s per response. A request made while Redis is down fails after the retries (about 1.5 s)
-/// instead of waiting for the server; the manager reconnects on a later request.
+/// 5 s per response. A request made while Redis is down fails after the reconnection attempts
+/// (about half a second per try when the port refuses connections) instead of waiting for the
+/// server.
+///
+/// The stores add one retry on top: an operation that fails because the connection was lost
+/// (the first request after a Redis restart finds the old connection broken) is sent once
+/// more on a new connection. See the crate documentation for what that means for each
+/// operation.
 pub fn default_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(1)))
@@ -124,6 +134,52 @@ pub async fn connect_with_config(url: &str, config: ConnectionManagerConfig) -> 
         .map_err(connect_err)
 }
 
+/// How long the id of an append batch is remembered (see
+/// [`RedisConversationStore::append_with_batch_id`]). It must outlast the gap between a
+/// batch reaching the server and its retry reaching the server after the connection broke: a
+/// reconnection (at most a few seconds with [`default_config`]) plus a response timeout.
+pub const APPEND_BATCH_TTL: Duration = Duration::from_secs(120);
+
+/// The most checkpoints one [`CheckpointStore::list`] page of this store holds, whatever the
+/// query asks (a page is one server-side script, which blocks Redis while it runs).
+pub const MAX_LIST_PAGE: usize = 1000;
+
+/// How many index entries of expired checkpoints one [`CheckpointStore::purge_expired`] call
+/// examines (and removes, at most).
+pub const PURGE_BATCH: u32 = 500;
+
+/// How many index entries of expired checkpoints a [`CheckpointStore::save`] with a TTL
+/// examines (and removes) on the side, so the index stays bounded without `purge_expired`.
+pub const SAVE_PRUNE_BATCH: u32 = 8;
+
+/// Whether a failed request may be sent again on a new connection: the connection was lost,
+/// refused or unusable (the manager replaces it), not a timeout and not a server error.
+fn connection_lost(e: &redis::RedisError) -> bool {
+    !e.is_timeout() && (e.is_unrecoverable_error() || e.is_io_error())
+}
+
+/// Runs `op` on a clone of `conn`; when it fails because the connection was lost, runs it once
+/// more (the connection manager reconnects in between). Only for operations that are safe to
+/// repeat: reads, overwrites, deletes, and appends guarded by a batch id.
+async fn with_retry<T, F, Fut>(conn: &ConnectionManager, operation: &'static str, op: F) -> Result<T, StoreError>
+where
+    F: Fn(ConnectionManager) -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    match op(conn.clone()).await {
+        Ok(v) => Ok(v),
+        Err(e) if connection_lost(&e) => {
+            tracing::debug!(
+                operation,
+                kind = %error_kind(&e),
+                "redis connection lost; retrying once on a new connection"
+            );
+            op(conn.clone()).await.map_err(|e| backend(operation, e))
+        }
+        Err(e) => Err(backend(operation, e)),
+    }
+}
+
 /// Escapes the glob characters of a `SCAN MATCH` pattern.
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -140,12 +196,195 @@ fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
+/// The TTL as the scripts take it: milliseconds, 0 for none.
+fn script_ttl(ttl: Option<Duration>) -> i64 {
+    ttl.map_or(0, ttl_ms)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn time_of_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// A stored millisecond timestamp; a missing or unreadable one reads as the epoch (data
+/// written before this version kept none).
+fn parse_ms(raw: Option<&[u8]>) -> SystemTime {
+    let ms = raw
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .and_then(|s| s.parse::<i64>().ok())
+        .unwrap_or(0);
+    time_of_ms(ms)
+}
+
+/// `EVAL script numkeys keys… args…` as a command.
+fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Appends a batch once per batch id. KEYS: list, last-append key, batch-id key. ARGV: TTL ms
+/// (0: none), batch-id TTL ms, now ms, messages…. Returns 1 when applied, 0 when the batch id
+/// was seen before (nothing done). An empty batch only refreshes an existing session.
+const APPEND_SCRIPT: &str = r#"
+if not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+local n = #ARGV
+if n < 4 and redis.call('EXISTS', KEYS[1]) == 0 then
+  return 1
+end
+local i = 4
+while i <= n do
+  local j = math.min(i + 999, n)
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('SET', KEYS[2], ARGV[3])
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return 1
+"#;
+
+/// Removes up to `n` index entries of checkpoints due to expire by `now` whose data key is gone;
+/// an entry whose key still lives (its deadline moved, or the clocks differ) gets the key's
+/// real deadline, an entry whose key no longer expires leaves the expiry index. Returns how
+/// many it removed. Shared by the save and purge scripts.
+const PRUNE_FUNCTION: &str = r#"
+local function prune(index, expiry, data_prefix, meta_prefix, now, n)
+  local due = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, n)
+  local removed = 0
+  for _, id in ipairs(due) do
+    local pttl = redis.call('PTTL', data_prefix .. id)
+    if pttl == -2 then
+      redis.call('ZREM', index, id)
+      redis.call('ZREM', expiry, id)
+      redis.call('DEL', meta_prefix .. id)
+      removed = removed + 1
+    elseif pttl == -1 then
+      redis.call('ZREM', expiry, id)
+    else
+      redis.call('ZADD', expiry, now + pttl, id)
+    end
+  end
+  return removed
+end
+"#;
+
+/// KEYS: data, meta, index, expiry. ARGV: state, run id, TTL ms (0: none), now ms, agent,
+/// status, has session ('1'/'0'), session, data key prefix, meta key prefix, prune batch.
+const SAVE_SCRIPT_BODY: &str = r#"
+local ttl = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'agent', ARGV[5], 'status', ARGV[6], 'saved_ms', ARGV[4])
+if ARGV[7] == '1' then
+  redis.call('HSET', KEYS[2], 'session', ARGV[8])
+end
+redis.call('ZADD', KEYS[3], 0, ARGV[2])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('ZADD', KEYS[4], now + ttl, ARGV[2])
+  return prune(KEYS[3], KEYS[4], ARGV[9], ARGV[10], now, tonumber(ARGV[11]))
+end
+redis.call('ZREM', KEYS[4], ARGV[2])
+return 0
+"#;
+
+/// KEYS: index, expiry. ARGV: data key prefix, meta key prefix, now ms, batch.
+const PURGE_SCRIPT_BODY: &str = r#"
+return prune(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+"#;
+
+/// Reads a checkpoint and restarts its TTL. KEYS: data, meta, expiry. ARGV: TTL ms, now ms,
+/// run id.
+const LOAD_TTL_SCRIPT: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if v then
+  local ttl = tonumber(ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('ZADD', KEYS[3], tonumber(ARGV[2]) + ttl, ARGV[3])
+end
+return v
+"#;
+
+/// A page of live checkpoints in run-id order. KEYS: index. ARGV: `-` or `(after`, limit,
+/// data key prefix, meta key prefix, most index entries to examine. Returns the next cursor
+/// (nil on the last page) followed by run id, agent, status, session, saved ms per checkpoint.
+/// Index entries whose data key is gone (expired, not yet purged) are skipped.
+const LIST_SCRIPT: &str = r#"
+local limit = tonumber(ARGV[2])
+local budget = tonumber(ARGV[5])
+local out = {false}
+local found = 0
+local examined = 0
+local cursor = ARGV[1]
+local last = false
+local more = false
+local exhausted = false
+while not more and not exhausted and examined < budget do
+  local batch = redis.call('ZRANGEBYLEX', KEYS[1], cursor, '+', 'LIMIT', 0, limit + 1)
+  if #batch < limit + 1 then
+    exhausted = true
+  end
+  for _, id in ipairs(batch) do
+    if redis.call('EXISTS', ARGV[3] .. id) == 1 then
+      if found == limit then
+        more = true
+        break
+      end
+      local m = redis.call('HMGET', ARGV[4] .. id, 'agent', 'status', 'session', 'saved_ms')
+      out[#out + 1] = id
+      out[#out + 1] = m[1]
+      out[#out + 1] = m[2]
+      out[#out + 1] = m[3]
+      out[#out + 1] = m[4]
+      found = found + 1
+    end
+    examined = examined + 1
+    last = id
+    if examined >= budget then
+      break
+    end
+  end
+  if last then
+    cursor = '(' .. last
+  end
+end
+if more then
+  out[1] = out[#out - 4]
+elseif not exhausted and last then
+  out[1] = last
+end
+return out
+"#;
+
 /// Conversations in Redis: one list per session at `{prefix}:conversation:{session_id}`, one
-/// JSON message per element.
+/// JSON message per element, and the time of the last append (ms since the Unix epoch) at
+/// `{prefix}:conversation-used:{session_id}`.
 ///
-/// `append` is one `MULTI`/`RPUSH`/`PEXPIRE`/`EXEC` transaction, so concurrent appends (from any
-/// number of processes) interleave whole batches and lose nothing. With a TTL, every append
-/// and load sets the key's expiry again: sessions expire after `ttl` without access.
+/// `append` is one Lua script that pushes the batch and stamps the last-append time, so
+/// concurrent appends (from any number of processes) interleave whole batches and lose
+/// nothing. Every call carries a fresh batch id that the script records (for
+/// [`APPEND_BATCH_TTL`]) and refuses to apply twice: when the connection breaks after the
+/// batch was sent, the retry on a new connection cannot store it a second time. With a TTL,
+/// every append and load sets the keys' expiry again: sessions expire after `ttl` without
+/// access.
 #[derive(Clone)]
 pub struct RedisConversationStore {
     conn: ConnectionManager,
@@ -196,22 +435,27 @@ impl RedisConversationStore {
     fn key(&self, session_id: &str) -> String {
         format!("{}{session_id}", self.key_prefix())
     }
-}
 
-#[async_trait]
-impl ConversationStore for RedisConversationStore {
-    async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
-        let key = self.key(session_id);
-        let mut conn = self.conn.clone();
-        if messages.is_empty() {
-            if let Some(ttl) = self.ttl {
-                let _: bool = conn
-                    .pexpire(&key, ttl_ms(ttl))
-                    .await
-                    .map_err(|e| backend("conversation.append", e))?;
-            }
-            return Ok(());
-        }
+    fn used_key(&self, session_id: &str) -> String {
+        format!("{}:conversation-used:{session_id}", self.prefix)
+    }
+
+    fn batch_key(&self, batch_id: &str) -> String {
+        format!("{}:append-batch:{batch_id}", self.prefix)
+    }
+
+    /// Appends `messages` as the batch `batch_id`, at most once: while the id is remembered
+    /// ([`APPEND_BATCH_TTL`] after its first use), another append with the same id does
+    /// nothing and returns `Ok(false)`; the first returns `Ok(true)`. The check and the push
+    /// are one script, so they are atomic. [`ConversationStore::append`] calls this with a
+    /// new UUID per call; use it directly to make your own retries of one batch (across
+    /// processes, for example) safe.
+    pub async fn append_with_batch_id(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        messages: &[Message],
+    ) -> Result<bool, StoreError> {
         let mut encoded = Vec::with_capacity(messages.len());
         for m in messages {
             encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
@@ -219,34 +463,58 @@ impl ConversationStore for RedisConversationStore {
                 source: Some(Box::new(e)),
             })?);
         }
-        let mut pipe = redis::pipe();
-        pipe.atomic().rpush(&key, &encoded).ignore();
-        if let Some(ttl) = self.ttl {
-            pipe.pexpire(&key, ttl_ms(ttl)).ignore();
-        }
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| backend("conversation.append", e))
+        let (key, used, batch) = (
+            self.key(session_id),
+            self.used_key(session_id),
+            self.batch_key(batch_id),
+        );
+        let mut cmd = eval(APPEND_SCRIPT, &[&key, &used, &batch]);
+        cmd.arg(script_ttl(self.ttl))
+            .arg(ttl_ms(APPEND_BATCH_TTL))
+            .arg(now_ms())
+            .arg(&encoded);
+        let applied: i64 = with_retry(&self.conn, "conversation.append", |mut conn| {
+            let cmd = &cmd;
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await?;
+        Ok(applied == 1)
+    }
+}
+
+#[async_trait]
+impl ConversationStore for RedisConversationStore {
+    async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        let batch_id = uuid::Uuid::new_v4().to_string();
+        self.append_with_batch_id(session_id, &batch_id, messages).await?;
+        Ok(())
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
-        let key = self.key(session_id);
-        let mut conn = self.conn.clone();
+        let (key, used) = (self.key(session_id), self.used_key(session_id));
         let raw: Vec<Vec<u8>> = match self.ttl {
             Some(ttl) => {
-                let (items, _): (Vec<Vec<u8>>, bool) = redis::pipe()
-                    .atomic()
+                let mut pipe = redis::pipe();
+                pipe.atomic()
                     .lrange(&key, 0, -1)
                     .pexpire(&key, ttl_ms(ttl))
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| backend("conversation.load", e))?;
+                    .ignore()
+                    .pexpire(&used, ttl_ms(ttl))
+                    .ignore();
+                let (items,): (Vec<Vec<u8>>,) = with_retry(&self.conn, "conversation.load", |mut conn| {
+                    let pipe = &pipe;
+                    async move { pipe.query_async(&mut conn).await }
+                })
+                .await?;
                 items
             }
-            None => conn
-                .lrange(&key, 0, -1)
-                .await
-                .map_err(|e| backend("conversation.load", e))?,
+            None => {
+                with_retry(&self.conn, "conversation.load", |mut conn| {
+                    let key = &key;
+                    async move { conn.lrange(key, 0, -1).await }
+                })
+                .await?
+            }
         };
         raw.iter()
             .enumerate()
@@ -259,30 +527,36 @@ impl ConversationStore for RedisConversationStore {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: i64 = conn
-            .del(self.key(session_id))
-            .await
-            .map_err(|e| backend("conversation.delete", e))?;
+        let keys = [self.key(session_id), self.used_key(session_id)];
+        let _: i64 = with_retry(&self.conn, "conversation.delete", |mut conn| {
+            let keys = &keys;
+            async move { conn.del(keys).await }
+        })
+        .await?;
         Ok(())
     }
 
-    async fn list_sessions(&self) -> Result<Vec<String>, StoreError> {
+    async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        const OP: &str = "conversation.list_sessions";
         let prefix = self.key_prefix();
         let pattern = format!("{}*", glob_escape(&prefix));
-        let mut conn = self.conn.clone();
         let mut cursor: u64 = 0;
         let mut ids = Vec::new();
         loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| backend("conversation.list_sessions", e))?;
+            let (next, keys): (u64, Vec<Vec<u8>>) = with_retry(&self.conn, OP, |mut conn| {
+                let pattern = &pattern;
+                async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                }
+            })
+            .await?;
             for key in keys {
                 if let Some(id) = key.strip_prefix(prefix.as_bytes()) {
                     ids.push(String::from_utf8_lossy(id).into_owned());
@@ -295,12 +569,38 @@ impl ConversationStore for RedisConversationStore {
         }
         ids.sort();
         ids.dedup();
-        Ok(ids)
+        let mut sessions = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let used: Vec<String> = chunk.iter().map(|id| self.used_key(id)).collect();
+            let times: Vec<Option<Vec<u8>>> = with_retry(&self.conn, OP, |mut conn| {
+                let used = &used;
+                async move { redis::cmd("MGET").arg(used).query_async(&mut conn).await }
+            })
+            .await?;
+            for (id, time) in chunk.iter().zip(times) {
+                sessions.push(SessionSummary::new(id.clone(), parse_ms(time.as_deref())));
+            }
+        }
+        Ok(sessions)
     }
 }
 
-/// Run checkpoints in Redis: one string per run at `{prefix}:checkpoint:{run_id}`, the bytes as
-/// they are. With a TTL, every save and load sets the expiry again.
+/// Run checkpoints in Redis: the bytes as they are at `{prefix}:checkpoint:{run_id}`, the
+/// metadata in a hash at `{prefix}:checkpoint-meta:{run_id}` (same TTL), the run id in a
+/// sorted set `{prefix}:checkpoints` (all scores 0, so `ZRANGEBYLEX` pages by run id in byte
+/// order) and, with a TTL, in a sorted set `{prefix}:checkpoints-expiry` scored by the time it
+/// is due to expire.
+///
+/// Expiry is Redis's: every save and load sets the keys' expiry again (a checkpoint lives
+/// `ttl` after its last save or load). The index entry of an expired checkpoint stays behind
+/// until [`CheckpointStore::purge_expired`] (at most [`PURGE_BATCH`] entries per call) or a
+/// later save (at most [`SAVE_PRUNE_BATCH`] entries) removes it; [`CheckpointStore::list`]
+/// never shows it, because it checks every entry against the live key in the same script.
+///
+/// Save, load with a TTL, list and purge are Lua scripts and delete is a `MULTI` transaction,
+/// so index, metadata and bytes always agree. The scripts name keys that are not declared
+/// (the index names them): this store needs a standalone Redis (or a cluster where one prefix
+/// maps to one slot, with a `{hash tag}` in the prefix).
 #[derive(Clone)]
 pub struct RedisCheckpointStore {
     conn: ConnectionManager,
@@ -332,7 +632,7 @@ impl RedisCheckpointStore {
         Ok(Self::new(connect(url).await?))
     }
 
-    /// Uses `prefix` for keys (`{prefix}:checkpoint:{run_id}`).
+    /// Uses `prefix` for keys (`{prefix}:checkpoint:{run_id}`, …).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -345,23 +645,167 @@ impl RedisCheckpointStore {
         self
     }
 
-    fn key(&self, run_id: &str) -> String {
-        format!("{}:checkpoint:{run_id}", self.prefix)
+    fn data_prefix(&self) -> String {
+        format!("{}:checkpoint:", self.prefix)
     }
+
+    fn meta_prefix(&self) -> String {
+        format!("{}:checkpoint-meta:", self.prefix)
+    }
+
+    fn key(&self, run_id: &str) -> String {
+        format!("{}{run_id}", self.data_prefix())
+    }
+
+    fn meta_key(&self, run_id: &str) -> String {
+        format!("{}{run_id}", self.meta_prefix())
+    }
+
+    fn index_key(&self) -> String {
+        format!("{}:checkpoints", self.prefix)
+    }
+
+    fn expiry_key(&self) -> String {
+        format!("{}:checkpoints-expiry", self.prefix)
+    }
+}
+
+/// One checkpoint of a list script's reply: run id, agent, status, session, saved ms.
+fn summary_of(fields: &[Option<Vec<u8>>]) -> Result<CheckpointSummary, StoreError> {
+    let text = |i: usize| -> Option<String> {
+        fields
+            .get(i)
+            .and_then(Option::as_ref)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let run_id = text(0).ok_or_else(|| StoreError::Corrupted {
+        message: "checkpoint index entry without a run id".into(),
+    })?;
+    // A checkpoint without metadata (saved before this version kept any) lists as a running
+    // run of an unnamed agent, saved at the epoch.
+    let status = match text(2) {
+        None => CheckpointStatus::Running,
+        Some(s) => CheckpointStatus::parse(&s).ok_or_else(|| StoreError::Corrupted {
+            message: format!("checkpoint {run_id:?} has the unknown status {s:?}"),
+        })?,
+    };
+    let meta = CheckpointMeta::new(text(1).unwrap_or_default(), status).with_session(text(3));
+    let saved = parse_ms(fields.get(4).and_then(Option::as_deref));
+    Ok(CheckpointSummary::new(run_id, meta, saved))
 }
 
 #[async_trait]
 impl CheckpointStore for RedisCheckpointStore {
-    async fn save(&self, run_id: &str, state: &[u8]) -> Result<(), StoreError> {
-        set_value(&self.conn, &self.key(run_id), state, self.ttl, "checkpoint.save").await
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        let (key, meta_key, index, expiry) = (
+            self.key(run_id),
+            self.meta_key(run_id),
+            self.index_key(),
+            self.expiry_key(),
+        );
+        let script = format!("{PRUNE_FUNCTION}{SAVE_SCRIPT_BODY}");
+        let mut cmd = eval(&script, &[&key, &meta_key, &index, &expiry]);
+        cmd.arg(state)
+            .arg(run_id)
+            .arg(script_ttl(self.ttl))
+            .arg(now_ms())
+            .arg(&meta.agent)
+            .arg(meta.status.as_str())
+            .arg(if meta.session_id.is_some() { "1" } else { "0" })
+            .arg(meta.session_id.as_deref().unwrap_or(""))
+            .arg(self.data_prefix())
+            .arg(self.meta_prefix())
+            .arg(SAVE_PRUNE_BATCH);
+        let _: i64 = with_retry(&self.conn, "checkpoint.save", |mut conn| {
+            let cmd = &cmd;
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await?;
+        Ok(())
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        get_value(&self.conn, &self.key(run_id), self.ttl, "checkpoint.load").await
+        let key = self.key(run_id);
+        match self.ttl {
+            Some(ttl) => {
+                let (meta_key, expiry) = (self.meta_key(run_id), self.expiry_key());
+                let mut cmd = eval(LOAD_TTL_SCRIPT, &[&key, &meta_key, &expiry]);
+                cmd.arg(ttl_ms(ttl)).arg(now_ms()).arg(run_id);
+                with_retry(&self.conn, "checkpoint.load", |mut conn| {
+                    let cmd = &cmd;
+                    async move { cmd.query_async(&mut conn).await }
+                })
+                .await
+            }
+            None => get_value(&self.conn, &key, None, "checkpoint.load").await,
+        }
     }
 
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
-        delete_key(&self.conn, &self.key(run_id), "checkpoint.delete").await
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(&[self.key(run_id), self.meta_key(run_id)])
+            .ignore()
+            .zrem(self.index_key(), run_id)
+            .ignore()
+            .zrem(self.expiry_key(), run_id)
+            .ignore();
+        with_retry(&self.conn, "checkpoint.delete", |mut conn| {
+            let pipe = &pipe;
+            async move { pipe.query_async::<()>(&mut conn).await }
+        })
+        .await
+    }
+
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        let limit = query.effective_limit().min(MAX_LIST_PAGE);
+        let min = match &query.after {
+            Some(after) => {
+                let mut m = Vec::with_capacity(after.len() + 1);
+                m.push(b'(');
+                m.extend_from_slice(after.as_bytes());
+                m
+            }
+            None => b"-".to_vec(),
+        };
+        let index = self.index_key();
+        let mut cmd = eval(LIST_SCRIPT, &[&index]);
+        cmd.arg(min)
+            .arg(limit)
+            .arg(self.data_prefix())
+            .arg(self.meta_prefix())
+            // Entries of expired checkpoints are skipped; this bounds how many one page walks.
+            .arg(limit.saturating_mul(4).saturating_add(1000));
+        let reply: Vec<Option<Vec<u8>>> = with_retry(&self.conn, "checkpoint.list", |mut conn| {
+            let cmd = &cmd;
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await?;
+        let Some((next, rest)) = reply.split_first() else {
+            return Err(StoreError::Corrupted {
+                message: "checkpoint.list: empty reply from the list script".into(),
+            });
+        };
+        let items = rest.chunks(5).map(summary_of).collect::<Result<Vec<_>, _>>()?;
+        let next = next.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+        Ok(CheckpointPage::new(items, next))
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        // Also without a TTL: entries a previous configuration with a TTL left behind.
+        let (index, expiry) = (self.index_key(), self.expiry_key());
+        let script = format!("{PRUNE_FUNCTION}{PURGE_SCRIPT_BODY}");
+        let mut cmd = eval(&script, &[&index, &expiry]);
+        cmd.arg(self.data_prefix())
+            .arg(self.meta_prefix())
+            .arg(now_ms())
+            .arg(PURGE_BATCH);
+        let removed: i64 = with_retry(&self.conn, "checkpoint.purge_expired", |mut conn| {
+            let cmd = &cmd;
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await?;
+        Ok(u64::try_from(removed).unwrap_or(0))
     }
 }
 
@@ -428,31 +872,32 @@ impl MemoryStateStore for RedisMemoryStateStore {
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
-        set_value(&self.conn, &self.key(key), value.as_bytes(), self.ttl, "memory.put").await
+        let key = self.key(key);
+        let ttl = self.ttl;
+        with_retry(&self.conn, "memory.put", |mut conn| {
+            let key = &key;
+            async move {
+                match ttl {
+                    Some(ttl) => {
+                        let ms = u64::try_from(ttl_ms(ttl)).unwrap_or(u64::MAX);
+                        conn.pset_ex::<_, _, ()>(key, value, ms).await
+                    }
+                    None => conn.set::<_, _, ()>(key, value).await,
+                }
+            }
+        })
+        .await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        delete_key(&self.conn, &self.key(key), "memory.delete").await
+        let key = self.key(key);
+        let _: i64 = with_retry(&self.conn, "memory.delete", |mut conn| {
+            let key = &key;
+            async move { conn.del(key).await }
+        })
+        .await?;
+        Ok(())
     }
-}
-
-/// Sets a string key, with its expiry when there is a TTL (checkpoints, memory state).
-async fn set_value(
-    conn: &ConnectionManager,
-    key: &str,
-    value: &[u8],
-    ttl: Option<Duration>,
-    operation: &'static str,
-) -> Result<(), StoreError> {
-    let mut conn = conn.clone();
-    let result = match ttl {
-        Some(ttl) => {
-            let ms = u64::try_from(ttl_ms(ttl)).unwrap_or(u64::MAX);
-            conn.pset_ex::<_, _, ()>(key, value, ms).await
-        }
-        None => conn.set::<_, _, ()>(key, value).await,
-    };
-    result.map_err(|e| backend(operation, e))
 }
 
 /// Reads a string key; with a TTL, the read and the new expiry are one transaction.
@@ -462,26 +907,19 @@ async fn get_value(
     ttl: Option<Duration>,
     operation: &'static str,
 ) -> Result<Option<Vec<u8>>, StoreError> {
-    let mut conn = conn.clone();
     match ttl {
         Some(ttl) => {
-            let (value, _): (Option<Vec<u8>>, bool) = redis::pipe()
-                .atomic()
-                .get(key)
-                .pexpire(key, ttl_ms(ttl))
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| backend(operation, e))?;
+            let mut pipe = redis::pipe();
+            pipe.atomic().get(key).pexpire(key, ttl_ms(ttl)).ignore();
+            let (value,): (Option<Vec<u8>>,) = with_retry(conn, operation, |mut conn| {
+                let pipe = &pipe;
+                async move { pipe.query_async(&mut conn).await }
+            })
+            .await?;
             Ok(value)
         }
-        None => conn.get(key).await.map_err(|e| backend(operation, e)),
+        None => with_retry(conn, operation, |mut conn| async move { conn.get(key).await }).await,
     }
-}
-
-async fn delete_key(conn: &ConnectionManager, key: &str, operation: &'static str) -> Result<(), StoreError> {
-    let mut conn = conn.clone();
-    let _: i64 = conn.del(key).await.map_err(|e| backend(operation, e))?;
-    Ok(())
 }
 
 #[cfg(test)]

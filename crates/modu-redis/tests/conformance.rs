@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use modu_core::{CheckpointStore, ConversationStore, MemoryStateStore};
+use modu_core::{CheckpointMeta, CheckpointStatus, CheckpointStore, ConversationStore, MemoryStateStore};
 use modu_redis::redis::aio::ConnectionManager;
 use modu_redis::{RedisCheckpointStore, RedisConversationStore, RedisMemoryStateStore};
 use modu_testing::{conformance, service_env, unique_prefix};
@@ -15,6 +15,10 @@ async fn conn() -> Option<ConnectionManager> {
             .await
             .expect("REDIS_URL must point at a running redis-server"),
     )
+}
+
+fn meta() -> CheckpointMeta {
+    CheckpointMeta::new("agent", CheckpointStatus::Running)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +117,7 @@ async fn redis_store_ttls_are_independent() {
         .with_prefix(&prefix)
         .with_ttl(std::time::Duration::from_secs(60));
     conv.append("s", &[modu_core::Message::user("hi")]).await.unwrap();
-    ckpt.save("s", b"state").await.unwrap();
+    ckpt.save("s", &meta(), b"state").await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(900)).await;
     assert!(conv.load("s").await.unwrap().is_empty(), "the conversation expired");
     assert_eq!(

@@ -5,7 +5,8 @@
 //! kills it with SIGKILL, checks that every store operation returns `StoreError::Backend`
 //! (no panic, no hang), starts it again on the same port and directory, and checks that
 //! everything written before the kill is still there and that the same connection works again.
-//! These tests need `redis-server` on PATH but not `REDIS_URL`.
+//! These tests need `redis-server` on PATH (skipped locally without it, required under CI) but
+//! not `REDIS_URL`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -15,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use modu_core::{
-    Agent, AgentError, AgentRequest, CheckpointStore, ConversationStore, FunctionTool, MemoryStateStore, Message,
-    RetryConfig, StoreError, ToolSpec,
+    Agent, AgentError, AgentRequest, CheckpointMeta, CheckpointStatus, CheckpointStore, ConversationStore,
+    FunctionTool, MemoryStateStore, Message, RetryConfig, StoreError, ToolSpec,
 };
 use modu_redis::{RedisCheckpointStore, RedisConversationStore, RedisMemoryStateStore};
 use modu_testing::ScriptedModel;
@@ -36,15 +37,18 @@ fn assert_backend<T: std::fmt::Debug>(r: Result<T, StoreError>, what: &str, url:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_going_away_gives_typed_errors_and_keeps_stored_data() {
-    let mut server = RedisServer::start();
+    let Some(mut server) = RedisServer::try_start() else {
+        return;
+    };
     let conn = modu_redis::connect(&server.url()).await.unwrap();
     let conv = RedisConversationStore::new(conn.clone()).with_prefix("t");
     let ckpt = RedisCheckpointStore::new(conn.clone()).with_prefix("t");
     let mem = RedisMemoryStateStore::new(conn.clone()).with_prefix("t");
 
+    let meta = CheckpointMeta::new("agent", CheckpointStatus::Paused);
     let turn = vec![Message::user("안녕"), Message::assistant("hello")];
     conv.append("s1", &turn).await.unwrap();
-    ckpt.save("run-1", &[0u8, 159, 146, 150, 255]).await.unwrap();
+    ckpt.save("run-1", &meta, &[0u8, 159, 146, 150, 255]).await.unwrap();
     mem.put("summary", "요약").await.unwrap();
 
     server.kill();
@@ -57,7 +61,11 @@ async fn server_going_away_gives_typed_errors_and_keeps_stored_data() {
     );
     assert_backend(conv.load("s1").await, "load", &server.url());
     assert_backend(conv.list_sessions().await, "list_sessions", &server.url());
-    assert_backend(ckpt.save("run-1", b"new").await, "checkpoint.save", &server.url());
+    assert_backend(
+        ckpt.save("run-1", &meta, b"new").await,
+        "checkpoint.save",
+        &server.url(),
+    );
     assert_backend(ckpt.load("run-1").await, "checkpoint.load", &server.url());
     assert_backend(mem.get("summary").await, "memory.get", &server.url());
     assert!(
@@ -68,18 +76,12 @@ async fn server_going_away_gives_typed_errors_and_keeps_stored_data() {
 
     server.restart();
 
-    // The same stores (same connection manager) work again once the server is back; the
-    // first request may still see the old broken connection.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let loaded = loop {
-        match conv.load("s1").await {
-            Ok(m) => break m,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "no reconnect after restart: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    // The same stores (same connection manager) work again once the server is back, from the
+    // very first request (it reconnects and retries once).
+    let loaded = conv
+        .load("s1")
+        .await
+        .expect("the first request after the restart succeeds");
     assert_eq!(loaded, turn, "the conversation written before the crash is intact");
     assert_eq!(ckpt.load("run-1").await.unwrap(), Some(vec![0u8, 159, 146, 150, 255]));
     assert_eq!(mem.get("summary").await.unwrap().as_deref(), Some("요약"));
@@ -94,7 +96,8 @@ async fn server_going_away_gives_typed_errors_and_keeps_stored_data() {
 /// (at-least-once for the call in flight — documented).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_dying_mid_run_gives_resumable_error_and_resume_completes() {
-    let server = Arc::new(Mutex::new(RedisServer::start()));
+    let Some(server) = RedisServer::try_start() else { return };
+    let server = Arc::new(Mutex::new(server));
     let url = server.lock().unwrap().url();
     let conn = modu_redis::connect(&url).await.unwrap();
     let conv: Arc<dyn ConversationStore> = Arc::new(RedisConversationStore::new(conn.clone()).with_prefix("m"));
@@ -142,12 +145,7 @@ async fn server_dying_mid_run_gives_resumable_error_and_resume_completes() {
     assert_eq!(second.load(Ordering::SeqCst), 1);
 
     server.lock().unwrap().restart();
-    // Wait for the connection manager to reconnect.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while agent.has_checkpoint(&failed.run_id).await.is_err() {
-        assert!(Instant::now() < deadline, "no reconnect after restart");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The first request after the restart succeeds (the store reconnects and retries once).
     assert!(
         agent.has_checkpoint(&failed.run_id).await.unwrap(),
         "the checkpoint survived the crash"

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use modu_core::CheckpointStore;
+use modu_core::{CheckpointMeta, CheckpointStatus, CheckpointStore};
 use modu_sqlite::SqliteCheckpointStore;
 
 /// A checkpoint-shaped JSON document of about 4 KiB.
@@ -47,6 +47,7 @@ fn bench(c: &mut Criterion) {
         .unwrap()
         .with_ttl(Duration::from_secs(3600));
     let bytes = checkpoint_bytes();
+    let meta = CheckpointMeta::new("bench", CheckpointStatus::Running).with_session(Some("s"));
 
     let mut group = c.benchmark_group(format!("sqlite_checkpoint_save_load_{}B", bytes.len()));
     group.throughput(Throughput::Elements(1));
@@ -68,14 +69,14 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("store", |b| {
         b.to_async(&rt).iter(|| async {
-            store.save("run", &bytes).await.unwrap();
+            store.save("run", &meta, &bytes).await.unwrap();
             let back = store.load("run").await.unwrap().unwrap();
             assert_eq!(back.len(), bytes.len());
         })
     });
     group.bench_function("store_with_ttl", |b| {
         b.to_async(&rt).iter(|| async {
-            store_ttl.save("run-ttl", &bytes).await.unwrap();
+            store_ttl.save("run-ttl", &meta, &bytes).await.unwrap();
             let back = store_ttl.load("run-ttl").await.unwrap().unwrap();
             assert_eq!(back.len(), bytes.len());
         })

@@ -6,7 +6,10 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use modu_core::{CheckpointStore, ConversationStore, MemoryStateStore, Message, StoreError};
+use modu_core::{
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
+    ConversationStore, MemoryStateStore, Message, SessionSummary, StoreError,
+};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, Transaction};
 
@@ -16,7 +19,22 @@ pub use sqlx;
 /// applied in order by [`migrate`] and recorded in the table `modu_schema_migrations` (not
 /// sqlx's `_sqlx_migrations`, so an application's own sqlx migrations on the same database
 /// do not collide with these).
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "checkpoint metadata, session last append, expiry indexes",
+        include_str!("../migrations/0002_list_and_expiry.sql"),
+    ),
+];
+
+/// The most expired checkpoints one [`CheckpointStore::purge_expired`] call deletes.
+pub const PURGE_BATCH: u32 = 500;
+
+/// The most expired checkpoints a [`CheckpointStore::save`] deletes on the side (with a TTL),
+/// so the table stays bounded even when nobody calls `purge_expired`: every save removes up
+/// to this many expired rows, more than the one row it may add.
+pub const SAVE_PRUNE_BATCH: u32 = 8;
 
 /// How long a connection waits for a lock held by another connection or process.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,6 +98,12 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// A stored millisecond timestamp as a time (negative values, which this crate never writes,
+/// read as the epoch).
+fn time_of_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 /// The oldest `touched_ms` still alive for a TTL.
@@ -286,8 +310,8 @@ impl ConversationStore for SqliteConversationStore {
             drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), OP).await?;
         }
         let next: i64 = sqlx::query_scalar(
-            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms) VALUES (?1, ?2, ?3)
-             ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3
+            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3, appended_ms = ?3
              RETURNING next_seq",
         )
         .bind(session_id)
@@ -364,21 +388,41 @@ impl ConversationStore for SqliteConversationStore {
         tx.commit().await.map_err(query_err(OP))
     }
 
-    async fn list_sessions(&self) -> Result<Vec<String>, StoreError> {
+    async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let err = query_err("conversation.list_sessions");
         let cut = self.ttl.map_or(i64::MIN, |ttl| cutoff(now_ms(), ttl));
-        let mut ids: Vec<String> =
-            sqlx::query_scalar("SELECT session_id FROM modu_sessions WHERE touched_ms >= ?1 ORDER BY session_id")
+        let rows =
+            sqlx::query("SELECT session_id, appended_ms FROM modu_sessions WHERE touched_ms >= ?1 ORDER BY session_id")
                 .bind(cut)
                 .fetch_all(&self.pool)
                 .await
-                .map_err(query_err("conversation.list_sessions"))?;
-        ids.sort();
-        Ok(ids)
+                .map_err(&err)?;
+        let mut sessions = rows
+            .iter()
+            .map(|row| {
+                let id: String = row.try_get(0).map_err(&err)?;
+                let appended: i64 = row.try_get(1).map_err(&err)?;
+                Ok(SessionSummary::new(id, time_of_ms(appended)))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Ok(sessions)
     }
 }
 
-/// Run checkpoints in SQLite (`modu_checkpoints`: run id, bytes, last access). With a TTL, a
-/// checkpoint not saved or loaded for `ttl` reads as missing and is deleted lazily.
+/// Run checkpoints in SQLite (`modu_checkpoints`: run id, bytes, agent, status, session, last
+/// save, last access).
+///
+/// With a TTL, a checkpoint not saved or loaded for `ttl` reads as missing and is never
+/// listed. Expired rows are deleted on their next access, by
+/// [`CheckpointStore::purge_expired`] (at most [`PURGE_BATCH`] rows per call) and by every
+/// save (at most [`SAVE_PRUNE_BATCH`] rows, in the save's transaction), so the table stays
+/// bounded even for runs nobody reads again (paused or failed runs that are never resumed).
+/// Each of these deletes walks an index on the last access: its work is bounded by the
+/// batch, not by the table size.
+///
+/// [`CheckpointStore::list`] pages by run id (keyset paging on the primary key, whose
+/// `BINARY` collation is the byte order of the UTF-8 ids).
 #[derive(Clone, Debug)]
 pub struct SqliteCheckpointStore {
     pool: SqlitePool,
@@ -413,20 +457,57 @@ impl SqliteCheckpointStore {
     }
 }
 
+/// Deletes at most `limit` checkpoints last touched before `cut` (oldest first, through the
+/// index on `touched_ms`); how many.
+async fn delete_expired_checkpoints(
+    tx: &mut Transaction<'static, Sqlite>,
+    cut: i64,
+    limit: u32,
+    operation: &'static str,
+) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        "DELETE FROM modu_checkpoints WHERE rowid IN
+            (SELECT rowid FROM modu_checkpoints WHERE touched_ms < ?1 ORDER BY touched_ms LIMIT ?2)",
+    )
+    .bind(cut)
+    .bind(i64::from(limit))
+    .execute(&mut **tx)
+    .await
+    .map_err(query_err(operation))?
+    .rows_affected())
+}
+
 #[async_trait]
 impl CheckpointStore for SqliteCheckpointStore {
-    async fn save(&self, run_id: &str, state: &[u8]) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO modu_checkpoints (run_id, state, touched_ms) VALUES (?1, ?2, ?3)
-             ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, touched_ms = excluded.touched_ms",
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        const OP: &str = "checkpoint.save";
+        let err = query_err(OP);
+        let now = now_ms();
+        let upsert = sqlx::query(
+            "INSERT INTO modu_checkpoints (run_id, state, touched_ms, agent, status, session_id, saved_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?3)
+             ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, touched_ms = excluded.touched_ms,
+                agent = excluded.agent, status = excluded.status, session_id = excluded.session_id,
+                saved_ms = excluded.saved_ms",
         )
         .bind(run_id)
         .bind(state)
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await
-        .map_err(query_err("checkpoint.save"))?;
-        Ok(())
+        .bind(now)
+        .bind(meta.agent.as_str())
+        .bind(meta.status.as_str())
+        .bind(meta.session_id.as_deref());
+        match self.ttl {
+            None => {
+                upsert.execute(&self.pool).await.map_err(&err)?;
+                Ok(())
+            }
+            Some(ttl) => {
+                let mut tx = write_tx(&self.pool, OP).await?;
+                upsert.execute(&mut *tx).await.map_err(&err)?;
+                delete_expired_checkpoints(&mut tx, cutoff(now, ttl), SAVE_PRUNE_BATCH, OP).await?;
+                tx.commit().await.map_err(&err)
+            }
+        }
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -472,6 +553,65 @@ impl CheckpointStore for SqliteCheckpointStore {
             .await
             .map_err(query_err("checkpoint.delete"))?;
         Ok(())
+    }
+
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        const OP: &str = "checkpoint.list";
+        let err = query_err(OP);
+        let limit = query.effective_limit();
+        // One row more than the page tells whether another page follows.
+        let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+        let cut = self.ttl.map_or(i64::MIN, |ttl| cutoff(now_ms(), ttl));
+        let rows = match &query.after {
+            Some(after) => sqlx::query(
+                "SELECT run_id, agent, status, session_id, saved_ms FROM modu_checkpoints
+                 WHERE run_id > ?1 AND touched_ms >= ?2 ORDER BY run_id LIMIT ?3",
+            )
+            .bind(after.as_str())
+            .bind(cut)
+            .bind(fetch)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(&err)?,
+            None => sqlx::query(
+                "SELECT run_id, agent, status, session_id, saved_ms FROM modu_checkpoints
+                 WHERE touched_ms >= ?1 ORDER BY run_id LIMIT ?2",
+            )
+            .bind(cut)
+            .bind(fetch)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(&err)?,
+        };
+        let more = rows.len() > limit;
+        let mut items = Vec::with_capacity(rows.len().min(limit));
+        for row in rows.iter().take(limit) {
+            let run_id: String = row.try_get(0).map_err(&err)?;
+            let agent: String = row.try_get(1).map_err(&err)?;
+            let status: String = row.try_get(2).map_err(&err)?;
+            let session_id: Option<String> = row.try_get(3).map_err(&err)?;
+            let saved_ms: i64 = row.try_get(4).map_err(&err)?;
+            let status = CheckpointStatus::parse(&status).ok_or_else(|| StoreError::Corrupted {
+                message: format!("checkpoint {run_id:?} has the unknown status {status:?}"),
+            })?;
+            let meta = CheckpointMeta::new(agent, status).with_session(session_id);
+            items.push(CheckpointSummary::new(run_id, meta, time_of_ms(saved_ms)));
+        }
+        let next = if more {
+            items.last().map(|i| i.run_id.clone())
+        } else {
+            None
+        };
+        Ok(CheckpointPage::new(items, next))
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        const OP: &str = "checkpoint.purge_expired";
+        let Some(ttl) = self.ttl else { return Ok(0) };
+        let mut tx = write_tx(&self.pool, OP).await?;
+        let n = delete_expired_checkpoints(&mut tx, cutoff(now_ms(), ttl), PURGE_BATCH, OP).await?;
+        tx.commit().await.map_err(query_err(OP))?;
+        Ok(n)
     }
 }
 

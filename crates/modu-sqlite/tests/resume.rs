@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use modu_core::{
-    Agent, AgentError, AgentRequest, CheckpointStore, ConversationStore, FunctionTool, Message, ModelError,
-    RetryConfig, Role, ToolSpec,
+    Agent, AgentError, AgentRequest, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore,
+    FunctionTool, Message, ModelError, RetryConfig, Role, ToolSpec,
 };
 use modu_sqlite::{SqliteCheckpointStore, SqliteConversationStore};
 use modu_testing::ScriptedModel;
@@ -147,8 +147,18 @@ async fn sqlite_checkpoint_of_unknown_schema_version_is_checkpoint_invalid() {
     let mut state: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(state["schema_version"], json!(modu_core::CHECKPOINT_SCHEMA_VERSION));
     state["schema_version"] = json!(999);
+    // Saved again with the metadata the run loop wrote (a resumable failure).
+    let listed = s.ckpt.list(&CheckpointQuery::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "{listed:?}");
+    assert_eq!(listed.items[0].run_id, failed.run_id);
+    assert_eq!(listed.items[0].meta.status, CheckpointStatus::Failed);
+    assert_eq!(listed.items[0].meta.session_id.as_deref(), Some("s1"));
     s.ckpt
-        .save(&failed.run_id, &serde_json::to_vec(&state).unwrap())
+        .save(
+            &failed.run_id,
+            &listed.items[0].meta,
+            &serde_json::to_vec(&state).unwrap(),
+        )
         .await
         .unwrap();
 
