@@ -74,3 +74,18 @@ async fn redis_resume_after_model_failure_does_not_rerun_tools() {
         again.error
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_hold_across_processes_on_redis() {
+    let Some(url) = service_env("REDIS_URL") else { return };
+    let prefix = unique_prefix("approvals");
+    modu_testing::scenarios::approvals_across_processes(|| {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        async move {
+            // A new connection with the same prefix: what another process would open.
+            let conn = modu_redis::connect(&url).await.unwrap();
+            Arc::new(RedisCheckpointStore::new(conn).with_prefix(&prefix)) as Arc<dyn CheckpointStore>
+        }
+    })
+    .await;
+}

@@ -174,3 +174,18 @@ async fn sqlite_checkpoint_of_unknown_schema_version_is_checkpoint_invalid() {
         Some(serde_json::to_vec(&state).unwrap())
     );
 }
+
+#[tokio::test]
+async fn approvals_hold_across_processes_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("approvals.db");
+    modu_testing::scenarios::approvals_across_processes(|| {
+        let path = path.clone();
+        async move {
+            // A new pool on the same file: what another process would open.
+            let pool = modu_sqlite::open(&path).await.unwrap();
+            Arc::new(SqliteCheckpointStore::from_pool(pool).await.unwrap()) as Arc<dyn CheckpointStore>
+        }
+    })
+    .await;
+}
