@@ -63,6 +63,8 @@ pub(crate) struct OAuthTokenSource {
     config: OAuthClientCredentialsConfig,
     http: reqwest::Client,
     state: tokio::sync::Mutex<Option<CachedToken>>,
+    /// The last tokens handed out (newest last), for redaction.
+    issued: std::sync::Mutex<std::collections::VecDeque<String>>,
 }
 
 impl OAuthTokenSource {
@@ -71,7 +73,18 @@ impl OAuthTokenSource {
             config,
             http,
             state: tokio::sync::Mutex::new(None),
+            issued: std::sync::Mutex::new(std::collections::VecDeque::new()),
         }
+    }
+
+    /// How many of the last tokens [`OAuthTokenSource::issued_tokens`] remembers.
+    const REMEMBERED: usize = 4;
+
+    /// The last few tokens fetched (a server may echo any token still in use), to redact them
+    /// from what the server sends back.
+    pub(crate) fn issued_tokens(&self) -> Vec<String> {
+        let issued = self.issued.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        issued.iter().cloned().collect()
     }
 
     /// A valid token: the cached one, or a new one from the token endpoint.
@@ -85,6 +98,12 @@ impl OAuthTokenSource {
         let fresh = self.fetch(server).await?;
         let token = fresh.access_token.clone();
         *state = Some(fresh);
+        let mut issued = self.issued.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if issued.len() >= Self::REMEMBERED {
+            issued.pop_front();
+        }
+        issued.push_back(token.clone());
+        drop(issued);
         Ok(token)
     }
 

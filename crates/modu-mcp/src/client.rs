@@ -2,7 +2,6 @@
 //! and performs calls.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,20 +13,22 @@ use rmcp::model::{
     ContentBlock, Implementation, ServerResult,
 };
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncBufReadExt;
 
 use crate::auth::{OAuthHttpClient, OAuthTokenSource, secret_from_env};
-use crate::config::{McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig, validate_all};
+use crate::config::{
+    DEFAULT_MAX_RESULT_BYTES, McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig, validate_all,
+};
 use crate::error::{
     InvocationFailure, McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError,
-    McpToolInvocationError, McpTransportError, redact,
+    McpToolInvocationError, McpTransportError, redact, redact_value,
 };
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
+use crate::stdio::{DecodeFailures, StdioTransport};
 
 /// The most a tool's error text may take in the message the model sees.
 const MAX_ERROR_TEXT: usize = 4000;
@@ -179,9 +180,17 @@ impl McpConnector {
     ) -> Result<(ServerConnection, Vec<rmcp::model::Tool>), McpError> {
         let name = config.name.clone();
         let mut secrets = config.inline_secrets();
-        let (service, child_pid) = match config.transport {
-            McpTransport::Stdio => self.spawn_stdio(&config, &secrets).await?,
-            McpTransport::StreamableHttp => (self.connect_http(&config, &mut secrets).await?, None),
+        let mut credentials = config.inline_credentials();
+        let decode_failures = Arc::new(DecodeFailures::default());
+        let (service, child_pid, oauth) = match config.transport {
+            McpTransport::Stdio => {
+                let (service, pid) = self.spawn_stdio(&config, &secrets, &decode_failures).await?;
+                (service, pid, None)
+            }
+            McpTransport::StreamableHttp => {
+                let (service, oauth) = self.connect_http(&config, &mut secrets, &mut credentials).await?;
+                (service, None, oauth)
+            }
         };
         let peer = service.peer().clone();
         peer.set_response_cache_config(ClientCacheConfig::disabled()).await;
@@ -199,9 +208,13 @@ impl McpConnector {
         let connection = ServerConnection {
             name,
             call_timeout: config.call_timeout(),
+            max_result_bytes: config.max_result_bytes,
             peer,
             service: Mutex::new(Some(service)),
             secrets,
+            credentials,
+            oauth,
+            decode_failures,
             child_pid,
         };
         Ok((connection, tools))
@@ -211,6 +224,7 @@ impl McpConnector {
         &self,
         config: &McpServerConfig,
         secrets: &[String],
+        decode_failures: &Arc<DecodeFailures>,
     ) -> Result<(Service, Option<u32>), McpError> {
         let transport_error = |message: String| {
             McpError::Transport(McpTransportError {
@@ -224,11 +238,8 @@ impl McpConnector {
         let mut wrapped = CommandWrap::from(cmd);
         // Its own process group: closing the session also ends the server's own children.
         wrapped.wrap(ProcessGroup::leader());
-        let (transport, stderr) = TokioChildProcess::builder(wrapped)
-            .stderr(Stdio::piped())
-            .spawn()
+        let (transport, pid, stderr) = StdioTransport::spawn(wrapped, &config.name, Arc::clone(decode_failures))
             .map_err(|e| transport_error(format!("could not start {command:?}: {e}")))?;
-        let pid = transport.id();
         if let Some(stderr) = stderr {
             let server = config.name.clone();
             let secrets = secrets.to_vec();
@@ -246,7 +257,14 @@ impl McpConnector {
         Ok((service, pid))
     }
 
-    async fn connect_http(&self, config: &McpServerConfig, secrets: &mut Vec<String>) -> Result<Service, McpError> {
+    /// Connects to a streamable-HTTP server; the credentials it finds (a bearer token from the
+    /// environment, the OAuth client secret and first token) are added to both lists.
+    async fn connect_http(
+        &self,
+        config: &McpServerConfig,
+        secrets: &mut Vec<String>,
+        credentials: &mut Vec<String>,
+    ) -> Result<(Service, Option<Arc<OAuthTokenSource>>), McpError> {
         let name = config.name.as_str();
         let url = config.url.as_deref().unwrap_or_default();
         let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
@@ -274,35 +292,44 @@ impl McpConnector {
             (None, Some(var)) => Some(secret_from_env(name, var, "bearer token")?),
             (None, None) => None,
         };
+        let mut found = |secret: String| {
+            secrets.push(secret.clone());
+            credentials.push(secret);
+        };
         if let Some(token) = bearer {
-            secrets.push(token.clone());
+            found(token.clone());
             transport_config = transport_config.auth_header(token);
         }
-        let result = if let Some(oauth) = &auth.oauth_client_credentials {
+        let (result, oauth_source) = if let Some(oauth) = &auth.oauth_client_credentials {
             if let Ok(secret) = std::env::var(&oauth.client_secret_env) {
-                secrets.push(secret);
+                found(secret);
             }
             let tokens = self.token_source(oauth);
             // Fetch before connecting, so token endpoint failures surface as auth errors.
             let token = tokens.token(name).await?;
-            secrets.push(token);
+            found(token);
             let client = OAuthHttpClient {
                 inner: self.http.clone(),
-                tokens,
+                tokens: Arc::clone(&tokens),
                 server: Arc::from(name),
             };
-            ModuClientHandler
+            let result = ModuClientHandler
                 .serve(StreamableHttpClientTransport::with_client(client, transport_config))
-                .await
+                .await;
+            (result, Some(tokens))
         } else {
-            ModuClientHandler
+            let result = ModuClientHandler
                 .serve(StreamableHttpClientTransport::with_client(
                     self.http.clone(),
                     transport_config,
                 ))
-                .await
+                .await;
+            (result, None)
         };
-        result.map_err(|e| init_error(name, &e, secrets))
+        match result {
+            Ok(service) => Ok((service, oauth_source)),
+            Err(e) => Err(init_error(name, &e, secrets)),
+        }
     }
 }
 
@@ -323,13 +350,31 @@ fn init_error(server: &str, e: &ClientInitializeError, secrets: &[String]) -> Mc
 struct ServerConnection {
     name: String,
     call_timeout: Duration,
+    /// The server's own result cap, when its configuration sets one.
+    max_result_bytes: Option<usize>,
     peer: Peer<RoleClient>,
     service: Mutex<Option<Service>>,
+    /// Every secret value of the configuration: redacted from errors and logs.
     secrets: Vec<String>,
+    /// The credentials: redacted from successful results too.
+    credentials: Vec<String>,
+    /// Where OAuth tokens come from (their latest values are credentials too).
+    oauth: Option<Arc<OAuthTokenSource>>,
+    /// The calls the stdio transport failed itself (undecodable answers, broken session).
+    decode_failures: Arc<DecodeFailures>,
     child_pid: Option<u32>,
 }
 
 impl ServerConnection {
+    /// `base` plus the OAuth tokens handed out so far.
+    fn with_tokens(&self, base: &[String]) -> Vec<String> {
+        let mut out = base.to_vec();
+        if let Some(oauth) = &self.oauth {
+            out.extend(oauth.issued_tokens());
+        }
+        out
+    }
+
     async fn close(&self) {
         let service = self.service.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(service) = service
@@ -349,6 +394,7 @@ pub struct McpSession {
     servers: Vec<Arc<ServerConnection>>,
     by_name: HashMap<String, usize>,
     registry: McpToolRegistry,
+    default_max_result_bytes: usize,
 }
 
 impl std::fmt::Debug for McpSession {
@@ -381,6 +427,7 @@ impl McpSession {
             servers,
             by_name,
             registry,
+            default_max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 
@@ -396,7 +443,22 @@ impl McpSession {
             servers: Vec::new(),
             by_name: HashMap::new(),
             registry,
+            default_max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
+    }
+
+    /// Sets the result cap for servers whose configuration sets none (default
+    /// [`DEFAULT_MAX_RESULT_BYTES`]; zero is taken as one byte).
+    pub fn with_default_max_result_bytes(mut self, bytes: usize) -> Self {
+        self.default_max_result_bytes = bytes.max(1);
+        self
+    }
+
+    /// The result cap of a server's tools: its configured `max_result_bytes`, else the
+    /// session's default. `None` for a server not in the session.
+    pub fn max_result_bytes(&self, server: &str) -> Option<usize> {
+        let connection = &self.servers[*self.by_name.get(server)?];
+        Some(connection.max_result_bytes.unwrap_or(self.default_max_result_bytes))
     }
 
     /// The names of the open servers, in selection order.
@@ -426,6 +488,14 @@ impl McpSession {
     /// its input schema, sends `tools/call` with the server's call timeout and normalises the
     /// result (`structuredContent` as is, otherwise the text contents: one text as a string,
     /// several as an array; non-text blocks as their JSON).
+    ///
+    /// The result is what the model may see: the server's credentials (bearer token, OAuth
+    /// tokens and client secret, header values, environment values under secret-looking
+    /// names) are replaced by `[redacted]` in every string, and a result whose text (a string
+    /// as is, other JSON serialised) is longer than the server's result cap
+    /// ([`McpSession::max_result_bytes`]) comes back as that text cut with the marker of
+    /// [`modu_core::tool::truncate_result`]. An answer that cannot be decoded fails the call
+    /// as soon as it arrives ([`InvocationFailure::UndecodableResponse`]).
     pub async fn call_tool(&self, external_name: &str, arguments: Value) -> Result<Value, McpError> {
         let Some(descriptor) = self.registry.get(external_name) else {
             return Err(unknown_tool(external_name));
@@ -467,6 +537,15 @@ impl McpSession {
         let params = CallToolRequestParams::new(descriptor.tool.clone()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let service_error = |e: ServiceError| {
+            if let ServiceError::TransportSend(sent) = &e
+                && let Some(problem) = http_decode_failure(sent)
+            {
+                let message = format!("{external_name} failed: the server's answer {problem}");
+                return invocation(
+                    InvocationFailure::UndecodableResponse,
+                    redact(&message, &server.with_tokens(&server.secrets)),
+                );
+            }
             let (failure, message) = match &e {
                 ServiceError::Timeout { timeout } => (
                     InvocationFailure::Timeout,
@@ -485,20 +564,43 @@ impl McpSession {
                     format!("the connection to the MCP server {} failed: {e}", server.name),
                 ),
             };
-            invocation(failure, redact(&message, &server.secrets))
+            invocation(failure, redact(&message, &server.with_tokens(&server.secrets)))
         };
         let handle = server
             .peer
             .send_request_with_option(request, PeerRequestOptions::with_timeout(server.call_timeout))
             .await
             .map_err(service_error)?;
-        let result = match handle.await_response().await.map_err(service_error)? {
+        let request_id = handle.id.clone();
+        let response = handle.await_response().await;
+        // An error the stdio transport made up for an answer it could not decode.
+        if let Err(ServiceError::McpError(_)) = &response
+            && let Some(failure) = server.decode_failures.take(&request_id)
+        {
+            let (kind, message) = if failure.session_broken {
+                (
+                    InvocationFailure::Transport,
+                    format!(
+                        "the connection to the MCP server {} failed: {}",
+                        server.name, failure.message
+                    ),
+                )
+            } else {
+                (
+                    InvocationFailure::UndecodableResponse,
+                    format!("{external_name} failed: {}", failure.message),
+                )
+            };
+            return Err(invocation(kind, redact(&message, &server.with_tokens(&server.secrets))));
+        }
+        let response = response.map_err(service_error)?;
+        let result = match response {
             ServerResult::CallToolResult(result) => result,
             ServerResult::EmptyResult(_) => CallToolResult::success(Vec::new()),
             _ => return Err(service_error(ServiceError::UnexpectedResponse)),
         };
         if result.is_error == Some(true) {
-            let text = normalise_content(&result.content);
+            let text = normalise_content(result.content);
             let mut message = match text {
                 Value::String(s) => s,
                 Value::Null => "the tool reported an error".to_owned(),
@@ -514,19 +616,50 @@ impl McpSession {
             }
             return Err(invocation(
                 InvocationFailure::ToolError,
-                redact(&message, &server.secrets),
+                redact(&message, &server.with_tokens(&server.secrets)),
             ));
         }
-        Ok(match result.structured_content {
+        let mut value = match result.structured_content {
             Some(structured) => structured,
-            None => normalise_content(&result.content),
-        })
+            None => normalise_content(result.content),
+        };
+        redact_value(&mut value, &server.with_tokens(&server.credentials));
+        let max = server.max_result_bytes.unwrap_or(self.default_max_result_bytes);
+        Ok(cap_result(value, max))
     }
 
     /// Closes every server concurrently (stdio servers: stdin closed, then SIGTERM, then kill,
     /// for the whole process group). Calls after closing fail with a transport error.
     pub async fn close(&self) {
         join_all(self.servers.iter().map(|s| s.close())).await;
+    }
+}
+
+/// What was wrong with a streamable-HTTP answer rmcp could not decode (a JSON body that is not
+/// a JSON-RPC message, or one over its size limit), worded like the stdio transport's
+/// failures; `None` for other transport failures. (An SSE event that cannot be decoded is
+/// dropped by rmcp; the request then fails when the stream ends, as a transport error.)
+fn http_decode_failure(error: &rmcp::transport::DynamicTransportError) -> Option<String> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    match error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>()? {
+        StreamableHttpError::ResponseBodyTooLarge { max_size } => Some(format!(
+            "is larger than the {} MiB message limit",
+            max_size / (1024 * 1024)
+        )),
+        StreamableHttpError::UnexpectedServerResponse(message) => {
+            let detail = message.strip_prefix("could not parse JSON response as ServerJsonRpcMessage: ")?;
+            // `<serde error> at line L column C: <body>`: keep the error, never the body.
+            let reason = detail.split(" at line ").next().unwrap_or_default();
+            Some(match reason {
+                "invalid unicode code point" => "is not valid UTF-8".to_owned(),
+                "recursion limit exceeded" => "is nested more than 128 levels deep".to_owned(),
+                other => format!(
+                    "is not a valid JSON-RPC message ({})",
+                    other.chars().take(120).collect::<String>()
+                ),
+            })
+        }
+        _ => None,
     }
 }
 
@@ -541,15 +674,31 @@ pub(crate) fn unknown_tool(external_name: &str) -> McpError {
 
 /// Text contents gathered into one JSON value: one text → a string, several → an array of
 /// strings, none → null; non-text blocks appear as their JSON.
-pub(crate) fn normalise_content(content: &[ContentBlock]) -> Value {
-    let all_text = content.iter().all(|c| c.as_text().is_some());
-    let item = |c: &ContentBlock| match c.as_text() {
-        Some(t) => Value::String(t.text.clone()),
-        None => serde_json::to_value(c).unwrap_or(Value::Null),
+pub(crate) fn normalise_content(mut content: Vec<ContentBlock>) -> Value {
+    let item = |c: ContentBlock| match c {
+        ContentBlock::Text(t) => Value::String(t.text),
+        other => serde_json::to_value(&other).unwrap_or(Value::Null),
     };
-    match content {
-        [] => Value::Null,
-        [only] if all_text => item(only),
-        many => Value::Array(many.iter().map(item).collect()),
+    match content.len() {
+        0 => Value::Null,
+        1 if content[0].as_text().is_some() => content.pop().map_or(Value::Null, item),
+        _ => Value::Array(content.into_iter().map(item).collect()),
+    }
+}
+
+/// A result as the model may see it: a string cut to `max` bytes, other JSON unchanged when
+/// its text (compact JSON, as the run loop writes it) fits, else that text cut — both with
+/// the marker of [`modu_core::tool::truncate_result`], so MCP and function tools read alike.
+pub(crate) fn cap_result(value: Value, max: usize) -> Value {
+    match value {
+        Value::String(text) => Value::String(modu_core::tool::truncate_result(text, Some(max))),
+        other => {
+            let text = other.to_string();
+            if text.len() <= max {
+                other
+            } else {
+                Value::String(modu_core::tool::truncate_result(text, Some(max)))
+            }
+        }
     }
 }

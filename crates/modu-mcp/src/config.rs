@@ -21,6 +21,10 @@ pub const ENV_CONNECT_TIMEOUT: &str = "MODU_MCP__CONNECT_TIMEOUT_SECONDS";
 pub const DEFAULT_CONNECT_TIMEOUT_SECONDS: f64 = 30.0;
 /// The default per-call timeout, in seconds.
 pub const DEFAULT_CALL_TIMEOUT_SECONDS: f64 = 60.0;
+/// The default cap on one MCP tool result as the model sees it (its text, or its JSON as
+/// text), in bytes: about 25,000 tokens. Longer results are cut with the same visible marker
+/// as function tools' `max_result_bytes` ([`modu_core::tool::truncate_result`]).
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 100_000;
 
 /// How to reach a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
@@ -117,6 +121,12 @@ pub struct McpServerConfig {
     /// The most time one tool call may take, in seconds (default 60).
     #[serde(default = "default_call_timeout")]
     pub call_timeout_seconds: f64,
+    /// The most bytes one result of this server's tools may take as the model sees it (its
+    /// text, or its JSON as text); longer results are cut with a visible marker. Unset: the
+    /// provider's default ([`crate::McpToolProvider::with_max_result_bytes`]), else
+    /// [`DEFAULT_MAX_RESULT_BYTES`].
+    #[serde(default)]
+    pub max_result_bytes: Option<usize>,
 }
 
 fn default_call_timeout() -> f64 {
@@ -139,6 +149,7 @@ impl fmt::Debug for McpServerConfig {
             .field("url", &self.url)
             .field("auth", &self.auth)
             .field("call_timeout_seconds", &self.call_timeout_seconds)
+            .field("max_result_bytes", &self.max_result_bytes)
             .finish()
     }
 }
@@ -155,6 +166,7 @@ impl McpServerConfig {
             url: None,
             auth: None,
             call_timeout_seconds: DEFAULT_CALL_TIMEOUT_SECONDS,
+            max_result_bytes: None,
         }
     }
 
@@ -169,6 +181,7 @@ impl McpServerConfig {
             url: Some(url.into()),
             auth: None,
             call_timeout_seconds: DEFAULT_CALL_TIMEOUT_SECONDS,
+            max_result_bytes: None,
         }
     }
 
@@ -200,6 +213,12 @@ impl McpServerConfig {
         self
     }
 
+    /// Sets the result cap of this server's tools.
+    pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = Some(bytes);
+        self
+    }
+
     /// Parses one server from JSON (unknown fields rejected) and validates it.
     pub fn from_json(value: serde_json::Value) -> Result<Self, McpServerConfigurationError> {
         let name = value.get("name").and_then(|n| n.as_str()).map(str::to_owned);
@@ -216,13 +235,16 @@ impl McpServerConfig {
 
     /// Checks the rules that do not depend on other servers: a non-empty name without `__`
     /// (letters, digits, `_`, `-`), a command for stdio, an http(s) url for streamable HTTP,
-    /// a positive call timeout, at most one bearer source, valid header names and OAuth
-    /// settings.
+    /// a positive call timeout and result cap, at most one bearer source, valid header names
+    /// and OAuth settings.
     pub fn validate(&self) -> Result<(), McpServerConfigurationError> {
         let err = |m: String| Err(McpServerConfigurationError::new(Some(&self.name), m));
         validate_name(&self.name)?;
         if !(self.call_timeout_seconds.is_finite() && self.call_timeout_seconds > 0.0) {
             return err("call_timeout_seconds must be a positive number".into());
+        }
+        if self.max_result_bytes == Some(0) {
+            return err("max_result_bytes must be a positive number".into());
         }
         match self.transport {
             McpTransport::Stdio => {
@@ -277,7 +299,28 @@ impl McpServerConfig {
         Ok(())
     }
 
-    /// The secret values this configuration holds (for redaction).
+    /// The credentials this configuration holds, redacted from successful results too: header
+    /// values, an inline bearer token, and environment values under secret-looking names
+    /// (`GITHUB_TOKEN`, `OPENAI_API_KEY`, `DB_PASSWORD`, ...; the names
+    /// [`modu_core::sinks::SecretMasker`] treats as secret). Other environment values
+    /// (`LOG_LEVEL=info`) are not, so that ordinary words stay in results.
+    pub(crate) fn inline_credentials(&self) -> Vec<String> {
+        let masker = modu_core::sinks::SecretMasker::default();
+        let mut out: Vec<String> = self
+            .env
+            .iter()
+            .filter(|(key, _)| masker.is_secret_key(key))
+            .map(|(_, value)| value.clone())
+            .collect();
+        if let Some(auth) = &self.auth {
+            out.extend(auth.headers.values().cloned());
+            out.extend(auth.bearer_token.clone());
+        }
+        out
+    }
+
+    /// The secret values this configuration holds (for redaction of errors and logs: every
+    /// environment value, every header value, an inline bearer token).
     pub(crate) fn inline_secrets(&self) -> Vec<String> {
         let mut out: Vec<String> = self.env.values().cloned().collect();
         if let Some(auth) = &self.auth {

@@ -125,6 +125,10 @@ pub enum InvocationFailure {
     Transport,
     /// The server answered with something that is not a tool result.
     UnexpectedResponse,
+    /// The server's answer could not be decoded: not valid UTF-8, nested deeper than 128
+    /// levels, larger than the 16 MiB message limit, or not a JSON-RPC message. The call fails
+    /// as soon as that answer arrives; the session stays usable.
+    UndecodableResponse,
 }
 
 impl InvocationFailure {
@@ -138,6 +142,7 @@ impl InvocationFailure {
             InvocationFailure::Timeout => "timeout",
             InvocationFailure::Transport => "transport",
             InvocationFailure::UnexpectedResponse => "unexpected_response",
+            InvocationFailure::UndecodableResponse => "undecodable_response",
         }
     }
 }
@@ -179,6 +184,9 @@ impl McpToolInvocationError {
             InvocationFailure::UnexpectedResponse => {
                 ToolError::execution("mcp_unexpected_response").with_message(message)
             }
+            InvocationFailure::UndecodableResponse => {
+                ToolError::execution("mcp_undecodable_response").with_message(message)
+            }
         }
     }
 }
@@ -192,6 +200,42 @@ pub struct McpAuthError {
     pub server: String,
     /// What happened (never the secret itself).
     pub message: String,
+}
+
+/// Replaces every secret in every string of `value` (object keys too) by `[redacted]`.
+pub(crate) fn redact_value(value: &mut serde_json::Value, secrets: &[String]) {
+    use serde_json::Value;
+    if secrets.iter().all(|s| s.len() < 3) {
+        return;
+    }
+    // Decoded values nest at most 128 levels (serde_json's limit), so recursion is bounded.
+    match value {
+        Value::String(s)
+            if secrets
+                .iter()
+                .any(|secret| secret.len() >= 3 && s.contains(secret.as_str())) =>
+        {
+            *s = redact(s, secrets);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secrets)),
+        Value::Object(map) => {
+            let leaks = map.keys().any(|k| {
+                secrets
+                    .iter()
+                    .any(|secret| secret.len() >= 3 && k.contains(secret.as_str()))
+            });
+            if leaks {
+                let old = std::mem::take(map);
+                for (k, mut v) in old {
+                    redact_value(&mut v, secrets);
+                    map.insert(redact(&k, secrets), v);
+                }
+            } else {
+                map.values_mut().for_each(|v| redact_value(v, secrets));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Replaces every secret in `text` by `[redacted]`.
@@ -215,6 +259,27 @@ mod tests {
         assert_eq!(
             redact("Bearer s3cr3t-token failed; s3cr3t-token again; xy stays", &secrets),
             "Bearer [redacted] failed; [redacted] again; xy stays"
+        );
+    }
+
+    #[test]
+    fn value_redaction_reaches_every_string_and_key() {
+        let secrets = vec!["tok-123".to_owned()];
+        let mut v = serde_json::json!({
+            "authorization": "Bearer tok-123",
+            "nested": [{"deep": ["x tok-123 y", 5, null]}],
+            "tok-123": "as a key",
+            "clean": "nothing here"
+        });
+        redact_value(&mut v, &secrets);
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "authorization": "Bearer [redacted]",
+                "nested": [{"deep": ["x [redacted] y", 5, null]}],
+                "[redacted]": "as a key",
+                "clean": "nothing here"
+            })
         );
     }
 

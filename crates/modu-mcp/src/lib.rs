@@ -8,6 +8,7 @@ pub mod error;
 mod provider;
 pub mod registry;
 pub mod resolver;
+mod stdio;
 pub mod tools;
 
 pub use client::{McpConnector, McpSession, ModuClientHandler};

@@ -24,6 +24,16 @@ type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>
 /// `mcp_search_tools` and `mcp_call_tool` (none when no server is selected). The run loop
 /// closes the session when the run ends, whatever the outcome, which closes every server.
 ///
+/// # Results
+///
+/// A result reaches the model with the server's credentials replaced by `[redacted]` and cut
+/// to the server's result cap (`max_result_bytes` in its configuration, else
+/// [`McpToolProvider::with_max_result_bytes`], else
+/// [`crate::config::DEFAULT_MAX_RESULT_BYTES`]) with the marker function tools get. An answer
+/// the server sends that cannot be decoded (not UTF-8, nested too deep, over the 16 MiB
+/// message limit) fails the call at once with
+/// [`crate::InvocationFailure::UndecodableResponse`] instead of waiting for its timeout.
+///
 /// # Tool filter and caching
 ///
 /// Tools are listed once, when a run opens its servers: within a run the list is fixed, and
@@ -45,6 +55,7 @@ pub struct McpToolProvider<C> {
     selection: Option<SelectionFn<C>>,
     approval: Option<McpApprovalPolicy<C>>,
     direct: bool,
+    max_result_bytes: Option<usize>,
 }
 
 impl<C> McpToolProvider<C> {
@@ -56,7 +67,18 @@ impl<C> McpToolProvider<C> {
             selection: None,
             approval: None,
             direct: false,
+            max_result_bytes: None,
         }
+    }
+
+    /// Caps every MCP tool result at `bytes` as the model sees it (its text, or its JSON as
+    /// text), with the same visible marker as function tools' `max_result_bytes`, for servers
+    /// whose configuration sets no `max_result_bytes` of its own (that one wins). Without
+    /// this, the cap is [`crate::config::DEFAULT_MAX_RESULT_BYTES`]. Applies to
+    /// `mcp_call_tool` and to direct tools alike.
+    pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = Some(bytes);
+        self
     }
 
     /// Offers each discovered tool under its external name (`server__tool`) with its own schema,
@@ -130,7 +152,11 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
             user: Some(ctx.user()),
             run_id: Some(ctx.run_id()),
         };
-        let session = Arc::new(self.connector.open_with(&request).await.map_err(provider_error)?);
+        let mut session = self.connector.open_with(&request).await.map_err(provider_error)?;
+        if let Some(bytes) = self.max_result_bytes {
+            session = session.with_default_max_result_bytes(bytes);
+        }
+        let session = Arc::new(session);
         if self.direct {
             return Ok(Box::new(McpToolSession::direct(
                 session,

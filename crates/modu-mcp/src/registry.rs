@@ -238,21 +238,83 @@ mod tests {
         r
     }
 
+    fn names(hits: &[Arc<McpToolDescriptor>]) -> Vec<&str> {
+        hits.iter().map(|t| t.external_name.as_str()).collect()
+    }
+
     #[test]
     fn search_ranks_names_over_descriptions() {
-        let r = registry();
+        // Discovered in the opposite order of their rank: ties keep discovery order, so each
+        // pair below is ordered by the scoring rule, against the tie rule.
+        let mut r = McpToolRegistry::new();
+        let object = || json!({"type": "object"});
+        // "forecast" starts a description word.
+        r.insert(McpToolDescriptor::new(
+            "archive",
+            "search",
+            "Search forecasting archives.",
+            object(),
+        ));
+        // "forecast" is a whole description word.
+        r.insert(McpToolDescriptor::new(
+            "docs",
+            "lookup",
+            "Look up the forecast format.",
+            object(),
+        ));
+        // "forecast" is in the name.
+        r.insert(McpToolDescriptor::new(
+            "weather",
+            "daily_forecast",
+            "The sky for a city.",
+            object(),
+        ));
+        // "forecast" is the tool's name.
+        r.insert(McpToolDescriptor::new(
+            "tides",
+            "forecast",
+            "High and low water.",
+            object(),
+        ));
         let (hits, total) = r.search("forecast", 10, |_| true);
-        assert_eq!(total, 1);
-        assert_eq!(hits[0].external_name, "weather__forecast");
+        assert_eq!(total, 4);
+        assert_eq!(
+            names(&hits),
+            [
+                "tides__forecast",
+                "weather__daily_forecast",
+                "docs__lookup",
+                "archive__search"
+            ],
+            "exact name, then name, then description word, then description prefix"
+        );
+        // The same order when the limit cuts the list.
+        let (hits, total) = r.search("forecast", 2, |_| true);
+        assert_eq!(
+            (names(&hits), total),
+            (vec!["tides__forecast", "weather__daily_forecast"], 4)
+        );
+        // A name match on one word beats description matches on another.
+        let (hits, _) = r.search("format daily", 10, |_| true);
+        assert_eq!(names(&hits), ["weather__daily_forecast", "docs__lookup"]);
+    }
+
+    #[test]
+    fn search_keeps_discovery_order_on_ties_and_honours_limit_and_filter() {
+        let r = registry();
+        // Both descriptions have the word "city": equal scores, discovery order.
         let (hits, total) = r.search("city", 10, |_| true);
-        assert_eq!(total, 2);
-        assert_eq!(hits[0].external_name, "weather__forecast");
+        assert_eq!(
+            (names(&hits), total),
+            (vec!["weather__forecast", "billing__invoice"], 2)
+        );
+        // In the name and a description word beats in the name only.
         let (hits, _) = r.search("weather", 10, |_| true);
-        assert_eq!(hits.len(), 2);
+        assert_eq!(names(&hits), ["weather__alerts", "weather__forecast"]);
         let (hits, total) = r.search("", 2, |_| true);
         assert_eq!((hits.len(), total), (2, 3));
         let (hits, total) = r.search("city", 10, |t| t.server != "weather");
-        assert_eq!((hits.len(), total), (1, 1));
+        assert_eq!((names(&hits), total), (vec!["billing__invoice"], 1));
         let (hits, _) = r.search("billing__invoice", 10, |_| true);
         assert_eq!(hits[0].external_name, "billing__invoice");
     }

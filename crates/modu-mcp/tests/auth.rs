@@ -188,6 +188,16 @@ fn in_child_with_env(test: &str, envs: &[(&str, &str)]) -> bool {
     false
 }
 
+/// The Authorization header of the last `tools/call` the server saw.
+fn last_call_authorization(state: &AppState) -> Option<String> {
+    let s = state.lock().unwrap();
+    s.seen
+        .iter()
+        .rev()
+        .find(|(m, _, _)| m == "tools/call")
+        .and_then(|(_, a, _)| a.clone())
+}
+
 fn http_server(name: &str, url: String, auth: McpAuthConfig) -> McpConnector {
     let server = McpServerConfig::streamable_http(name, url).with_auth(auth);
     McpConnector::new(McpConfig::new(vec![server]).unwrap()).unwrap()
@@ -211,9 +221,10 @@ async fn static_headers_and_inline_bearer_reach_the_server() {
         .await
         .unwrap();
     let out = session.call_tool("secured__whoami", json!({})).await.unwrap();
+    // The server echoes both credentials; the result the model gets carries neither.
     assert_eq!(
         out,
-        json!({"authorization": "Bearer inline-token-xyz", "x_api_key": "key-123"})
+        json!({"authorization": "Bearer [redacted]", "x_api_key": "[redacted]"})
     );
     session.close().await;
     let seen = state.lock().unwrap().seen.clone();
@@ -253,7 +264,7 @@ async fn bearer_token_from_an_environment_variable() {
     ) {
         return;
     }
-    let (base, _state) = start(Shared {
+    let (base, state) = start(Shared {
         accepted: Some(vec!["env-token-555".into()]),
         ..Shared::default()
     })
@@ -267,7 +278,8 @@ async fn bearer_token_from_an_environment_variable() {
         .await
         .unwrap();
     let out = session.call_tool("envsrv__whoami", json!({})).await.unwrap();
-    assert_eq!(out["authorization"], "Bearer env-token-555");
+    assert_eq!(last_call_authorization(&state).as_deref(), Some("Bearer env-token-555"));
+    assert_eq!(out["authorization"], "Bearer [redacted]");
     session.close().await;
     // A missing variable is an auth error naming the variable.
     let auth = McpAuthConfig {
@@ -319,21 +331,28 @@ async fn oauth_client_credentials_tokens_are_reused_and_refreshed() {
     let run1 = connector.open_session(None).await.unwrap();
     let run2 = connector.open_session(None).await.unwrap();
     let out = run2.call_tool("oauth__whoami", json!({})).await.unwrap();
-    assert_eq!(out["authorization"], "Bearer tok-1");
+    assert_eq!(last_call_authorization(&state).as_deref(), Some("Bearer tok-1"));
+    assert_eq!(out["authorization"], "Bearer [redacted]");
     assert_eq!(state.lock().unwrap().token_requests, 1, "token reused across runs");
     assert_eq!(state.lock().unwrap().scopes, ["tools.read", "tools.call"]);
     // Past its expiry (2 s, used until 1.5 s): a new token.
     tokio::time::sleep(Duration::from_millis(1700)).await;
     let out = run1.call_tool("oauth__whoami", json!({})).await.unwrap();
-    assert_eq!(out["authorization"], "Bearer tok-2");
+    assert_eq!(last_call_authorization(&state).as_deref(), Some("Bearer tok-2"));
+    assert_eq!(
+        out["authorization"], "Bearer [redacted]",
+        "a refreshed token is redacted too"
+    );
     assert_eq!(state.lock().unwrap().token_requests, 2, "refreshed once on expiry");
     let out = run2.call_tool("oauth__whoami", json!({})).await.unwrap();
-    assert_eq!(out["authorization"], "Bearer tok-2");
+    assert_eq!(last_call_authorization(&state).as_deref(), Some("Bearer tok-2"));
+    assert_eq!(out["authorization"], "Bearer [redacted]");
     assert_eq!(state.lock().unwrap().token_requests, 2);
     // The server revokes the token: one 401, a new token, the call retried.
     state.lock().unwrap().accepted = Some(Vec::new());
     let out = run1.call_tool("oauth__whoami", json!({})).await.unwrap();
-    assert_eq!(out["authorization"], "Bearer tok-3");
+    assert_eq!(last_call_authorization(&state).as_deref(), Some("Bearer tok-3"));
+    assert_eq!(out["authorization"], "Bearer [redacted]");
     assert_eq!(state.lock().unwrap().token_requests, 3);
     run1.close().await;
     run2.close().await;

@@ -161,6 +161,33 @@ fn auth_takes_one_bearer_source_and_timeouts_are_positive() {
 }
 
 #[test]
+fn max_result_bytes_is_per_server_optional_and_positive() {
+    let config = McpConfig::from_env_with(env(&[(
+        "MODU_MCP__SERVERS",
+        r#"[{"name": "big", "transport": "stdio", "command": "x", "max_result_bytes": 2048},
+            {"name": "plain", "transport": "stdio", "command": "x"}]"#,
+    )]))
+    .unwrap();
+    assert_eq!(config.servers[0].max_result_bytes, Some(2048));
+    assert_eq!(
+        config.servers[1].max_result_bytes, None,
+        "unset: the provider's default"
+    );
+    assert!(format!("{:?}", config.servers[0]).contains("max_result_bytes: Some(2048)"));
+    let e =
+        McpServerConfig::from_json(json!({"name": "s", "transport": "stdio", "command": "x", "max_result_bytes": 0}))
+            .unwrap_err();
+    assert!(e.message.contains("max_result_bytes"), "{e}");
+    let e =
+        McpServerConfig::from_json(json!({"name": "s", "transport": "stdio", "command": "x", "max_result_bytes": -1}))
+            .unwrap_err();
+    assert!(
+        e.message.contains("max_result_bytes") || e.message.contains("invalid value"),
+        "{e}"
+    );
+}
+
+#[test]
 fn secrets_never_appear_in_debug_or_errors() {
     let server = McpServerConfig::from_json(json!({
         "name": "h", "transport": "streamable_http", "url": "https://mcp.example.com/x",

@@ -121,39 +121,90 @@ async fn streamable_http_session_against_server_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_open_concurrently_and_one_failure_closes_the_others() {
-    let Some(script) = support::everything() else { return };
-    let marker = support::marker("everything-fail");
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("open-concurrently");
+    let log = std::env::temp_dir().join(format!("{marker}.log"));
+    let log_arg = log.to_string_lossy().into_owned();
+    // Each takes DELAY to answer initialize; "broken" then exits instead of answering.
+    const DELAY: Duration = Duration::from_secs(2);
+    let delay = DELAY.as_secs_f64().to_string();
     let config = McpConfig::new(vec![
-        support::everything_stdio("good", &script, &marker),
-        McpServerConfig::stdio("broken", "/nonexistent/modu-mcp-server"),
+        support::misbehaving_stdio(
+            "good",
+            &python,
+            &["--delay-initialize", &delay, "--log", &log_arg, &marker],
+        ),
+        support::misbehaving_stdio(
+            "broken",
+            &python,
+            &["--delay-initialize", &delay, "--fail-initialize", &marker],
+        ),
     ])
     .unwrap();
     let connector = McpConnector::new(config).unwrap();
+    let started = std::time::Instant::now();
     let e = connector.open_session(None).await.unwrap_err();
+    let took = started.elapsed();
     let McpError::Transport(t) = &e else { panic!("{e}") };
     assert_eq!(t.server, "broken");
-    assert!(t.message.contains("could not start"), "{t}");
+    assert!(t.message.contains("initialize failed"), "{t}");
+    // Opened one after the other, the two would take at least 2 × DELAY.
+    assert!(
+        took >= DELAY && took < DELAY * 2 - Duration::from_millis(500),
+        "opening took {took:?}; concurrently it takes about {DELAY:?}"
+    );
+    // The good server really ran: it was initialized and listed its tools...
+    let seen = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let methods: Vec<&str> = seen.lines().filter_map(|l| l.split_once(' ').map(|(_, m)| m)).collect();
+    assert!(
+        methods.contains(&"initialize") && methods.contains(&"tools/list"),
+        "{seen}"
+    );
+    let pid: u32 = seen.split_whitespace().next().unwrap().parse().unwrap();
+    // ...and was closed because the other one failed.
     support::assert_no_children(&marker, Duration::from_secs(5)).await;
+    assert!(!support::alive(pid), "the good server ({pid}) still runs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_timeout_is_a_transport_error_and_leaves_no_process() {
     let marker = support::marker("sleeper");
-    // A "server" that never answers initialize.
-    let config = McpConfig::new(vec![
-        McpServerConfig::stdio("mute", "sh").with_args(["-c".to_owned(), format!("sleep 30; : {marker}")]),
-    ])
+    let pid_file = std::env::temp_dir().join(format!("{marker}.pid"));
+    // A "server" that never answers initialize, with a child of its own (a grandchild of the
+    // test): the process-group kill must end that one too.
+    let config = McpConfig::new(vec![McpServerConfig::stdio("mute", "sh").with_args([
+        "-c".to_owned(),
+        r#"sleep 60 & echo $! > "$1"; wait"#.to_owned(),
+        "sh".to_owned(),
+        pid_file.to_string_lossy().into_owned(),
+        marker.clone(),
+    ])])
     .unwrap()
-    .with_connect_timeout(Duration::from_millis(500));
+    .with_connect_timeout(Duration::from_millis(1000));
     let connector = McpConnector::new(config).unwrap();
     let started = std::time::Instant::now();
     let e = connector.open_session(None).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(
-        matches!(&e, McpError::Transport(t) if t.message.contains("within 0.5s")),
+        matches!(&e, McpError::Transport(t) if t.message.contains("within 1.0s")),
         "{e}"
     );
+    let grandchild: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the server started its child before the timeout")
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_file(&pid_file);
     support::assert_no_children(&marker, Duration::from_secs(5)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while support::alive(grandchild) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server's own child ({grandchild}) outlived it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,6 +64,14 @@ pub fn many_stdio(name: &str, python: &str, prefix: &str) -> McpServerConfig {
     ])
 }
 
+/// The misbehaving test server (tests/peers/misbehaving_server.py) over stdio, with these
+/// extra arguments.
+pub fn misbehaving_stdio(name: &str, python: &str, extra: &[&str]) -> McpServerConfig {
+    let mut args = vec![test_file("peers/misbehaving_server.py"), "stdio".to_owned()];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    McpServerConfig::stdio(name, python).with_args(args)
+}
+
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -130,9 +138,14 @@ pub fn start_everything_http(script: &str) -> ServerProcess {
 
 /// A Python test server over streamable HTTP on 127.0.0.1 (endpoint `/mcp`).
 pub fn start_python_http(python: &str, script: &str, extra: &[&str]) -> ServerProcess {
+    start_python_http_mode(python, script, "http", extra)
+}
+
+/// A Python test server started as `script MODE PORT EXTRA..`, serving HTTP on 127.0.0.1.
+pub fn start_python_http_mode(python: &str, script: &str, mode: &str, extra: &[&str]) -> ServerProcess {
     let port = free_port();
     let mut cmd = std::process::Command::new(python);
-    cmd.arg(test_file(script)).arg("http").arg(port.to_string()).args(extra);
+    cmd.arg(test_file(script)).arg(mode).arg(port.to_string()).args(extra);
     start_http_server(cmd, port)
 }
 
