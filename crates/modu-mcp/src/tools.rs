@@ -52,7 +52,8 @@ impl<C> McpSearchTool<C> {
             }),
         )
         .idempotent(true)
-        .repair_safe(true);
+        .repair_safe(true)
+        .meta(true);
         McpSearchTool { session, filter, spec }
     }
 }
@@ -147,7 +148,8 @@ impl<C> McpCallTool<C> {
                 "required": ["tool_name"]
             }),
         )
-        .repair_safe(true);
+        .repair_safe(true)
+        .meta(true);
         McpCallTool {
             session,
             filter,
@@ -210,6 +212,15 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
             (Some(policy), Some(description)) => policy(ctx, &description),
             // Arguments that name no external tool fail in `call` without reaching a server.
             _ => false,
+        }
+    }
+
+    /// The external tool a call runs (`server__tool`, as `mcp_search_tools` names it): what
+    /// RBAC decides on, approvals show and events carry.
+    fn identity(&self, arguments: &Value) -> std::borrow::Cow<'_, str> {
+        match arguments.get("tool_name").and_then(Value::as_str) {
+            Some(name) => std::borrow::Cow::Owned(name.to_owned()),
+            None => std::borrow::Cow::Borrowed(CALL_TOOL_NAME),
         }
     }
 

@@ -507,10 +507,26 @@ impl<C: Send + Sync + 'static> ContextProvider<C> for SkillsProvider {
             .filter_map(|s| s.manifest().allowed_tools.as_ref())
             .collect();
         if !declared.is_empty() {
+            // Narrowed by tool identity: a tool offered under its own name stays when listed;
+            // a meta tool (MCP's mcp_call_tool) stays offered, and the gate admits only the
+            // listed tools through it (`server__tool`, as RBAC and approvals name them).
             let allowed: BTreeSet<&str> = declared.iter().flat_map(|v| v.iter().map(String::as_str)).collect();
-            context
-                .tools
-                .retain(|t| allowed.contains(t.name.as_str()) || t.name == READ_TOOL || t.name == SEARCH_TOOL);
+            let meta = &context.meta_tools;
+            context.tools.retain(|t| {
+                allowed.contains(t.name.as_str())
+                    || meta.contains(&t.name)
+                    || t.name == READ_TOOL
+                    || t.name == SEARCH_TOOL
+            });
+            let mut admitted: BTreeSet<String> = allowed.iter().map(|s| (*s).to_owned()).collect();
+            admitted.extend(context.meta_tools.iter().cloned());
+            admitted.insert(READ_TOOL.to_owned());
+            admitted.insert(SEARCH_TOOL.to_owned());
+            context.allowed_identities = Some(match context.allowed_identities.take() {
+                // Another provider narrowed already: keep what both admit.
+                Some(earlier) => earlier.intersection(&admitted).cloned().collect(),
+                None => admitted,
+            });
         }
         let applying: Vec<&Arc<Skill>> = state
             .active

@@ -521,3 +521,60 @@ async fn the_authorizer_still_decides_for_skill_and_business_tools() {
     assert!(!r[0].contains("second approval"));
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
 }
+
+/// A meta tool in the shape of MCP's `mcp_call_tool`: it runs the tool named in `tool_name`.
+struct CallExternal {
+    spec: ToolSpec,
+    ran: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl modu_core::Tool<()> for CallExternal {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(
+        &self,
+        _ctx: &modu_core::RunContext<()>,
+        arguments: serde_json::Value,
+    ) -> Result<serde_json::Value, modu_core::ToolError> {
+        let name = arguments["tool_name"].as_str().unwrap_or_default().to_owned();
+        self.ran.lock().unwrap().push(name);
+        Ok(json!("ran"))
+    }
+    fn identity(&self, arguments: &serde_json::Value) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(arguments["tool_name"].as_str().unwrap_or("call_external").to_owned())
+    }
+}
+
+#[tokio::test]
+async fn allowed_tools_admit_external_tools_through_a_meta_tool_by_identity() {
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let provider = SkillsProvider::new(registry());
+    let model = ScriptedModel::new()
+        .tool_calls([
+            ("call_external", json!({"tool_name": "lookup_vendor"})),
+            ("call_external", json!({"tool_name": "delete_vendor"})),
+        ])
+        .text("done");
+    let agent = provider
+        .install(Agent::builder(model.clone()))
+        .tool(CallExternal {
+            spec: ToolSpec::new(
+                "call_external",
+                "Call an external tool",
+                json!({"type": "object", "properties": {"tool_name": {"type": "string"}}}),
+            )
+            .meta(true),
+            ran: Arc::clone(&ran),
+        })
+        .build()
+        .unwrap();
+    let result = agent.run(request("Review", json!(["invoice-review"]))).await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    // The meta tool stays offered; only lookup_vendor (listed in allowed-tools) runs through it.
+    assert!(tool_names(&model.requests()[0]).contains(&"call_external".to_owned()));
+    assert_eq!(*ran.lock().unwrap(), ["lookup_vendor"]);
+    let results = tool_results(&result.messages);
+    assert!(results[1].contains("tool_not_allowed"), "{}", results[1]);
+}
