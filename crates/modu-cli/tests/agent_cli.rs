@@ -905,6 +905,31 @@ async fn sessions_can_live_in_redis() {
     redis(&mut cmd);
     let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
     assert!(delete.status.success(), "{}", text(&delete.stderr));
+
+    // Checkpoints live there too: a failed run is listed, then deleted.
+    let envs = [
+        ("MODU_STORE__KIND", "redis"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__PREFIX", prefix.as_str()),
+    ];
+    let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    let listed = text(&list.stdout);
+    assert!(
+        listed.starts_with(&format!("{run_id}\tfailed\tmodu\tr2\t")),
+        "{listed:?} {}",
+        text(&list.stderr)
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let delete = output(
+        modu(dir.path(), &mock.base_url())
+            .envs(envs)
+            .args(["runs", "delete", &run_id]),
+    )
+    .await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
