@@ -1,7 +1,11 @@
 //! Project automation, in Rust rather than shell scripts.
 //!
 //! - `cargo xtask ci` — everything CI checks: format, clippy, the core's dependency rule, the
-//!   facade's feature matrix, the tests (with real services started), docs, cargo-deny.
+//!   facade's feature matrix, the provider crates without TLS, the tests (with real services
+//!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
+//!   the examples with their output checked, cargo-deny (required under `CI=true`).
+//! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
+//!   `fuzz-smoke`, `deny`), with the services the environment names (`REDIS_URL`, …).
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
 //!   tests use (Redis, a llama.cpp server with a small model, MCP peers), writes
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
@@ -33,11 +37,14 @@ fn main() -> ExitCode {
         Some("services") => services_foreground(),
         Some("bench") => bench(&args[1..]),
         Some("test") => test_with_services(&args[1..]),
+        // Hidden: one CI step alone, for working on it.
+        Some("step") => step(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
-                 ci [--skip-services]   fmt, clippy, dependency rule, feature matrix, tests, docs, deny\n  \
+                 ci [--skip-services]   fmt, clippy, dependency rule, feature matrix, no-TLS builds, tests,\n  \
+                 \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
                  bench [loop|load|all]  run the benchmarks"
@@ -115,50 +122,326 @@ fn ci(args: &[String]) -> Result<()> {
         cmd.args(["check", "-p", "modu", "--locked"]).args(&feature_args);
         run(&format!("facade {}", feature_args.join(" ")), &mut cmd)?;
     }
-    if skip_services {
+    no_tls()?;
+    // The services stay up for the bench smoke (Redis, the MCP peer).
+    let services = if skip_services {
         run(
             "test",
             Command::new(cargo()).args(["test", "--workspace", "--all-features", "--locked"]),
         )?;
+        None
     } else {
-        test_with_services(&["--locked".to_owned()])?;
-    }
+        let services = Services::start()?;
+        let mut cmd = Command::new(cargo());
+        cmd.args(["test", "--workspace", "--all-features", "--no-fail-fast", "--locked"])
+            .envs(&services.env);
+        run("test (with services)", &mut cmd)?;
+        Some(services)
+    };
+    bench_smoke(services.as_ref().map(|s| &s.env))?;
+    drop(services);
+    fuzz_smoke()?;
     run(
         "doc",
         Command::new(cargo())
             .args(["doc", "--workspace", "--all-features", "--no-deps", "--locked"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
-    run(
-        "example: custom provider on modu-core alone",
-        Command::new(cargo()).args(["run", "-q", "-p", "modu-example-custom-provider", "--locked"]),
-    )?;
-    // The README's first command and the Plan-and-Execute example, against the bundled mock.
-    for example in ["quickstart", "plan_execute"] {
+    examples()?;
+    deny()?;
+    println!("\nci: all green in {:.0}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Whether this runs under CI (`CI` set to anything but empty, `false` or `0`), as
+/// `modu_testing::service_env` reads it.
+fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// `cargo xtask step <name>`: one CI step alone. The services are not started: the steps use
+/// what the environment names (`REDIS_URL`, `MODU_MCP_EVERYTHING`).
+fn step(args: &[String]) -> Result<()> {
+    match args.first().map(String::as_str) {
+        Some("no-tls") => no_tls(),
+        Some("examples") => examples(),
+        Some("bench-smoke") => bench_smoke(None),
+        Some("fuzz-smoke") => fuzz_smoke(),
+        Some("deny") => deny(),
+        other => Err(format!(
+            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny"
+        )),
+    }
+}
+
+/// The provider crates build without TLS (plain HTTP only; `default-features = false`).
+fn no_tls() -> Result<()> {
+    for package in ["modu-openai", "modu-ollama"] {
         run(
-            &format!("example: {example} (mock server)"),
-            Command::new(cargo())
-                .args(["run", "-q", "-p", "modu-examples", "--example", example, "--locked"])
-                .env_remove("OPENAI_BASE_URL")
-                .env_remove("OPENAI_MODEL"),
+            &format!("{package} without TLS"),
+            Command::new(cargo()).args(["check", "-p", package, "--no-default-features", "--locked"]),
         )?;
     }
-    if Command::new(cargo())
+    Ok(())
+}
+
+/// cargo-deny's bans, licenses and sources checks. Missing cargo-deny fails under CI (`.ci/run`
+/// installs it) and is skipped, loudly, elsewhere.
+fn deny() -> Result<()> {
+    let installed = Command::new(cargo())
         .args(["deny", "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
-    {
+        .is_ok_and(|s| s.success());
+    if installed {
         run(
             "cargo deny",
             Command::new(cargo()).args(["deny", "--all-features", "check", "bans", "licenses", "sources"]),
-        )?;
+        )
+    } else if is_ci() {
+        Err(
+            "cargo deny is not installed, and CI is set: the licence, bans and sources check cannot run \
+             (.ci/run installs it: cargo install cargo-deny --locked --version 0.20.2)"
+                .to_owned(),
+        )
     } else {
-        println!("\n==> cargo deny: not installed, skipped (cargo install cargo-deny to run it)");
+        println!("\n==> cargo deny: not installed, skipped (cargo install cargo-deny to run it; under CI this fails)");
+        Ok(())
     }
-    println!("\nci: all green in {:.0}s", started.elapsed().as_secs_f64());
+}
+
+/// An example CI runs, and the lines its stdout must hold.
+struct Example {
+    /// The step's name.
+    name: &'static str,
+    /// `cargo run -q --locked` and these.
+    args: &'static [&'static str],
+    /// Written to its stdin (then closed); `None`: no stdin.
+    stdin: Option<&'static str>,
+    /// Each must occur in its stdout.
+    expect: &'static [&'static str],
+}
+
+/// Every offline example, with its answer. quickstart and plan_execute talk to the bundled
+/// mock server (the OPENAI_* variables are removed).
+const EXAMPLES: &[Example] = &[
+    Example {
+        name: "custom provider on modu-core alone",
+        args: &["-p", "modu-example-custom-provider"],
+        stdin: None,
+        expect: &["Your text has 5 words.\n"],
+    },
+    Example {
+        name: "quickstart (mock server)",
+        args: &["-p", "modu-examples", "--example", "quickstart"],
+        stdin: None,
+        expect: &[
+            "model: the bundled mock server at http://127.0.0.1:",
+            "tool call: add({\"a\":20,\"b\":22})\n",
+            "answer: Answer { result: 42, ",
+        ],
+    },
+    Example {
+        name: "plan_execute (mock server)",
+        args: &["-p", "modu-examples", "--example", "plan_execute"],
+        stdin: None,
+        expect: &[
+            "  tool: add({\"a\":12,\"b\":30})\n",
+            "  tool: multiply({\"a\":42,\"b\":2})\n",
+            "  tool: subtract({\"a\":84,\"b\":4})\n",
+            "verified 3 steps\n",
+            "answer: (12 + 30) * 2 - 4 = 80.\n",
+        ],
+    },
+    Example {
+        name: "approvals, approved on stdin",
+        args: &["-p", "modu-examples", "--example", "approvals"],
+        stdin: Some("y\n"),
+        expect: &[
+            "The agent wants to call delete_file({\"path\":\"build/cache.bin\"}). Approve? [y/n] ",
+            "answer: The cache file is gone.\n",
+        ],
+    },
+    Example {
+        name: "approvals, rejected on stdin",
+        args: &["-p", "modu-examples", "--example", "approvals"],
+        stdin: Some("n\n"),
+        expect: &["rejected\n", "answer: Understood, I left the file alone.\n"],
+    },
+    Example {
+        name: "handoff",
+        args: &["-p", "modu-examples", "--example", "handoff"],
+        stdin: None,
+        expect: &[
+            "handoff to billing requested: refund request\n",
+            "billing answered: Billing here: your refund of 30 EUR is approved.\n",
+        ],
+    },
+    Example {
+        name: "invoice_review (modu-skills)",
+        args: &["-p", "modu-skills", "--example", "invoice_review"],
+        stdin: None,
+        expect: &[
+            "loaded invoice-review 1.0.0 sha256:",
+            "[\"lookup_invoice\", \"lookup_vendor\", \"modu_skill_read\", \"modu_skill_search\"]\n",
+            "assistant calls [\"modu_skill_read\"]\n",
+            "output: INV-42 from ACME (active) totals 1,450 EUR: above 1,000 EUR, so it needs a second approval.\n",
+        ],
+    },
+    Example {
+        name: "span_tree (modu-otel)",
+        args: &["-p", "modu-otel", "--example", "span_tree"],
+        stdin: None,
+        expect: &[
+            "output: Some(\"Sunny; stocks unavailable.\")\n",
+            "  invoke_agent assistant [",
+            "    execute_tool stocks [",
+            "ERROR(execution: upstream_down)\n",
+            "  invoke_agent orchestrator [",
+            "      invoke_agent researcher [",
+            "metric gen_ai.client.token.usage ({token})\n",
+        ],
+    },
+];
+
+/// The expected pieces missing from an example's output.
+fn missing_output<'a>(stdout: &str, expect: &[&'a str]) -> Vec<&'a str> {
+    expect.iter().copied().filter(|e| !stdout.contains(e)).collect()
+}
+
+/// Runs every example in [`EXAMPLES`] and checks its output.
+fn examples() -> Result<()> {
+    for example in EXAMPLES {
+        let step = format!("example: {}", example.name);
+        let mut cmd = Command::new(cargo());
+        cmd.args(["run", "-q", "--locked"])
+            .args(example.args)
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_MODEL")
+            .env_remove("OPENAI_API_KEY");
+        let stdout = run_captured(&step, &mut cmd, example.stdin)?;
+        let missing = missing_output(&stdout, example.expect);
+        if !missing.is_empty() {
+            return Err(format!("{step}: the output lacks {missing:?}"));
+        }
+        println!("    output checked ({} expected pieces)", example.expect.len());
+    }
     Ok(())
+}
+
+/// Like [`run`], but feeds `stdin` and returns stdout (also echoed); stderr passes through.
+fn run_captured(step: &str, cmd: &mut Command, stdin: Option<&str>) -> Result<String> {
+    println!("\n==> {step}\n    {cmd:?}");
+    let started = Instant::now();
+    let mut child = cmd
+        .current_dir(root())
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if let Some(input) = stdin
+        && let Some(mut pipe) = child.stdin.take()
+    {
+        pipe.write_all(input.as_bytes())
+            .map_err(|e| format!("{step}: cannot write its stdin: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{step}: cannot wait for it: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in stdout.lines() {
+        println!("    | {line}");
+    }
+    println!("    ({step}: {:.1}s)", started.elapsed().as_secs_f64());
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("{step} failed ({})", out.status))
+    }
+}
+
+/// `(package, bench)` for every `[[bench]]` target of the crates under `crates/`.
+fn bench_targets() -> Result<Vec<(String, String)>> {
+    let dir = root().join("crates");
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let manifest = entry.path().join("Cargo.toml");
+        if let Ok(text) = std::fs::read_to_string(&manifest) {
+            out.extend(benches_in_manifest(&text));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The package name and the `[[bench]]` names of one Cargo.toml.
+fn benches_in_manifest(text: &str) -> Vec<(String, String)> {
+    let mut section = String::new();
+    let mut package = None;
+    let mut benches = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_owned();
+            continue;
+        }
+        let Some(value) = line
+            .strip_prefix("name")
+            .map(str::trim_start)
+            .and_then(|rest| rest.strip_prefix('='))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+        else {
+            continue;
+        };
+        match section.as_str() {
+            "[package]" => package = Some(value),
+            "[[bench]]" => benches.push(value),
+            _ => {}
+        }
+    }
+    let package = package.unwrap_or_default();
+    benches.into_iter().map(|b| (package.clone(), b)).collect()
+}
+
+/// Every bench target once, in its smoke mode (`-- --test`: criterion runs each benchmark once
+/// as a test; the custom harnesses honour the same flag), so their assertions execute. One
+/// cargo invocation: the bench profile is compiled once, with one feature set.
+fn bench_smoke(services: Option<&BTreeMap<String, String>>) -> Result<()> {
+    let targets = bench_targets()?;
+    if targets.is_empty() {
+        return Err("no [[bench]] targets found under crates/".into());
+    }
+    let mut packages: Vec<&str> = targets.iter().map(|(p, _)| p.as_str()).collect();
+    packages.dedup();
+    let mut names: Vec<&str> = targets.iter().map(|(_, b)| b.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut cmd = Command::new(cargo());
+    cmd.args(["bench", "--locked"]);
+    for p in &packages {
+        cmd.args(["-p", p]);
+    }
+    for b in &names {
+        cmd.args(["--bench", b]);
+    }
+    cmd.args(["--", "--test"]);
+    if let Some(env) = services {
+        cmd.envs(env);
+    }
+    let labels: Vec<String> = targets.iter().map(|(p, b)| format!("{p}/{b}")).collect();
+    run(&format!("bench smoke ({})", labels.join(", ")), &mut cmd)
+}
+
+/// `fuzz/smoke.sh` (each cargo-fuzz target for a short while, on nightly), when it exists.
+fn fuzz_smoke() -> Result<()> {
+    let script = root().join("fuzz/smoke.sh");
+    if !script.exists() {
+        println!("\n==> fuzz smoke: no fuzz/smoke.sh, skipped");
+        return Ok(());
+    }
+    run("fuzz smoke", Command::new("bash").arg(&script))
 }
 
 fn facade_feature_sets() -> Vec<Vec<String>> {
@@ -468,6 +751,7 @@ fn bench(args: &[String]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]
@@ -475,6 +759,70 @@ mod tests {
         let tree = "modu-core v0.1.0\ntokio v1.0.0\nreqwest v0.13.0\nopentelemetry_sdk v0.31.0\nredis-test v1\nredistribute v1\n";
         assert_eq!(banned_in_tree(tree), vec!["opentelemetry_sdk", "redis-test", "reqwest"]);
         assert!(banned_in_tree("modu-core v0.1.0\nserde v1\n").is_empty());
+    }
+
+    #[test]
+    fn missing_example_output_is_named() {
+        let out = "answer: 42\nusage: 3 requests\n";
+        assert!(missing_output(out, &["answer: 42\n", "usage: "]).is_empty());
+        assert_eq!(missing_output(out, &["answer: 41", "usage: "]), ["answer: 41"]);
+        // Every example expects something: a check that cannot fail is no check.
+        for e in EXAMPLES {
+            assert!(!e.expect.is_empty(), "{}", e.name);
+            assert!(e.expect.iter().all(|x| !x.trim().is_empty()), "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn every_offline_example_is_run_by_ci() {
+        let run: Vec<String> = EXAMPLES.iter().map(|e| e.args.join(" ")).collect();
+        let covered = |args: &str| run.iter().any(|r| r == args);
+        let dir = root().join("examples/examples");
+        let entries = std::fs::read_dir(&dir).expect("examples/examples");
+        for e in entries.flatten() {
+            let name = e.path().file_stem().unwrap_or_default().to_string_lossy().into_owned();
+            assert!(
+                covered(&format!("-p modu-examples --example {name}")),
+                "example {name} is not run (and checked) by `cargo xtask ci`"
+            );
+        }
+        for args in [
+            "-p modu-example-custom-provider",
+            "-p modu-skills --example invoice_review",
+            "-p modu-otel --example span_tree",
+        ] {
+            assert!(covered(args), "{args}");
+        }
+        // approvals runs twice: approved and rejected on stdin.
+        let approvals: Vec<_> = EXAMPLES.iter().filter(|e| e.args.contains(&"approvals")).collect();
+        assert_eq!(approvals.len(), 2);
+        assert!(approvals.iter().all(|e| e.stdin.is_some()));
+    }
+
+    #[test]
+    fn bench_targets_come_from_the_manifests() {
+        let manifest = "[package]\nname = \"modu-x\"\n\n[dependencies]\nname-dep = \"1\"\n\n[[bench]]\nname = \"fast\"\nharness = false\n\n[[bench]]\nname=\"slow\"\n\n[[example]]\nname = \"ex\"\n";
+        assert_eq!(
+            benches_in_manifest(manifest),
+            [
+                ("modu-x".to_owned(), "fast".to_owned()),
+                ("modu-x".to_owned(), "slow".to_owned())
+            ]
+        );
+        let targets = bench_targets().unwrap();
+        for known in [
+            ("modu-core", "run_loop"),
+            ("modu-mcp", "mcp"),
+            ("modu-otel", "overhead"),
+            ("modu-redis", "checkpoint"),
+            ("modu-skills", "skills"),
+            ("modu-sqlite", "checkpoint"),
+        ] {
+            assert!(
+                targets.iter().any(|(p, b)| p == known.0 && b == known.1),
+                "{known:?} not in {targets:?}"
+            );
+        }
     }
 
     #[test]

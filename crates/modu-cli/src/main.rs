@@ -1,7 +1,7 @@
 //! `modu`: the modu command line.
 //!
 //! Run an agent from a config file without writing Rust (`run`, `chat`, `sessions`, `resume`,
-//! `mcp tools`, `doctor`), and author Agent Skills (`skills`). [`build`] shows, in one place,
+//! `runs`, `mcp tools`, `doctor`), and author Agent Skills (`skills`). [`build`] shows, in one place,
 //! how the modu crates compose into an agent.
 //!
 //! Exit codes:
@@ -66,6 +66,9 @@ enum Command {
     Sessions(commands::sessions::SessionsCommand),
     /// Continue a failed or paused run from its checkpoint.
     Resume(commands::resume::ResumeArgs),
+    /// List, show or delete the checkpoints of unfinished runs; purge expired ones.
+    #[command(subcommand)]
+    Runs(commands::runs::RunsCommand),
     /// MCP servers: list their tools.
     #[command(subcommand)]
     Mcp(commands::mcp::McpCommand),
@@ -106,6 +109,7 @@ async fn dispatch(command: Command, config: Option<PathBuf>) -> commands::Comman
         Command::Chat(args) => commands::chat::run(args, config).await,
         Command::Sessions(cmd) => commands::sessions::run(cmd, config).await,
         Command::Resume(args) => commands::resume::run(args, config).await,
+        Command::Runs(cmd) => commands::runs::run(cmd, config).await,
         Command::Mcp(cmd) => commands::mcp::run(cmd, config).await,
         Command::Doctor => commands::doctor::run(config).await,
         Command::Skills(cmd) => commands::skills::run(cmd),

@@ -64,6 +64,72 @@ fn session_of(stderr: &str) -> String {
         .unwrap_or_else(|| panic!("no session line in {stderr:?}"))
 }
 
+/// Seconds since 1970 of an RFC 3339 UTC time as `modu` prints it (`2026-05-01T12:34:56Z`).
+fn parse_rfc3339(text: &str) -> u64 {
+    let b = text.as_bytes();
+    assert!(
+        text.len() == 20
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[10] == b'T'
+            && b[13] == b':'
+            && b[16] == b':'
+            && b[19] == b'Z',
+        "not RFC 3339 UTC: {text:?}"
+    );
+    let n = |range: std::ops::Range<usize>| text[range].parse::<u64>().unwrap();
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    // H. Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19)
+}
+
+/// Asserts that an RFC 3339 time printed by `modu` is within a few minutes of now.
+fn assert_recent(text: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let at = parse_rfc3339(text);
+    assert!(at <= now + 1 && now - at < 300, "{text} is not now ({now})");
+}
+
+/// The run id in `error: run RUN_ID is waiting for approval …`.
+fn paused_run_of(stderr: &str) -> String {
+    let line = stderr.lines().find(|l| l.starts_with("error: run ")).unwrap();
+    line.strip_prefix("error: run ")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// A run that fails on a model error (503) in session `session`, leaving a `failed`
+/// checkpoint; returns its run id.
+async fn failed_run(dir: &Path, mock: &MockOpenAiServer, session: &str, envs: &[(&str, &str)]) -> String {
+    mock.push(MockReply::Error {
+        status: 503,
+        body: json!({"error": {"message": "the model is loading"}}),
+        headers: Vec::new(),
+    });
+    let mut cmd = modu(dir, &mock.base_url());
+    cmd.env("MODU_LIMITS__RETRY_ATTEMPTS", "1");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let failed = output(cmd.args(["run", "--json", "--session", session, "Count to 3"])).await;
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
+    let result: Value = serde_json::from_slice(&failed.stdout).unwrap();
+    result["run_id"].as_str().unwrap().to_owned()
+}
+
 /// The messages of a recorded chat request as `role: content` strings.
 fn transcript(request: &Value) -> Vec<String> {
     request["messages"]
@@ -169,9 +235,19 @@ async fn a_two_turn_session_persists_in_sqlite_and_continues_with_session() {
     );
 
     // sessions list | show | delete
+    // One line per session: the id, a tab, when it was last used.
     let list = output(modu(dir.path(), &mock.base_url()).args(["sessions", "list"])).await;
     assert!(list.status.success());
-    assert_eq!(text(&list.stdout), format!("{session}\n"));
+    let listed = text(&list.stdout);
+    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
+    assert_eq!(id, session, "{listed:?}");
+    assert_recent(last_used);
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let list = output(modu(dir.path(), &mock.base_url()).args(["sessions", "list", "--json"])).await;
+    let sessions: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    assert_eq!(sessions[0]["session_id"], json!(session));
+    assert_eq!(sessions[0]["last_used"], json!(last_used));
     let show = output(modu(dir.path(), &mock.base_url()).args(["sessions", "show", &session])).await;
     assert_eq!(
         text(&show.stdout),
@@ -491,6 +567,8 @@ async fn help_documents_overrides_and_exit_codes() {
         &["sessions", "--help"][..],
         &["mcp", "tools", "--help"],
         &["resume", "--help"],
+        &["runs", "--help"],
+        &["runs", "show", "--help"],
     ] {
         let out = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(args)).await;
         assert!(out.status.success(), "{args:?}");
@@ -554,23 +632,40 @@ async fn a_run_paused_for_approval_is_answered_by_resume() {
     )
     .unwrap();
     // No answer on stdin: the run stays paused.
-    let paused = output(modu(dir.path(), &mock.base_url()).args(["run", "What is 2 + 3?"])).await;
+    let paused = output(modu(dir.path(), &mock.base_url()).args(["run", "--session", "p", "What is 2 + 3?"])).await;
     assert_eq!(paused.status.code(), Some(1));
     let stderr = text(&paused.stderr);
-    let line = stderr.lines().find(|l| l.starts_with("error: run ")).unwrap();
-    let run_id = line
-        .strip_prefix("error: run ")
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    assert_eq!(
-        line,
-        format!(
-            "error: run {run_id} is waiting for approval of everything__get-sum; answer with `modu resume {run_id}`"
-        )
+    let run_id = paused_run_of(&stderr);
+    assert!(
+        stderr.contains(&format!(
+            "error: run {run_id} is waiting for approval of everything__get-sum; answer with `modu resume {run_id}`\n"
+        )),
+        "{stderr}"
     );
+
+    // `runs list` shows the paused run; `runs show` names the call that waits.
+    let list = output(modu(dir.path(), &mock.base_url()).args(["runs", "list"])).await;
+    assert!(list.status.success(), "{}", text(&list.stderr));
+    let listed = text(&list.stdout);
+    let columns: Vec<&str> = listed.trim_end().split('\t').collect();
+    assert_eq!(columns[..4], [run_id.as_str(), "paused", "modu", "p"], "{listed:?}");
+    assert_recent(columns[4]);
+    let show = output(modu(dir.path(), &mock.base_url()).args(["runs", "show", &run_id])).await;
+    let shown = text(&show.stdout);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    assert!(shown.contains("status:   paused\n"), "{shown}");
+    assert!(
+        shown.contains("progress: turns 1, tool calls 1, messages 2\n"),
+        "{shown}"
+    );
+    assert!(shown.contains("pending approvals:\n  "), "{shown}");
+    assert!(shown.contains(" everything__get-sum({\"a\":2,\"b\":3})\n"), "{shown}");
+    let show = output(modu(dir.path(), &mock.base_url()).args(["runs", "show", "--json", &run_id])).await;
+    let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(shown["status"], "paused");
+    assert_eq!(shown["pending_approvals"][0]["tool_name"], "everything__get-sum");
+    assert_eq!(shown["pending_approvals"][0]["arguments"], json!({"a": 2, "b": 3}));
+    assert!(!shown["pending_approvals"][0]["call_id"].as_str().unwrap().is_empty());
 
     let resumed = with_stdin(modu(dir.path(), &mock.base_url()).args(["resume", &run_id]), "yes\n").await;
     assert_eq!(mock.requests().len(), 2, "the resumed run asked the model once more");
@@ -585,6 +680,103 @@ async fn a_run_paused_for_approval_is_answered_by_resume() {
     assert!(
         stdout.starts_with("The tool answered: ") && stdout.contains('5'),
         "{stdout}"
+    );
+    // The finished run left no checkpoint.
+    let list = output(modu(dir.path(), &mock.base_url()).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "", "{}", text(&list.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_show_and_delete_the_checkpoints_in_sqlite() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let empty = output(modu(dir.path(), &mock.base_url()).args(["runs", "list"])).await;
+    assert!(empty.status.success(), "{}", text(&empty.stderr));
+    assert_eq!(text(&empty.stdout), "");
+    assert_eq!(text(&empty.stderr), "no runs in sqlite .modu/modu.db\n");
+
+    let first = failed_run(dir.path(), &mock, "s1", &[]).await;
+    let second = failed_run(dir.path(), &mock, "s2", &[]).await;
+    let mut ids = [first.clone(), second.clone()];
+    ids.sort();
+
+    // One line per run, ascending by run id: id, status, agent, session, updated at.
+    let list = output(modu(dir.path(), &mock.base_url()).args(["runs", "list"])).await;
+    assert!(list.status.success(), "{}", text(&list.stderr));
+    let listed = text(&list.stdout);
+    let rows: Vec<Vec<&str>> = listed.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 2, "{listed:?}");
+    for (row, id) in rows.iter().zip(&ids) {
+        let session = if *id == first { "s1" } else { "s2" };
+        assert_eq!(row[..4], [id.as_str(), "failed", "modu", session], "{listed:?}");
+        assert_recent(row[4]);
+    }
+    let list = output(modu(dir.path(), &mock.base_url()).args(["runs", "list", "--json"])).await;
+    let runs: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
+    assert_eq!(runs[0]["run_id"], json!(ids[0]));
+    assert_eq!(runs[0]["status"], "failed");
+    assert_eq!(runs[0]["agent"], "modu");
+    assert_eq!(runs[0]["updated_at"], json!(rows[0][4]));
+
+    let show = output(modu(dir.path(), &mock.base_url()).args(["runs", "show", &first])).await;
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    let shown = text(&show.stdout);
+    assert!(
+        shown.starts_with(&format!(
+            "run:      {first}\nstatus:   failed\nagent:    modu\nsession:  s1\nupdated:  "
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("pending approvals: none\n"), "{shown}");
+    let show = output(modu(dir.path(), &mock.base_url()).args(["runs", "show", "--json", &first])).await;
+    let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["session_id"], "s1");
+    assert_eq!(shown["pending_approvals"], json!([]));
+    assert_eq!(shown["messages"], json!(1), "the user message: {shown}");
+
+    let delete = output(modu(dir.path(), &mock.base_url()).args(["runs", "delete", &first])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    assert_eq!(text(&delete.stderr), format!("deleted run {first}\n"));
+    let list = output(modu(dir.path(), &mock.base_url()).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout).lines().count(), 1);
+    assert!(text(&list.stdout).starts_with(&format!("{second}\t")));
+    // The deleted run is gone: show, delete and resume all say so.
+    let missing = format!(
+        "error: no checkpoint for run {first} in sqlite .modu/modu.db (it finished, expired, or never ran here)\n"
+    );
+    for args in [["runs", "show", first.as_str()], ["runs", "delete", first.as_str()]] {
+        let out = output(modu(dir.path(), &mock.base_url()).args(args)).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stderr), missing, "{args:?}");
+    }
+    let resume = output(modu(dir.path(), &mock.base_url()).args(["resume", &first])).await;
+    assert_eq!(resume.status.code(), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_purge_removes_expired_checkpoints() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = [("MODU_STORE__TTL_SECONDS", "1")];
+    failed_run(dir.path(), &mock, "s", &ttl).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(ttl).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout).lines().count(), 1, "{}", text(&list.stderr));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Expired: not listed, and purge removes it.
+    let list = output(modu(dir.path(), &mock.base_url()).envs(ttl).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "");
+    let purge = output(modu(dir.path(), &mock.base_url()).envs(ttl).args(["runs", "purge"])).await;
+    assert!(purge.status.success(), "{}", text(&purge.stderr));
+    assert_eq!(
+        text(&purge.stderr),
+        "purged 1 expired checkpoint(s) from sqlite .modu/modu.db\n"
+    );
+    let again = output(modu(dir.path(), &mock.base_url()).envs(ttl).args(["runs", "purge"])).await;
+    assert_eq!(
+        text(&again.stderr),
+        "purged 0 expired checkpoint(s) from sqlite .modu/modu.db\n"
     );
 }
 
@@ -704,12 +896,40 @@ async fn sessions_can_live_in_redis() {
     let mut cmd = modu(dir.path(), &mock.base_url());
     redis(&mut cmd);
     let list = output(cmd.args(["sessions", "list"])).await;
-    assert_eq!(text(&list.stdout), "r1\n");
+    let listed = text(&list.stdout);
+    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
+    assert_eq!(id, "r1", "{listed:?}");
+    assert_recent(last_used);
     assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
     let mut cmd = modu(dir.path(), &mock.base_url());
     redis(&mut cmd);
     let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
     assert!(delete.status.success(), "{}", text(&delete.stderr));
+
+    // Checkpoints live there too: a failed run is listed, then deleted.
+    let envs = [
+        ("MODU_STORE__KIND", "redis"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__PREFIX", prefix.as_str()),
+    ];
+    let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    let listed = text(&list.stdout);
+    assert!(
+        listed.starts_with(&format!("{run_id}\tfailed\tmodu\tr2\t")),
+        "{listed:?} {}",
+        text(&list.stderr)
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let delete = output(
+        modu(dir.path(), &mock.base_url())
+            .envs(envs)
+            .args(["runs", "delete", &run_id]),
+    )
+    .await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! Sink isolation: a panicking, an erroring and a 5-second sink behind a `CompositeEventSink`
-//! neither stop nor slow a run; every failure is counted.
+//! neither stop nor slow a run; every failure is counted. Attached directly, the slow sink does
+//! slow the run (the baseline).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -30,15 +31,29 @@ impl EventSink for Erroring {
     }
 }
 
-#[derive(Default)]
+/// Sleeps on every event (5 s unless built with [`Sleeping::new`]) and counts the calls.
 struct Sleeping {
     calls: AtomicUsize,
+    delay: Duration,
+}
+impl Default for Sleeping {
+    fn default() -> Self {
+        Sleeping::new(Duration::from_secs(5))
+    }
+}
+impl Sleeping {
+    fn new(delay: Duration) -> Self {
+        Sleeping {
+            calls: AtomicUsize::new(0),
+            delay,
+        }
+    }
 }
 #[async_trait]
 impl EventSink for Sleeping {
     async fn publish(&self, _event: &AgentEvent) -> Result<(), SinkError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(self.delay).await;
         Ok(())
     }
 }
@@ -145,14 +160,56 @@ async fn a_hung_sink_is_abandoned_after_the_publish_timeout() {
     assert_eq!(slow.calls.load(Ordering::SeqCst), 3);
 }
 
+/// Like [`agent`], but one tool call per model turn, so no two events are published
+/// concurrently (parallel tool calls emit their events from concurrent futures).
+fn sequential_agent(sink: Arc<dyn EventSink>) -> Agent {
+    let echo = FunctionTool::<()>::new(
+        ToolSpec::new("echo", "echo", json!({"type": "object"})),
+        |_c, a| async move { Ok(a) },
+    );
+    let model = ScriptedModel::new()
+        .tool_call("echo", json!({"x": 1}))
+        .tool_call("echo", json!({"x": 2}))
+        .text_deltas(["a", "b", "c", "d"]);
+    Agent::builder(model).tool(echo).event_sink(sink).build().unwrap()
+}
+
 #[tokio::test]
 async fn without_the_composite_a_slow_sink_slows_the_run() {
-    // The baseline the composite fixes: the run loop awaits sinks inline.
-    let agent = agent(Arc::new(CompositeEventSink::isolate(
-        "slow",
-        Arc::new(Sleeping::default()),
-    )));
+    // Functional bounds, not a benchmark: the margins are wide on purpose.
+    const DELAY: Duration = Duration::from_millis(150);
+
+    // The baseline: attached directly, the run loop awaits the sink inline, so every event
+    // costs the run the sink's whole delay.
+    let direct = Arc::new(Sleeping::new(DELAY));
+    let agent_direct = sequential_agent(direct.clone());
     let t = Instant::now();
-    assert!(agent.run("go").await.is_ok());
-    assert!(t.elapsed() < Duration::from_secs(1), "isolated: {:?}", t.elapsed());
+    assert!(agent_direct.run("go").await.is_ok());
+    let direct_elapsed = t.elapsed();
+    let events = direct.calls.load(Ordering::SeqCst) as u32;
+    assert!(events >= 12, "the sink saw {events} events");
+    assert!(
+        direct_elapsed >= DELAY * events,
+        "direct: {direct_elapsed:?} for {events} events of {DELAY:?}"
+    );
+
+    // The same sink behind the composite: the run does not wait for it. Its whole budget is
+    // half of what the inline sink cost (the run itself takes milliseconds).
+    let isolated = Arc::new(Sleeping::new(DELAY));
+    let sink = CompositeEventSink::isolate("slow", isolated.clone());
+    let agent_isolated = sequential_agent(Arc::new(sink.clone()));
+    let t = Instant::now();
+    assert!(agent_isolated.run("go").await.is_ok());
+    let isolated_elapsed = t.elapsed();
+    assert!(
+        isolated_elapsed < DELAY * events / 2,
+        "isolated: {isolated_elapsed:?}, direct: {direct_elapsed:?} for {events} events"
+    );
+    // The slow sink really ran (it is isolated, not skipped).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while isolated.calls.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(isolated.calls.load(Ordering::SeqCst) >= 1);
+    let _ = sink.shutdown(Duration::from_millis(100)).await;
 }

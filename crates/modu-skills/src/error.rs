@@ -41,6 +41,9 @@ pub enum ValidationRule {
     AllowedToolsSyntax,
     /// A file in the skill folder is a symbolic link, or neither a file nor a folder.
     NotRegularFile,
+    /// A regular file in the skill folder has more than one hard link: its content is shared
+    /// with a path that may lie outside the skill, so it is refused like a symbolic link.
+    HardLink,
     /// A file is larger than the source allows.
     FileTooLarge,
     /// Two catalogs hold a skill of the same name.
@@ -68,6 +71,7 @@ impl ValidationRule {
             ValidationRule::UnknownStage => "unknown_stage",
             ValidationRule::AllowedToolsSyntax => "allowed_tools_syntax",
             ValidationRule::NotRegularFile => "not_regular_file",
+            ValidationRule::HardLink => "hard_link",
             ValidationRule::FileTooLarge => "file_too_large",
             ValidationRule::DuplicateSkill => "duplicate_skill",
         }
@@ -92,8 +96,12 @@ pub enum PathRefusal {
     Absolute,
     /// A component of the path is a symbolic link (found when opening with `O_NOFOLLOW`).
     Symlink,
-    /// The path names something other than a regular file (a folder, a FIFO, a device).
+    /// The path names something other than a regular file (a folder, a FIFO, a socket, a
+    /// device).
     NotRegularFile,
+    /// The file has more than one hard link (`st_nlink > 1`, checked on the opened file), so
+    /// its content may be shared with a path outside the skill folder.
+    HardLink,
     /// The path is outside `references/` and `assets/` (resource tools only).
     OutsideResources,
     /// The file is binary, or not UTF-8 text (resource tools only).
@@ -111,6 +119,7 @@ impl PathRefusal {
             PathRefusal::Absolute => "absolute",
             PathRefusal::Symlink => "symlink",
             PathRefusal::NotRegularFile => "not_regular_file",
+            PathRefusal::HardLink => "hard_link",
             PathRefusal::OutsideResources => "outside_resources",
             PathRefusal::Binary => "binary",
             PathRefusal::Changed => "changed",

@@ -7,6 +7,9 @@
 //! components) for every source; [`FilesystemSkillSource`] also opens each component with
 //! `openat` and `O_NOFOLLOW`, so a symbolic link anywhere in the path — including one swapped in
 //! after the catalog was validated — is refused by the kernel, not by a check that can race.
+//! It also refuses every regular file with more than one hard link (`st_nlink > 1`), when
+//! listing and on every read (checked with `fstat` on the opened file), since a hard link
+//! shares its content with a path that may lie outside the skill folder.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,7 +22,9 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// A catalog of skill folders.
 ///
 /// Implementations must confine every read to the named skill's folder: call
-/// [`check_relative_path`] first, and never follow symbolic links.
+/// [`check_relative_path`] first, never follow symbolic links, and never read a file whose
+/// content is shared with a path outside the folder (on disk: a regular file with more than
+/// one hard link).
 pub trait SkillSource: Send + Sync + fmt::Debug {
     /// The catalog's name (a filesystem catalog's folder name), recorded in lockfiles.
     fn catalog(&self) -> &str;
@@ -31,7 +36,8 @@ pub trait SkillSource: Send + Sync + fmt::Debug {
     fn skill_names(&self) -> Result<Vec<String>, SkillError>;
 
     /// Every file of a skill, as `/`-separated paths relative to its folder, sorted by bytes.
-    /// A symbolic link or special file in the folder is an error.
+    /// A symbolic link, a special file or a file with more than one hard link in the folder is
+    /// an error.
     fn list_files(&self, skill: &str) -> Result<Vec<String>, SkillError>;
 
     /// A file's bytes.
@@ -211,7 +217,15 @@ mod fs_source {
     /// are refused before any system call, and a symbolic link anywhere — the file, a folder in
     /// the middle of the path, or the skill folder itself, even one swapped in after the catalog
     /// was validated — makes the open fail, which is reported as
-    /// [`PathRefusal::Symlink`]. Only regular files are read (never FIFOs or devices).
+    /// [`PathRefusal::Symlink`]. Only regular files are read (never FIFOs, sockets or
+    /// devices).
+    ///
+    /// **Hard links.** A hard link is not a link the kernel can refuse to follow: it is the file
+    /// itself, under a second name that may lie outside the skill folder (`ln ~/secret.txt
+    /// skills/x/references/notes.md`), and nothing in the path shows it. So a regular file with more than one link (`st_nlink > 1`) is refused: when the
+    /// skill is listed ([`ValidationRule::HardLink`]) and on every read, where the count comes
+    /// from `fstat` on the already-opened file, so the file checked is the file read
+    /// ([`PathRefusal::HardLink`]). Copy such a file into the skill instead of linking it.
     ///
     /// The catalog folder itself is opened normally (it is the operator's choice). Only on
     /// unix; elsewhere [`FilesystemSkillSource::new`] returns
@@ -332,6 +346,13 @@ mod fs_source {
                         )
                     }
                 }
+                // open(2) on a unix socket (and on a device without a driver) fails with ENXIO.
+                Errno::NXIO => SkillError::refused(
+                    skill,
+                    shown,
+                    PathRefusal::NotRegularFile,
+                    format!("{name:?} is not a {}", if want_dir { "folder" } else { "regular file" }),
+                ),
                 Errno::NOENT => SkillError::NotFound {
                     path: self.label(skill, path),
                 },
@@ -398,6 +419,18 @@ mod fs_source {
                 check_relative_path(skill, &rel)?;
                 let st = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(io)?;
                 match FileType::from_raw_mode(st.st_mode) {
+                    FileType::RegularFile if st.st_nlink > 1 => {
+                        return Err(SkillError::validation(
+                            self.label(skill, &rel),
+                            None,
+                            ValidationRule::HardLink,
+                            format!(
+                                "has {} hard links; a skill file may have only one, since another \
+                                 name can lie outside the skill (copy the file instead of linking it)",
+                                st.st_nlink
+                            ),
+                        ));
+                    }
                     FileType::RegularFile => out.push(rel),
                     FileType::Directory => {
                         let sub = self.open_dir(dir, &name, skill, &rel)?;
@@ -503,6 +536,19 @@ mod fs_source {
                     path,
                     PathRefusal::NotRegularFile,
                     "only regular files are read",
+                ));
+            }
+            // Checked on the opened file: the inode whose links are counted is the one read.
+            if st.st_nlink > 1 {
+                return Err(SkillError::refused(
+                    skill,
+                    path,
+                    PathRefusal::HardLink,
+                    format!(
+                        "the file has {} hard links; a skill file may have only one, since another \
+                         name can lie outside the skill",
+                        st.st_nlink
+                    ),
                 ));
             }
             if st.st_size as u64 > self.max_file_bytes {

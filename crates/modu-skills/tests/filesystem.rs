@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{FileTypeExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -179,6 +179,102 @@ fn special_files_are_refused() {
     // A file where a folder is expected.
     let e = source.read("invoice-review", "SKILL.md/x").unwrap_err();
     assert_eq!(refusal(&e), PathRefusal::NotRegularFile);
+}
+
+/// Runs `f` on another thread and fails if it takes longer than 10 s (a FIFO read that blocks
+/// for a writer would hang forever).
+fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the call hung (a FIFO opened for reading waits for a writer)")
+}
+
+#[test]
+fn a_fifo_in_a_skill_is_refused_without_hanging() {
+    let (_d, root) = catalog();
+    let fifo = root.join("invoice-review/references/pipe.md");
+    let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success(), "mkfifo failed");
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    // Reading the FIFO directly: refused (opened non-blocking, then fstat shows a FIFO).
+    let reader = source.clone();
+    let e = within_10s(move || reader.read("invoice-review", "references/pipe.md")).unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::NotRegularFile, "{e:?}");
+    // Listing and loading: the folder is refused, naming the FIFO.
+    let e = source.list_files("invoice-review").unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotRegularFile), "{e:?}");
+    assert!(e.to_string().contains("references/pipe.md"), "{e}");
+    let loading = root.clone();
+    let e = within_10s(move || SkillRegistry::from_paths([&loading])).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotRegularFile), "{e:?}");
+}
+
+#[test]
+fn a_socket_in_a_skill_is_refused() {
+    let (_d, root) = catalog();
+    let path = root.join("invoice-review/assets/control.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    assert!(fs::symlink_metadata(&path).unwrap().file_type().is_socket());
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    let e = source.read("invoice-review", "assets/control.sock").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::NotRegularFile, "{e:?}");
+    let e = source.list_files("invoice-review").unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotRegularFile), "{e:?}");
+    assert!(e.to_string().contains("assets/control.sock"), "{e}");
+    let e = SkillRegistry::from_paths([&root]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotRegularFile), "{e:?}");
+}
+
+#[test]
+fn a_hard_link_from_outside_is_refused_at_load() {
+    let (dir, root) = catalog();
+    let secret = dir.path().join("secret.txt");
+    fs::write(&secret, "top secret\n").unwrap();
+    fs::hard_link(&secret, root.join("invoice-review/references/notes.md")).unwrap();
+    let source = FilesystemSkillSource::new(&root).unwrap();
+    // Listing refuses the folder, naming the file and the rule.
+    let e = source.list_files("invoice-review").unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::HardLink), "{e:?}");
+    assert!(e.to_string().contains("references/notes.md"), "{e}");
+    // Reading it through the source is refused too; the secret's bytes never come back.
+    let e = source.read("invoice-review", "references/notes.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::HardLink, "{e:?}");
+    assert!(!e.to_string().contains("top secret"), "{e}");
+    // Loading fails; the other skill alone still loads once the link is gone.
+    let e = SkillRegistry::from_paths([&root]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::HardLink), "{e:?}");
+    fs::remove_file(root.join("invoice-review/references/notes.md")).unwrap();
+    assert_eq!(SkillRegistry::from_paths([&root]).unwrap().len(), 2);
+}
+
+#[test]
+fn a_hard_link_made_after_load_is_refused_at_read() {
+    let (dir, root) = catalog();
+    let registry = SkillRegistry::from_paths([&root]).unwrap();
+    let skill = registry.get("invoice-review").unwrap();
+    let policy = root.join("invoice-review/references/policy.md");
+    assert!(skill.read_resource("references/policy.md").unwrap().contains("1000"));
+    // Swap the validated file for a hard link to an outside file with the very same bytes, so
+    // the digest check alone would pass.
+    let outside = dir.path().join("outside-policy.md");
+    fs::write(&outside, fs::read(&policy).unwrap()).unwrap();
+    fs::remove_file(&policy).unwrap();
+    fs::hard_link(&outside, &policy).unwrap();
+    let e = skill.read_resource("references/policy.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::HardLink, "{e:?}");
+    // A second name made outside for a file that stays in place counts the same.
+    let other = root.join("invoice-review/assets/report-template.md");
+    assert!(skill.read_resource("assets/report-template.md").is_ok());
+    fs::hard_link(&other, dir.path().join("copy-outside.md")).unwrap();
+    let e = skill.read_resource("assets/report-template.md").unwrap_err();
+    assert_eq!(refusal(&e), PathRefusal::HardLink, "{e:?}");
+    // Once the outside name is gone, the file is readable again.
+    fs::remove_file(dir.path().join("copy-outside.md")).unwrap();
+    assert_eq!(skill.read_resource("assets/report-template.md").unwrap(), "# Report\n");
 }
 
 #[test]

@@ -577,4 +577,55 @@ async fn allowed_tools_admit_external_tools_through_a_meta_tool_by_identity() {
     assert_eq!(*ran.lock().unwrap(), ["lookup_vendor"]);
     let results = tool_results(&result.messages);
     assert!(results[1].contains("tool_not_allowed"), "{}", results[1]);
+
+/// `modu_skill_read` on disk: a file that gets a second name (a hard link) after loading is
+/// refused with a typed tool error, even when its bytes still match the loaded digest.
+#[cfg(unix)]
+#[tokio::test]
+async fn modu_skill_read_refuses_a_hard_linked_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("skills");
+    let skill = root.join("invoice-review");
+    std::fs::create_dir_all(skill.join("references")).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        format!("---\nname: invoice-review\ndescription: Reviews invoices.\n---\n{INVOICE_BODY}\n"),
+    )
+    .unwrap();
+    let policy = skill.join("references/policy.md");
+    std::fs::write(&policy, "Invoices above 1000 EUR need a second approval.\n").unwrap();
+    let provider = SkillsProvider::new(SkillRegistry::from_paths([&root]).unwrap());
+    // After loading, the file is replaced by a hard link to an outside file with the same bytes.
+    let outside = dir.path().join("outside.md");
+    std::fs::copy(&policy, &outside).unwrap();
+    std::fs::remove_file(&policy).unwrap();
+    std::fs::hard_link(&outside, &policy).unwrap();
+    let model = ScriptedModel::new()
+        .tool_calls([(
+            READ_TOOL,
+            json!({"skill": "invoice-review", "path": "references/policy.md"}),
+        )])
+        .text("done");
+    let agent = provider.install(Agent::builder(model.clone())).build().unwrap();
+    let result = agent.run(request("Review", json!(["invoice-review"]))).await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    let r = tool_results(&result.messages);
+    assert_eq!(r.len(), 1);
+    assert!(
+        r[0].contains("path_refused_hard_link") && !r[0].contains("second approval"),
+        "{}",
+        r[0]
+    );
+    // With the outside name removed, the same call reads the file.
+    std::fs::remove_file(&outside).unwrap();
+    let model = ScriptedModel::new()
+        .tool_calls([(
+            READ_TOOL,
+            json!({"skill": "invoice-review", "path": "references/policy.md"}),
+        )])
+        .text("done");
+    let agent = provider.install(Agent::builder(model)).build().unwrap();
+    let result = agent.run(request("Review", json!(["invoice-review"]))).await;
+    let r = tool_results(&result.messages);
+    assert!(r[0].contains("second approval"), "{}", r[0]);
 }

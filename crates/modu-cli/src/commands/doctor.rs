@@ -55,7 +55,7 @@ pub async fn run(config: Option<&Path>) -> CommandResult {
 
     match build::stores(&config.store).await {
         Ok(stores) => match stores.conversations.list_sessions().await {
-            Ok(ids) => ok(&format!("store: {} ({} sessions)", stores.description, ids.len())),
+            Ok(sessions) => ok(&format!("store: {} ({} sessions)", stores.description, sessions.len())),
             Err(e) => {
                 broken += 1;
                 bad(&format!("store: {}: {e}", stores.description));

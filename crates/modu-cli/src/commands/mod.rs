@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod mcp;
 pub mod resume;
 pub mod run;
+pub mod runs;
 pub mod sessions;
 pub mod skills;
 

@@ -7,12 +7,17 @@ use modu_core::{Message, Role};
 
 use super::{CommandResult, Failure, load_config};
 use crate::build;
+use crate::ui::rfc3339;
 
 /// `modu sessions …`.
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
-    /// List the stored sessions, one id per line.
-    List,
+    /// List the stored sessions, one per line: the id and when it was last used (RFC 3339, UTC).
+    List {
+        /// Print the sessions as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a session's messages.
     Show {
         /// The session id.
@@ -35,13 +40,22 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
     let store = &stores.conversations;
     let failed = |e: modu_core::StoreError| Failure::Invalid(format!("{}: {e}", stores.description));
     match cmd {
-        SessionsCommand::List => {
-            let ids = store.list_sessions().await.map_err(failed)?;
-            if ids.is_empty() {
+        SessionsCommand::List { json } => {
+            let sessions = store.list_sessions().await.map_err(failed)?;
+            if json {
+                let items: Vec<serde_json::Value> = sessions
+                    .iter()
+                    .map(|s| serde_json::json!({"session_id": s.session_id, "last_used": rfc3339(s.last_used)}))
+                    .collect();
+                let text = serde_json::to_string_pretty(&items).map_err(|e| Failure::Invalid(e.to_string()))?;
+                println!("{text}");
+                return Ok(());
+            }
+            if sessions.is_empty() {
                 eprintln!("no sessions in {}", stores.description);
             }
-            for id in ids {
-                println!("{id}");
+            for s in sessions {
+                println!("{}\t{}", s.session_id, rfc3339(s.last_used));
             }
             Ok(())
         }
