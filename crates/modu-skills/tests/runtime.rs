@@ -577,6 +577,7 @@ async fn allowed_tools_admit_external_tools_through_a_meta_tool_by_identity() {
     assert_eq!(*ran.lock().unwrap(), ["lookup_vendor"]);
     let results = tool_results(&result.messages);
     assert!(results[1].contains("tool_not_allowed"), "{}", results[1]);
+}
 
 /// `modu_skill_read` on disk: a file that gets a second name (a hard link) after loading is
 /// refused with a typed tool error, even when its bytes still match the loaded digest.
