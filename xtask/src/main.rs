@@ -407,26 +407,28 @@ fn benches_in_manifest(text: &str) -> Vec<(String, String)> {
 
 /// Every bench target once, in its smoke mode (`-- --test`: criterion runs each benchmark once
 /// as a test; the custom harnesses honour the same flag), so their assertions execute. One
-/// cargo invocation: the bench profile is compiled once, with one feature set.
+/// cargo invocation over the workspace.
 fn bench_smoke(services: Option<&BTreeMap<String, String>>) -> Result<()> {
     let targets = bench_targets()?;
     if targets.is_empty() {
         return Err("no [[bench]] targets found under crates/".into());
     }
-    let mut packages: Vec<&str> = targets.iter().map(|(p, _)| p.as_str()).collect();
-    packages.dedup();
-    let mut names: Vec<&str> = targets.iter().map(|(_, b)| b.as_str()).collect();
-    names.sort_unstable();
-    names.dedup();
+    // The dev profile and the test build's feature set: the smoke checks the benches'
+    // assertions, not their speed, so it reuses what `cargo test` compiled instead of building
+    // the whole workspace again in the bench profile (20 minutes cold on 2 cores).
     let mut cmd = Command::new(cargo());
-    cmd.args(["bench", "--locked"]);
-    for p in &packages {
-        cmd.args(["-p", p]);
-    }
-    for b in &names {
-        cmd.args(["--bench", b]);
-    }
-    cmd.args(["--", "--test"]);
+    cmd.args([
+        "bench",
+        "--locked",
+        "--profile",
+        "dev",
+        "--workspace",
+        "--all-features",
+        "--bench",
+        "*",
+        "--",
+        "--test",
+    ]);
     if let Some(env) = services {
         cmd.envs(env);
     }
