@@ -87,21 +87,24 @@ pub struct Show {
 
 /// The tool's name, or the external tool's for MCP calls.
 fn shown_name(tool: &str, arguments: &Value) -> String {
-    if tool == modu_mcp::CALL_TOOL_NAME
-        && let Some(name) = arguments.get("tool_name").and_then(Value::as_str)
-    {
+    if let Some(name) = meta_call_target(tool, arguments) {
         return name.to_owned();
     }
     tool.to_owned()
+}
+
+/// The external tool of an MCP meta-tool call: events name it (`Tool::identity`) and carry the
+/// meta tool's arguments `{tool_name, arguments}`; older callers pass `mcp_call_tool` itself.
+fn meta_call_target<'a>(tool: &str, arguments: &'a Value) -> Option<&'a str> {
+    let name = arguments.get("tool_name").and_then(Value::as_str)?;
+    (tool == modu_mcp::CALL_TOOL_NAME || tool == name).then_some(name)
 }
 
 /// `tool(args)`, naming the external tool for MCP calls, with secret keys of the arguments
 /// masked (approval prompts show them whole: the person deciding needs them).
 pub fn describe_call(tool: &str, arguments: &Value) -> String {
     let masker = modu_core::sinks::SecretMasker::default();
-    if tool == modu_mcp::CALL_TOOL_NAME
-        && let Some(name) = arguments.get("tool_name").and_then(Value::as_str)
-    {
+    if let Some(name) = meta_call_target(tool, arguments) {
         let args = masker.mask_value(&arguments.get("arguments").cloned().unwrap_or(Value::Null));
         return format!("{name}({args})");
     }
