@@ -30,7 +30,7 @@ use crate::registry::{McpToolDescriptor, McpToolRegistry};
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
 
 /// The most a tool's error text may take in the message the model sees.
-const MAX_ERROR_TEXT: usize = 4000;
+pub(crate) const MAX_ERROR_TEXT: usize = 4000;
 
 /// The client side of every connection: announces itself as `modu-mcp`.
 #[derive(Clone, Copy, Debug, Default)]

@@ -445,7 +445,7 @@ impl<S> NdjsonState<S> {
 
 /// Reads NDJSON lines until the `done: true` line. A body that ends before it is a
 /// [`ModelError::Transport`]; a line that is not JSON an [`ModelError::InvalidResponse`].
-fn ndjson_stream<S>(
+pub(crate) fn ndjson_stream<S>(
     bytes: Pin<Box<S>>,
     model: String,
     timeout: Option<Duration>,
