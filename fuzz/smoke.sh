@@ -60,7 +60,7 @@ for t in $targets; do
     echo "fuzz smoke: $t for ${seconds}s"
     set +e
     cargo "+$toolchain" fuzz run "${build_flags[@]}" "$t" "$work/corpus/$t" "$here/corpus/$t" -- \
-        -max_total_time="$seconds" -rss_limit_mb=256 -timeout=10 -jobs=1 \
+        -max_total_time="$seconds" -rss_limit_mb=256 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$work/artifacts/$t/" "${dict[@]}" >"$log" 2>&1
     rc=$?
     set -e

@@ -256,7 +256,7 @@ fn spellings(digits: &str, exp: i32) -> Vec<String> {
         out.push(format!("{sign}{}.{}e{}", &digits[..1], &digits[1..], exp + n as i32));
     }
     // Plain positional spelling (with a point) when the exponent is small.
-    if exp >= 0 && exp < 6 {
+    if (0..6).contains(&exp) {
         out.push(format!("{sign}{digits}{}.0", "0".repeat(exp as usize)));
     } else if exp < 0 && (-exp as usize) < 12 {
         let k = (-exp) as usize;
@@ -336,13 +336,14 @@ fn split_number(text: &str) -> (String, i32) {
 
 /// Whether `k` is exactly a double (so `k.0` and `ke0` denote the value `k` itself).
 fn exact_f64_i64(k: i64) -> bool {
+    // 2^63 as a double: `as` saturates at i64::MAX, so compare against the bound first.
     let f = k as f64;
-    f >= -9.223_372_036_854_775_808e18 && f < 9.223_372_036_854_775_808e18 && f as i64 == k
+    f < 2f64.powi(63) && f as i64 == k
 }
 
 fn exact_f64_u64(k: u64) -> bool {
     let f = k as f64;
-    f < 1.844_674_407_370_955_2e19 && f as u64 == k
+    f < 2f64.powi(64) && f as u64 == k
 }
 
 proptest! {
