@@ -31,7 +31,7 @@ use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelect
 use crate::stdio::{DecodeFailures, StdioTransport};
 
 /// The most a tool's error text may take in the message the model sees.
-const MAX_ERROR_TEXT: usize = 4000;
+pub(crate) const MAX_ERROR_TEXT: usize = 4000;
 
 /// The client side of every connection: announces itself as `modu-mcp`.
 #[derive(Clone, Copy, Debug, Default)]

@@ -5,6 +5,9 @@ mod auth;
 mod client;
 pub mod config;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod provider;
 pub mod registry;
 pub mod resolver;

@@ -467,9 +467,12 @@ enum Step {
 }
 
 impl<S> NdjsonState<S> {
-    /// Parses every complete line in the buffer.
+    /// Parses every complete line in the buffer, up to the `done: true` line (what follows it is
+    /// ignored, as when it arrives in a later chunk).
     fn drain_lines(&mut self) -> Option<ModelError> {
-        while let Some(pos) = self.buffer.iter().position(|b| *b == b'\n') {
+        while !self.lines.done
+            && let Some(pos) = self.buffer.iter().position(|b| *b == b'\n')
+        {
             let line: Vec<u8> = self.buffer.drain(..=pos).collect();
             if let Some(e) = self.parse_line(&line) {
                 return Some(e);
@@ -506,7 +509,7 @@ impl<S> NdjsonState<S> {
 
 /// Reads NDJSON lines until the `done: true` line. A body that ends before it is a
 /// [`ModelError::Transport`]; a line that is not JSON an [`ModelError::InvalidResponse`].
-fn ndjson_stream<S>(
+pub(crate) fn ndjson_stream<S>(
     bytes: Pin<Box<S>>,
     model: String,
     timeout: Option<Duration>,

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 mod client;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod wire;
 
 pub use client::{DEFAULT_BASE_URL, OllamaClient, OllamaClientBuilder, OllamaModel, OllamaModelDetails};

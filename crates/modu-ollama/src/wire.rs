@@ -203,7 +203,7 @@ pub(crate) fn line_events(line: WireLine, st: &mut LineState, out: &mut Vec<Chat
         }
         for call in message.tool_calls.into_iter().flatten() {
             let index = call.function.index.unwrap_or(st.next_index);
-            st.next_index = st.next_index.max(index + 1);
+            st.next_index = st.next_index.max(index.saturating_add(1));
             let arguments = match call.function.arguments {
                 None | Some(Value::Null) => "{}".to_owned(),
                 Some(Value::String(s)) => s,

@@ -478,7 +478,7 @@ struct SseState<S> {
 /// - A body that ends without `[DONE]` is accepted when a `finish_reason` was seen (the answer
 ///   is complete; only the terminator is missing) and is a [`ModelError::Transport`] otherwise
 ///   (the answer was cut).
-fn sse_stream<S>(
+pub(crate) fn sse_stream<S>(
     events: Pin<Box<S>>,
     model: String,
     timeout: Option<Duration>,

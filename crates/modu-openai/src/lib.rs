@@ -4,6 +4,9 @@
 
 mod client;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod tokens;
 mod wire;
 

@@ -1,0 +1,32 @@
+//! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`). Not a stable API.
+//!
+//! They run the client's real decoding paths on bytes instead of an HTTP body: the SSE
+//! framing (`eventsource-stream`), the chunk decoding and the fold into
+//! [`ChatResponseBuilder`] that the run loop does.
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use modu_core::{ChatResponse, ChatResponseBuilder, ModelError};
+
+use crate::wire::{self, WireCompletion};
+
+/// Decodes `pieces` as the body of a streamed chat completion, delivered in these pieces (so
+/// chunk boundaries fall where the caller puts them), and folds the events as the run loop
+/// does: the first error ends the fold.
+pub async fn decode_sse_stream(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, ModelError> {
+    let bytes = futures::stream::iter(pieces.into_iter().map(Ok::<Vec<u8>, reqwest::Error>));
+    let events = Box::pin(bytes.eventsource());
+    let mut stream = Box::pin(crate::client::sse_stream(events, "fuzz".to_owned(), None));
+    let mut builder = ChatResponseBuilder::default();
+    while let Some(event) = stream.next().await {
+        builder.push(event?);
+    }
+    builder.finish()
+}
+
+/// Decodes `body` as a non-streamed `chat.completion` answer, as `complete` does.
+pub fn decode_completion(body: &[u8]) -> Result<ChatResponse, ModelError> {
+    let completion: WireCompletion = serde_json::from_slice(body)
+        .map_err(|e| ModelError::invalid_response(format!("invalid chat.completion JSON: {e}")))?;
+    wire::completion_response(completion)
+}
