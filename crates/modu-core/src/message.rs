@@ -229,7 +229,7 @@ impl Usage {
         Usage {
             input_tokens,
             output_tokens,
-            total_tokens: input_tokens + output_tokens,
+            total_tokens: input_tokens.saturating_add(output_tokens),
             requests: 1,
         }
     }
@@ -239,10 +239,11 @@ impl std::ops::Add for Usage {
     type Output = Usage;
     fn add(self, rhs: Usage) -> Usage {
         Usage {
-            input_tokens: self.input_tokens + rhs.input_tokens,
-            output_tokens: self.output_tokens + rhs.output_tokens,
-            total_tokens: self.total_tokens + rhs.total_tokens,
-            requests: self.requests + rhs.requests,
+            // Counts a server reports can be anything: saturate rather than overflow.
+            input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
+            total_tokens: self.total_tokens.saturating_add(rhs.total_tokens),
+            requests: self.requests.saturating_add(rhs.requests),
         }
     }
 }

@@ -461,7 +461,7 @@ impl ChatResponseBuilder {
         let mut usage = self.usage.unwrap_or_default();
         usage.requests = 1;
         if usage.total_tokens == 0 {
-            usage.total_tokens = usage.input_tokens + usage.output_tokens;
+            usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
         }
         Ok(ChatResponse {
             message,

@@ -570,8 +570,13 @@ fn write_canonical(value: &serde_json::Value, out: &mut String) {
             } else if let Some(u) = n.as_u64() {
                 out.push_str(&u.to_string());
             } else if let Some(f) = n.as_f64() {
-                if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                    out.push_str(&(f as i64).to_string());
+                if f == 0.0 {
+                    // 0.0 and -0.0 are the integer 0.
+                    out.push('0');
+                } else if f.is_finite() && f.fract() == 0.0 {
+                    // An integral float of any magnitude, spelled as the exact integer it is
+                    // (what an integer literal of the same value gives above).
+                    out.push_str(&format!("{f:.0}"));
                 } else {
                     out.push_str(&serde_json::Value::from(f).to_string());
                 }

@@ -599,33 +599,11 @@ impl McpSession {
             ServerResult::EmptyResult(_) => CallToolResult::success(Vec::new()),
             _ => return Err(service_error(ServiceError::UnexpectedResponse)),
         };
-        if result.is_error == Some(true) {
-            let text = normalise_content(result.content);
-            let mut message = match text {
-                Value::String(s) => s,
-                Value::Null => "the tool reported an error".to_owned(),
-                other => other.to_string(),
-            };
-            if message.len() > MAX_ERROR_TEXT {
-                let mut cut = MAX_ERROR_TEXT;
-                while !message.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                message.truncate(cut);
-                message.push('…');
-            }
-            return Err(invocation(
-                InvocationFailure::ToolError,
-                redact(&message, &server.with_tokens(&server.secrets)),
-            ));
-        }
-        let mut value = match result.structured_content {
-            Some(structured) => structured,
-            None => normalise_content(result.content),
-        };
-        redact_value(&mut value, &server.with_tokens(&server.credentials));
+        let error_secrets = server.with_tokens(&server.secrets);
+        let result_secrets = server.with_tokens(&server.credentials);
         let max = server.max_result_bytes.unwrap_or(self.default_max_result_bytes);
-        Ok(cap_result(value, max))
+        tool_output(result, &error_secrets, &result_secrets, max)
+            .map_err(|message| invocation(InvocationFailure::ToolError, message))
     }
 
     /// Closes every server concurrently (stdio servers: stdin closed, then SIGTERM, then kill,
@@ -661,6 +639,40 @@ fn http_decode_failure(error: &rmcp::transport::DynamicTransportError) -> Option
         }
         _ => None,
     }
+}
+
+/// A tool result as the model gets it: `structuredContent` as is, else the normalised
+/// contents, with `result_secrets` masked and capped at `max` bytes; an `isError` result is its
+/// message (capped at [`MAX_ERROR_TEXT`], `error_secrets` masked) as the `Err`.
+pub(crate) fn tool_output(
+    result: CallToolResult,
+    error_secrets: &[String],
+    result_secrets: &[String],
+    max: usize,
+) -> Result<Value, String> {
+    if result.is_error == Some(true) {
+        let text = normalise_content(result.content);
+        let mut message = match text {
+            Value::String(s) => s,
+            Value::Null => "the tool reported an error".to_owned(),
+            other => other.to_string(),
+        };
+        if message.len() > MAX_ERROR_TEXT {
+            let mut cut = MAX_ERROR_TEXT;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        return Err(redact(&message, error_secrets));
+    }
+    let mut value = match result.structured_content {
+        Some(structured) => structured,
+        None => normalise_content(result.content),
+    };
+    redact_value(&mut value, result_secrets);
+    Ok(cap_result(value, max))
 }
 
 pub(crate) fn unknown_tool(external_name: &str) -> McpError {

@@ -12,7 +12,12 @@ use modu_core::{ChatResponse, ChatResponseBuilder, ModelError};
 /// loop does: the first error ends the fold.
 pub async fn decode_ndjson_stream(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, ModelError> {
     let bytes = futures::stream::iter(pieces.into_iter().map(|p| Ok::<Bytes, reqwest::Error>(Bytes::from(p))));
-    let mut stream = Box::pin(crate::client::ndjson_stream(Box::pin(bytes), "fuzz".to_owned(), None));
+    let mut stream = Box::pin(crate::client::ndjson_stream(
+        Box::pin(bytes),
+        "fuzz".to_owned(),
+        None,
+        std::sync::Arc::default(),
+    ));
     let mut builder = ChatResponseBuilder::default();
     while let Some(event) = stream.next().await {
         builder.push(event?);

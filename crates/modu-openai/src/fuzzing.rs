@@ -16,7 +16,12 @@ use crate::wire::{self, WireCompletion};
 pub async fn decode_sse_stream(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, ModelError> {
     let bytes = futures::stream::iter(pieces.into_iter().map(Ok::<Vec<u8>, reqwest::Error>));
     let events = Box::pin(bytes.eventsource());
-    let mut stream = Box::pin(crate::client::sse_stream(events, "fuzz".to_owned(), None));
+    let mut stream = Box::pin(crate::client::sse_stream(
+        events,
+        "fuzz".to_owned(),
+        None,
+        std::sync::Arc::default(),
+    ));
     let mut builder = ChatResponseBuilder::default();
     while let Some(event) = stream.next().await {
         builder.push(event?);
