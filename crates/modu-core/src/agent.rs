@@ -877,24 +877,22 @@ impl<C> AgentRequest<C> {
     /// Approves every call of `tool` in this run and the runs nested in it in advance, as
     /// [`RunContext::approve_tool`] does from code (for an MCP tool, its external name).
     pub fn approve_tool(mut self, tool: impl Into<String>) -> Self {
-        let tool = tool.into();
-        let approvals = self.approvals.get_or_insert_with(Arc::default);
-        let mut a = approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.rejected.remove(&tool);
-        a.approved.insert(tool);
-        drop(a);
+        self.approvals
+            .get_or_insert_with(Arc::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .approve(tool.into());
         self
     }
 
     /// Rejects every call of `tool` in this run and the runs nested in it in advance; the
     /// model sees `message`.
     pub fn reject_tool(mut self, tool: impl Into<String>, message: Option<String>) -> Self {
-        let tool = tool.into();
-        let approvals = self.approvals.get_or_insert_with(Arc::default);
-        let mut a = approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.approved.remove(&tool);
-        a.rejected.insert(tool, message);
-        drop(a);
+        self.approvals
+            .get_or_insert_with(Arc::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .reject(tool.into(), message);
         self
     }
 }

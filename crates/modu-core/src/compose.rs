@@ -133,7 +133,7 @@ where
                 (self.agent.run(request).await, Usage::default())
             }
         };
-        ctx.add_usage(saturating_sub(result.usage, earlier));
+        ctx.add_usage(result.usage - earlier);
         match (result.output, result.error) {
             (Some(output), None) => Ok(self.agent.inner.codec.to_json(&output)),
             (_, Some(AgentError::Interrupted { .. })) => {
@@ -164,16 +164,6 @@ where
             (None, None) => Err(ToolError::execution("nested_run_failed")),
         }
     }
-}
-
-/// `a - b`, field by field, never below zero.
-fn saturating_sub(a: Usage, b: Usage) -> Usage {
-    let mut out = a;
-    out.input_tokens = a.input_tokens.saturating_sub(b.input_tokens);
-    out.output_tokens = a.output_tokens.saturating_sub(b.output_tokens);
-    out.total_tokens = a.total_tokens.saturating_sub(b.total_tokens);
-    out.requests = a.requests.saturating_sub(b.requests);
-    out
 }
 
 type OnHandoff<C> = Arc<dyn Fn(&RunContext<C>, serde_json::Value) -> Result<(), String> + Send + Sync>;

@@ -49,6 +49,20 @@ pub(crate) struct SharedApprovals {
     pub(crate) rejected: BTreeMap<String, Option<String>>,
 }
 
+impl SharedApprovals {
+    /// Approves every call of `tool` (undoing a rejection).
+    pub(crate) fn approve(&mut self, tool: String) {
+        self.rejected.remove(&tool);
+        self.approved.insert(tool);
+    }
+
+    /// Rejects every call of `tool` (undoing an approval).
+    pub(crate) fn reject(&mut self, tool: String, message: Option<String>) {
+        self.approved.remove(&tool);
+        self.rejected.insert(tool, message);
+    }
+}
+
 struct Inner<C> {
     context: Arc<C>,
     run_id: String,
@@ -256,19 +270,21 @@ impl<C> RunContext<C> {
 
     /// Approves every call of `tool` in this run and the runs nested in it, without asking.
     pub fn approve_tool(&self, tool: impl Into<String>) {
-        let tool = tool.into();
-        let mut a = self.inner.approvals.lock().unwrap_or_else(PoisonError::into_inner);
-        a.rejected.remove(&tool);
-        a.approved.insert(tool);
+        self.inner
+            .approvals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .approve(tool.into());
     }
 
     /// Rejects every call of `tool` in this run and the runs nested in it, without asking; the
     /// model sees `message`.
     pub fn reject_tool(&self, tool: impl Into<String>, message: Option<String>) {
-        let tool = tool.into();
-        let mut a = self.inner.approvals.lock().unwrap_or_else(PoisonError::into_inner);
-        a.approved.remove(&tool);
-        a.rejected.insert(tool, message);
+        self.inner
+            .approvals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reject(tool.into(), message);
     }
 
     /// The decision made in code for `tool`: `Some(Ok(()))` approved, `Some(Err(message))`

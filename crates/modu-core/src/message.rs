@@ -248,6 +248,19 @@ impl std::ops::Add for Usage {
     }
 }
 
+/// Field by field, never below zero (what a run added since an earlier reading).
+impl std::ops::Sub for Usage {
+    type Output = Usage;
+    fn sub(self, rhs: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_sub(rhs.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(rhs.output_tokens),
+            total_tokens: self.total_tokens.saturating_sub(rhs.total_tokens),
+            requests: self.requests.saturating_sub(rhs.requests),
+        }
+    }
+}
+
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, rhs: Usage) {
         *self = *self + rhs;
