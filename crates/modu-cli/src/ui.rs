@@ -176,6 +176,11 @@ impl EventSink for ToolCallPrinter {
         }
         Ok(())
     }
+
+    /// It prints tool lines; the text comes from the run's stream.
+    fn wants_deltas(&self) -> bool {
+        false
+    }
 }
 
 /// Streams one run; returns its result. Text goes to stdout (flushed per delta), tool calls to

@@ -33,6 +33,15 @@ pub struct RetryConfig {
     pub max_backoff: Duration,
     /// Each wait is the previous one times this.
     pub multiplier: f64,
+    /// The fraction of each backoff wait that is random (0: exact waits; default 0.2, so a
+    /// wait is 80–100% of the backoff), so that clients that failed together do not retry
+    /// together. A server's `retry_after` is waited exactly.
+    #[serde(default = "default_jitter")]
+    pub jitter: f64,
+}
+
+fn default_jitter() -> f64 {
+    0.2
 }
 
 impl Default for RetryConfig {
@@ -42,6 +51,7 @@ impl Default for RetryConfig {
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(10),
             multiplier: 2.0,
+            jitter: default_jitter(),
         }
     }
 }
@@ -67,7 +77,32 @@ impl RetryConfig {
         self
     }
 
-    /// The wait after failed attempt number `attempt` (from 1).
+    /// Sets the random fraction of each backoff wait (clamped to 0..=1).
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The wait after failed attempt number `attempt` (from 1): the [backoff](Self::backoff)
+    /// less a random part of up to `jitter` of it.
+    pub fn wait(&self, attempt: u32) -> Duration {
+        let wait = self.backoff(attempt);
+        let jitter = if self.jitter.is_finite() {
+            self.jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        if jitter == 0.0 {
+            return wait;
+        }
+        // A random u64 from std's per-instance hasher keys: no RNG dependency for one number.
+        use std::hash::{BuildHasher, Hasher};
+        let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let unit = (random >> 11) as f64 / (1u64 << 53) as f64;
+        wait.mul_f64(1.0 - jitter * unit)
+    }
+
+    /// The wait after failed attempt number `attempt` (from 1), before jitter.
     pub fn backoff(&self, attempt: u32) -> Duration {
         let factor = self.multiplier.max(1.0).powi(attempt.saturating_sub(1).min(30) as i32);
         let secs = self.initial_backoff.as_secs_f64() * factor;
@@ -265,9 +300,13 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
     pub(crate) fingerprint: String,
-    pub(crate) chat_service: Option<ChatService>,
+    /// The agent model's chat stack (user chat layers, retry, per-attempt events, the model).
+    pub(crate) chat: ChatService,
+    /// The planner model's chat stack, when a strict policy names its own planner model.
+    pub(crate) planner_chat: Option<ChatService>,
     pub(crate) function_service: Option<FunctionService<C>>,
-    pub(crate) agent_layers: Vec<AgentLayerFn<C, O>>,
+    /// The agent stack (agent layers around one run), built once; `None` without layers.
+    pub(crate) agent_service: Option<AgentService<C, O>>,
     pub(crate) handoffs: Vec<crate::compose::Handoff<C, O>>,
 }
 
@@ -665,14 +704,15 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                     .into(),
             });
         }
-        let chat_service = (!self.chat_layers.is_empty()).then(|| {
-            crate::middleware::apply(
-                ChatService::new(crate::middleware::ModelService {
-                    model: Arc::clone(&self.model),
-                }),
-                &self.chat_layers,
-            )
-        });
+        let chat = crate::runner::chat::stack(Arc::clone(&self.model), &self.chat_layers, &self.retry);
+        let planner_chat = match &self.policy {
+            crate::plan::DecisionPolicy::PlanAndExecute(p) => p
+                .generator
+                .model
+                .clone()
+                .map(|model| crate::runner::chat::stack(model, &self.chat_layers, &self.retry)),
+            _ => None,
+        };
         let function_service = (!self.function_layers.is_empty()).then(|| {
             crate::middleware::apply(FunctionService::new(crate::middleware::CallTool), &self.function_layers)
         });
@@ -705,8 +745,10 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             crate::plan::DecisionPolicy::PlanAndExecute(p) => p.fingerprint_tag(),
         };
         let fingerprint = fingerprint(&entries, self.codec.as_ref(), policy_tag);
+        let agent_layers = self.agent_layers;
         Ok(Agent {
-            inner: Arc::new(AgentInner {
+            inner: Arc::new_cyclic(|weak| AgentInner {
+                agent_service: crate::runner::agent_stack(weak, &agent_layers),
                 name: self.name,
                 instructions: self.instructions,
                 model: self.model,
@@ -725,9 +767,9 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 checkpoints: self.checkpoints,
                 authorizer: self.authorizer,
                 fingerprint,
-                chat_service,
+                chat,
+                planner_chat,
                 function_service,
-                agent_layers: self.agent_layers,
                 handoffs: self.handoffs,
             }),
         })
@@ -787,6 +829,9 @@ pub struct AgentRequest<C> {
     pub(crate) approvals: Option<Arc<std::sync::Mutex<crate::context::SharedApprovals>>>,
     /// For a run nested as a tool: where it leaves its state when it pauses for approvals.
     pub(crate) nested_pause: Option<PauseSlot>,
+    /// For a resumed run: its checkpoint (the request's session, user and metadata start as
+    /// the checkpoint's).
+    pub(crate) resume: Option<Box<crate::runner::Resume>>,
 }
 
 /// Where a nested run leaves its exported state when it pauses.
@@ -806,6 +851,7 @@ impl<C> Clone for AgentRequest<C> {
             stream: self.stream.clone(),
             approvals: self.approvals.clone(),
             nested_pause: self.nested_pause.clone(),
+            resume: self.resume.clone(),
         }
     }
 }
@@ -817,6 +863,7 @@ impl<C> fmt::Debug for AgentRequest<C> {
             .field("session_id", &self.session_id)
             .field("user", &self.user)
             .field("run_id", &self.run_id)
+            .field("resume", &self.resume.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -841,7 +888,16 @@ impl<C> AgentRequest<C> {
             stream: None,
             approvals: None,
             nested_pause: None,
+            resume: None,
         }
+    }
+
+    /// Whether this request continues a run from its checkpoint ([`Agent::resume`] and the
+    /// other resume methods): agent middleware sees resumed runs too, and can tell them apart
+    /// here. Such a request has no new input; its run id, session, user and metadata are the
+    /// paused run's.
+    pub fn is_resume(&self) -> bool {
+        self.resume.is_some()
     }
 
     /// Continues (and appends to) a session.

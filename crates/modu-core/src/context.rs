@@ -314,6 +314,11 @@ impl<C> RunContext<C> {
         *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner) += usage;
     }
 
+    /// The run's usage counter itself (the chat stack adds each attempt's usage to it).
+    pub(crate) fn usage_handle(&self) -> Arc<Mutex<Usage>> {
+        Arc::clone(&self.inner.usage)
+    }
+
     pub(crate) fn set_usage(&self, usage: Usage) {
         *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner) = usage;
     }

@@ -370,6 +370,13 @@ pub struct SinkError {
 pub trait EventSink: Send + Sync {
     /// Handles one event. An error is logged and counted; it never stops the run.
     async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError>;
+
+    /// Whether this sink wants the model's text deltas (`ModelDelta`, `StepModelDelta`,
+    /// `FinalDelta`). When no sink wants them and no caller streams the run, the model is
+    /// asked for whole answers instead of streams. Default: `true`.
+    fn wants_deltas(&self) -> bool {
+        true
+    }
 }
 
 /// A sink that collects events in memory (for tests and debugging).

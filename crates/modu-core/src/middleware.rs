@@ -24,14 +24,13 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service};
 
 use crate::agent::{AgentRequest, AgentResult};
 use crate::context::RunContext;
-use crate::model::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ModelError};
+use crate::model::{ChatRequest, ChatResponse, ModelError};
 use crate::tool::{Tool, ToolError, ToolErrorKind};
 
 /// The boxed service chat middleware wraps.
@@ -81,55 +80,6 @@ impl<C> std::fmt::Debug for ToolInvocation<C> {
             .field("arguments", &self.arguments)
             .finish_non_exhaustive()
     }
-}
-
-tokio::task_local! {
-    /// Where the innermost chat service sends text deltas while middleware holds the call.
-    static DELTAS: tokio::sync::mpsc::UnboundedSender<String>;
-}
-
-/// The innermost chat service: streams from the model, forwards text deltas to the run's
-/// stream, and folds the answer.
-#[derive(Clone)]
-pub(crate) struct ModelService {
-    pub(crate) model: Arc<dyn ChatModel>,
-}
-
-impl Service<ChatRequest> for ModelService {
-    type Response = ChatResponse;
-    type Error = ModelError;
-    type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
-
-    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
-        let model = Arc::clone(&self.model);
-        let deltas = DELTAS.try_with(Clone::clone).ok();
-        Box::pin(async move {
-            let mut stream = model.stream(request).await?;
-            let mut builder = ChatResponseBuilder::default();
-            while let Some(event) = stream.next().await {
-                let event = event?;
-                if let (Some(tx), ChatEvent::TextDelta { text }) = (&deltas, &event)
-                    && !text.is_empty()
-                {
-                    let _ = tx.send(text.clone());
-                }
-                builder.push(event);
-            }
-            builder.finish()
-        })
-    }
-}
-
-/// Runs `fut` with `tx` receiving the text deltas of the model call inside it.
-pub(crate) async fn with_delta_sink<F: std::future::Future>(
-    tx: tokio::sync::mpsc::UnboundedSender<String>,
-    fut: F,
-) -> F::Output {
-    DELTAS.scope(tx, fut).await
 }
 
 /// The innermost function service: calls the tool.

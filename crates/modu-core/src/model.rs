@@ -1,9 +1,9 @@
 //! The model boundary: [`ChatModel`], what goes in ([`ChatRequest`]) and what comes out
 //! ([`ChatEvent`] deltas, folded into a [`ChatResponse`]).
 //!
-//! A provider implements one method, [`ChatModel::stream`]. A non-streaming call is the same
-//! stream folded by [`ChatResponseBuilder`], so every model call takes one path whether the
-//! caller streams or not.
+//! A provider implements [`ChatModel::stream`], and may implement [`ChatModel::complete`] with a
+//! non-streamed request (the default folds the stream with [`ChatResponseBuilder`]). A run asks
+//! for a stream only when someone consumes its text deltas.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -90,6 +90,40 @@ pub struct ChatRequest {
     /// `guided_json`, or Ollama's `options`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extras: BTreeMap<String, serde_json::Value>,
+    /// Per-request data for the services of a chat stack, the way `http` requests carry
+    /// extensions: the run puts where text deltas go and the run's deadline here. Never sent
+    /// to a server, never serialized, and ignored by `==`. A layer that builds a new request
+    /// should carry these over (cloning the request does).
+    #[serde(skip)]
+    pub extensions: Extensions,
+}
+
+/// A type map of per-request values ([`ChatRequest::extensions`]): `http::Extensions`, with an
+/// equality that always holds, so requests compare by what is sent.
+#[derive(Clone, Debug, Default)]
+pub struct Extensions(::http::Extensions);
+
+impl Extensions {
+    /// Inserts a value, returning the one of the same type it replaces.
+    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) -> Option<T> {
+        self.0.insert(value)
+    }
+
+    /// The value of type `T`, if any.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get()
+    }
+
+    /// Removes and returns the value of type `T`.
+    pub fn remove<T: Send + Sync + 'static>(&mut self) -> Option<T> {
+        self.0.remove()
+    }
+}
+
+impl PartialEq for Extensions {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
 }
 
 impl ChatRequest {

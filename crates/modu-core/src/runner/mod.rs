@@ -27,11 +27,10 @@ use crate::context::CallScope;
 use crate::context::{RunContext, UserContext};
 use crate::error::AgentError;
 use crate::event::{AgentEvent, EventSink};
-use crate::memory::MemoryInput;
 use crate::message::{Message, Role, Usage};
 use crate::middleware::{AgentService, ToolInvocation};
-use crate::model::{ChatRequest, ChatResponse, ChatResponseBuilder, ResponseFormat, ToolDefinition};
-use crate::provider::{ModelContext, Stage, ToolSession};
+use crate::model::ResponseFormat;
+use crate::provider::{Stage, ToolSession};
 use crate::store::{CheckpointMeta, CheckpointStatus};
 use crate::tool::{ToolError, ToolErrorKind, truncate_result};
 
@@ -76,7 +75,11 @@ enum RawToolRun {
     Nested(NestedPause),
 }
 
+mod ask;
+pub(crate) mod chat;
 mod strict;
+
+use ask::{Ask, Format};
 
 /// The version of the checkpoint format written by this crate.
 ///
@@ -165,17 +168,24 @@ struct Checkpoint {
 }
 
 /// Sends events to the sink and to the caller's stream.
-struct Emitter {
+#[derive(Clone)]
+pub(crate) struct Emitter {
     sink: Option<Arc<dyn EventSink>>,
     stream: Option<mpsc::Sender<AgentEvent>>,
 }
 
 impl Emitter {
-    fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.sink.is_some() || self.stream.is_some()
     }
 
-    async fn emit(&self, event: AgentEvent) {
+    /// Whether anyone consumes text deltas (a caller's stream, or a sink that wants them):
+    /// otherwise the model is asked for whole answers.
+    fn deltas_wanted(&self) -> bool {
+        self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
+    }
+
+    pub(crate) async fn emit(&self, event: AgentEvent) {
         if let Some(sink) = &self.sink
             && let Err(err) = sink.publish(&event).await
         {
@@ -198,6 +208,10 @@ struct VisibleTool<C> {
 struct Env<C, O> {
     agent: Arc<AgentInner<C, O>>,
     ctx: RunContext<C>,
+    /// The run's id, shared with the chat stack's per-request data.
+    run_id: Arc<str>,
+    /// The per-attempt side of model calls (events, the call counter, usage).
+    attempts: Arc<chat::AttemptLog>,
     tools: HashMap<String, VisibleTool<C>>,
     tool_order: Vec<String>,
     emitter: Emitter,
@@ -220,13 +234,11 @@ struct Run<C, O> {
     allowed: Option<BTreeSet<String>>,
     sessions: Vec<Box<dyn ToolSession<C>>>,
     resumed: bool,
-    /// Which event carries the model's text deltas.
-    deltas: DeltaRoute,
 }
 
 /// Which event carries the model's text deltas.
 #[derive(Clone, Debug)]
-enum DeltaRoute {
+pub(crate) enum DeltaRoute {
     /// `ModelDelta` (the standard policy).
     Answer,
     /// `StepModelDelta` for this step (strict PLAN, ACT, STEP_RESULT).
@@ -308,6 +320,7 @@ where
             handle: Some(handle),
             agent: self.inner.name.clone(),
             public_only,
+            finished: None,
         }
     }
 
@@ -339,6 +352,7 @@ where
             handle: Some(handle),
             agent: self.inner.name.clone(),
             public_only: matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_)),
+            finished: None,
         }
     }
 
@@ -351,10 +365,6 @@ where
         approvals: Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
         slot: crate::agent::PauseSlot,
     ) -> AgentResult<O> {
-        let emitter = Emitter {
-            sink: self.inner.sink.clone(),
-            stream: None,
-        };
         let run_id = resume.pause.run_id.clone();
         match self.decode_checkpoint(&run_id, resume.pause.state) {
             Ok(mut checkpoint) => {
@@ -364,16 +374,10 @@ where
                     }
                     checkpoint.state.decisions.insert(call_id, decision);
                 }
-                execute(
-                    Arc::clone(&self.inner),
-                    Start::Resume {
-                        checkpoint: Box::new(checkpoint),
-                        context,
-                        nested: Some((approvals, slot)),
-                    },
-                    emitter,
-                )
-                .await
+                let mut request = resume_request(checkpoint, context, Instant::now());
+                request.approvals = Some(approvals);
+                request.nested_pause = Some(slot);
+                run_through_layers(&self.inner, request).await
             }
             Err(error) => AgentResult {
                 run_id,
@@ -394,10 +398,6 @@ where
         context: Arc<C>,
         stream: Option<mpsc::Sender<AgentEvent>>,
     ) -> AgentResult<O> {
-        let emitter = Emitter {
-            sink: self.inner.sink.clone(),
-            stream,
-        };
         let started = Instant::now();
         let deadline = self.inner.limits.timeout.map(|t| started + t);
         let loaded = match with_deadline(deadline, self.inner.limits.timeout, self.load_checkpoint(run_id)).await {
@@ -406,17 +406,9 @@ where
         };
         match loaded {
             Ok(checkpoint) => {
-                execute_from(
-                    Arc::clone(&self.inner),
-                    Start::Resume {
-                        checkpoint: Box::new(checkpoint),
-                        context,
-                        nested: None,
-                    },
-                    emitter,
-                    started,
-                )
-                .await
+                let mut request = resume_request(checkpoint, context, started);
+                request.stream = stream;
+                run_through_layers(&self.inner, request).await
             }
             Err(error) => AgentResult {
                 run_id: run_id.to_owned(),
@@ -611,6 +603,8 @@ pub struct RunStream<O> {
     agent: String,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
+    /// The run's result, once its task has ended, handed out after the last event.
+    finished: Option<AgentResult<O>>,
 }
 
 /// Whether a strict run's [`Agent::stream`] shows this event.
@@ -635,51 +629,71 @@ pub enum StreamItem<O> {
     Failed(Box<AgentResult<O>>),
 }
 
+impl<O> RunStream<O> {
+    /// The next event to hand out, if any is waiting (strict runs' `stream` skips internal ones).
+    fn next_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        loop {
+            let polled = if self.handle.is_some() {
+                self.rx.poll_recv(cx)
+            } else {
+                // The run has ended: everything it sent is in the channel already.
+                Poll::Ready(self.rx.try_recv().ok())
+            };
+            match polled {
+                Poll::Ready(Some(event)) if self.public_only && !is_public(&event) => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+// Nothing of a `RunStream` is structurally pinned (the result is only moved out).
+impl<O> Unpin for RunStream<O> {}
+
 impl<O> Stream for RunStream<O> {
     type Item = StreamItem<O>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         loop {
-            match this.rx.poll_recv(cx) {
-                Poll::Ready(Some(event)) => {
-                    if this.public_only && !is_public(&event) {
-                        continue;
-                    }
-                    return Poll::Ready(Some(StreamItem::Event(event)));
-                }
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => break,
-            }
-        }
-        let Some(handle) = this.handle.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match Pin::new(handle).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(joined) => {
-                this.handle = None;
-                let result = joined.unwrap_or_else(|e| AgentResult {
-                    run_id: String::new(),
-                    agent: this.agent.clone(),
-                    output: None,
-                    messages: Vec::new(),
-                    usage: Usage::default(),
-                    metadata: serde_json::Map::new(),
-                    error: Some(if e.is_cancelled() {
-                        AgentError::Cancelled
-                    } else {
-                        AgentError::Configuration {
-                            message: "the run task panicked".into(),
+            match this.next_event(cx) {
+                Poll::Ready(Some(event)) => return Poll::Ready(Some(StreamItem::Event(event))),
+                Poll::Ready(None) if this.handle.is_none() => {
+                    return Poll::Ready(this.finished.take().map(|result| {
+                        if result.error.is_none() {
+                            StreamItem::Completed(Box::new(result))
+                        } else {
+                            StreamItem::Failed(Box::new(result))
                         }
-                    }),
-                    interruptions: Vec::new(),
-                });
-                Poll::Ready(Some(if result.error.is_none() {
-                    StreamItem::Completed(Box::new(result))
-                } else {
-                    StreamItem::Failed(Box::new(result))
-                }))
+                    }));
+                }
+                // Every sender is gone, or none has sent yet: has the run ended?
+                Poll::Ready(None) | Poll::Pending => {}
+            }
+            let Some(handle) = this.handle.as_mut() else {
+                continue;
+            };
+            match Pin::new(handle).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(joined) => {
+                    this.handle = None;
+                    this.finished = Some(joined.unwrap_or_else(|e| AgentResult {
+                        run_id: String::new(),
+                        agent: this.agent.clone(),
+                        output: None,
+                        messages: Vec::new(),
+                        usage: Usage::default(),
+                        metadata: serde_json::Map::new(),
+                        error: Some(if e.is_cancelled() {
+                            AgentError::Cancelled
+                        } else {
+                            AgentError::Configuration {
+                                message: "the run task panicked".into(),
+                            }
+                        }),
+                        interruptions: Vec::new(),
+                    }));
+                }
             }
         }
     }
@@ -693,27 +707,49 @@ impl<O> Drop for RunStream<O> {
     }
 }
 
-/// A fresh run, through the agent middleware when there is any.
+/// A run (fresh or resumed), through the agent stack when the agent has layers.
 async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> AgentResult<O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    if inner.agent_layers.is_empty() {
-        return run_raw(Arc::clone(inner), request).await;
-    }
-    let service = crate::middleware::apply(
-        AgentService::new(RunService {
-            inner: Arc::clone(inner),
-        }),
-        &inner.agent_layers,
-    );
-    match tower::ServiceExt::oneshot(service, request).await {
-        Ok(result) => result,
-        Err(never) => match never {},
+    match &inner.agent_service {
+        None => run_raw(Arc::clone(inner), request).await,
+        Some(service) => match tower::ServiceExt::oneshot(service.clone(), request).await {
+            Ok(result) => result,
+            Err(never) => match never {},
+        },
     }
 }
 
+/// What a resumed run's request carries: the checkpoint, and when the run's clock started
+/// (before the checkpoint was loaded, so the load counts toward the run's one timeout).
+#[derive(Clone)]
+pub(crate) struct Resume {
+    checkpoint: Checkpoint,
+    started: Instant,
+}
+
+/// The agent stack, built once with the agent: its layers around the innermost [`RunService`].
+pub(crate) fn agent_stack<C, O>(
+    inner: &std::sync::Weak<AgentInner<C, O>>,
+    layers: &[crate::middleware::AgentLayerFn<C, O>],
+) -> Option<AgentService<C, O>>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    (!layers.is_empty()).then(|| {
+        crate::middleware::apply(
+            AgentService::new(RunService {
+                inner: std::sync::Weak::clone(inner),
+            }),
+            layers,
+        )
+    })
+}
+
+/// One run, after the agent middleware: a fresh one, or the resumed one the request carries.
 async fn run_raw<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>) -> AgentResult<O>
 where
     C: Send + Sync + 'static,
@@ -723,18 +759,49 @@ where
         sink: inner.sink.clone(),
         stream: request.stream.take(),
     };
-    execute(inner, Start::Fresh(Box::new(request)), emitter).await
+    match request.resume.take() {
+        None => execute(inner, Start::Fresh(Box::new(request)), emitter).await,
+        Some(resume) => {
+            let Resume {
+                mut checkpoint,
+                started,
+            } = *resume;
+            // The request may have been changed by agent middleware on its way in.
+            checkpoint.session_id = request.session_id;
+            checkpoint.user = request.user;
+            checkpoint.metadata = request.metadata;
+            let nested = request.approvals.zip(request.nested_pause);
+            let start = Start::Resume {
+                checkpoint: Box::new(checkpoint),
+                context: request.context,
+                nested,
+            };
+            execute_from(inner, start, emitter, started).await
+        }
+    }
 }
 
-/// The innermost agent service: one run.
+/// The request that resumes `checkpoint`: its run id, session, user and metadata, no input.
+fn resume_request<C>(mut checkpoint: Checkpoint, context: Arc<C>, started: Instant) -> AgentRequest<C> {
+    let mut request = AgentRequest::with_context_arc(context, "");
+    request.input = Vec::new();
+    request.run_id = Some(checkpoint.run_id.clone());
+    request.session_id = checkpoint.session_id.take();
+    request.user = std::mem::take(&mut checkpoint.user);
+    request.metadata = std::mem::take(&mut checkpoint.metadata);
+    request.resume = Some(Box::new(Resume { checkpoint, started }));
+    request
+}
+
+/// The innermost agent service: one run. It holds its agent weakly (the agent holds the stack).
 struct RunService<C, O> {
-    inner: Arc<AgentInner<C, O>>,
+    inner: std::sync::Weak<AgentInner<C, O>>,
 }
 
 impl<C, O> Clone for RunService<C, O> {
     fn clone(&self) -> Self {
         RunService {
-            inner: Arc::clone(&self.inner),
+            inner: std::sync::Weak::clone(&self.inner),
         }
     }
 }
@@ -753,8 +820,25 @@ where
     }
 
     fn call(&mut self, request: AgentRequest<C>) -> Self::Future {
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move { Ok(run_raw(inner, request).await) })
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            Ok(match inner {
+                Some(inner) => run_raw(inner, request).await,
+                // Only reachable by a layer that keeps the stack after the agent was dropped.
+                None => AgentResult {
+                    run_id: request.run_id.unwrap_or_default(),
+                    agent: String::new(),
+                    output: None,
+                    messages: Vec::new(),
+                    usage: Usage::default(),
+                    metadata: serde_json::Map::new(),
+                    error: Some(AgentError::Configuration {
+                        message: "the agent was dropped while its middleware still held a run".into(),
+                    }),
+                    interruptions: Vec::new(),
+                },
+            })
+        })
     }
 }
 
@@ -836,10 +920,20 @@ where
         }
     };
     let fingerprint = agent.fingerprint.clone();
+    let run_id: Arc<str> = Arc::from(ctx.run_id());
+    let attempts = chat::AttemptLog::new(
+        emitter.clone(),
+        ctx.run_id(),
+        ctx.usage_handle(),
+        state.model_calls,
+        agent.retry.max_attempts,
+    );
     let run = Run {
         env: Env {
             agent,
             ctx,
+            run_id,
+            attempts,
             tools: HashMap::new(),
             tool_order: Vec::new(),
             emitter,
@@ -856,7 +950,6 @@ where
         state,
         sessions: Vec::new(),
         resumed,
-        deltas: DeltaRoute::Answer,
     };
     run.execute().await
 }
@@ -993,16 +1086,15 @@ where
                             limit: self.env.agent.limits.max_turns,
                         });
                     }
-                    let (messages, tools) = self.prepare(Stage::Act, Vec::new()).await?;
-                    let separate_final = self.needs_separate_finalization(!tools.is_empty());
-                    let format = if separate_final || !tools.is_empty() {
-                        None
-                    } else {
-                        self.env.agent.codec.response_format()
+                    let format = match self.env.agent.finalization {
+                        FinalizationMode::Always => None,
+                        _ => self.env.agent.codec.response_format(),
                     };
-                    let request = self.build_request(messages, tools, format.clone());
-                    let response = self.call_model(request).await?;
-                    self.notify(&response.message).await?;
+                    let answer = self
+                        .ask(Ask::new(Stage::Act).format(Format::WhenNoTools(format)))
+                        .await?;
+                    let separate_final = self.needs_separate_finalization(answer.offered_tools);
+                    let (response, format) = (answer.response, answer.format);
                     self.state.turns += 1;
                     if response.message.has_tool_calls() {
                         self.count_tool_calls(&response.message)?;
@@ -1016,7 +1108,7 @@ where
                         self.checkpoint().await?;
                         continue;
                     }
-                    return self.accept_final(response.message, format).await;
+                    return self.accept_final(response.message, format, DeltaRoute::Answer).await;
                 }
                 Phase::Finalize { draft } => {
                     let mut extra = Vec::new();
@@ -1026,12 +1118,13 @@ where
                     extra.push(Message::user(
                         "Write the final answer to the request above now, in the requested format, without calling tools.",
                     ));
-                    let (messages, _) = self.prepare(Stage::Finalize, extra).await?;
                     let format = self.env.agent.codec.response_format();
-                    let request = self.build_request(messages, Vec::new(), format.clone());
-                    let response = self.call_model(request).await?;
-                    self.notify(&response.message).await?;
-                    return self.accept_final(response.message, format).await;
+                    let answer = self
+                        .ask(Ask::new(Stage::Finalize).extra(extra).format(Format::Fixed(format)))
+                        .await?;
+                    return self
+                        .accept_final(answer.response.message, answer.format, DeltaRoute::Answer)
+                        .await;
                 }
             }
         }
@@ -1067,7 +1160,12 @@ where
     }
 
     /// Parses the final answer; one corrective request on failure.
-    async fn accept_final(&mut self, answer: Message, format: Option<ResponseFormat>) -> Result<O, AgentError> {
+    async fn accept_final(
+        &mut self,
+        answer: Message,
+        format: Option<ResponseFormat>,
+        route: DeltaRoute,
+    ) -> Result<O, AgentError> {
         let text = answer.text();
         match self.env.agent.codec.parse(&text) {
             Ok(output) => {
@@ -1082,9 +1180,15 @@ where
                         first.message
                     )),
                 ];
-                let (messages, _) = self.prepare(Stage::Finalize, extra).await?;
-                let request = self.build_request(messages, Vec::new(), format);
-                let response = self.call_model(request).await?;
+                let answer = self
+                    .ask(
+                        Ask::new(Stage::Finalize)
+                            .extra(extra)
+                            .format(Format::Fixed(format))
+                            .route(route),
+                    )
+                    .await?;
+                let response = answer.response;
                 let text = response.message.text();
                 match self.env.agent.codec.parse(&text) {
                     Ok(output) => {
@@ -1103,301 +1207,6 @@ where
     fn unanswered_tool_calls(&self) -> Option<Vec<crate::message::ToolCall>> {
         let last = self.state.messages.last()?;
         (last.role == Role::Assistant && last.has_tool_calls()).then(|| last.tool_calls.clone())
-    }
-
-    fn visible_definitions(&self) -> Vec<ToolDefinition> {
-        self.env
-            .tool_order
-            .iter()
-            .filter_map(|name| self.env.tools.get(name))
-            .filter(|t| t.entry.tool.is_enabled(&self.env.ctx))
-            .map(|t| t.entry.tool.spec().definition())
-            .chain(
-                self.env
-                    .agent
-                    .handoffs
-                    .iter()
-                    .filter(|h| h.is_enabled(&self.env.ctx))
-                    .map(|h| h.definition()),
-            )
-            .collect()
-    }
-
-    /// The context pipeline: the model's view (instructions, history, the run's messages, the
-    /// stage's tools), shaped by every context provider in order. Returns the request's
-    /// messages (system first) and tool definitions, and records which tools were offered.
-    async fn prepare(
-        &mut self,
-        stage: Stage,
-        extra: Vec<Message>,
-    ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
-        self.prepare_with(stage, extra, None).await
-    }
-
-    /// [`Run::prepare`] offering exactly `only` (when given) instead of every visible tool;
-    /// providers may narrow that set, never widen it.
-    async fn prepare_with(
-        &mut self,
-        stage: Stage,
-        extra: Vec<Message>,
-        only: Option<Vec<ToolDefinition>>,
-    ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
-        let mut context = ModelContext {
-            stage: Some(stage),
-            ..ModelContext::default()
-        };
-        if let Some(instructions) = &self.env.agent.instructions {
-            let text = instructions.render(&self.env.ctx);
-            if !text.is_empty() {
-                context.instructions.push(text);
-            }
-        }
-        let restricted: Option<HashSet<String>> = only.as_ref().map(|d| d.iter().map(|t| t.name.clone()).collect());
-        match only {
-            Some(definitions) => context.tools = definitions,
-            None if stage == Stage::Act => context.tools = self.visible_definitions(),
-            None => {}
-        }
-        context.meta_tools = context
-            .tools
-            .iter()
-            .filter(|t| self.env.tools.get(&t.name).is_some_and(|v| v.entry.tool.spec().meta))
-            .map(|t| t.name.clone())
-            .collect();
-        let mut current = Vec::with_capacity(self.state.messages.len() + extra.len());
-        current.extend(self.state.messages.iter().cloned());
-        current.extend(extra);
-        let view = {
-            let agent = Arc::clone(&self.env.agent);
-            let input = MemoryInput {
-                session_id: self.env.ctx.session_id(),
-                instructions: &context.instructions,
-                history: &self.env.history,
-                current: &current,
-                tools: &context.tools,
-            };
-            with_deadline(self.env.deadline, agent.limits.timeout, agent.memory.select(input)).await??
-        };
-        if view.usage != Usage::default() {
-            self.env.ctx.add_usage(view.usage);
-        }
-        if self.env.emitter.active() && (view.dropped_turns > 0 || view.summarized_turns > 0 || view.summary_failed) {
-            self.env
-                .emitter
-                .emit(AgentEvent::MemoryApplied {
-                    run_id: self.env.ctx.run_id().to_owned(),
-                    policy: self.env.agent.memory.name().to_owned(),
-                    kept_turns: view.kept_turns,
-                    dropped_turns: view.dropped_turns,
-                    summarized_turns: view.summarized_turns,
-                    summary_cached: view.summary_cached,
-                    summary_failed: view.summary_failed,
-                })
-                .await;
-        }
-        context.messages = view.messages;
-        context.messages.extend(current);
-        for provider in &self.env.agent.context_providers {
-            provider
-                .invoking(&self.env.ctx, &mut context)
-                .await
-                .map_err(|e| AgentError::ContextProvider {
-                    provider: e.provider,
-                    message: e.message,
-                })?;
-        }
-        // Providers may narrow the tools, never invent executable ones.
-        context.tools.retain(|t| {
-            (self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name))
-                && restricted.as_ref().is_none_or(|r| r.contains(&t.name))
-        });
-        if stage == Stage::Act {
-            self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
-            self.allowed = context.allowed_identities.take();
-            if self.state.strict.is_none() {
-                self.state.offered = self.offered.as_ref().map(|o| o.iter().cloned().collect());
-                self.state.admitted = self.allowed.clone();
-            }
-        }
-        let mut messages = Vec::with_capacity(1 + context.messages.len());
-        if !context.instructions.is_empty() {
-            messages.push(Message::system(context.instructions.join("\n\n")));
-        }
-        messages.extend(context.messages);
-        Ok((messages, context.tools))
-    }
-
-    /// Tells every context provider about the model's new message.
-    async fn notify(&self, message: &Message) -> Result<(), AgentError> {
-        for provider in &self.env.agent.context_providers {
-            provider
-                .invoked(&self.env.ctx, std::slice::from_ref(message))
-                .await
-                .map_err(|e| AgentError::ContextProvider {
-                    provider: e.provider,
-                    message: e.message,
-                })?;
-        }
-        Ok(())
-    }
-
-    fn build_request(
-        &self,
-        messages: Vec<Message>,
-        tools: Vec<ToolDefinition>,
-        format: Option<ResponseFormat>,
-    ) -> ChatRequest {
-        let s = &self.env.agent.settings;
-        let has_tools = !tools.is_empty();
-        let mut request = ChatRequest::new(messages).with_tools(tools);
-        request.response_format = format;
-        request.temperature = s.temperature;
-        request.max_tokens = s.max_tokens;
-        request.seed = s.seed;
-        request.stop = s.stop.clone();
-        if has_tools {
-            request.parallel_tool_calls = s.parallel_tool_calls;
-        }
-        request
-    }
-
-    /// One model call: events, deltas, retry on transient errors, the shared deadline, usage.
-    async fn call_model(&mut self, request: ChatRequest) -> Result<ChatResponse, AgentError> {
-        self.call_model_with(request, None).await
-    }
-
-    /// [`Run::call_model`] with another model than the agent's (no chat middleware then).
-    async fn call_model_with(
-        &mut self,
-        request: ChatRequest,
-        other_model: Option<Arc<dyn crate::model::ChatModel>>,
-    ) -> Result<ChatResponse, AgentError> {
-        let agent = Arc::clone(&self.env.agent);
-        let model: &dyn crate::model::ChatModel = other_model.as_deref().unwrap_or(agent.model.as_ref());
-        let chat_service = if other_model.is_some() {
-            None
-        } else {
-            agent.chat_service.as_ref()
-        };
-        let deltas = self.deltas.clone();
-        let emitter = &self.env.emitter;
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            self.state.model_calls += 1;
-            let call = self.state.model_calls;
-            if emitter.active() {
-                emitter
-                    .emit(AgentEvent::ModelCallStarted {
-                        run_id: self.env.ctx.run_id().to_owned(),
-                        model: model.model_name().to_owned(),
-                        call,
-                        tools: request.tools.len(),
-                        structured: request.response_format.is_some(),
-                    })
-                    .await;
-            }
-            let call_started = Instant::now();
-            let run_id = self.env.ctx.run_id();
-            let attempt_fut = async {
-                if let Some(service) = chat_service {
-                    // Through the chat middleware: the innermost service sends text deltas here.
-                    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-                    let call = crate::middleware::with_delta_sink(
-                        tx,
-                        tower::ServiceExt::oneshot(service.clone(), request.clone()),
-                    );
-                    let forward = async {
-                        while let Some(text) = rx.recv().await {
-                            if emitter.active() {
-                                emitter.emit(deltas.event(run_id, text)).await;
-                            }
-                        }
-                    };
-                    let (result, ()) = futures::join!(call, forward);
-                    return result;
-                }
-                let mut stream = model.stream(request.clone()).await?;
-                let mut builder = ChatResponseBuilder::default();
-                while let Some(event) = stream.next().await {
-                    let event = event?;
-                    if emitter.active()
-                        && let crate::model::ChatEvent::TextDelta { text } = &event
-                        && !text.is_empty()
-                    {
-                        emitter.emit(deltas.event(run_id, text.clone())).await;
-                    }
-                    builder.push(event);
-                }
-                builder.finish()
-            };
-            let outcome = with_deadline(self.env.deadline, agent.limits.timeout, attempt_fut).await?;
-            match outcome {
-                Ok(mut response) => {
-                    if response.message.has_tool_calls() {
-                        let mut used = self.used_call_ids();
-                        let rewritten = unique_call_ids(&mut response.message, &mut used);
-                        if rewritten > 0 {
-                            tracing::debug!(rewritten, "the model server sent repeated tool-call ids; renamed");
-                        }
-                    }
-                    self.env.ctx.add_usage(response.usage);
-                    if emitter.active() {
-                        emitter
-                            .emit(AgentEvent::ModelCallFinished {
-                                run_id: run_id.to_owned(),
-                                model: model.model_name().to_owned(),
-                                call,
-                                usage: response.usage,
-                                finish_reason: response.finish_reason.clone(),
-                                tool_calls: response.message.tool_calls.len(),
-                                duration_ms: call_started.elapsed().as_millis() as u64,
-                            })
-                            .await;
-                    }
-                    return Ok(response);
-                }
-                Err(err) => {
-                    let will_retry = err.is_retryable() && attempt < agent.retry.max_attempts;
-                    // A failed request still counts as a request.
-                    self.env.ctx.add_usage(Usage {
-                        requests: 1,
-                        ..Usage::default()
-                    });
-                    if emitter.active() {
-                        emitter
-                            .emit(AgentEvent::ModelCallFailed {
-                                run_id: run_id.to_owned(),
-                                model: model.model_name().to_owned(),
-                                call,
-                                error_kind: err.kind().to_owned(),
-                                will_retry,
-                            })
-                            .await;
-                    }
-                    if !will_retry {
-                        return Err(AgentError::from_model(&err));
-                    }
-                    let wait = err.retry_after().unwrap_or_else(|| agent.retry.backoff(attempt));
-                    sleep_within(self.env.deadline, agent.limits.timeout, wait).await?;
-                }
-            }
-        }
-    }
-
-    /// The tool-call ids the run has used so far (its messages and a strict step's messages).
-    fn used_call_ids(&self) -> HashSet<String> {
-        let mut used: HashSet<String> = self
-            .state
-            .messages
-            .iter()
-            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
-            .chain(self.state.decisions.keys().cloned())
-            .collect();
-        if let Some(strict) = &self.state.strict {
-            used.extend(strict.used_call_ids().map(str::to_owned));
-        }
-        used
     }
 
     /// Runs a batch of tool calls concurrently; results are appended in call order.

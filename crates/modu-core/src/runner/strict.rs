@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::ask::{Ask, Format, ModelSlot, Offer};
 use super::{Run, ToolCallOutcome};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
@@ -401,7 +402,7 @@ where
              list when it needs none). Answer only with JSON that fits the schema.\n{}",
             self.tool_catalogue(policy)
         );
-        let steps = self.generate_steps(policy, prompt, max).await?;
+        let steps = self.generate_steps(prompt, max).await?;
         let st = self.st();
         for draft in steps {
             let id = format!("s{}", st.next_step);
@@ -444,7 +445,6 @@ where
     /// Asks the planner for steps (one corrective request when the plan does not validate).
     async fn generate_steps(
         &mut self,
-        policy: &PlanAndExecutePolicy,
         prompt: String,
         max: usize,
     ) -> Result<Vec<crate::plan::PlanDraftStep>, AgentError> {
@@ -453,11 +453,17 @@ where
         let known: HashSet<String> = names.into_iter().collect();
         let mut extra = vec![Message::user(prompt)];
         for attempt in 1..=2 {
-            let (messages, _) = self.prepare_with(Stage::Plan, extra.clone(), Some(Vec::new())).await?;
-            let request = self.build_request(messages, Vec::new(), format.clone());
-            self.deltas = super::DeltaRoute::Step("plan".into());
-            let response = self.call_model_with(request, policy.generator.model.clone()).await?;
-            self.notify(&response.message).await?;
+            let response = self
+                .ask(
+                    Ask::new(Stage::Plan)
+                        .extra(extra.clone())
+                        .offer(Offer::Only(Vec::new()))
+                        .format(Format::Fixed(format.clone()))
+                        .route(super::DeltaRoute::Step("plan".into()))
+                        .model(ModelSlot::Planner),
+                )
+                .await?
+                .response;
             let text = response.message.text();
             let problem = match parse_draft(&text) {
                 Ok(draft) => match validate_draft(draft, max, &known) {
@@ -582,11 +588,15 @@ where
                 r.call_id, r.tool, r.tool
             )));
         }
-        let (messages, tools) = self.prepare_with(Stage::Act, extra, Some(definitions)).await?;
-        let request = self.build_request(messages, tools, None);
-        self.deltas = super::DeltaRoute::Step(step.id.clone());
-        let response = self.call_model(request).await?;
-        self.notify(&response.message).await?;
+        let response = self
+            .ask(
+                Ask::new(Stage::Act)
+                    .extra(extra)
+                    .offer(Offer::Only(definitions))
+                    .route(super::DeltaRoute::Step(step.id.clone())),
+            )
+            .await?
+            .response;
         self.state.turns += 1;
         if let Some(r) = repair {
             self.st().repair = None;
@@ -983,7 +993,7 @@ where
             },
             self.tool_catalogue(policy)
         );
-        let steps = match self.generate_steps(policy, prompt, room).await {
+        let steps = match self.generate_steps(prompt, room).await {
             Ok(steps) => steps,
             Err(e) => return Err(e),
         };
@@ -1048,11 +1058,16 @@ where
         if let Some(feedback) = feedback {
             extra.push(Message::user(feedback));
         }
-        let (messages, _) = self.prepare_with(Stage::Act, extra, Some(Vec::new())).await?;
-        let request = self.build_request(messages, Vec::new(), format);
-        self.deltas = super::DeltaRoute::Step(step.id.clone());
-        let response = self.call_model(request).await?;
-        self.notify(&response.message).await?;
+        let response = self
+            .ask(
+                Ask::new(Stage::Act)
+                    .extra(extra)
+                    .offer(Offer::Only(Vec::new()))
+                    .format(Format::Fixed(format))
+                    .route(super::DeltaRoute::Step(step.id.clone())),
+            )
+            .await?
+            .response;
         let text = response.message.text();
         let max_attempts = self.env.agent.limits.max_step_attempts;
         let st = self.st();
@@ -1226,22 +1241,31 @@ where
         summary.push_str(
             "\nWrite the final answer to the request above now, using only these results, in the requested format, without calling tools.",
         );
-        let (messages, _) = self.prepare(Stage::Finalize, vec![Message::user(summary)]).await?;
         let format = self.env.agent.codec.response_format();
         let structured = format.is_some();
-        let request = self.build_request(messages, Vec::new(), format.clone());
         // Text streams as FinalDelta as it arrives. A structured answer may fail to parse and
         // be corrected, so it streams as internal work, and the answer that is returned goes
         // out as one FinalDelta once it parsed: `FinalDelta` never shows a rejected answer.
-        self.deltas = if structured {
+        let route = if structured {
             super::DeltaRoute::Step("finalize".into())
         } else {
             super::DeltaRoute::Final
         };
-        let response = self.call_model(request).await?;
-        self.notify(&response.message).await?;
-        self.deltas = super::DeltaRoute::Step("finalize".into());
-        let output = self.accept_final(response.message, format).await?;
+        let answer = self
+            .ask(
+                Ask::new(Stage::Finalize)
+                    .extra(vec![Message::user(summary)])
+                    .format(Format::Fixed(format))
+                    .route(route),
+            )
+            .await?;
+        let output = self
+            .accept_final(
+                answer.response.message,
+                answer.format,
+                super::DeltaRoute::Step("finalize".into()),
+            )
+            .await?;
         let text = self
             .state
             .messages

@@ -403,4 +403,9 @@ impl EventSink for CompositeEventSink {
         self.publish_now(event);
         Ok(())
     }
+
+    /// Whether any of its sinks wants text deltas.
+    fn wants_deltas(&self) -> bool {
+        self.inner.slots.iter().any(|s| s.sink.wants_deltas())
+    }
 }

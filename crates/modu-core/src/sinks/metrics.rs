@@ -284,4 +284,9 @@ impl EventSink for MetricsEventSink {
         self.record(event);
         Ok(())
     }
+
+    /// Metrics count calls, not text.
+    fn wants_deltas(&self) -> bool {
+        false
+    }
 }

@@ -1,0 +1,320 @@
+//! One model request of a run: [`Ask`] names the stage, the extra messages, the tools on offer,
+//! the response format, where text deltas go and which model slot answers; [`Run::ask`] runs
+//! the context pipeline, builds the request, sends it through the slot's chat stack and gives
+//! every tool call of the answer an id unique within the run.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::chat::{DeltaSink, RunDeadline};
+use super::{DeltaRoute, Run, unique_call_ids, with_deadline};
+use crate::error::AgentError;
+use crate::event::AgentEvent;
+use crate::memory::MemoryInput;
+use crate::message::{Message, Usage};
+use crate::model::{ChatRequest, ChatResponse, ResponseFormat, ToolDefinition};
+use crate::provider::{ModelContext, Stage};
+
+/// The tools a request offers.
+pub(crate) enum Offer {
+    /// The stage's default: every visible tool when acting, none otherwise.
+    Stage,
+    /// Exactly these (providers may narrow them).
+    Only(Vec<ToolDefinition>),
+}
+
+/// The response format a request asks for.
+pub(crate) enum Format {
+    /// This one (or none).
+    Fixed(Option<ResponseFormat>),
+    /// This one when no tools end up on offer, none otherwise (a format and tools are never
+    /// sent together).
+    WhenNoTools(Option<ResponseFormat>),
+}
+
+/// Which model answers: each slot has its own chat stack, built with the agent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModelSlot {
+    /// The agent's model.
+    Agent,
+    /// The strict policy's planner model (the agent's model when none is set).
+    Planner,
+}
+
+/// One model request.
+pub(crate) struct Ask {
+    pub(crate) stage: Stage,
+    pub(crate) extra: Vec<Message>,
+    pub(crate) offer: Offer,
+    pub(crate) format: Format,
+    pub(crate) route: DeltaRoute,
+    pub(crate) model: ModelSlot,
+}
+
+impl Ask {
+    /// A request of `stage` with nothing extra, the stage's tools, no format, deltas as
+    /// `ModelDelta`, to the agent's model.
+    pub(crate) fn new(stage: Stage) -> Self {
+        Ask {
+            stage,
+            extra: Vec::new(),
+            offer: Offer::Stage,
+            format: Format::Fixed(None),
+            route: DeltaRoute::Answer,
+            model: ModelSlot::Agent,
+        }
+    }
+
+    pub(crate) fn extra(mut self, extra: Vec<Message>) -> Self {
+        self.extra = extra;
+        self
+    }
+
+    pub(crate) fn offer(mut self, offer: Offer) -> Self {
+        self.offer = offer;
+        self
+    }
+
+    pub(crate) fn format(mut self, format: Format) -> Self {
+        self.format = format;
+        self
+    }
+
+    pub(crate) fn route(mut self, route: DeltaRoute) -> Self {
+        self.route = route;
+        self
+    }
+
+    pub(crate) fn model(mut self, model: ModelSlot) -> Self {
+        self.model = model;
+        self
+    }
+}
+
+/// A model's answer to an [`Ask`].
+pub(crate) struct Answer {
+    pub(crate) response: ChatResponse,
+    /// Whether the request offered any tool.
+    pub(crate) offered_tools: bool,
+    /// The response format the request asked for.
+    pub(crate) format: Option<ResponseFormat>,
+}
+
+impl<C, O> Run<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// One model request: the context pipeline, the request, the slot's chat stack (retries and
+    /// per-attempt events inside it) within the run's deadline, unique call ids, and the
+    /// context providers told of the answer.
+    pub(super) async fn ask(&mut self, ask: Ask) -> Result<Answer, AgentError> {
+        let only = match ask.offer {
+            Offer::Stage => None,
+            Offer::Only(definitions) => Some(definitions),
+        };
+        let (messages, tools) = self.prepare(ask.stage, ask.extra, only).await?;
+        let offered_tools = !tools.is_empty();
+        let format = match ask.format {
+            Format::Fixed(format) => format,
+            Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
+        };
+        let mut request = self.build_request(messages, tools, format.clone());
+        let agent = Arc::clone(&self.env.agent);
+        let service = match ask.model {
+            ModelSlot::Planner => agent.planner_chat.as_ref().unwrap_or(&agent.chat),
+            ModelSlot::Agent => &agent.chat,
+        };
+        if self.env.emitter.deltas_wanted() {
+            request.extensions.insert(DeltaSink {
+                emitter: self.env.emitter.clone(),
+                run_id: Arc::clone(&self.env.run_id),
+                route: ask.route,
+            });
+        }
+        if let Some(deadline) = self.env.deadline {
+            request.extensions.insert(RunDeadline(deadline));
+        }
+        request.extensions.insert(Arc::clone(&self.env.attempts));
+        let call = tower::ServiceExt::oneshot(service.clone(), request);
+        let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
+        self.state.model_calls = self.env.attempts.calls();
+        let mut response = outcome?.map_err(|e| AgentError::from_model(&e))?;
+        if response.message.has_tool_calls() {
+            let mut used = self.used_call_ids();
+            let rewritten = unique_call_ids(&mut response.message, &mut used);
+            if rewritten > 0 {
+                tracing::debug!(rewritten, "the model server sent repeated tool-call ids; renamed");
+            }
+        }
+        self.notify(&response.message).await?;
+        Ok(Answer {
+            response,
+            offered_tools,
+            format,
+        })
+    }
+
+    pub(super) fn visible_definitions(&self) -> Vec<ToolDefinition> {
+        self.env
+            .tool_order
+            .iter()
+            .filter_map(|name| self.env.tools.get(name))
+            .filter(|t| t.entry.tool.is_enabled(&self.env.ctx))
+            .map(|t| t.entry.tool.spec().definition())
+            .chain(
+                self.env
+                    .agent
+                    .handoffs
+                    .iter()
+                    .filter(|h| h.is_enabled(&self.env.ctx))
+                    .map(|h| h.definition()),
+            )
+            .collect()
+    }
+
+    /// The context pipeline: the model's view (instructions, history, the run's messages, the
+    /// stage's tools), shaped by every context provider in order. Returns the request's
+    /// messages (system first) and tool definitions, and records which tools were offered.
+    /// `only` (when given) is offered instead of every visible tool; providers may narrow that
+    /// set, never widen it.
+    async fn prepare(
+        &mut self,
+        stage: Stage,
+        extra: Vec<Message>,
+        only: Option<Vec<ToolDefinition>>,
+    ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
+        let mut context = ModelContext {
+            stage: Some(stage),
+            ..ModelContext::default()
+        };
+        if let Some(instructions) = &self.env.agent.instructions {
+            let text = instructions.render(&self.env.ctx);
+            if !text.is_empty() {
+                context.instructions.push(text);
+            }
+        }
+        let restricted: Option<HashSet<String>> = only.as_ref().map(|d| d.iter().map(|t| t.name.clone()).collect());
+        match only {
+            Some(definitions) => context.tools = definitions,
+            None if stage == Stage::Act => context.tools = self.visible_definitions(),
+            None => {}
+        }
+        context.meta_tools = context
+            .tools
+            .iter()
+            .filter(|t| self.env.tools.get(&t.name).is_some_and(|v| v.entry.tool.spec().meta))
+            .map(|t| t.name.clone())
+            .collect();
+        let mut current = Vec::with_capacity(self.state.messages.len() + extra.len());
+        current.extend(self.state.messages.iter().cloned());
+        current.extend(extra);
+        let view = {
+            let agent = Arc::clone(&self.env.agent);
+            let input = MemoryInput {
+                session_id: self.env.ctx.session_id(),
+                instructions: &context.instructions,
+                history: &self.env.history,
+                current: &current,
+                tools: &context.tools,
+            };
+            with_deadline(self.env.deadline, agent.limits.timeout, agent.memory.select(input)).await??
+        };
+        if view.usage != Usage::default() {
+            self.env.ctx.add_usage(view.usage);
+        }
+        if self.env.emitter.active() && (view.dropped_turns > 0 || view.summarized_turns > 0 || view.summary_failed) {
+            self.env
+                .emitter
+                .emit(AgentEvent::MemoryApplied {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    policy: self.env.agent.memory.name().to_owned(),
+                    kept_turns: view.kept_turns,
+                    dropped_turns: view.dropped_turns,
+                    summarized_turns: view.summarized_turns,
+                    summary_cached: view.summary_cached,
+                    summary_failed: view.summary_failed,
+                })
+                .await;
+        }
+        context.messages = view.messages;
+        context.messages.extend(current);
+        for provider in &self.env.agent.context_providers {
+            provider
+                .invoking(&self.env.ctx, &mut context)
+                .await
+                .map_err(|e| AgentError::ContextProvider {
+                    provider: e.provider,
+                    message: e.message,
+                })?;
+        }
+        // Providers may narrow the tools, never invent executable ones.
+        context.tools.retain(|t| {
+            (self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name))
+                && restricted.as_ref().is_none_or(|r| r.contains(&t.name))
+        });
+        if stage == Stage::Act {
+            self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+            self.allowed = context.allowed_identities.take();
+            if self.state.strict.is_none() {
+                self.state.offered = self.offered.as_ref().map(|o| o.iter().cloned().collect());
+                self.state.admitted = self.allowed.clone();
+            }
+        }
+        let mut messages = Vec::with_capacity(1 + context.messages.len());
+        if !context.instructions.is_empty() {
+            messages.push(Message::system(context.instructions.join("\n\n")));
+        }
+        messages.extend(context.messages);
+        Ok((messages, context.tools))
+    }
+
+    /// Tells every context provider about the model's new message.
+    pub(super) async fn notify(&self, message: &Message) -> Result<(), AgentError> {
+        for provider in &self.env.agent.context_providers {
+            provider
+                .invoked(&self.env.ctx, std::slice::from_ref(message))
+                .await
+                .map_err(|e| AgentError::ContextProvider {
+                    provider: e.provider,
+                    message: e.message,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn build_request(
+        &self,
+        messages: Vec<Message>,
+        tools: Vec<ToolDefinition>,
+        format: Option<ResponseFormat>,
+    ) -> ChatRequest {
+        let s = &self.env.agent.settings;
+        let has_tools = !tools.is_empty();
+        let mut request = ChatRequest::new(messages).with_tools(tools);
+        request.response_format = format;
+        request.temperature = s.temperature;
+        request.max_tokens = s.max_tokens;
+        request.seed = s.seed;
+        request.stop = s.stop.clone();
+        if has_tools {
+            request.parallel_tool_calls = s.parallel_tool_calls;
+        }
+        request
+    }
+
+    /// The tool-call ids the run has used so far (its messages and a strict step's messages).
+    pub(super) fn used_call_ids(&self) -> HashSet<String> {
+        let mut used: HashSet<String> = self
+            .state
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+            .chain(self.state.decisions.keys().cloned())
+            .collect();
+        if let Some(strict) = &self.state.strict {
+            used.extend(strict.used_call_ids().map(str::to_owned));
+        }
+        used
+    }
+}

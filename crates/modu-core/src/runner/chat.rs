@@ -1,0 +1,281 @@
+//! The chat stack of one model slot, built once when the agent is built:
+//!
+//! ```text
+//! user chat layers → ModelRetryLayer → ModelEventsLayer → ModelService → ChatModel
+//! ```
+//!
+//! What a call needs from its run rides in [`ChatRequest::extensions`], not in a task-local, so
+//! a layer that moves the inner call to another task (tower `Buffer`, `tokio::spawn`) keeps
+//! streaming: [`DeltaSink`] (where text deltas go; absent: nobody consumes them, and the model
+//! is asked for a whole answer), [`RunDeadline`] (the retry layer never waits past it), and
+//! [`AttemptLog`] (the per-attempt events and the usage of failed attempts).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+use super::{DeltaRoute, Emitter};
+use crate::agent::RetryConfig;
+use crate::event::AgentEvent;
+use crate::message::Usage;
+use crate::middleware::{ChatLayerFn, ChatService};
+use crate::model::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ModelError};
+
+/// Where a call's text deltas go, as events of its run.
+#[derive(Clone)]
+pub(crate) struct DeltaSink {
+    pub(crate) emitter: Emitter,
+    pub(crate) run_id: Arc<str>,
+    pub(crate) route: DeltaRoute,
+}
+
+/// The instant the run must end by.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunDeadline(pub(crate) Instant);
+
+/// The attempt number of a call (1 for the first), set by the retry layer.
+#[derive(Clone, Copy, Debug)]
+struct Attempt(u32);
+
+/// The run's side of its model calls: per-attempt events, the call counter that checkpoints
+/// keep, and the usage of every attempt.
+pub(crate) struct AttemptLog {
+    emitter: Emitter,
+    run_id: String,
+    usage: Arc<Mutex<Usage>>,
+    calls: AtomicU32,
+    max_attempts: u32,
+}
+
+impl AttemptLog {
+    pub(crate) fn new(
+        emitter: Emitter,
+        run_id: &str,
+        usage: Arc<Mutex<Usage>>,
+        calls_so_far: u32,
+        max_attempts: u32,
+    ) -> Arc<Self> {
+        Arc::new(AttemptLog {
+            emitter,
+            run_id: run_id.to_owned(),
+            usage,
+            calls: AtomicU32::new(calls_so_far),
+            max_attempts,
+        })
+    }
+
+    /// Model requests made so far by the run (every attempt counts).
+    pub(crate) fn calls(&self) -> u32 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    fn add_usage(&self, usage: Usage) {
+        *self.usage.lock().unwrap_or_else(PoisonError::into_inner) += usage;
+    }
+}
+
+/// Builds the chat stack of one model slot.
+pub(crate) fn stack(model: Arc<dyn ChatModel>, user_layers: &[ChatLayerFn], retry: &RetryConfig) -> ChatService {
+    let events = ModelEventsLayer {
+        model: Arc::from(model.model_name()),
+    };
+    let service = ModelRetry::layer(retry.clone()).layer(events.layer(ModelService { model }));
+    crate::middleware::apply(ChatService::new(service), user_layers)
+}
+
+/// The innermost chat service: streams when the request carries a [`DeltaSink`] (forwarding
+/// text deltas as they arrive), otherwise asks for the whole answer.
+#[derive(Clone)]
+pub(crate) struct ModelService {
+    pub(crate) model: Arc<dyn ChatModel>,
+}
+
+impl Service<ChatRequest> for ModelService {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ModelError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
+        let model = Arc::clone(&self.model);
+        let sink = request.extensions.remove::<DeltaSink>();
+        Box::pin(async move {
+            let Some(sink) = sink else {
+                return model.complete(request).await;
+            };
+            let mut stream = model.stream(request).await?;
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = stream.next().await {
+                let event = event?;
+                if let ChatEvent::TextDelta { text } = &event
+                    && !text.is_empty()
+                {
+                    sink.emitter.emit(sink.route.event(&sink.run_id, text.clone())).await;
+                }
+                builder.push(event);
+            }
+            builder.finish()
+        })
+    }
+}
+
+/// Emits `ModelCallStarted` and `ModelCallFinished` / `ModelCallFailed` around every attempt
+/// and records its usage (a failed attempt counts as a request).
+#[derive(Clone)]
+pub(crate) struct ModelEventsLayer {
+    /// The slot's model name, as events carry it.
+    model: Arc<str>,
+}
+
+impl<S> Layer<S> for ModelEventsLayer {
+    type Service = ModelEvents<S>;
+    fn layer(&self, inner: S) -> ModelEvents<S> {
+        ModelEvents {
+            inner,
+            model: Arc::clone(&self.model),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct ModelEvents<S> {
+    inner: S,
+    model: Arc<str>,
+}
+
+impl<S> Service<ChatRequest> for ModelEvents<S>
+where
+    S: Service<ChatRequest, Response = ChatResponse, Error = ModelError>,
+    S::Future: Send + 'static,
+{
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ModelError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
+        // The model sees none of the run's per-request data but the delta sink (a model that
+        // keeps its requests must not keep the run's event channel open).
+        request.extensions.remove::<RunDeadline>();
+        let attempt = request.extensions.remove::<Attempt>().map_or(1, |a| a.0);
+        let Some(log) = request.extensions.remove::<Arc<AttemptLog>>() else {
+            return Box::pin(self.inner.call(request));
+        };
+        let call = log.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let tools = request.tools.len();
+        let structured = request.response_format.is_some();
+        let started = std::time::Instant::now();
+        let active = log.emitter.active();
+        let model = Arc::clone(&self.model);
+        let fut = self.inner.call(request);
+        Box::pin(async move {
+            if active {
+                log.emitter
+                    .emit(AgentEvent::ModelCallStarted {
+                        run_id: log.run_id.clone(),
+                        model: model.to_string(),
+                        call,
+                        tools,
+                        structured,
+                    })
+                    .await;
+            }
+            let result = fut.await;
+            match &result {
+                Ok(response) => {
+                    log.add_usage(response.usage);
+                    if active {
+                        log.emitter
+                            .emit(AgentEvent::ModelCallFinished {
+                                run_id: log.run_id.clone(),
+                                model: model.to_string(),
+                                call,
+                                usage: response.usage,
+                                finish_reason: response.finish_reason.clone(),
+                                tool_calls: response.message.tool_calls.len(),
+                                duration_ms: started.elapsed().as_millis() as u64,
+                            })
+                            .await;
+                    }
+                }
+                Err(err) => {
+                    log.add_usage(Usage {
+                        requests: 1,
+                        ..Usage::default()
+                    });
+                    if active {
+                        log.emitter
+                            .emit(AgentEvent::ModelCallFailed {
+                                run_id: log.run_id.clone(),
+                                model: model.to_string(),
+                                call,
+                                error_kind: err.kind().to_owned(),
+                                will_retry: err.is_retryable() && attempt < log.max_attempts,
+                            })
+                            .await;
+                    }
+                }
+            }
+            result
+        })
+    }
+}
+
+/// The agent's model retry: [`RetryConfig`] as a [`tower::retry::Policy`] over [`ModelError`].
+pub(crate) type ModelRetryLayer = tower::retry::RetryLayer<ModelRetry>;
+
+/// Retries retryable errors up to `max_attempts` attempts in all, waiting the server's
+/// `retry_after` or the configured backoff (with jitter). A wait that would pass the run's
+/// deadline waits for the deadline instead, where the run ends with its timeout.
+#[derive(Clone)]
+pub(crate) struct ModelRetry {
+    config: Arc<RetryConfig>,
+    attempt: u32,
+}
+
+impl ModelRetry {
+    fn layer(config: RetryConfig) -> ModelRetryLayer {
+        tower::retry::RetryLayer::new(ModelRetry {
+            config: Arc::new(config),
+            attempt: 1,
+        })
+    }
+}
+
+impl tower::retry::Policy<ChatRequest, ChatResponse, ModelError> for ModelRetry {
+    type Future = std::pin::Pin<Box<tokio::time::Sleep>>;
+
+    fn retry(
+        &mut self,
+        request: &mut ChatRequest,
+        result: &mut Result<ChatResponse, ModelError>,
+    ) -> Option<Self::Future> {
+        let err = result.as_ref().err()?;
+        if !err.is_retryable() || self.attempt >= self.config.max_attempts {
+            return None;
+        }
+        let wait = err.retry_after().unwrap_or_else(|| self.config.wait(self.attempt));
+        self.attempt += 1;
+        request.extensions.insert(Attempt(self.attempt));
+        let until = Instant::now() + wait;
+        Some(Box::pin(match request.extensions.get::<RunDeadline>() {
+            Some(RunDeadline(deadline)) if until >= *deadline => tokio::time::sleep_until(*deadline),
+            _ => tokio::time::sleep_until(until),
+        }))
+    }
+
+    fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {
+        Some(request.clone())
+    }
+}
