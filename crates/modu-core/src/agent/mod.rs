@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::{RunContext, UserContext};
+use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::event::EventSink;
 use crate::memory::{ConversationMemoryPolicy, KeepAll};
-use crate::message::{Message, Usage};
 use crate::middleware::{
     AgentLayerFn, AgentService, ChatLayerFn, ChatService, FunctionLayerFn, FunctionService, ToolInvocation,
 };
@@ -20,6 +19,12 @@ use crate::output::{JsonCodec, OutputCodec, TextCodec};
 use crate::provider::{AllowAllAuthorizer, ContextProvider, ToolAuthorizer, ToolProvider};
 use crate::store::{CheckpointStore, ConversationStore};
 use crate::tool::{Tool, ToolSpec};
+
+mod api;
+mod request;
+
+pub(crate) use request::PauseSlot;
+pub use request::{AgentRequest, AgentResult};
 
 /// Retries of model calls (on transient errors) and of idempotent tools (on retryable errors).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -805,207 +810,4 @@ pub(crate) fn stable_hash(text: &str) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
-}
-
-/// One run's input: the new messages, the application context and run options.
-pub struct AgentRequest<C> {
-    /// The new input messages (usually one user message).
-    pub input: Vec<Message>,
-    /// The application's context, shared with every tool call.
-    pub context: Arc<C>,
-    /// The session (conversation) to continue and append to.
-    pub session_id: Option<String>,
-    /// Who the run is for.
-    pub user: UserContext,
-    /// Free metadata for the run (tool providers read their options here, e.g. `mcp.servers`).
-    pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// A run id to use instead of a fresh one.
-    pub run_id: Option<String>,
-    /// For a run nested in another (agent-as-tool): its structured input.
-    pub tool_input: Option<serde_json::Value>,
-    /// For a run nested in another: the parent run's id.
-    pub parent_run_id: Option<String>,
-    pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
-    pub(crate) approvals: Option<Arc<std::sync::Mutex<crate::context::SharedApprovals>>>,
-    /// For a run nested as a tool: where it leaves its state when it pauses for approvals.
-    pub(crate) nested_pause: Option<PauseSlot>,
-    /// For a resumed run: its checkpoint (the request's session, user and metadata start as
-    /// the checkpoint's).
-    pub(crate) resume: Option<Box<crate::runner::Resume>>,
-}
-
-/// Where a nested run leaves its exported state when it pauses.
-pub(crate) type PauseSlot = Arc<std::sync::Mutex<Option<serde_json::Value>>>;
-
-impl<C> Clone for AgentRequest<C> {
-    fn clone(&self) -> Self {
-        AgentRequest {
-            input: self.input.clone(),
-            context: Arc::clone(&self.context),
-            session_id: self.session_id.clone(),
-            user: self.user.clone(),
-            metadata: self.metadata.clone(),
-            run_id: self.run_id.clone(),
-            tool_input: self.tool_input.clone(),
-            parent_run_id: self.parent_run_id.clone(),
-            stream: self.stream.clone(),
-            approvals: self.approvals.clone(),
-            nested_pause: self.nested_pause.clone(),
-            resume: self.resume.clone(),
-        }
-    }
-}
-
-impl<C> fmt::Debug for AgentRequest<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentRequest")
-            .field("input", &self.input)
-            .field("session_id", &self.session_id)
-            .field("user", &self.user)
-            .field("run_id", &self.run_id)
-            .field("resume", &self.resume.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<C> AgentRequest<C> {
-    /// A request with a user message and an application context.
-    pub fn new(context: C, input: impl Into<String>) -> Self {
-        Self::with_context_arc(Arc::new(context), input)
-    }
-
-    /// A request with a user message and a shared application context.
-    pub fn with_context_arc(context: Arc<C>, input: impl Into<String>) -> Self {
-        AgentRequest {
-            input: vec![Message::user(input)],
-            context,
-            session_id: None,
-            user: UserContext::default(),
-            metadata: serde_json::Map::new(),
-            run_id: None,
-            tool_input: None,
-            parent_run_id: None,
-            stream: None,
-            approvals: None,
-            nested_pause: None,
-            resume: None,
-        }
-    }
-
-    /// Whether this request continues a run from its checkpoint ([`Agent::resume`] and the
-    /// other resume methods): agent middleware sees resumed runs too, and can tell them apart
-    /// here. Such a request has no new input; its run id, session, user and metadata are the
-    /// paused run's.
-    pub fn is_resume(&self) -> bool {
-        self.resume.is_some()
-    }
-
-    /// Continues (and appends to) a session.
-    pub fn session(mut self, session_id: impl Into<String>) -> Self {
-        self.session_id = Some(session_id.into());
-        self
-    }
-
-    /// Sets the user context.
-    pub fn user(mut self, user: UserContext) -> Self {
-        self.user = user;
-        self
-    }
-
-    /// Adds a metadata entry.
-    pub fn metadata(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
-        self.metadata.insert(key.into(), value);
-        self
-    }
-
-    /// Uses this run id.
-    pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
-        self.run_id = Some(run_id.into());
-        self
-    }
-
-    /// Replaces the input messages.
-    pub fn messages(mut self, input: Vec<Message>) -> Self {
-        self.input = input;
-        self
-    }
-
-    /// Approves every call of `tool` in this run and the runs nested in it in advance, as
-    /// [`RunContext::approve_tool`] does from code (for an MCP tool, its external name).
-    pub fn approve_tool(mut self, tool: impl Into<String>) -> Self {
-        self.approvals
-            .get_or_insert_with(Arc::default)
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .approve(tool.into());
-        self
-    }
-
-    /// Rejects every call of `tool` in this run and the runs nested in it in advance; the
-    /// model sees `message`.
-    pub fn reject_tool(mut self, tool: impl Into<String>, message: Option<String>) -> Self {
-        self.approvals
-            .get_or_insert_with(Arc::default)
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .reject(tool.into(), message);
-        self
-    }
-}
-
-impl<C: Default> From<&str> for AgentRequest<C> {
-    fn from(s: &str) -> Self {
-        AgentRequest::new(C::default(), s)
-    }
-}
-
-impl<C: Default> From<String> for AgentRequest<C> {
-    fn from(s: String) -> Self {
-        AgentRequest::new(C::default(), s)
-    }
-}
-
-/// What a run produced.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AgentResult<O = String> {
-    /// The run's id (also the checkpoint key).
-    pub run_id: String,
-    /// The agent that answered.
-    pub agent: String,
-    /// The output, when the run succeeded.
-    pub output: Option<O>,
-    /// The run's messages: the input, every tool call and result, and the answer. History
-    /// loaded from the session is not repeated here.
-    pub messages: Vec<Message>,
-    /// The run's usage (tokens and requests).
-    pub usage: Usage,
-    /// Counters and policy data (`model_calls`, `tool_calls`, `turns`, `resumed`, …).
-    pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Why the run failed, if it did. A run paused for approvals has
-    /// [`AgentError::Interrupted`] here and lists the calls in `interruptions`.
-    pub error: Option<AgentError>,
-    /// Tool calls waiting for a person's approval (empty unless the run is paused).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub interruptions: Vec<crate::approval::ApprovalRequest>,
-}
-
-impl<O> AgentResult<O> {
-    /// Whether the run is paused, waiting for approvals.
-    pub fn is_interrupted(&self) -> bool {
-        !self.interruptions.is_empty()
-    }
-
-    /// Whether the run succeeded.
-    pub fn is_ok(&self) -> bool {
-        self.error.is_none() && self.output.is_some()
-    }
-
-    /// The output, or the error.
-    pub fn into_output(self) -> Result<O, AgentError> {
-        match (self.output, self.error) {
-            (_, Some(e)) => Err(e),
-            (Some(o), None) => Ok(o),
-            (None, None) => Err(AgentError::Cancelled),
-        }
-    }
 }

@@ -1,0 +1,253 @@
+//! The run API of [`Agent`]: run, stream, resume, approvals, export and import.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Agent, AgentRequest, AgentResult};
+use crate::approval::{ApprovalDecision, ApprovalRequest, NestedResume};
+use crate::error::AgentError;
+use crate::event::AgentEvent;
+use crate::message::Usage;
+use crate::runner::{RunStream, resume_request, run_through_layers, with_deadline};
+
+impl<C, O> Agent<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// Runs the agent to its answer.
+    ///
+    /// Never panics on bad input: a failure ends up in [`AgentResult::error`].
+    pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> AgentResult<O> {
+        run_through_layers(&self.inner, request.into()).await
+    }
+
+    /// Runs the agent, yielding its events as they happen and the result at the end.
+    ///
+    /// The run proceeds on a spawned task; dropping the stream cancels it. The last item is
+    /// always [`StreamItem::Completed`] or [`StreamItem::Failed`] carrying the result (the
+    /// `RunCompleted` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
+    /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
+    /// FINALIZE tokens as `FinalDelta`, then the result; the internal PLAN / ACT / STEP_RESULT
+    /// work is in [`Agent::stream_all`]. With the standard policy it is the same as `stream_all`.
+    ///
+    /// A model call that fails mid-answer and is retried (`ModelCallFailed { will_retry: true }`)
+    /// streams its answer again from the start: drop the partial text of the failed attempt.
+    pub fn stream(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
+        let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
+        self.stream_inner(request.into(), public_only)
+    }
+
+    /// Runs the agent, yielding every event (plan, step, tool, validation and step-delta events
+    /// of a strict run included) and the result at the end.
+    pub fn stream_all(&self, request: impl Into<AgentRequest<C>>) -> RunStream<O> {
+        self.stream_inner(request.into(), false)
+    }
+
+    fn stream_inner(&self, request: AgentRequest<C>, public_only: bool) -> RunStream<O> {
+        let (tx, rx) = mpsc::channel(256);
+        let mut request = request;
+        request.stream = Some(tx);
+        let inner = Arc::clone(&self.inner);
+        let handle = tokio::spawn(async move { run_through_layers(&inner, request).await });
+        RunStream::new(rx, handle, self.inner.name.clone(), public_only)
+    }
+
+    /// Continues a run that failed on a transient error from its last checkpoint.
+    ///
+    /// Tool calls whose results were checkpointed are not run again. Fails with a typed error
+    /// when there is no checkpoint, when it cannot be read, or when it was written by an
+    /// incompatible agent (other tools, output schema or policy).
+    pub async fn resume(&self, run_id: &str, context: C) -> AgentResult<O> {
+        self.resume_arc(run_id, Arc::new(context)).await
+    }
+
+    /// [`Agent::resume`] with a shared context.
+    pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> AgentResult<O> {
+        self.resume_with(run_id, context, None).await
+    }
+
+    /// [`Agent::resume`], yielding the resumed run's events and then its result, as
+    /// [`Agent::stream`] does (a strict agent's stream shows only what a user sees).
+    ///
+    /// The run proceeds on a spawned task; dropping the stream cancels it.
+    pub fn resume_stream(&self, run_id: &str, context: C) -> RunStream<O> {
+        let (tx, rx) = mpsc::channel(256);
+        let agent = self.clone();
+        let run_id = run_id.to_owned();
+        let handle = tokio::spawn(async move { agent.resume_with(&run_id, Arc::new(context), Some(tx)).await });
+        let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
+        RunStream::new(rx, handle, self.inner.name.clone(), public_only)
+    }
+
+    /// Resumes a nested run from the state its parent kept, with the decisions made on the
+    /// parent; no checkpoint store is needed.
+    pub(crate) async fn resume_nested(
+        &self,
+        resume: NestedResume,
+        context: Arc<C>,
+        approvals: Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
+        slot: crate::agent::PauseSlot,
+    ) -> AgentResult<O> {
+        let run_id = resume.pause.run_id.clone();
+        match self.decode_checkpoint(&run_id, resume.pause.state) {
+            Ok(mut checkpoint) => {
+                for (call_id, decision, always) in resume.decisions {
+                    if always && let Some(r) = checkpoint.state.interruptions.iter().find(|r| r.call_id == call_id) {
+                        checkpoint.state.always_approved.insert(r.tool_name.clone());
+                    }
+                    checkpoint.state.decisions.insert(call_id, decision);
+                }
+                let mut request = resume_request(checkpoint, context, Instant::now());
+                request.approvals = Some(approvals);
+                request.nested_pause = Some(slot);
+                run_through_layers(&self.inner, request).await
+            }
+            Err(error) => AgentResult {
+                run_id,
+                agent: self.inner.name.clone(),
+                output: None,
+                messages: Vec::new(),
+                usage: Usage::default(),
+                metadata: serde_json::Map::new(),
+                error: Some(error),
+                interruptions: Vec::new(),
+            },
+        }
+    }
+
+    async fn resume_with(
+        &self,
+        run_id: &str,
+        context: Arc<C>,
+        stream: Option<mpsc::Sender<AgentEvent>>,
+    ) -> AgentResult<O> {
+        let started = Instant::now();
+        let deadline = self.inner.limits.timeout.map(|t| started + t);
+        let loaded = match with_deadline(deadline, self.inner.limits.timeout, self.load_checkpoint(run_id)).await {
+            Ok(loaded) => loaded,
+            Err(timeout) => Err(timeout),
+        };
+        match loaded {
+            Ok(checkpoint) => {
+                let mut request = resume_request(checkpoint, context, started);
+                request.stream = stream;
+                run_through_layers(&self.inner, request).await
+            }
+            Err(error) => AgentResult {
+                run_id: run_id.to_owned(),
+                agent: self.inner.name.clone(),
+                output: None,
+                messages: Vec::new(),
+                usage: Usage::default(),
+                metadata: serde_json::Map::new(),
+                error: Some(error),
+                interruptions: Vec::new(),
+            },
+        }
+    }
+
+    /// The calls of a paused run that wait for a decision.
+    pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
+        Ok(self.load_checkpoint(run_id).await?.state.interruptions)
+    }
+
+    /// Approves one waiting call; it runs once when the run resumes.
+    pub async fn approve(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Approved, false).await
+    }
+
+    /// Approves one waiting call and every later call of the same tool in this run.
+    pub async fn approve_always(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Approved, true).await
+    }
+
+    /// Rejects one waiting call: it does not run, and the model sees the rejection (with the
+    /// message, if any).
+    pub async fn reject(&self, run_id: &str, call_id: &str, message: Option<String>) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Rejected { message }, false)
+            .await
+    }
+
+    async fn decide(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        always: bool,
+    ) -> Result<(), AgentError> {
+        let mut checkpoint = self.load_checkpoint(run_id).await?;
+        let request = checkpoint
+            .state
+            .interruptions
+            .iter()
+            .find(|r| r.call_id == call_id)
+            .cloned()
+            .ok_or_else(|| AgentError::UnknownApproval {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+            })?;
+        let approved = decision == ApprovalDecision::Approved;
+        checkpoint.state.decisions.insert(call_id.to_owned(), decision);
+        if always {
+            // By the name the approval showed: for MCP, the external tool, not mcp_call_tool.
+            checkpoint.state.always_approved.insert(request.tool_name.clone());
+        }
+        self.store_checkpoint(&checkpoint).await?;
+        if let Some(sink) = &self.inner.sink {
+            let event = AgentEvent::ApprovalResolved {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+                tool_name: request.tool_name,
+                approved,
+            };
+            if let Err(err) = sink.publish(&event).await {
+                tracing::warn!(error = %err, "event sink failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// The saved state of an unfinished run as JSON (for moving a paused run to another
+    /// process or storing it elsewhere). The application context is not part of it.
+    pub async fn export_state(&self, run_id: &str) -> Result<serde_json::Value, AgentError> {
+        let checkpoint = self.load_checkpoint(run_id).await?;
+        serde_json::to_value(&checkpoint).map_err(|e| AgentError::CheckpointInvalid {
+            run_id: run_id.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Stores a state produced by [`Agent::export_state`] in this agent's checkpoint store,
+    /// after checking its version and that it belongs to a compatible agent; returns its run id.
+    pub async fn import_state(&self, state: serde_json::Value) -> Result<String, AgentError> {
+        let Some(run_id) = state
+            .get("run_id")
+            .and_then(serde_json::Value::as_str)
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+        else {
+            return Err(AgentError::CheckpointInvalid {
+                run_id: String::new(),
+                message: "the state has no run_id: it is not a state exported by Agent::export_state".into(),
+            });
+        };
+        let checkpoint = self.decode_checkpoint(&run_id, state)?;
+        self.store_checkpoint(&checkpoint).await?;
+        Ok(run_id)
+    }
+
+    /// Whether a checkpoint exists for the run (it can be resumed).
+    pub async fn has_checkpoint(&self, run_id: &str) -> Result<bool, AgentError> {
+        let Some(store) = &self.inner.checkpoints else {
+            return Ok(false);
+        };
+        store
+            .load(run_id)
+            .await
+            .map(|c| c.is_some())
+            .map_err(|e| AgentError::from_store("checkpoint.load", &e))
+    }
+}

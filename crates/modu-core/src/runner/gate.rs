@@ -1,0 +1,519 @@
+//! The tool gate: a batch of tool calls from one model answer, each admitted (lookup, JSON,
+//! schema, the approval decision, RBAC) and executed through the function stack (user
+//! function layers, then the tool's timeout and retries), results in call order.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use super::journal::save_checkpoint;
+use super::{Env, Run, RunState, VisibleTool, sleep_within, with_deadline};
+use crate::agent::AgentInner;
+use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause, NestedResume, nested_call_id};
+use crate::context::CallScope;
+use crate::error::AgentError;
+use crate::event::AgentEvent;
+use crate::message::Message;
+use crate::middleware::ToolInvocation;
+use crate::tool::{ToolError, ToolErrorKind, truncate_result};
+
+pub(super) type ToolCallOutcome = Result<serde_json::Value, ToolError>;
+
+/// What the tool loop knows about approvals when it runs a batch.
+#[derive(Clone, Copy)]
+pub(super) struct ApprovalGate<'a> {
+    pub(super) offered: Option<&'a HashSet<String>>,
+    pub(super) decisions: &'a BTreeMap<String, ApprovalDecision>,
+    pub(super) always_approved: &'a BTreeSet<String>,
+    /// Nested runs paused by calls of this batch (by the parent's call id).
+    pub(super) nested: &'a BTreeMap<String, NestedPause>,
+    /// The tool identities admitted this turn (`None`: every offered tool).
+    pub(super) allowed: Option<&'a BTreeSet<String>>,
+}
+
+/// Why a call did not run.
+pub(super) enum Refusal {
+    Error(ToolError),
+    Approval(ApprovalRequest),
+}
+
+/// How one call ended, in detail (the strict policy classifies it).
+pub(super) struct CallReport {
+    pub(super) outcome: ToolCallOutcome,
+    /// How often it ran (0: refused before running).
+    pub(super) attempts: u32,
+    /// The arguments it ran with, schema defaults filled in (`None`: refused before running).
+    pub(super) validated: Option<serde_json::Value>,
+    /// The tool that ran or was refused ([`crate::Tool::identity`]; the called name when the
+    /// call never got past lookup and argument checks).
+    pub(super) identity: String,
+    pub(super) duration_ms: u64,
+}
+
+/// How one call of a batch ended.
+pub(super) enum RawToolRun {
+    Done(CallReport),
+    NeedsApproval(ApprovalRequest),
+    /// The call's nested run (agent-as-tool) paused for approvals.
+    Nested(NestedPause),
+}
+
+impl<C, O> Run<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// Runs a batch of tool calls concurrently; results are appended in call order.
+    pub(super) async fn run_tools(&mut self, calls: Vec<crate::message::ToolCall>) -> Result<(), AgentError> {
+        // Handoffs first: checks only, no side effects, at most one accepted per batch.
+        let mut handed_to: Option<Arc<AgentInner<C, O>>> = None;
+        for call in &calls {
+            if self.state.pending_results.contains_key(&call.id) {
+                continue;
+            }
+            let Some(handoff) = self
+                .env
+                .agent
+                .handoffs
+                .iter()
+                .find(|h| h.tool_name == call.name)
+                .cloned()
+            else {
+                continue;
+            };
+            let outcome = if !handoff.is_enabled(&self.env.ctx) {
+                Err(ToolError::new(ToolErrorKind::NotFound, "unknown_tool")
+                    .with_message(format!("the handoff {} is not available now", call.name)))
+            } else if handed_to.is_some() {
+                Err(ToolError::new(ToolErrorKind::Rejected, "handoff_already_done")
+                    .with_message("the conversation was already handed over in this turn"))
+            } else {
+                handoff.accept(&self.env.ctx, &call.arguments)
+            };
+            let (content, is_error) = match outcome {
+                Ok(()) => {
+                    handed_to = Some(Arc::clone(&handoff.target.inner));
+                    (
+                        serde_json::json!({"transferred_to": handoff.target.name()}).to_string(),
+                        false,
+                    )
+                }
+                Err(e) => (e.model_content(true), true),
+            };
+            self.state.pending_results.insert(
+                call.id.clone(),
+                Message::tool_result(call.id.clone(), call.name.clone(), content, is_error),
+            );
+        }
+        self.run_batch(&calls, false, |env, _state, call, report| {
+            let (content, is_error) = match report.outcome {
+                ToolCallOutcome::Ok(value) => (env.result_content(&call.name, value), false),
+                ToolCallOutcome::Err(e) => (e.model_content(true), true),
+            };
+            Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)
+        })
+        .await?;
+        for call in &calls {
+            if let Some(m) = self.state.pending_results.remove(&call.id) {
+                self.state.messages.push(m);
+            }
+        }
+        if let Some(target) = handed_to {
+            let from = self.env.agent.name.clone();
+            let to = target.name.clone();
+            self.env.agent = target;
+            self.env.ctx = self.env.ctx.with_agent_name(to.clone());
+            self.state.active_agent = Some(to.clone());
+            self.open_tools().await?;
+            if self.env.emitter.active() {
+                self.env
+                    .emitter
+                    .emit(AgentEvent::Handoff {
+                        run_id: self.env.ctx.run_id().to_owned(),
+                        from,
+                        to,
+                    })
+                    .await;
+            }
+        }
+        self.checkpoint().await
+    }
+
+    /// Runs the calls of a batch that have no result yet, concurrently, through the tool gate;
+    /// `finished` turns each call's report into its tool message (and may record more in the
+    /// state), which waits in `pending_results` until the caller takes the batch in call order.
+    /// The state is checkpointed after each finished call while others still run. Calls that
+    /// need approval pause the run (`AgentError::Interrupted`) once the rest finished. With
+    /// `sanitized` (strict policy) events carry arguments with secret keys masked.
+    pub(super) async fn run_batch<F>(
+        &mut self,
+        calls: &[crate::message::ToolCall],
+        sanitized: bool,
+        mut finished: F,
+    ) -> Result<(), AgentError>
+    where
+        F: FnMut(&Env<C, O>, &mut RunState, &crate::message::ToolCall, CallReport) -> Message,
+    {
+        self.state.interruptions.clear();
+        // The gate reads decisions while `finished` writes the state: it gets its own copies.
+        let decisions = self.state.decisions.clone();
+        let always_approved = self.state.always_approved.clone();
+        let nested = self.state.nested.clone();
+        let mut waiting = Vec::new();
+        {
+            let env = &self.env;
+            let state = &mut self.state;
+            let gate = ApprovalGate {
+                offered: self.offered.as_ref(),
+                decisions: &decisions,
+                always_approved: &always_approved,
+                nested: &nested,
+                allowed: self.allowed.as_ref(),
+            };
+            let mut running: FuturesUnordered<_> = calls
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !state.pending_results.contains_key(&c.id))
+                .map(|(index, call)| async move { (index, env.run_tool_raw(call, gate, sanitized).await) })
+                .collect();
+            while let Some((index, result)) = running.next().await {
+                match result? {
+                    RawToolRun::Done(report) => {
+                        let call = &calls[index];
+                        let message = finished(env, state, call, report);
+                        state.nested.remove(&call.id);
+                        state.pending_results.insert(call.id.clone(), message);
+                        state.usage = env.ctx.usage();
+                        if env.agent.checkpoints.is_some() && !running.is_empty() {
+                            save_checkpoint(env, state).await?;
+                        }
+                    }
+                    RawToolRun::NeedsApproval(request) => waiting.push((index, request)),
+                    RawToolRun::Nested(pause) => {
+                        let call = &calls[index];
+                        for request in pause.parent_requests(&call.id) {
+                            waiting.push((index, request));
+                        }
+                        state.nested.insert(call.id.clone(), pause);
+                    }
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        waiting.sort_by_key(|(index, _)| *index);
+        let requests: Vec<ApprovalRequest> = waiting.into_iter().map(|(_, r)| r).collect();
+        if self.env.emitter.active() {
+            for r in &requests {
+                let mut shown = r.clone();
+                if sanitized {
+                    // Events get the arguments with secret keys masked; the result's
+                    // `interruptions` keep them, for the person who decides.
+                    shown.arguments = crate::plan::mask_arguments(&shown.arguments);
+                    for value in shown.metadata.values_mut() {
+                        *value = crate::plan::mask_arguments(value);
+                    }
+                }
+                self.env
+                    .emitter
+                    .emit(AgentEvent::ApprovalRequested {
+                        run_id: self.env.ctx.run_id().to_owned(),
+                        request: shown,
+                    })
+                    .await;
+            }
+        }
+        self.state.interruptions = requests;
+        self.checkpoint().await?;
+        Err(AgentError::Interrupted {
+            pending: self.state.interruptions.len(),
+        })
+    }
+}
+
+impl<C, O> Env<C, O>
+where
+    C: Send + Sync + 'static,
+{
+    /// A tool's result as the model sees it: strings as they are, other JSON as text, capped
+    /// at the tool's `max_result_bytes`.
+    pub(super) fn result_content(&self, tool: &str, value: serde_json::Value) -> String {
+        let text = match value {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let max = self.tools.get(tool).and_then(|t| t.entry.tool.spec().max_result_bytes);
+        truncate_result(text, max)
+    }
+
+    /// One tool call: lookup, argument checks, approval, authorization, execution with timeout
+    /// and retry, events; reported in detail (failures are data the caller turns into a tool
+    /// message; only the run's own deadline ends the run). With `sanitized` (strict policy) the
+    /// events carry the arguments with secret keys masked and errors without their message.
+    pub(super) async fn run_tool_raw(
+        &self,
+        call: &crate::message::ToolCall,
+        gate: ApprovalGate<'_>,
+        sanitized: bool,
+    ) -> Result<RawToolRun, AgentError> {
+        let started = Instant::now();
+        let offered = gate.offered;
+        let refused = Refusal::Error;
+        let checked: Result<(&VisibleTool<C>, serde_json::Value), Refusal> = (|| {
+            let tool = self
+                .tools
+                .get(&call.name)
+                .filter(|_| offered.is_none_or(|o| o.contains(&call.name)))
+                .filter(|t| t.entry.tool.is_enabled(&self.ctx))
+                .ok_or_else(|| {
+                    let available: Vec<&str> = self
+                        .tool_order
+                        .iter()
+                        .filter(|n| offered.is_none_or(|o| o.contains(*n)))
+                        .filter(|n| self.tools.get(*n).is_some_and(|t| t.entry.tool.is_enabled(&self.ctx)))
+                        .map(String::as_str)
+                        .collect();
+                    refused(
+                        ToolError::new(ToolErrorKind::NotFound, "unknown_tool").with_message(format!(
+                            "there is no tool named {:?}; available tools: {}",
+                            call.name,
+                            available.join(", ")
+                        )),
+                    )
+                })?;
+            let args = call.parse_arguments().map_err(|e| {
+                refused(ToolError::validation(
+                    "invalid_json",
+                    format!("the arguments are not valid JSON ({e}); send a JSON object"),
+                ))
+            })?;
+            let problems = tool.entry.validator.problems(&args);
+            if !problems.is_empty() {
+                return Err(refused(ToolError::validation(
+                    "invalid_arguments",
+                    format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
+                )));
+            }
+            if let Some(allowed) = gate.allowed {
+                let identity = tool.entry.tool.identity(&args);
+                if !allowed.contains(identity.as_ref()) {
+                    return Err(refused(
+                        ToolError::new(ToolErrorKind::NotFound, "tool_not_allowed").with_message(format!(
+                            "{identity} is not among the tools allowed now; allowed: {}",
+                            allowed.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+                        )),
+                    ));
+                }
+            }
+            // A decision recorded for this call (approve, approve_always or reject) binds it,
+            // whatever `needs_approval` says now: the predicate is asked only for calls nobody
+            // decided yet, each time such a call reaches the gate (first run and resumes).
+            let recorded = gate.decisions.get(&call.id);
+            let decision = match recorded {
+                Some(d) => Some(d.clone()),
+                None if tool.entry.tool.needs_approval(&self.ctx, &args) => {
+                    // Decisions that cover a whole tool use the tool's identity (for a meta tool
+                    // such as MCP's mcp_call_tool, the external tool), not the called name.
+                    let request = tool.entry.tool.approval_request(&call.id, &args);
+                    let in_code = self.ctx.tool_decision(&request.tool_name).map(|d| match d {
+                        Ok(()) => ApprovalDecision::Approved,
+                        Err(message) => ApprovalDecision::Rejected { message },
+                    });
+                    let always = gate
+                        .always_approved
+                        .contains(&request.tool_name)
+                        .then_some(ApprovalDecision::Approved);
+                    match always.or(in_code) {
+                        Some(d) => Some(d),
+                        None => return Err(Refusal::Approval(request)),
+                    }
+                }
+                None => None,
+            };
+            if let Some(ApprovalDecision::Rejected { message }) = decision {
+                return Err(refused(
+                    ToolError::new(ToolErrorKind::Rejected, "rejected_by_user").with_message(
+                        message.unwrap_or_else(|| "a person rejected this call; do not retry it".to_owned()),
+                    ),
+                ));
+            }
+            // Authorization comes last, right before execution (after approval), on the tool
+            // that really runs (a meta tool's external tool).
+            self.agent
+                .authorizer
+                .authorize(self.ctx.user(), &tool.entry.tool.identity(&args))
+                .map_err(refused)?;
+            Ok((tool, args))
+        })();
+        // A call whose nested run paused earlier goes on only when every one of the nested
+        // calls has a decision; it then resumes the nested run with them.
+        let mut nested_resume = None;
+        if let (Ok(_), Some(pause)) = (&checked, gate.nested.get(&call.id)) {
+            let mut decisions = Vec::with_capacity(pause.requests.len());
+            for r in &pause.requests {
+                match gate.decisions.get(&nested_call_id(&call.id, &r.call_id)) {
+                    Some(d) => decisions.push((
+                        r.call_id.clone(),
+                        d.clone(),
+                        gate.always_approved.contains(&r.tool_name),
+                    )),
+                    None if gate.always_approved.contains(&r.tool_name) => {
+                        decisions.push((r.call_id.clone(), ApprovalDecision::Approved, true))
+                    }
+                    None => return Ok(RawToolRun::Nested(pause.clone())),
+                }
+            }
+            nested_resume = Some(NestedResume {
+                pause: pause.clone(),
+                decisions,
+            });
+        }
+
+        let (outcome, attempts, validated, identity) = match checked {
+            Err(Refusal::Approval(request)) => return Ok(RawToolRun::NeedsApproval(request)),
+            Err(Refusal::Error(error)) => {
+                let identity = self
+                    .tools
+                    .get(&call.name)
+                    .zip(call.parse_arguments().ok())
+                    .map_or_else(|| call.name.clone(), |(t, a)| t.entry.tool.identity(&a).into_owned());
+                (ToolCallOutcome::Err(error), 0, None, identity)
+            }
+            Ok((tool, args)) => {
+                let identity = tool.entry.tool.identity(&args).into_owned();
+                if self.emitter.active() {
+                    self.emitter
+                        .emit(AgentEvent::ToolCallStarted {
+                            run_id: self.ctx.run_id().to_owned(),
+                            call_id: call.id.clone(),
+                            tool: identity.clone(),
+                            arguments: if sanitized {
+                                crate::plan::mask_arguments(&args)
+                            } else {
+                                args.clone()
+                            },
+                        })
+                        .await;
+                }
+                let effective = crate::plan::effective_arguments(&tool.entry.tool.spec().parameters, &args);
+                let scope = Arc::new(CallScope::new(&call.id, nested_resume));
+                let (outcome, attempts) = self.execute_with_retry(&scope, tool, args).await?;
+                if let Some(pause) = scope.take_pause() {
+                    return Ok(RawToolRun::Nested(pause));
+                }
+                (outcome, attempts, Some(effective), identity)
+            }
+        };
+        let duration_ms = started.elapsed().as_millis() as u64;
+        if self.emitter.active() {
+            let error = outcome.as_ref().err().map(|e| {
+                if sanitized {
+                    ToolError {
+                        message: None,
+                        ..e.clone()
+                    }
+                } else {
+                    e.clone()
+                }
+            });
+            self.emitter
+                .emit(AgentEvent::ToolCallFinished {
+                    run_id: self.ctx.run_id().to_owned(),
+                    call_id: call.id.clone(),
+                    tool: identity.clone(),
+                    ok: error.is_none(),
+                    attempts,
+                    duration_ms,
+                    error,
+                })
+                .await;
+        }
+        Ok(RawToolRun::Done(CallReport {
+            outcome,
+            attempts,
+            validated,
+            identity,
+            duration_ms,
+        }))
+    }
+
+    pub(super) async fn execute_with_retry(
+        &self,
+        scope: &Arc<CallScope>,
+        tool: &VisibleTool<C>,
+        args: serde_json::Value,
+    ) -> Result<(ToolCallOutcome, u32), AgentError> {
+        let call_id = scope.call_id.as_str();
+        let ctx = self.ctx.for_call(Arc::clone(scope));
+        let spec = tool.entry.tool.spec();
+        let retry = &self.agent.retry;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let call: futures::future::BoxFuture<'_, Result<serde_json::Value, ToolError>> =
+                match &self.agent.function_service {
+                    Some(service) => Box::pin(tower::ServiceExt::oneshot(
+                        service.clone(),
+                        ToolInvocation {
+                            call_id: call_id.to_owned(),
+                            tool_name: spec.name.clone(),
+                            arguments: args.clone(),
+                            ctx: ctx.clone(),
+                            tool: Arc::clone(&tool.entry.tool),
+                        },
+                    )),
+                    None => tool.entry.tool.call(&ctx, args.clone()),
+                };
+            let result = match spec.timeout {
+                Some(limit) => {
+                    let remaining = self.deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if remaining.is_some_and(|r| r < limit) {
+                        // The run's deadline comes first: it ends the run.
+                        with_deadline(self.deadline, self.agent.limits.timeout, call).await?
+                    } else {
+                        match tokio::time::timeout(limit, call).await {
+                            Ok(r) => r,
+                            Err(_) => Err(ToolError::timeout(limit)),
+                        }
+                    }
+                }
+                None => with_deadline(self.deadline, self.agent.limits.timeout, call).await?,
+            };
+            match result {
+                Ok(value) => return Ok((ToolCallOutcome::Ok(value), attempt)),
+                Err(error) => {
+                    let uncancellable_timeout =
+                        error.kind == ToolErrorKind::Timeout && spec.blocking && !spec.timeout_retry_safe;
+                    // A tool that classified its error as something else than retry_call is not
+                    // re-run, whatever `retryable` says.
+                    let retry_wanted = error
+                        .recovery
+                        .is_none_or(|r| r == crate::tool::RecoveryAction::RetryCall);
+                    let may_retry = spec.idempotent
+                        && error.retryable
+                        && retry_wanted
+                        && !uncancellable_timeout
+                        && attempt < retry.max_attempts;
+                    if !may_retry {
+                        let error = if uncancellable_timeout {
+                            // The blocking work may still run: never retried, never replanned.
+                            ToolError {
+                                retryable: false,
+                                recovery: Some(crate::tool::RecoveryAction::Fail),
+                                ..error
+                            }
+                        } else {
+                            error
+                        };
+                        return Ok((ToolCallOutcome::Err(error), attempt));
+                    }
+                    sleep_within(self.deadline, self.agent.limits.timeout, retry.backoff(attempt)).await?;
+                }
+            }
+        }
+    }
+}

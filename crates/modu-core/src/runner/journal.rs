@@ -1,0 +1,439 @@
+//! What a run writes outside itself: checkpoints (the format, its versions, save, load and
+//! decode), events (to the sink and the caller's stream), and the end of a run (history
+//! appended, the final checkpoint, the result).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::{Env, Run, RunState, with_deadline};
+use crate::agent::{Agent, AgentResult};
+use crate::context::UserContext;
+use crate::error::AgentError;
+use crate::event::{AgentEvent, EventSink};
+use crate::store::{CheckpointMeta, CheckpointStatus};
+
+/// The version of the checkpoint format written by this crate.
+///
+/// 2 added the strict Plan-and-Execute state (`state.strict`); version 1 checkpoints (which
+/// never hold one) are read as they are.
+pub const CHECKPOINT_SCHEMA_VERSION: u32 = 2;
+
+/// The oldest checkpoint format this crate reads.
+pub(crate) const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
+
+/// A checkpoint: the run state with what is needed to check and rebuild the run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
+    pub(crate) schema_version: u32,
+    pub(crate) run_id: String,
+    pub(crate) agent: String,
+    pub(crate) fingerprint: String,
+    #[serde(default)]
+    pub(crate) session_id: Option<String>,
+    #[serde(default)]
+    pub(crate) user: UserContext,
+    #[serde(default)]
+    pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
+    pub(crate) state: RunState,
+}
+
+/// Sends events to the sink and to the caller's stream.
+#[derive(Clone)]
+pub(crate) struct Emitter {
+    pub(super) sink: Option<Arc<dyn EventSink>>,
+    pub(super) stream: Option<mpsc::Sender<AgentEvent>>,
+}
+
+impl Emitter {
+    pub(crate) fn active(&self) -> bool {
+        self.sink.is_some() || self.stream.is_some()
+    }
+
+    /// Whether anyone consumes text deltas (a caller's stream, or a sink that wants them):
+    /// otherwise the model is asked for whole answers.
+    pub(crate) fn deltas_wanted(&self) -> bool {
+        self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
+    }
+
+    pub(crate) async fn emit(&self, event: AgentEvent) {
+        if let Some(sink) = &self.sink
+            && let Err(err) = sink.publish(&event).await
+        {
+            tracing::warn!(error = %err, event = event.kind(), "event sink failed");
+        }
+        if let Some(tx) = &self.stream
+            && !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. })
+        {
+            // A caller that dropped its stream no longer listens; the run goes on.
+            let _ = tx.send(event).await;
+        }
+    }
+}
+
+impl<C, O> Run<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    pub(super) async fn store_failed(&self, operation: &str, message: &str) {
+        if self.env.emitter.active() {
+            self.env
+                .emitter
+                .emit(AgentEvent::StoreFailed {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    operation: operation.to_owned(),
+                    message: message.to_owned(),
+                })
+                .await;
+        }
+    }
+
+    pub(super) async fn finish(mut self, outcome: Result<O, AgentError>) -> AgentResult<O> {
+        let strict_done = self.state.strict.as_ref().is_some_and(|s| s.is_done());
+        let already_stored = self.state.strict.as_ref().is_some_and(|s| s.conversation_stored);
+        let env = &self.env;
+        let agent = &env.agent;
+        let run_id = env.ctx.run_id().to_owned();
+        let mut metadata = env.metadata.clone();
+        metadata.insert("model_calls".into(), self.state.model_calls.into());
+        metadata.insert("tool_calls".into(), self.state.tool_calls.into());
+        metadata.insert("turns".into(), self.state.turns.into());
+        if self.resumed {
+            metadata.insert("resumed".into(), true.into());
+        }
+        if let (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) = (&self.state.strict, &agent.policy)
+        {
+            strict.write_metadata(&mut metadata, policy.trace_mode);
+        }
+        let (mut output, mut error) = match outcome {
+            Ok(o) => (Some(o), None),
+            Err(e) => (None, Some(e)),
+        };
+        let mut stored_now = false;
+        if error.is_none()
+            && !already_stored
+            && let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id())
+        {
+            let appended = match with_deadline(
+                env.deadline,
+                agent.limits.timeout,
+                store.append(session, &self.state.messages),
+            )
+            .await
+            {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    self.store_failed("conversation.append", &e.to_string()).await;
+                    Err(AgentError::from_store("conversation.append", &e))
+                }
+                Err(e) => Err(e),
+            };
+            match appended {
+                Ok(()) => stored_now = true,
+                Err(e) => {
+                    // Keep the checkpoint so that a resume can append later.
+                    error = Some(e);
+                }
+            }
+        }
+        let interruptions = if matches!(error, Some(AgentError::Interrupted { .. })) {
+            metadata.insert("status".into(), "interrupted".into());
+            if let Some(slot) = &env.nested_pause {
+                // The parent keeps the nested run's state in its own checkpoint.
+                match serde_json::to_value(checkpoint_ref(env, &self.state)) {
+                    Ok(state) => *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(state),
+                    Err(e) => tracing::warn!(error = %e, "could not hand the nested run's state to its parent"),
+                }
+            }
+            self.state.interruptions.clone()
+        } else {
+            Vec::new()
+        };
+        if let Some(store) = &agent.checkpoints {
+            // A strict run's terminal DONE state stays, so that resuming it again does not
+            // finalize twice (give the store a TTL).
+            let keep_done = strict_done && error.is_none();
+            let keep = keep_done
+                || error
+                    .as_ref()
+                    .is_some_and(|e| e.is_resumable() || matches!(e, AgentError::Interrupted { .. }));
+            if keep_done && stored_now {
+                if let Some(strict) = self.state.strict.as_mut() {
+                    strict.conversation_stored = true;
+                }
+                if let Err(e) = save_checkpoint(env, &self.state).await {
+                    // The answer is stored; only a later resume of this run could append it again.
+                    tracing::warn!(error = %e, "could not record that the strict run's answer was stored");
+                }
+            }
+            if keep
+                && !keep_done
+                && error.as_ref().is_some_and(AgentError::is_resumable)
+                && let Err(e) = save_checkpoint_as(env, &self.state, CheckpointStatus::Failed).await
+            {
+                // The checkpoint of the last step stays (status `running`); resume still works.
+                tracing::debug!(error = %e, "could not mark the checkpoint as failed");
+            }
+            if !keep {
+                match with_deadline(env.deadline, agent.limits.timeout, store.delete(&run_id)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => self.store_failed("checkpoint.delete", &e.to_string()).await,
+                    Err(timeout) => {
+                        // The answer stands; the checkpoint stays until its TTL or a purge.
+                        self.store_failed("checkpoint.delete", &timeout.to_string()).await;
+                    }
+                }
+            }
+        }
+        if error.is_some() && output.is_some() {
+            // The answer exists but was not stored: report both.
+            metadata.insert("answer_not_stored".into(), true.into());
+        }
+        let usage = env.ctx.usage();
+        let duration_ms = env.started.elapsed().as_millis() as u64;
+        if env.emitter.active() {
+            let event = match (&output, &error) {
+                (Some(o), None) => AgentEvent::RunCompleted {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    output: agent.codec.to_json(o),
+                    duration_ms,
+                },
+                (_, Some(e)) => AgentEvent::RunFailed {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    error: e.clone(),
+                    duration_ms,
+                },
+                (None, None) => AgentEvent::RunFailed {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    error: AgentError::Cancelled,
+                    duration_ms,
+                },
+            };
+            env.emitter.emit(event).await;
+        }
+        if output.is_none() && error.is_none() {
+            error = Some(AgentError::Cancelled);
+            output = None;
+        }
+        AgentResult {
+            run_id,
+            agent: agent.name.clone(),
+            output,
+            messages: self.state.messages,
+            usage,
+            metadata,
+            error,
+            interruptions,
+        }
+    }
+}
+
+impl<C, O> Agent<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    pub(crate) async fn store_checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), AgentError> {
+        let Some(store) = &self.inner.checkpoints else {
+            return Err(AgentError::Configuration {
+                message: "approvals and resume need a checkpoint store".into(),
+            });
+        };
+        let bytes = serde_json::to_vec(checkpoint).map_err(|e| AgentError::Store {
+            operation: "checkpoint.encode".into(),
+            message: e.to_string(),
+        })?;
+        let meta = CheckpointMeta::new(checkpoint.agent.clone(), checkpoint.state.status())
+            .with_session(checkpoint.session_id.clone());
+        store
+            .save(&checkpoint.run_id, &meta, &bytes)
+            .await
+            .map_err(|e| AgentError::from_store("checkpoint.save", &e))
+    }
+
+    pub(crate) async fn load_checkpoint(&self, run_id: &str) -> Result<Checkpoint, AgentError> {
+        let Some(store) = &self.inner.checkpoints else {
+            return Err(AgentError::Configuration {
+                message: "resume needs a checkpoint store".into(),
+            });
+        };
+        let bytes = store
+            .load(run_id)
+            .await
+            .map_err(|e| AgentError::from_store("checkpoint.load", &e))?
+            .ok_or_else(|| AgentError::CheckpointNotFound {
+                run_id: run_id.to_owned(),
+            })?;
+        let raw: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| AgentError::CheckpointInvalid {
+            run_id: run_id.to_owned(),
+            message: format!("not valid JSON: {e}"),
+        })?;
+        let checkpoint = self.decode_checkpoint(run_id, raw)?;
+        Ok(checkpoint)
+    }
+
+    pub(crate) fn decode_checkpoint(&self, run_id: &str, raw: serde_json::Value) -> Result<Checkpoint, AgentError> {
+        let invalid = |message: String| AgentError::CheckpointInvalid {
+            run_id: run_id.to_owned(),
+            message,
+        };
+        let version = raw
+            .get("schema_version")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| invalid("no schema_version".into()))?;
+        if !(u64::from(OLDEST_READABLE_SCHEMA_VERSION)..=u64::from(CHECKPOINT_SCHEMA_VERSION)).contains(&version) {
+            return Err(invalid(format!(
+                "schema_version {version} is not supported (this build reads {OLDEST_READABLE_SCHEMA_VERSION} to {CHECKPOINT_SCHEMA_VERSION})"
+            )));
+        }
+        let checkpoint: Checkpoint =
+            serde_json::from_value(raw).map_err(|e| invalid(format!("malformed state: {e}")))?;
+        if checkpoint.run_id != run_id {
+            return Err(invalid(format!("it belongs to run {}", checkpoint.run_id)));
+        }
+        if checkpoint.fingerprint != self.inner.fingerprint {
+            return Err(AgentError::ResumeIncompatible {
+                run_id: run_id.to_owned(),
+                message: format!(
+                    "the checkpoint was written by agent {:?} with fingerprint {}, this agent has {}",
+                    checkpoint.agent, checkpoint.fingerprint, self.inner.fingerprint
+                ),
+            });
+        }
+        Ok(checkpoint)
+    }
+}
+
+pub(super) async fn save_checkpoint<C, O>(env: &Env<C, O>, state: &RunState) -> Result<(), AgentError> {
+    save_checkpoint_as(env, state, state.status()).await
+}
+
+pub(super) async fn save_checkpoint_as<C, O>(
+    env: &Env<C, O>,
+    state: &RunState,
+    status: CheckpointStatus,
+) -> Result<(), AgentError> {
+    let Some(store) = &env.agent.checkpoints else {
+        return Ok(());
+    };
+    let checkpoint = checkpoint_ref(env, state);
+    let bytes = serde_json::to_vec(&checkpoint).map_err(|e| AgentError::Store {
+        operation: "checkpoint.encode".into(),
+        message: e.to_string(),
+    })?;
+    match with_deadline(
+        env.deadline,
+        env.agent.limits.timeout,
+        store.save(
+            env.ctx.run_id(),
+            &CheckpointMeta::new(env.agent.name.clone(), status).with_session(env.ctx.session_id()),
+            &bytes,
+        ),
+    )
+    .await?
+    {
+        Ok(()) => {
+            if env.emitter.active() {
+                env.emitter
+                    .emit(AgentEvent::CheckpointSaved {
+                        run_id: env.ctx.run_id().to_owned(),
+                    })
+                    .await;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if env.emitter.active() {
+                env.emitter
+                    .emit(AgentEvent::StoreFailed {
+                        run_id: env.ctx.run_id().to_owned(),
+                        operation: "checkpoint.save".into(),
+                        message: e.to_string(),
+                    })
+                    .await;
+            }
+            Err(AgentError::from_store("checkpoint.save", &e))
+        }
+    }
+}
+
+fn checkpoint_ref<'a, C, O>(env: &'a Env<C, O>, state: &'a RunState) -> CheckpointRef<'a> {
+    CheckpointRef {
+        schema_version: CHECKPOINT_SCHEMA_VERSION,
+        run_id: env.ctx.run_id(),
+        agent: &env.agent.name,
+        fingerprint: &env.fingerprint,
+        session_id: env.ctx.session_id(),
+        user: env.ctx.user(),
+        metadata: &env.metadata,
+        state,
+    }
+}
+
+/// The borrowed form of [`Checkpoint`], so saving does not clone the state.
+#[derive(Serialize)]
+struct CheckpointRef<'a> {
+    schema_version: u32,
+    run_id: &'a str,
+    agent: &'a str,
+    fingerprint: &'a str,
+    session_id: Option<&'a str>,
+    user: &'a UserContext,
+    metadata: &'a serde_json::Map<String, serde_json::Value>,
+    state: &'a RunState,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::super::Phase;
+    use super::*;
+    use crate::message::{Message, Usage};
+
+    #[test]
+    fn checkpoint_ref_and_owned_forms_agree() -> Result<(), serde_json::Error> {
+        let state = RunState {
+            messages: vec![Message::user("hi")],
+            phase: Phase::Finalize { draft: "d".into() },
+            usage: Usage::new(1, 2),
+            model_calls: 1,
+            turns: 1,
+            tool_calls: 0,
+            pending_results: BTreeMap::new(),
+            decisions: BTreeMap::new(),
+            always_approved: BTreeSet::new(),
+            interruptions: Vec::new(),
+            nested: BTreeMap::new(),
+            offered: None,
+            admitted: None,
+            active_agent: None,
+            strict: None,
+        };
+        let user = UserContext::default();
+        let meta = serde_json::Map::new();
+        let r = CheckpointRef {
+            schema_version: 1,
+            run_id: "r",
+            agent: "a",
+            fingerprint: "f",
+            session_id: Some("s"),
+            user: &user,
+            metadata: &meta,
+            state: &state,
+        };
+        let bytes = serde_json::to_vec(&r)?;
+        let back: Checkpoint = serde_json::from_slice(&bytes)?;
+        assert_eq!(back.session_id.as_deref(), Some("s"));
+        assert_eq!(back.state.phase, Phase::Finalize { draft: "d".into() });
+        Ok(())
+    }
+}

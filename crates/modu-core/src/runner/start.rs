@@ -1,0 +1,276 @@
+//! How a run starts: fresh or resumed, both through the agent stack (built once with the
+//! agent), both into [`execute_from`], which sets up the [`Run`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::time::Instant;
+
+use super::journal::{Checkpoint, Emitter};
+use super::{Env, Phase, Run, RunState, chat};
+use crate::agent::{AgentInner, AgentRequest, AgentResult};
+use crate::context::RunContext;
+use crate::error::AgentError;
+use crate::message::Usage;
+use crate::middleware::AgentService;
+
+pub(super) enum Start<C> {
+    Fresh(Box<AgentRequest<C>>),
+    Resume {
+        checkpoint: Box<Checkpoint>,
+        context: Arc<C>,
+        /// For a nested run resumed by its parent: shared approvals and the pause slot.
+        nested: Option<(
+            Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
+            crate::agent::PauseSlot,
+        )>,
+    },
+}
+
+/// A run (fresh or resumed), through the agent stack when the agent has layers.
+pub(crate) async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    match &inner.agent_service {
+        None => run_raw(Arc::clone(inner), request).await,
+        Some(service) => match tower::ServiceExt::oneshot(service.clone(), request).await {
+            Ok(result) => result,
+            Err(never) => match never {},
+        },
+    }
+}
+
+/// What a resumed run's request carries: the checkpoint, and when the run's clock started
+/// (before the checkpoint was loaded, so the load counts toward the run's one timeout).
+#[derive(Clone)]
+pub(crate) struct Resume {
+    checkpoint: Checkpoint,
+    started: Instant,
+}
+
+/// The agent stack, built once with the agent: its layers around the innermost [`RunService`].
+pub(crate) fn agent_stack<C, O>(
+    inner: &std::sync::Weak<AgentInner<C, O>>,
+    layers: &[crate::middleware::AgentLayerFn<C, O>],
+) -> Option<AgentService<C, O>>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    (!layers.is_empty()).then(|| {
+        crate::middleware::apply(
+            AgentService::new(RunService {
+                inner: std::sync::Weak::clone(inner),
+            }),
+            layers,
+        )
+    })
+}
+
+/// One run, after the agent middleware: a fresh one, or the resumed one the request carries.
+async fn run_raw<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let emitter = Emitter {
+        sink: inner.sink.clone(),
+        stream: request.stream.take(),
+    };
+    match request.resume.take() {
+        None => execute(inner, Start::Fresh(Box::new(request)), emitter).await,
+        Some(resume) => {
+            let Resume {
+                mut checkpoint,
+                started,
+            } = *resume;
+            // The request may have been changed by agent middleware on its way in.
+            checkpoint.session_id = request.session_id;
+            checkpoint.user = request.user;
+            checkpoint.metadata = request.metadata;
+            let nested = request.approvals.zip(request.nested_pause);
+            let start = Start::Resume {
+                checkpoint: Box::new(checkpoint),
+                context: request.context,
+                nested,
+            };
+            execute_from(inner, start, emitter, started).await
+        }
+    }
+}
+
+/// The request that resumes `checkpoint`: its run id, session, user and metadata, no input.
+pub(crate) fn resume_request<C>(mut checkpoint: Checkpoint, context: Arc<C>, started: Instant) -> AgentRequest<C> {
+    let mut request = AgentRequest::with_context_arc(context, "");
+    request.input = Vec::new();
+    request.run_id = Some(checkpoint.run_id.clone());
+    request.session_id = checkpoint.session_id.take();
+    request.user = std::mem::take(&mut checkpoint.user);
+    request.metadata = std::mem::take(&mut checkpoint.metadata);
+    request.resume = Some(Box::new(Resume { checkpoint, started }));
+    request
+}
+
+/// The innermost agent service: one run. It holds its agent weakly (the agent holds the stack).
+struct RunService<C, O> {
+    inner: std::sync::Weak<AgentInner<C, O>>,
+}
+
+impl<C, O> Clone for RunService<C, O> {
+    fn clone(&self) -> Self {
+        RunService {
+            inner: std::sync::Weak::clone(&self.inner),
+        }
+    }
+}
+
+impl<C, O> tower::Service<AgentRequest<C>> for RunService<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    type Response = AgentResult<O>;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<AgentResult<O>, std::convert::Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: AgentRequest<C>) -> Self::Future {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            Ok(match inner {
+                Some(inner) => run_raw(inner, request).await,
+                // Only reachable by a layer that keeps the stack after the agent was dropped.
+                None => AgentResult {
+                    run_id: request.run_id.unwrap_or_default(),
+                    agent: String::new(),
+                    output: None,
+                    messages: Vec::new(),
+                    usage: Usage::default(),
+                    metadata: serde_json::Map::new(),
+                    error: Some(AgentError::Configuration {
+                        message: "the agent was dropped while its middleware still held a run".into(),
+                    }),
+                    interruptions: Vec::new(),
+                },
+            })
+        })
+    }
+}
+
+pub(super) async fn execute<C, O>(agent: Arc<AgentInner<C, O>>, start: Start<C>, emitter: Emitter) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    execute_from(agent, start, emitter, Instant::now()).await
+}
+
+/// [`execute`] with the run's clock started at `started` (a resume starts it before it loads
+/// the checkpoint, so the load counts toward the run's one timeout).
+pub(super) async fn execute_from<C, O>(
+    agent: Arc<AgentInner<C, O>>,
+    start: Start<C>,
+    emitter: Emitter,
+    started: Instant,
+) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let deadline = agent.limits.timeout.map(|t| started + t);
+    let (ctx, state, metadata, resumed, parent_run_id, nested_pause) = match start {
+        Start::Fresh(req) => {
+            let req = *req;
+            let nested_pause = req.nested_pause.clone();
+            let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let parent_run_id = req.parent_run_id.clone();
+            let tool_input = req.tool_input.clone();
+            let mut ctx = RunContext::new(req.context, run_id);
+            if let Some(shared) = req.approvals.clone() {
+                ctx = ctx.with_shared_approvals(shared);
+            }
+            let ctx = ctx
+                .with_tool_input(tool_input)
+                .with_session_id(req.session_id)
+                .with_user(req.user)
+                .with_metadata(req.metadata.clone())
+                .with_agent_name(agent.name.clone());
+            let state = RunState {
+                messages: req.input,
+                phase: Phase::Act,
+                usage: Usage::default(),
+                model_calls: 0,
+                turns: 0,
+                tool_calls: 0,
+                pending_results: BTreeMap::new(),
+                decisions: BTreeMap::new(),
+                always_approved: BTreeSet::new(),
+                interruptions: Vec::new(),
+                nested: BTreeMap::new(),
+                offered: None,
+                admitted: None,
+                active_agent: None,
+                strict: None,
+            };
+            (ctx, state, req.metadata, false, parent_run_id, nested_pause)
+        }
+        Start::Resume {
+            checkpoint,
+            context,
+            nested,
+        } => {
+            let cp = *checkpoint;
+            let (approvals, nested_pause) = nested.unzip();
+            let mut ctx = RunContext::new(context, cp.run_id);
+            if let Some(shared) = approvals {
+                ctx = ctx.with_shared_approvals(shared);
+            }
+            let ctx = ctx
+                .with_session_id(cp.session_id)
+                .with_user(cp.user)
+                .with_metadata(cp.metadata.clone())
+                .with_agent_name(agent.name.clone());
+            ctx.set_usage(cp.state.usage);
+            (ctx, cp.state, cp.metadata, true, None, nested_pause)
+        }
+    };
+    let fingerprint = agent.fingerprint.clone();
+    let run_id: Arc<str> = Arc::from(ctx.run_id());
+    let attempts = chat::AttemptLog::new(
+        emitter.clone(),
+        ctx.run_id(),
+        ctx.usage_handle(),
+        state.model_calls,
+        agent.retry.max_attempts,
+    );
+    let run = Run {
+        env: Env {
+            agent,
+            ctx,
+            run_id,
+            attempts,
+            tools: HashMap::new(),
+            tool_order: Vec::new(),
+            emitter,
+            deadline,
+            started,
+            fingerprint,
+            metadata,
+            history: Vec::new(),
+            parent_run_id,
+            nested_pause,
+        },
+        offered: state.offered.as_ref().map(|o| o.iter().cloned().collect()),
+        allowed: state.admitted.clone(),
+        state,
+        sessions: Vec::new(),
+        resumed,
+    };
+    run.execute().await
+}
