@@ -41,10 +41,8 @@ fn bench(c: &mut Criterion, url: &str) {
     let pool = rt
         .block_on(modu_postgres::connect_in_schema(url, &schema))
         .expect("MODU_POSTGRES_URL must point at a running PostgreSQL server");
-    rt.block_on(
-        sqlx::query("CREATE TABLE IF NOT EXISTS raw_kv (k TEXT PRIMARY KEY, v BYTEA NOT NULL)").execute(&pool),
-    )
-    .unwrap();
+    rt.block_on(sqlx::query("CREATE TABLE IF NOT EXISTS raw_kv (k TEXT PRIMARY KEY, v BYTEA NOT NULL)").execute(&pool))
+        .unwrap();
     let store = rt.block_on(PostgresCheckpointStore::from_pool(pool.clone())).unwrap();
     let store_ttl = rt
         .block_on(PostgresCheckpointStore::from_pool(pool.clone()))

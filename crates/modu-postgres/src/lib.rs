@@ -438,11 +438,12 @@ impl PostgresConversationStore {
         let mut tx = begin(&self.pool, OP).await?;
         // The session rows first: deleting them waits for appends in flight, so their
         // messages are committed (and deleted below) or come after the purge.
-        let gone: Vec<String> = sqlx::query_scalar("DELETE FROM modu_sessions WHERE touched_ms < $1 RETURNING session_id")
-            .bind(cutoff(now_ms(), ttl))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(&err)?;
+        let gone: Vec<String> =
+            sqlx::query_scalar("DELETE FROM modu_sessions WHERE touched_ms < $1 RETURNING session_id")
+                .bind(cutoff(now_ms(), ttl))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(&err)?;
         if !gone.is_empty() {
             sqlx::query("DELETE FROM modu_messages WHERE session_id = ANY($1)")
                 .bind(&gone)
@@ -585,13 +586,12 @@ impl ConversationStore for PostgresConversationStore {
     async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let err = query_err("conversation.list_sessions");
         let cut = self.ttl.map_or(i64::MIN, |ttl| cutoff(now_ms(), ttl));
-        let rows = sqlx::query(
-            "SELECT session_id, appended_ms FROM modu_sessions WHERE touched_ms >= $1 ORDER BY session_id",
-        )
-        .bind(cut)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(&err)?;
+        let rows =
+            sqlx::query("SELECT session_id, appended_ms FROM modu_sessions WHERE touched_ms >= $1 ORDER BY session_id")
+                .bind(cut)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(&err)?;
         let mut sessions = rows
             .iter()
             .map(|row| {

@@ -35,7 +35,8 @@ async fn postgres_conversation_store_ttl_conforms() {
         let url = url.clone();
         async move {
             let pool = fresh_pool(&url, "conv-ttl").await;
-            Arc::new(PostgresConversationStore::from_pool(pool).await.unwrap().with_ttl(ttl)) as Arc<dyn ConversationStore>
+            Arc::new(PostgresConversationStore::from_pool(pool).await.unwrap().with_ttl(ttl))
+                as Arc<dyn ConversationStore>
         }
     })
     .await;
@@ -87,7 +88,8 @@ async fn postgres_memory_state_store_ttl_conforms() {
         let url = url.clone();
         async move {
             let pool = fresh_pool(&url, "mem-ttl").await;
-            Arc::new(PostgresMemoryStateStore::from_pool(pool).await.unwrap().with_ttl(ttl)) as Arc<dyn MemoryStateStore>
+            Arc::new(PostgresMemoryStateStore::from_pool(pool).await.unwrap().with_ttl(ttl))
+                as Arc<dyn MemoryStateStore>
         }
     })
     .await;
@@ -100,7 +102,9 @@ async fn postgres_stores_bundle_conforms() {
     conformance::conversation_store_suite(|| {
         let url = url.clone();
         async move {
-            let stores = PostgresStores::connect_in_schema(&url, &schema("bundle")).await.unwrap();
+            let stores = PostgresStores::connect_in_schema(&url, &schema("bundle"))
+                .await
+                .unwrap();
             Arc::new(stores.conversations) as Arc<dyn ConversationStore>
         }
     })
@@ -108,7 +112,9 @@ async fn postgres_stores_bundle_conforms() {
     conformance::memory_state_store_suite(|| {
         let url = url.clone();
         async move {
-            let stores = PostgresStores::connect_in_schema(&url, &schema("bundle")).await.unwrap();
+            let stores = PostgresStores::connect_in_schema(&url, &schema("bundle"))
+                .await
+                .unwrap();
             Arc::new(stores.memory) as Arc<dyn MemoryStateStore>
         }
     })
@@ -174,7 +180,9 @@ async fn postgres_schemas_isolate_and_odd_names_work() {
         .unwrap();
     assert_eq!(in_schema, odd);
     // A name PostgreSQL would truncate is refused with a typed error.
-    let err = PostgresStores::connect_in_schema(&url, &"x".repeat(64)).await.unwrap_err();
+    let err = PostgresStores::connect_in_schema(&url, &"x".repeat(64))
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("63 bytes"), "{err}");
 }
@@ -202,11 +210,7 @@ async fn postgres_connect_follows_the_urls_search_path() {
 
 /// A plain identifier (lower case, digits, `_`) unique to this run.
 fn uuid_like() -> String {
-    schema("u")
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .to_ascii_lowercase()
+    schema("u").rsplit(':').next().unwrap().to_ascii_lowercase()
 }
 
 /// A schema migrated by a newer build is refused with a typed error.

@@ -171,7 +171,10 @@ async fn expired_sessions_are_deleted_with_their_messages() {
         .with_ttl(Duration::from_millis(2000));
     for s in ["a", "b", "c"] {
         store
-            .append(s, &[Message::user(format!("{s}1")), Message::assistant(format!("{s}2"))])
+            .append(
+                s,
+                &[Message::user(format!("{s}1")), Message::assistant(format!("{s}2"))],
+            )
             .await
             .unwrap();
     }
