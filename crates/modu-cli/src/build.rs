@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! model    modu-openai OpenAiClient | modu-ollama OllamaClient      (ChatModel)
-//! store    modu-sqlite | modu-redis | modu-core in-memory            (ConversationStore + CheckpointStore)
+//! store    modu-sqlite | modu-redis | modu-postgres | modu-core in-memory            (ConversationStore + CheckpointStore)
 //! memory   modu-core KeepAll | RecentTurns | TokenBudgetPolicy       (ConversationMemoryPolicy)
 //! tools    modu-mcp McpToolProvider over an McpConnector             (ToolProvider, approvals)
 //! skills   modu-skills SkillsProvider over a SkillRegistry           (ContextProvider + ToolProvider)
@@ -237,6 +237,24 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
                 description: format!("redis {}", modu_redis::redact_credentials(&url)),
+            })
+        }
+        StoreKind::Postgres => {
+            let url = section.url.clone().unwrap_or_default();
+            let stores = match &section.schema {
+                Some(schema) => modu_postgres::PostgresStores::connect_in_schema(&url, schema).await,
+                None => modu_postgres::PostgresStores::connect(&url).await,
+            }
+            .map_err(|e| e.to_string())?;
+            let (mut c, mut k) = (stores.conversations, stores.checkpoints);
+            if let Some(t) = ttl {
+                c = c.with_ttl(t);
+                k = k.with_ttl(t);
+            }
+            Ok(Stores {
+                conversations: Arc::new(c),
+                checkpoints: Arc::new(k),
+                description: format!("postgres {}", modu_postgres::redact_credentials(&url)),
             })
         }
     }

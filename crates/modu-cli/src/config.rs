@@ -136,20 +136,25 @@ pub enum StoreKind {
     Sqlite,
     /// A Redis server.
     Redis,
+    /// A PostgreSQL server.
+    Postgres,
 }
 
 /// `[store]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSection {
-    /// `memory`, `sqlite` (default) or `redis`.
+    /// `memory`, `sqlite` (default), `redis` or `postgres`.
     pub kind: StoreKind,
     /// The SQLite file (default `.modu/modu.db`).
     pub path: Option<PathBuf>,
-    /// The Redis URL (`redis://127.0.0.1:6379/`), required for `redis`.
+    /// The server URL, required for `redis` (`redis://127.0.0.1:6379/`) and `postgres`
+    /// (`postgres://user@127.0.0.1:5432/db`).
     pub url: Option<String>,
     /// The Redis key prefix.
     pub prefix: Option<String>,
+    /// The PostgreSQL schema of the tables (created if missing; default: the `search_path`).
+    pub schema: Option<String>,
     /// Sessions and checkpoints expire this long after their last use, in seconds.
     pub ttl_seconds: Option<u64>,
 }
@@ -412,8 +417,10 @@ const TABLES: [&str; 8] = ["agent", "model", "store", "memory", "limits", "mcp",
 
 /// Checks that need more than types.
 fn check(config: &Config) -> Result<(), String> {
-    if config.store.kind == StoreKind::Redis && config.store.url.is_none() {
-        return Err("store.kind is `redis` but store.url is not set".into());
+    for (kind, name) in [(StoreKind::Redis, "redis"), (StoreKind::Postgres, "postgres")] {
+        if config.store.kind == kind && config.store.url.is_none() {
+            return Err(format!("store.kind is `{name}` but store.url is not set"));
+        }
     }
     modu_mcp::McpConfig::new(config.mcp.servers.clone()).map_err(|e| format!("mcp.servers: {e}"))?;
     for name in &config.mcp.require_approval {
@@ -489,7 +496,7 @@ mod tests {
         );
         assert_eq!(
             load_text("", &[("MODU_STORE__KIND", "disk")]).unwrap_err(),
-            "MODU_STORE__KIND: `store.kind`: unknown variant `disk`, expected one of `memory`, `sqlite`, `redis`"
+            "MODU_STORE__KIND: `store.kind`: unknown variant `disk`, expected one of `memory`, `sqlite`, `redis`, `postgres`"
         );
     }
 

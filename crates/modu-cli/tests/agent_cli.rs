@@ -511,7 +511,7 @@ async fn bad_configs_fail_with_one_exact_line() {
             "modu.toml",
             Some("[store]\nkind = \"disk\"\n"),
             &["sessions", "list"],
-            "error: modu.toml: `store.kind`: unknown variant `disk`, expected one of `memory`, `sqlite`, `redis`\n",
+            "error: modu.toml: `store.kind`: unknown variant `disk`, expected one of `memory`, `sqlite`, `redis`, `postgres`\n",
         ),
     ];
     for (file, contents, args, expected) in cases {
@@ -911,6 +911,68 @@ async fn sessions_can_live_in_redis() {
         ("MODU_STORE__KIND", "redis"),
         ("MODU_STORE__URL", url.as_str()),
         ("MODU_STORE__PREFIX", prefix.as_str()),
+    ];
+    let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    let listed = text(&list.stdout);
+    assert!(
+        listed.starts_with(&format!("{run_id}\tfailed\tmodu\tr2\t")),
+        "{listed:?} {}",
+        text(&list.stderr)
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let delete = output(
+        modu(dir.path(), &mock.base_url())
+            .envs(envs)
+            .args(["runs", "delete", &run_id]),
+    )
+    .await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_can_live_in_postgres() {
+    let Some(url) = modu_testing::service_env("MODU_POSTGRES_URL") else {
+        return;
+    };
+    let schema = modu_testing::unique_prefix("modu-cli");
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let postgres = |cmd: &mut tokio::process::Command| {
+        cmd.env("MODU_STORE__KIND", "postgres")
+            .env("MODU_STORE__URL", &url)
+            .env("MODU_STORE__SCHEMA", &schema);
+    };
+    for prompt in ["one", "two"] {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        postgres(&mut cmd);
+        let out = output(cmd.args(["run", "--session", "r1", prompt])).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(
+        transcript(&mock.requests()[1]),
+        ["user: one", "assistant: You said: one", "user: two"]
+    );
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    postgres(&mut cmd);
+    let list = output(cmd.args(["sessions", "list"])).await;
+    let listed = text(&list.stdout);
+    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
+    assert_eq!(id, "r1", "{listed:?}");
+    assert_recent(last_used);
+    assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    postgres(&mut cmd);
+    let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+
+    // Checkpoints live there too: a failed run is listed, then deleted.
+    let envs = [
+        ("MODU_STORE__KIND", "postgres"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__SCHEMA", schema.as_str()),
     ];
     let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
     let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;

@@ -11,6 +11,7 @@
 //! | `ollama` | Ollama native client | `modu-ollama` |
 //! | `redis` | Redis stores | `modu-redis` |
 //! | `sqlite` | SQLite stores (sqlx) | `modu-sqlite` |
+//! | `postgres` | PostgreSQL stores (sqlx) | `modu-postgres` |
 //! | `mcp` | MCP connector (rmcp) | `modu-mcp` |
 //! | `skills` | Agent Skills | `modu-skills` |
 //! | `otel` | OpenTelemetry GenAI traces and metrics | `modu-otel` |
@@ -59,6 +60,10 @@ pub use modu_redis as redis;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use modu_sqlite as sqlite;
+
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use modu_postgres as postgres;
 
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]

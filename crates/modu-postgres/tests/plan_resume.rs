@@ -1,0 +1,122 @@
+//! Strict Plan-and-Execute on PostgreSQL stores: a run that failed mid-plan resumes at the same step
+//! from a fresh pool on the same schema (as a new process would), and a finished run is not finalized twice.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu_core::{
+    Agent, AgentError, AgentRequest, CheckpointStore, ConversationStore, FunctionTool, ModelError, RetryConfig,
+    ToolSpec,
+};
+use modu_postgres::{PostgresCheckpointStore, PostgresConversationStore};
+use modu_testing::ScriptedModel;
+use serde_json::{Value, json};
+
+fn counting_tool(name: &str, counter: Arc<AtomicUsize>) -> FunctionTool<()> {
+    let spec = ToolSpec::new(name, "Counts its calls", json!({"type": "object", "properties": {}}));
+    FunctionTool::new(spec, move |_ctx, _args| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok(json!({"call": n})) }
+    })
+}
+
+struct Stores {
+    conv: Arc<PostgresConversationStore>,
+    ckpt: Arc<PostgresCheckpointStore>,
+}
+
+async fn stores(url: &str, schema: &str) -> Stores {
+    let pool = modu_postgres::connect_in_schema(url, schema).await.unwrap();
+    Stores {
+        conv: Arc::new(PostgresConversationStore::from_pool(pool.clone()).await.unwrap()),
+        ckpt: Arc::new(PostgresCheckpointStore::from_pool(pool).await.unwrap()),
+    }
+}
+
+fn agent(model: &ScriptedModel, stores: &Stores, first: &Arc<AtomicUsize>, second: &Arc<AtomicUsize>) -> Agent<()> {
+    Agent::<()>::builder(model.clone())
+        .tool(counting_tool("first", Arc::clone(first)))
+        .tool(counting_tool("second", Arc::clone(second)))
+        .retry(RetryConfig::none())
+        .conversation_store(Arc::clone(&stores.conv) as Arc<dyn ConversationStore>)
+        .checkpoint_store(Arc::clone(&stores.ckpt) as Arc<dyn CheckpointStore>)
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap()
+}
+
+fn plan() -> String {
+    json!({"steps": [
+        {"description": "Run the first tool", "allowed_tools": ["first"]},
+        {"description": "Run the second tool", "allowed_tools": ["second"]}
+    ]})
+    .to_string()
+}
+
+fn step_ok(result: &str) -> String {
+    json!({"status": "completed", "result": result}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_strict_run_resumes_mid_plan_and_is_not_finalized_twice() {
+    let Some(url) = support::url() else { return };
+    let schema = support::schema("plan");
+    let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+
+    // Process 1: plans, finishes step 1, then the model server drops at step 2.
+    let failed = {
+        let s = stores(&url, &schema).await;
+        let model = ScriptedModel::new()
+            .text(plan())
+            .tool_call("first", json!({}))
+            .text(step_ok("first ran"))
+            .error(|| ModelError::Transport {
+                message: "connection reset by peer".into(),
+                source: None,
+            });
+        agent(&model, &s, &first, &second)
+            .run(AgentRequest::new((), "Run both tools").session("s-plan"))
+            .await
+    };
+    assert!(
+        failed.error.as_ref().is_some_and(AgentError::is_resumable),
+        "{:?}",
+        failed.error
+    );
+    assert_eq!(failed.metadata["plan"]["steps"][0]["status"], "completed");
+    assert_eq!(failed.metadata["plan"]["steps"][1]["status"], "in_progress");
+
+    // Process 2: a fresh pool on the same schema resumes at step 2.
+    let s = stores(&url, &schema).await;
+    let raw: Value = serde_json::from_slice(&s.ckpt.load(&failed.run_id).await.unwrap().unwrap()).unwrap();
+    assert_eq!(raw["state"]["strict"]["phase"]["phase"], "act");
+    assert_eq!(raw["state"]["strict"]["current"], 1);
+    let model = ScriptedModel::new()
+        .tool_call("second", json!({}))
+        .text(step_ok("second ran"))
+        .text("Both tools ran.");
+    let resumed = agent(&model, &s, &first, &second).resume(&failed.run_id, ()).await;
+    assert_eq!(resumed.error, None);
+    assert_eq!(resumed.output.as_deref(), Some("Both tools ran."));
+    assert_eq!(first.load(Ordering::SeqCst), 1, "step 1's tool ran once");
+    assert_eq!(second.load(Ordering::SeqCst), 1);
+    let requests = model.requests();
+    assert_eq!(requests[0].tools.len(), 1, "the resumed process starts at step 2's ACT");
+    assert_eq!(requests[0].tools[0].name, "second");
+    assert_eq!(resumed.metadata["tool_trace"].as_array().unwrap().len(), 2);
+    let history = s.conv.load("s-plan").await.unwrap();
+    assert_eq!(history.len(), 2, "input and answer, once");
+
+    // Resuming the finished run again returns the stored answer: no model call, no new append.
+    let idle = ScriptedModel::new();
+    let again = agent(&idle, &s, &first, &second).resume(&failed.run_id, ()).await;
+    assert_eq!(again.error, None);
+    assert_eq!(again.output.as_deref(), Some("Both tools ran."));
+    assert_eq!(again.metadata["final_replayed"], true);
+    assert!(idle.requests().is_empty());
+    assert_eq!(s.conv.load("s-plan").await.unwrap().len(), 2);
+}
