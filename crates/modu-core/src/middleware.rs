@@ -1,25 +1,33 @@
-//! Middleware: tower [`Layer`]s at three places of a run.
+//! Middleware: tower [`Layer`]s at three places of a run. Each stack is built once, when the
+//! agent is built.
 //!
 //! ```text
-//! Agent::run / stream
-//!   └─ agent middleware      Service<AgentRequest<C>> → AgentResult<O>   (around the whole run)
+//! Agent::run / stream / resume
+//!   └─ agent middleware      Service<AgentRequest<C>> → AgentResult<O>   (around every run, resumed ones too)
 //!       └─ run loop
-//!           ├─ chat middleware      Service<ChatRequest> → ChatResponse  (around every model call)
-//!           │     └─ ChatModel::stream, folded (text deltas still reach the caller's stream)
+//!           ├─ chat middleware      Service<ChatRequest> → ChatResponse  (around every model request)
+//!           │     └─ model retry (RetryConfig) → per-attempt events → ChatModel
 //!           └─ lookup → JSON/schema validation → approval gate → authorizer
-//!                 └─ function middleware  Service<ToolInvocation<C>> → Value  (around every tool call attempt)
-//!                       └─ Tool::call
+//!                 └─ function middleware  Service<ToolInvocation<C>> → Value  (around every tool call)
+//!                       └─ tool retry (RetryConfig) → tool timeout → Tool::call
 //! ```
 //!
 //! Layers added first are outermost. Each layer can inspect and change the input and the
 //! output, or short-circuit (answer without calling the inner service). Because they are plain
-//! tower layers, tower's own `RetryLayer`, `TimeoutLayer`, `RateLimitLayer` and
-//! `ConcurrencyLimitLayer` work unchanged where they fit. tower's timeout turns errors into
-//! [`tower::BoxError`]: put `MapErrLayer::new(into_model_error)` (or [`into_tool_error`])
-//! directly outside it so the layers above see typed errors again.
+//! tower layers, tower's own `RetryLayer`, `TimeoutLayer`, `RateLimitLayer`,
+//! `ConcurrencyLimitLayer` and `Buffer` work unchanged where they fit; what a call needs from
+//! its run (where text deltas go, the deadline) rides in [`ChatRequest::extensions`] and
+//! [`ToolInvocation::extensions`], so a layer may run the inner call on another task. tower's
+//! timeout turns errors into [`tower::BoxError`]: put `MapErrLayer::new(into_model_error)` (or
+//! [`into_tool_error`]) directly outside it so the layers above see typed errors again.
+//!
+//! The agent's own retries sit below your layers: a chat layer sees one request per model
+//! call, a function layer one invocation per tool call, however often the model or the tool
+//! is retried. To retry with your own policy instead, set `RetryConfig::none()` and add a
+//! tower `RetryLayer`: it is then the only retry.
 //!
 //! Function middleware sits after the checks (lookup, validation, approval, authorization), so
-//! it only sees calls that may run; it wraps each attempt, so retries pass through it again.
+//! it only sees calls that may run.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -46,7 +54,7 @@ pub(crate) type ChatLayerFn = Arc<dyn Fn(ChatService) -> ChatService + Send + Sy
 pub(crate) type FunctionLayerFn<C> = Arc<dyn Fn(FunctionService<C>) -> FunctionService<C> + Send + Sync>;
 pub(crate) type AgentLayerFn<C, O> = Arc<dyn Fn(AgentService<C, O>) -> AgentService<C, O> + Send + Sync>;
 
-/// One tool call attempt, as function middleware sees it.
+/// One tool call, as function middleware sees it.
 pub struct ToolInvocation<C> {
     /// The call's id.
     pub call_id: String,
@@ -58,6 +66,10 @@ pub struct ToolInvocation<C> {
     pub ctx: RunContext<C>,
     /// The tool that will be called.
     pub tool: Arc<dyn Tool<C>>,
+    /// Per-call data for the services of the function stack (the run's deadline, the attempt
+    /// counter), as [`ChatRequest::extensions`] carries it for model calls. Cloning the
+    /// invocation carries it over.
+    pub extensions: crate::model::Extensions,
 }
 
 impl<C> Clone for ToolInvocation<C> {
@@ -68,6 +80,7 @@ impl<C> Clone for ToolInvocation<C> {
             arguments: self.arguments.clone(),
             ctx: self.ctx.clone(),
             tool: Arc::clone(&self.tool),
+            extensions: self.extensions.clone(),
         }
     }
 }

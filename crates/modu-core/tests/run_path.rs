@@ -383,3 +383,70 @@ async fn an_agent_layer_sees_resumed_runs_too() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen, vec![(None, false), (Some(paused.run_id.clone()), true)]);
 }
+
+/// A function layer that counts the invocations it sees.
+#[derive(Clone)]
+struct CountCalls(Arc<AtomicUsize>);
+
+impl<S> Layer<S> for CountCalls {
+    type Service = CountCallsService<S>;
+    fn layer(&self, inner: S) -> CountCallsService<S> {
+        CountCallsService(inner, Arc::clone(&self.0))
+    }
+}
+
+#[derive(Clone)]
+struct CountCallsService<S>(S, Arc<AtomicUsize>);
+
+impl<S, Req> Service<Req> for CountCallsService<S>
+where
+    S: Service<Req>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+    fn call(&mut self, request: Req) -> S::Future {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.call(request)
+    }
+}
+
+#[tokio::test]
+async fn function_layers_see_one_invocation_and_the_retry_below_them_repeats_the_tool() {
+    use modu_core::{FunctionTool, ToolError, ToolSpec};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let flaky = FunctionTool::new(
+        ToolSpec::new("flaky", "Fails twice", serde_json::json!({"type": "object"})).idempotent(true),
+        move |_ctx, _args| {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 2 {
+                    Err(ToolError::execution("busy").retryable(true))
+                } else {
+                    Ok(serde_json::json!("ok"))
+                }
+            }
+        },
+    );
+    let seen = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new()
+        .tool_call("flaky", serde_json::json!({}))
+        .text("done");
+    let agent = Agent::<()>::builder(model.clone())
+        .tool(flaky)
+        .retry(RetryConfig::new(3).with_backoff(Duration::from_millis(1), Duration::from_millis(1)))
+        .function_layer(CountCalls(Arc::clone(&seen)))
+        .build()
+        .unwrap();
+    let result = agent.run("go").await;
+    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    // The model saw the result of the third attempt.
+    let tool_message = &model.requests()[1].messages;
+    assert!(tool_message.iter().any(|m| m.text() == "ok"), "{tool_message:?}");
+}

@@ -309,7 +309,8 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) chat: ChatService,
     /// The planner model's chat stack, when a strict policy names its own planner model.
     pub(crate) planner_chat: Option<ChatService>,
-    pub(crate) function_service: Option<FunctionService<C>>,
+    /// The function stack (user function layers, retry, timeout, the tool).
+    pub(crate) function_service: FunctionService<C>,
     /// The agent stack (agent layers around one run), built once; `None` without layers.
     pub(crate) agent_service: Option<AgentService<C, O>>,
     pub(crate) handoffs: Vec<crate::compose::Handoff<C, O>>,
@@ -718,9 +719,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 .map(|model| crate::runner::chat::stack(model, &self.chat_layers, &self.retry)),
             _ => None,
         };
-        let function_service = (!self.function_layers.is_empty()).then(|| {
-            crate::middleware::apply(FunctionService::new(crate::middleware::CallTool), &self.function_layers)
-        });
+        let function_service = crate::runner::function::stack(&self.function_layers, &self.retry);
         if let crate::plan::DecisionPolicy::PlanAndExecute(p) = &self.policy {
             if self.finalization == FinalizationMode::Disabled {
                 return Err(AgentError::Configuration {

@@ -9,8 +9,9 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
+use super::function::{Attempts, ToolDeadline};
 use super::journal::save_checkpoint;
-use super::{Env, Run, RunState, VisibleTool, sleep_within, with_deadline};
+use super::{Env, Run, RunState, VisibleTool, with_deadline};
 use crate::agent::AgentInner;
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause, NestedResume, nested_call_id};
 use crate::context::CallScope;
@@ -401,7 +402,7 @@ where
                 }
                 let effective = crate::plan::effective_arguments(&tool.entry.tool.spec().parameters, &args);
                 let scope = Arc::new(CallScope::new(&call.id, nested_resume));
-                let (outcome, attempts) = self.execute_with_retry(&scope, tool, args).await?;
+                let (outcome, attempts) = self.execute(&scope, tool, args).await?;
                 if let Some(pause) = scope.take_pause() {
                     return Ok(RawToolRun::Nested(pause));
                 }
@@ -441,79 +442,30 @@ where
         }))
     }
 
-    pub(super) async fn execute_with_retry(
+    /// Runs an admitted call through the function stack within the run's deadline; returns
+    /// its outcome and how often the tool was called.
+    pub(super) async fn execute(
         &self,
         scope: &Arc<CallScope>,
         tool: &VisibleTool<C>,
         args: serde_json::Value,
     ) -> Result<(ToolCallOutcome, u32), AgentError> {
-        let call_id = scope.call_id.as_str();
-        let ctx = self.ctx.for_call(Arc::clone(scope));
-        let spec = tool.entry.tool.spec();
-        let retry = &self.agent.retry;
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let call: futures::future::BoxFuture<'_, Result<serde_json::Value, ToolError>> =
-                match &self.agent.function_service {
-                    Some(service) => Box::pin(tower::ServiceExt::oneshot(
-                        service.clone(),
-                        ToolInvocation {
-                            call_id: call_id.to_owned(),
-                            tool_name: spec.name.clone(),
-                            arguments: args.clone(),
-                            ctx: ctx.clone(),
-                            tool: Arc::clone(&tool.entry.tool),
-                        },
-                    )),
-                    None => tool.entry.tool.call(&ctx, args.clone()),
-                };
-            let result = match spec.timeout {
-                Some(limit) => {
-                    let remaining = self.deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                    if remaining.is_some_and(|r| r < limit) {
-                        // The run's deadline comes first: it ends the run.
-                        with_deadline(self.deadline, self.agent.limits.timeout, call).await?
-                    } else {
-                        match tokio::time::timeout(limit, call).await {
-                            Ok(r) => r,
-                            Err(_) => Err(ToolError::timeout(limit)),
-                        }
-                    }
-                }
-                None => with_deadline(self.deadline, self.agent.limits.timeout, call).await?,
-            };
-            match result {
-                Ok(value) => return Ok((ToolCallOutcome::Ok(value), attempt)),
-                Err(error) => {
-                    let uncancellable_timeout =
-                        error.kind == ToolErrorKind::Timeout && spec.blocking && !spec.timeout_retry_safe;
-                    // A tool that classified its error as something else than retry_call is not
-                    // re-run, whatever `retryable` says.
-                    let retry_wanted = error
-                        .recovery
-                        .is_none_or(|r| r == crate::tool::RecoveryAction::RetryCall);
-                    let may_retry = spec.idempotent
-                        && error.retryable
-                        && retry_wanted
-                        && !uncancellable_timeout
-                        && attempt < retry.max_attempts;
-                    if !may_retry {
-                        let error = if uncancellable_timeout {
-                            // The blocking work may still run: never retried, never replanned.
-                            ToolError {
-                                retryable: false,
-                                recovery: Some(crate::tool::RecoveryAction::Fail),
-                                ..error
-                            }
-                        } else {
-                            error
-                        };
-                        return Ok((ToolCallOutcome::Err(error), attempt));
-                    }
-                    sleep_within(self.deadline, self.agent.limits.timeout, retry.backoff(attempt)).await?;
-                }
-            }
+        let attempts = Attempts::default();
+        let mut invocation = ToolInvocation {
+            call_id: scope.call_id.clone(),
+            tool_name: tool.entry.tool.spec().name.clone(),
+            arguments: args,
+            ctx: self.ctx.for_call(Arc::clone(scope)),
+            tool: Arc::clone(&tool.entry.tool),
+            extensions: crate::model::Extensions::default(),
+        };
+        invocation.extensions.insert(attempts.clone());
+        if let Some(deadline) = self.deadline {
+            invocation.extensions.insert(ToolDeadline(deadline));
         }
+        let call = tower::ServiceExt::oneshot(self.agent.function_service.clone(), invocation);
+        let outcome = with_deadline(self.deadline, self.agent.limits.timeout, call).await?;
+        // A call a user layer answered without calling the tool counts as one attempt.
+        Ok((outcome, attempts.get().max(1)))
     }
 }

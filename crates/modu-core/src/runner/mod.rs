@@ -35,6 +35,7 @@ use crate::store::CheckpointStatus;
 
 mod ask;
 pub(crate) mod chat;
+pub(crate) mod function;
 mod gate;
 mod journal;
 mod standard;
@@ -339,16 +340,4 @@ pub(crate) async fn with_deadline<F: Future>(
             after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
         }),
     }
-}
-
-async fn sleep_within(deadline: Option<Instant>, timeout: Option<Duration>, wait: Duration) -> Result<(), AgentError> {
-    if let Some(d) = deadline
-        && Instant::now() + wait >= d
-    {
-        return Err(AgentError::Timeout {
-            after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-        });
-    }
-    tokio::time::sleep(wait).await;
-    Ok(())
 }
