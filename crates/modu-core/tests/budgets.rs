@@ -1,0 +1,51 @@
+//! The shape of the run path, checked: file budgets under `src/runner/`, no task-local state.
+//! (A budget that is exceeded means a file holds more than one concern: split it.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).unwrap().lines().count()
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn the_runner_stays_within_its_file_budgets() {
+    let runner = src().join("runner");
+    assert!(lines(&runner.join("mod.rs")) <= 450, "runner/mod.rs is over 450 lines");
+    let mut files = Vec::new();
+    rust_files(&runner, &mut files);
+    assert!(files.len() >= 8, "{files:?}");
+    let over: Vec<_> = files
+        .iter()
+        .map(|f| (f.strip_prefix(src()).unwrap().display().to_string(), lines(f)))
+        .filter(|(_, n)| *n > 600)
+        .collect();
+    assert!(over.is_empty(), "files under runner/ over 600 lines: {over:?}");
+    assert!(lines(&src().join("agent/api.rs")) <= 300, "agent/api.rs is over 300 lines");
+}
+
+#[test]
+fn no_task_local_state() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let offenders: Vec<_> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains(concat!("task_", "local!")))
+        .collect();
+    assert!(offenders.is_empty(), "task-locals in {offenders:?}: carry per-call data in request extensions");
+}
