@@ -36,7 +36,10 @@ fn the_runner_stays_within_its_file_budgets() {
         .filter(|(_, n)| *n > 600)
         .collect();
     assert!(over.is_empty(), "files under runner/ over 600 lines: {over:?}");
-    assert!(lines(&src().join("agent/api.rs")) <= 300, "agent/api.rs is over 300 lines");
+    assert!(
+        lines(&src().join("agent/api.rs")) <= 300,
+        "agent/api.rs is over 300 lines"
+    );
 }
 
 #[test]
@@ -47,5 +50,8 @@ fn no_task_local_state() {
         .iter()
         .filter(|f| std::fs::read_to_string(f).unwrap().contains(concat!("task_", "local!")))
         .collect();
-    assert!(offenders.is_empty(), "task-locals in {offenders:?}: carry per-call data in request extensions");
+    assert!(
+        offenders.is_empty(),
+        "task-locals in {offenders:?}: carry per-call data in request extensions"
+    );
 }

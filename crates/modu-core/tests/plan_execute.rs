@@ -1165,8 +1165,8 @@ async fn a_done_run_is_not_finalized_twice() {
     assert_eq!(first.output.as_deref(), Some("hello there"));
     // The terminal DONE state stays in the store (final_emitted).
     let saved: Value = serde_json::from_slice(&store.load(&first.run_id).await.unwrap().unwrap()).unwrap();
-    assert_eq!(saved["state"]["strict"]["phase"]["phase"], "done");
-    assert_eq!(saved["state"]["strict"]["final_emitted"], true);
+    assert_eq!(saved["state"]["policy"]["state"]["phase"]["phase"], "done");
+    assert_eq!(saved["state"]["policy"]["state"]["final_emitted"], true);
     assert_eq!(saved["schema_version"], modu_core::CHECKPOINT_SCHEMA_VERSION);
 
     let empty = ScriptedModel::new();

@@ -93,8 +93,8 @@ async fn postgres_strict_run_resumes_mid_plan_and_is_not_finalized_twice() {
     // Process 2: a fresh pool on the same schema resumes at step 2.
     let s = stores(&url, &schema).await;
     let raw: Value = serde_json::from_slice(&s.ckpt.load(&failed.run_id).await.unwrap().unwrap()).unwrap();
-    assert_eq!(raw["state"]["strict"]["phase"]["phase"], "act");
-    assert_eq!(raw["state"]["strict"]["current"], 1);
+    assert_eq!(raw["state"]["policy"]["state"]["phase"]["phase"], "act");
+    assert_eq!(raw["state"]["policy"]["state"]["current"], 1);
     let model = ScriptedModel::new()
         .tool_call("second", json!({}))
         .text(step_ok("second ran"))

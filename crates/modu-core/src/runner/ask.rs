@@ -256,7 +256,7 @@ where
         if stage == Stage::Act {
             self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
             self.allowed = context.allowed_identities.take();
-            if self.state.strict.is_none() {
+            if self.state.strict().is_none() {
                 self.state.offered = self.offered.as_ref().map(|o| o.iter().cloned().collect());
                 self.state.admitted = self.allowed.clone();
             }
@@ -312,7 +312,7 @@ where
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
             .chain(self.state.decisions.keys().cloned())
             .collect();
-        if let Some(strict) = &self.state.strict {
+        if let Some(strict) = self.state.strict() {
             used.extend(strict.used_call_ids().map(str::to_owned));
         }
         used

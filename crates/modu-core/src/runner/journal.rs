@@ -16,9 +16,10 @@ use crate::store::{CheckpointMeta, CheckpointStatus};
 
 /// The version of the checkpoint format written by this crate.
 ///
-/// 2 added the strict Plan-and-Execute state (`state.strict`); version 1 checkpoints (which
-/// never hold one) are read as they are.
-pub const CHECKPOINT_SCHEMA_VERSION: u32 = 2;
+/// 2 added the strict Plan-and-Execute state (`state.strict`); 3 keeps the decision policy's
+/// state in `state.policy = {"id": "standard/1" | "plan_and_execute/1", "state": …}` instead of
+/// `state.phase` and `state.strict`. Versions 1 and 2 are read through [`migrate`].
+pub const CHECKPOINT_SCHEMA_VERSION: u32 = 3;
 
 /// The oldest checkpoint format this crate reads.
 pub(crate) const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
@@ -91,8 +92,8 @@ where
     }
 
     pub(super) async fn finish(mut self, outcome: Result<O, AgentError>) -> AgentResult<O> {
-        let strict_done = self.state.strict.as_ref().is_some_and(|s| s.is_done());
-        let already_stored = self.state.strict.as_ref().is_some_and(|s| s.conversation_stored);
+        let strict_done = self.state.strict().is_some_and(|s| s.is_done());
+        let already_stored = self.state.strict().is_some_and(|s| s.conversation_stored);
         let env = &self.env;
         let agent = &env.agent;
         let run_id = env.ctx.run_id().to_owned();
@@ -103,7 +104,8 @@ where
         if self.resumed {
             metadata.insert("resumed".into(), true.into());
         }
-        if let (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) = (&self.state.strict, &agent.policy)
+        if let (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) =
+            (self.state.strict(), &agent.policy)
         {
             strict.write_metadata(&mut metadata, policy.trace_mode);
         }
@@ -160,7 +162,7 @@ where
                     .as_ref()
                     .is_some_and(|e| e.is_resumable() || matches!(e, AgentError::Interrupted { .. }));
             if keep_done && stored_now {
-                if let Some(strict) = self.state.strict.as_mut() {
+                if let Some(strict) = self.state.strict_mut() {
                     strict.conversation_stored = true;
                 }
                 if let Err(e) = save_checkpoint(env, &self.state).await {
@@ -294,6 +296,7 @@ where
                 "schema_version {version} is not supported (this build reads {OLDEST_READABLE_SCHEMA_VERSION} to {CHECKPOINT_SCHEMA_VERSION})"
             )));
         }
+        let raw = migrate(raw, version).map_err(invalid)?;
         let checkpoint: Checkpoint =
             serde_json::from_value(raw).map_err(|e| invalid(format!("malformed state: {e}")))?;
         if checkpoint.run_id != run_id {
@@ -378,6 +381,30 @@ fn checkpoint_ref<'a, C, O>(env: &'a Env<C, O>, state: &'a RunState) -> Checkpoi
     }
 }
 
+/// Rewrites a checkpoint of schema 1 or 2 in the current layout: `state.phase` and
+/// `state.strict` become `state.policy`.
+pub(crate) fn migrate(mut raw: serde_json::Value, version: u64) -> Result<serde_json::Value, String> {
+    if version >= 3 {
+        return Ok(raw);
+    }
+    let Some(state) = raw.get_mut("state").and_then(serde_json::Value::as_object_mut) else {
+        return Err("malformed state: no state object".into());
+    };
+    let phase = state.remove("phase");
+    let policy = match state.remove("strict") {
+        Some(strict) if !strict.is_null() => serde_json::json!({"id": "plan_and_execute/1", "state": strict}),
+        _ => match phase {
+            Some(phase) => serde_json::json!({"id": "standard/1", "state": phase}),
+            None => return Err("malformed state: missing field `phase`".into()),
+        },
+    };
+    state.insert("policy".into(), policy);
+    if let Some(v) = raw.get_mut("schema_version") {
+        *v = serde_json::Value::from(CHECKPOINT_SCHEMA_VERSION);
+    }
+    Ok(raw)
+}
+
 /// The borrowed form of [`Checkpoint`], so saving does not clone the state.
 #[derive(Serialize)]
 struct CheckpointRef<'a> {
@@ -395,7 +422,7 @@ struct CheckpointRef<'a> {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use super::super::Phase;
+    use super::super::{Phase, PolicyState};
     use super::*;
     use crate::message::{Message, Usage};
 
@@ -403,7 +430,7 @@ mod tests {
     fn checkpoint_ref_and_owned_forms_agree() -> Result<(), serde_json::Error> {
         let state = RunState {
             messages: vec![Message::user("hi")],
-            phase: Phase::Finalize { draft: "d".into() },
+            policy: PolicyState::Standard(Phase::Finalize { draft: "d".into() }),
             usage: Usage::new(1, 2),
             model_calls: 1,
             turns: 1,
@@ -416,7 +443,6 @@ mod tests {
             offered: None,
             admitted: None,
             active_agent: None,
-            strict: None,
         };
         let user = UserContext::default();
         let meta = serde_json::Map::new();
@@ -433,7 +459,7 @@ mod tests {
         let bytes = serde_json::to_vec(&r)?;
         let back: Checkpoint = serde_json::from_slice(&bytes)?;
         assert_eq!(back.session_id.as_deref(), Some("s"));
-        assert_eq!(back.state.phase, Phase::Finalize { draft: "d".into() });
+        assert_eq!(back.state.phase(), Phase::Finalize { draft: "d".into() });
         Ok(())
     }
 }

@@ -63,7 +63,8 @@ pub(crate) enum Phase {
 pub(crate) struct RunState {
     /// The run's messages: input, tool calls, tool results, answer.
     pub(crate) messages: Vec<Message>,
-    pub(crate) phase: Phase,
+    /// The decision policy's own state: `{"id": "standard/1" | "plan_and_execute/1", "state"}`.
+    pub(crate) policy: PolicyState,
     pub(crate) usage: Usage,
     pub(crate) model_calls: u32,
     pub(crate) turns: u32,
@@ -92,15 +93,63 @@ pub(crate) struct RunState {
     /// The agent answering after a handoff (`None`: the agent the run started with).
     #[serde(default)]
     pub(crate) active_agent: Option<String>,
-    /// The strict Plan-and-Execute state (strict runs only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) strict: Option<Box<strict::StrictState>>,
+}
+
+/// A decision policy's state inside a checkpoint (schema 3: `state.policy`), tagged with the
+/// policy and the version of its layout.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "id", content = "state")]
+pub(crate) enum PolicyState {
+    /// The standard policy: where its loop is.
+    #[serde(rename = "standard/1")]
+    Standard(Phase),
+    /// Strict Plan-and-Execute: its state machine.
+    #[serde(rename = "plan_and_execute/1")]
+    PlanAndExecute(Box<strict::StrictState>),
 }
 
 impl RunState {
+    /// The standard policy's phase (`Act` for a strict run).
+    fn phase(&self) -> Phase {
+        match &self.policy {
+            PolicyState::Standard(phase) => phase.clone(),
+            PolicyState::PlanAndExecute(_) => Phase::Act,
+        }
+    }
+
+    fn set_phase(&mut self, phase: Phase) {
+        self.policy = PolicyState::Standard(phase);
+    }
+
+    /// The strict state, once a strict run has started.
+    fn strict(&self) -> Option<&strict::StrictState> {
+        match &self.policy {
+            PolicyState::PlanAndExecute(state) => Some(state),
+            PolicyState::Standard(_) => None,
+        }
+    }
+
+    fn strict_mut(&mut self) -> Option<&mut strict::StrictState> {
+        match &mut self.policy {
+            PolicyState::PlanAndExecute(state) => Some(state),
+            PolicyState::Standard(_) => None,
+        }
+    }
+
+    /// The strict state, started when there is none yet.
+    fn strict_or_init(&mut self) -> &mut strict::StrictState {
+        if let PolicyState::Standard(_) = self.policy {
+            self.policy = PolicyState::PlanAndExecute(Box::new(strict::StrictState::new()));
+        }
+        match &mut self.policy {
+            PolicyState::PlanAndExecute(state) => state,
+            PolicyState::Standard(_) => unreachable!("set just above"),
+        }
+    }
+
     /// What a checkpoint of this state says about the run (a failure is recorded by the caller).
     fn status(&self) -> CheckpointStatus {
-        if self.strict.as_ref().is_some_and(|s| s.is_done()) {
+        if self.strict().is_some_and(|s| s.is_done()) {
             CheckpointStatus::Done
         } else if self.interruptions.is_empty() {
             CheckpointStatus::Running

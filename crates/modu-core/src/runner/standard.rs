@@ -17,7 +17,7 @@ where
 {
     pub(super) async fn standard_loop(&mut self) -> Result<O, AgentError> {
         loop {
-            match self.state.phase.clone() {
+            match self.state.phase() {
                 Phase::Act => {
                     if let Some(calls) = self.unanswered_tool_calls() {
                         self.run_tools(calls).await?;
@@ -46,7 +46,7 @@ where
                     }
                     let text = response.message.text();
                     if separate_final {
-                        self.state.phase = Phase::Finalize { draft: text };
+                        self.state.set_phase(Phase::Finalize { draft: text });
                         self.checkpoint().await?;
                         continue;
                     }

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 use super::journal::{Checkpoint, Emitter};
-use super::{Env, Phase, Run, RunState, chat};
+use super::{Env, Phase, PolicyState, Run, RunState, chat};
 use crate::agent::{AgentInner, AgentRequest, AgentResult};
 use crate::context::RunContext;
 use crate::error::AgentError;
@@ -203,7 +203,7 @@ where
                 .with_agent_name(agent.name.clone());
             let state = RunState {
                 messages: req.input,
-                phase: Phase::Act,
+                policy: PolicyState::Standard(Phase::Act),
                 usage: Usage::default(),
                 model_calls: 0,
                 turns: 0,
@@ -216,7 +216,6 @@ where
                 offered: None,
                 admitted: None,
                 active_agent: None,
-                strict: None,
             };
             (ctx, state, req.metadata, false, parent_run_id, nested_pause)
         }

@@ -141,8 +141,23 @@ async fn main() {
             }
         };
         assert_eq!(state["schema_version"], modu_core::CHECKPOINT_SCHEMA_VERSION);
-        seeds.push((format!("{name}_v2"), state.clone()));
-        let mut v1 = state;
+        seeds.push((format!("{name}_v3"), state.clone()));
+        // Version 2: the policy's state as `state.phase` and `state.strict`.
+        let mut v2 = state;
+        v2["schema_version"] = json!(2);
+        if let Some(s) = v2["state"].as_object_mut()
+            && let Some(policy) = s.remove("policy")
+        {
+            if policy["id"] == "plan_and_execute/1" {
+                s.insert("phase".into(), json!({"phase": "act"}));
+                s.insert("strict".into(), policy["state"].clone());
+            } else {
+                s.insert("phase".into(), policy["state"].clone());
+            }
+        }
+        seeds.push((format!("{name}_v2"), v2.clone()));
+        // Version 1: no strict state.
+        let mut v1 = v2;
         v1["schema_version"] = json!(1);
         if let Some(s) = v1["state"].as_object_mut() {
             s.remove("strict");

@@ -255,7 +255,7 @@ where
                 arguments_source,
             };
             // Recorded with the call's result, so a checkpoint taken mid-batch keeps both.
-            let st = state.strict.get_or_insert_with(|| Box::new(StrictState::new()));
+            let st = state.strict_or_init();
             st.batch.insert(call.id.clone(), verdict);
             st.push_trace(entry);
             Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)

@@ -118,7 +118,7 @@ pub(crate) struct StrictState {
 }
 
 impl StrictState {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         StrictState {
             version: STRICT_STATE_VERSION,
             phase: StrictPhase::Plan,
@@ -290,7 +290,7 @@ where
     O: Send + 'static,
 {
     fn st(&mut self) -> &mut StrictState {
-        self.state.strict.get_or_insert_with(|| Box::new(StrictState::new()))
+        self.state.strict_or_init()
     }
 
     async fn emit(&self, event: AgentEvent) {
