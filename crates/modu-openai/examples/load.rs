@@ -722,6 +722,15 @@ fn main() {
             }
         }
     }
+    let counts: Vec<usize> = checked.iter().map(|(_, r)| r.len()).collect();
+    assert!(
+        counts.iter().all(|&n| n == counts[0]),
+        "modu and the baseline send different numbers of requests per run: {counts:?}"
+    );
+    let modu_run_streams = checked
+        .iter()
+        .find(|(name, _)| name == "modu non-streamed")
+        .is_some_and(|(_, r)| r.iter().any(|r| r["stream"] == json!(true)));
     for (name, requests) in checked {
         let flags: Vec<String> = requests
             .iter()
@@ -735,6 +744,16 @@ fn main() {
             bytes.join(", ")
         );
     }
+    if modu_run_streams {
+        println!(
+            "  note: Agent::run sends stream: true here, so the modu non-streamed rows are streamed requests judged against a stream: false baseline"
+        );
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "  machine load average at start: {} (other processes on the client's core inflate both sides' CPU per run)",
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
     if quick {
         println!("--quick: a smoke run with fewer runs than the targets require; the verdicts are indicative only");
     }
