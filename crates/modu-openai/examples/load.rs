@@ -323,6 +323,9 @@ mod baseline {
             if !done {
                 return Err("the stream ended without [DONE]".into());
             }
+            // Read the body to its end: hyper pools a connection only after its response body
+            // ended; a body dropped before its last chunk closes the connection.
+            while resp.chunk().await?.is_some() {}
             Ok(answer)
         }
     }
