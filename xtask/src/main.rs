@@ -9,7 +9,8 @@
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
 //!   tests use (Redis, PostgreSQL, a llama.cpp server with a small model, MCP peers), writes
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
-//! - `cargo xtask bench [loop|load|all]` — the benchmarks.
+//! - `cargo xtask bench [loop|load|all] [ARGS..]` — the benchmarks (ARGS go to the load bench:
+//!   `--quick`, `--reps N`, `--runs-scale F`, `--enforce`).
 #![allow(clippy::print_stdout)]
 
 use std::collections::BTreeMap;
@@ -49,7 +50,7 @@ fn main() -> ExitCode {
                  \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
-                 bench [loop|load|all]  run the benchmarks"
+                 bench [loop|load|all]  run the benchmarks (load takes --quick, --reps N, --enforce)"
             );
             Err(String::new())
         }
@@ -895,7 +896,9 @@ fn bench(args: &[String]) -> Result<()> {
     if matches!(which, "load" | "all") {
         run(
             "bench: load through the OpenAI client vs hand-written reqwest",
-            Command::new(cargo()).args(["run", "--release", "-p", "modu-openai", "--example", "load"]),
+            Command::new(cargo())
+                .args(["run", "--release", "-p", "modu-openai", "--example", "load", "--"])
+                .args(args.iter().skip(1)),
         )?;
     }
     if !matches!(which, "loop" | "load" | "all") {

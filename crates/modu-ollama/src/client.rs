@@ -22,7 +22,8 @@ pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";
 
 /// A chat model served by Ollama's native API (`POST /api/chat`).
 ///
-/// Streaming reads Ollama's NDJSON lines; [`ChatModel::complete`] sends `stream: false`.
+/// Streaming reads Ollama's NDJSON lines; [`ChatModel::complete`] sends `stream: false`
+/// (or, with [`OllamaClientBuilder::always_stream`], streams too and folds the deltas).
 /// Tool calls arrive whole (one line each) with object arguments, which become
 /// [`ToolCall::arguments`](modu_core::ToolCall) JSON text. `response_format` becomes
 /// `format` (the JSON schema); `max_tokens` becomes `options.num_predict`. Ollama has no
@@ -52,6 +53,7 @@ struct Inner {
     keep_alive: Option<Value>,
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
+    always_stream: bool,
     redactor: Arc<Redactor>,
 }
 
@@ -68,6 +70,7 @@ impl std::fmt::Debug for OllamaClient {
             .field("keep_alive", &i.keep_alive)
             .field("request_timeout", &i.request_timeout)
             .field("read_timeout", &i.read_timeout)
+            .field("always_stream", &i.always_stream)
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +89,7 @@ pub struct OllamaClientBuilder {
     read_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     http: Option<reqwest::Client>,
+    always_stream: bool,
 }
 
 impl std::fmt::Debug for OllamaClientBuilder {
@@ -101,6 +105,7 @@ impl std::fmt::Debug for OllamaClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("read_timeout", &self.read_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("always_stream", &self.always_stream)
             .finish_non_exhaustive()
     }
 }
@@ -179,6 +184,19 @@ impl OllamaClientBuilder {
         self
     }
 
+    /// Streams every request, [`ChatModel::complete`] included: `complete` then sends
+    /// `stream: true` and folds the deltas into its answer (default `false`: `complete` sends
+    /// `stream: false` and reads one JSON answer, which costs the client less).
+    ///
+    /// For deployments that want every request streamed, such as a proxy that cuts a
+    /// connection silent for longer than its idle timeout while a long answer is generated:
+    /// the streamed lines keep it busy, and the read timeout bounds the silence between two
+    /// lines instead of the wait for the whole answer.
+    pub fn always_stream(mut self, always: bool) -> Self {
+        self.always_stream = always;
+        self
+    }
+
     /// Builds the client.
     pub fn build(self) -> Result<OllamaClient, OllamaConfigError> {
         let raw = self.base_url.trim().trim_end_matches('/').to_owned();
@@ -227,6 +245,7 @@ impl OllamaClientBuilder {
                 keep_alive: self.keep_alive,
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
+                always_stream: self.always_stream,
                 redactor: Arc::new(redactor),
             }),
         })
@@ -310,6 +329,7 @@ impl OllamaClient {
             read_timeout: Some(crate::DEFAULT_READ_TIMEOUT),
             request_timeout: None,
             http: None,
+            always_stream: false,
         }
     }
 
@@ -419,6 +439,15 @@ impl ChatModel for OllamaClient {
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        if self.inner.always_stream {
+            // The stream's errors are masked already.
+            let mut stream = self.stream(request).await?;
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = stream.next().await {
+                builder.push(event?);
+            }
+            return builder.finish();
+        }
         self.complete_raw(request)
             .await
             .map_err(|e| self.inner.redactor.error(e))

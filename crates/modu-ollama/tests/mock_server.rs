@@ -160,3 +160,24 @@ async fn the_wire_has_ids_only_where_scripted() {
     assert!(calls[1].get("id").is_none(), "{calls}");
     assert_eq!(calls[1].pointer("/function/index"), Some(&json!(1)));
 }
+
+#[tokio::test]
+async fn complete_sends_stream_false_by_default_and_stream_true_with_always_stream() {
+    let server = MockOllamaServer::start().await.unwrap();
+    server.push(OllamaReply::Text("plain answer".into()));
+    let plain = client(&server).complete(hi()).await.unwrap();
+    let streaming = OllamaClient::builder()
+        .base_url(server.base_url())
+        .model("llama3.2")
+        .always_stream(true)
+        .build()
+        .unwrap();
+    server.push(OllamaReply::Text("folded answer, in several lines".into()));
+    let folded = streaming.complete(hi()).await.unwrap();
+    assert_eq!(plain.message.text(), "plain answer");
+    assert_eq!(folded.message.text(), "folded answer, in several lines");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0]["stream"], json!(false));
+    assert_eq!(requests[1]["stream"], json!(true));
+}

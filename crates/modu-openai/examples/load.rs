@@ -1,23 +1,53 @@
-//! Load benchmark: agent runs through `OpenAiClient` versus the same HTTP calls by hand.
+//! Load benchmark: agent runs through `OpenAiClient` versus a lean hand-written reqwest loop,
+//! against the same mock OpenAI server. The judge of the overhead modu adds per run.
 //!
-//! Run with: `cargo run --release -p modu-openai --example load`
-//! (options: `--quick` for a short run; `--runs-scale F` to multiply the run counts).
+//! Run with: `cargo run --release -p modu-openai --example load` (what `cargo xtask bench load`
+//! runs). Options: `--quick` (a CI smoke: fewer runs, one repetition, below the sample sizes
+//! the targets ask for), `--runs-scale F` (multiply the run counts), `--reps N` (repetitions
+//! per variant, default 3; the median is reported), `--enforce` (exit 1 when a target fails).
 //!
-//! The parent process starts `MockOpenAiServer` (recording off) on 127.0.0.1 and, for each
-//! concurrency (1, 64, 1000), starts this binary again as a client process twice: once driving
-//! `modu_core::Agent` runs over `OpenAiClient`, once doing the same two streaming HTTP calls
-//! by hand with reqwest + serde_json (the baseline). Each run is: request 1 offers one tool and
-//! gets a streamed tool call back, the tool runs, request 2 sends the tool result and gets a
-//! streamed answer. Client processes are separate so CPU time (utime + stime from
-//! `/proc/self/stat`) and peak RSS (`VmHWM` from `/proc/self/status`) are the client's alone.
+//! # What runs where
+//!
+//! - The mock server ([`modu_testing::MockOpenAiServer`], the exact OpenAI wire format,
+//!   recording off) runs in its own process (this binary re-executed with `--serve MS`), pinned
+//!   to the second allowed core. One server per model latency (0 and 50 ms).
+//! - Every measured variant runs in its own client process (`--client ...`), pinned to the
+//!   first allowed core, on a multi-thread tokio runtime with one worker; the driving loop is
+//!   a task on that worker. So the client never shares a process, an allocator or a core with
+//!   the server, and modu and the baseline never share a process.
+//!
+//! # One run
+//!
+//! The same agent job for both: request 1 offers one tool (`add`) and the mock answers with a
+//! tool call; the tool runs; request 2 sends the tool result and the mock answers in text. Two
+//! HTTP requests per run on both sides (checked at start against a recording mock).
+//!
+//! - modu: one `Agent` with `OpenAiClient` and the tool, built once per process. Non-streamed:
+//!   `agent.run(..)`; streamed: `agent.stream(..)` consumed to its last item.
+//! - baseline: what a good engineer writes by hand: one `reqwest::Client`, typed serde request
+//!   and response structs, the tool schema serialised once, a tool-call loop. Non-streamed
+//!   sends `stream: false` and reads one `chat.completion`; streamed sends `stream: true` and
+//!   parses the SSE lines as they arrive, folding the deltas.
+//!
+//! # What is measured
+//!
+//! - CPU per run: user + system time from `getrusage(RUSAGE_SELF)` of the client process,
+//!   taken right before and right after the timed loop (after a warm-up at full concurrency
+//!   that opens the connections), divided by the runs. Linux accounts the sum to the
+//!   nanosecond scheduler clock, so this resolves microseconds (unlike the 10 ms ticks of
+//!   `/proc/self/stat`).
+//! - Peak RSS: `ru_maxrss` of the client process (its whole life: startup, warm-up at full
+//!   concurrency, timed loop), and its growth over the RSS the process had before the warm-up
+//!   (`VmRSS`, after the runtime and the agent or HTTP client were built).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use modu_core::{Agent, FunctionTool};
+use modu_core::{Agent, FunctionTool, StreamItem};
 use modu_openai::OpenAiClient;
 use modu_testing::MockOpenAiServer;
 use serde_json::{Value, json};
@@ -28,32 +58,411 @@ struct AddArgs {
     b: i64,
 }
 
-struct Measured {
-    runs: usize,
-    wall: Duration,
-    latencies: Vec<Duration>,
-    cpu: Duration,
-    peak_rss_kib: u64,
+const QUESTION: &str = "What is 2 + 3?";
+
+// ---------------------------------------------------------------------------------------------
+// The hand-written baseline
+// ---------------------------------------------------------------------------------------------
+
+mod baseline {
+    use serde::{Deserialize, Serialize};
+    use serde_json::value::RawValue;
+
+    use super::AddArgs;
+
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    /// One client, the URL and the tool schema, made once.
+    pub struct Baseline {
+        http: reqwest::Client,
+        url: String,
+        model: String,
+        tools: Box<RawValue>,
+    }
+
+    #[derive(Serialize)]
+    struct Request<'a> {
+        model: &'a str,
+        messages: &'a [Msg],
+        tools: &'a RawValue,
+        stream: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stream_options: Option<StreamOptions>,
+    }
+
+    #[derive(Serialize)]
+    struct StreamOptions {
+        include_usage: bool,
+    }
+
+    #[derive(Serialize)]
+    #[serde(tag = "role", rename_all = "lowercase")]
+    enum Msg {
+        User { content: String },
+        Assistant { content: String, tool_calls: Vec<ToolCall> },
+        Tool { tool_call_id: String, content: String },
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct ToolCall {
+        id: String,
+        #[serde(rename = "type", default = "function")]
+        kind: String,
+        function: Function,
+    }
+
+    fn function() -> String {
+        "function".to_owned()
+    }
+
+    #[derive(Serialize, Deserialize, Default)]
+    struct Function {
+        name: String,
+        arguments: String,
+    }
+
+    #[derive(Deserialize, Default, Clone, Copy)]
+    pub struct Usage {
+        #[serde(default)]
+        pub prompt_tokens: u64,
+        #[serde(default)]
+        pub completion_tokens: u64,
+    }
+
+    // stream: false
+    #[derive(Deserialize)]
+    struct Completion {
+        choices: Vec<Choice>,
+        #[serde(default)]
+        usage: Option<Usage>,
+    }
+
+    #[derive(Deserialize)]
+    struct Choice {
+        message: AnswerMessage,
+    }
+
+    #[derive(Deserialize)]
+    struct AnswerMessage {
+        #[serde(default)]
+        content: Option<String>,
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
+    }
+
+    // stream: true
+    #[derive(Deserialize)]
+    struct Chunk {
+        #[serde(default)]
+        choices: Vec<ChunkChoice>,
+        #[serde(default)]
+        usage: Option<Usage>,
+    }
+
+    #[derive(Deserialize)]
+    struct ChunkChoice {
+        #[serde(default)]
+        delta: Delta,
+    }
+
+    #[derive(Deserialize, Default)]
+    struct Delta {
+        #[serde(default)]
+        content: Option<String>,
+        #[serde(default)]
+        tool_calls: Vec<CallDelta>,
+    }
+
+    #[derive(Deserialize)]
+    struct CallDelta {
+        index: usize,
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        function: Option<FunctionDelta>,
+    }
+
+    #[derive(Deserialize)]
+    struct FunctionDelta {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        arguments: Option<String>,
+    }
+
+    /// One answer: its text and tool calls.
+    struct Answer {
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        usage: Usage,
+    }
+
+    impl Baseline {
+        pub fn new(base_url: &str, model: &str) -> Self {
+            let tools = serde_json::json!([{"type": "function", "function": {
+                "name": "add",
+                "description": "Add two integers",
+                "parameters": {"type": "object",
+                    "properties": {"a": {"type": "integer", "format": "int64"},
+                                   "b": {"type": "integer", "format": "int64"}},
+                    "required": ["a", "b"]},
+            }}]);
+            Baseline {
+                http: reqwest::Client::builder().tcp_nodelay(true).build().unwrap(),
+                url: format!("{base_url}/chat/completions"),
+                model: model.to_owned(),
+                tools: RawValue::from_string(tools.to_string()).unwrap(),
+            }
+        }
+
+        /// The agent job: ask, run the tool calls the model asks for, ask again, until the
+        /// model answers in text. Returns the answer and the tokens used.
+        pub async fn run(&self, question: &str, stream: bool) -> Result<(String, Usage), Error> {
+            let mut messages = vec![Msg::User {
+                content: question.to_owned(),
+            }];
+            let mut total = Usage::default();
+            for _ in 0..8 {
+                let answer = if stream {
+                    self.ask_streamed(&messages).await?
+                } else {
+                    self.ask(&messages).await?
+                };
+                total.prompt_tokens += answer.usage.prompt_tokens;
+                total.completion_tokens += answer.usage.completion_tokens;
+                if answer.tool_calls.is_empty() {
+                    return Ok((answer.text, total));
+                }
+                let mut results = Vec::with_capacity(answer.tool_calls.len());
+                for call in &answer.tool_calls {
+                    let content = match call.function.name.as_str() {
+                        "add" => match serde_json::from_str::<AddArgs>(&call.function.arguments) {
+                            Ok(a) => (a.a + a.b).to_string(),
+                            Err(e) => format!("invalid arguments: {e}"),
+                        },
+                        other => format!("unknown tool {other}"),
+                    };
+                    results.push(Msg::Tool {
+                        tool_call_id: call.id.clone(),
+                        content,
+                    });
+                }
+                messages.push(Msg::Assistant {
+                    content: answer.text,
+                    tool_calls: answer.tool_calls,
+                });
+                messages.extend(results);
+            }
+            Err("no answer after 8 turns".into())
+        }
+
+        fn body(&self, messages: &[Msg], stream: bool) -> Result<Vec<u8>, Error> {
+            Ok(serde_json::to_vec(&Request {
+                model: &self.model,
+                messages,
+                tools: &self.tools,
+                stream,
+                stream_options: stream.then_some(StreamOptions { include_usage: true }),
+            })?)
+        }
+
+        async fn post(&self, body: Vec<u8>) -> Result<reqwest::Response, Error> {
+            let resp = self
+                .http
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .send()
+                .await?;
+            if !resp.status().is_success() {
+                return Err(format!("status {}", resp.status()).into());
+            }
+            Ok(resp)
+        }
+
+        async fn ask(&self, messages: &[Msg]) -> Result<Answer, Error> {
+            let resp = self.post(self.body(messages, false)?).await?;
+            let bytes = resp.bytes().await?;
+            let completion: Completion = serde_json::from_slice(&bytes)?;
+            let choice = completion.choices.into_iter().next().ok_or("no choice")?;
+            Ok(Answer {
+                text: choice.message.content.unwrap_or_default(),
+                tool_calls: choice.message.tool_calls,
+                usage: completion.usage.unwrap_or_default(),
+            })
+        }
+
+        async fn ask_streamed(&self, messages: &[Msg]) -> Result<Answer, Error> {
+            let mut resp = self.post(self.body(messages, true)?).await?;
+            let mut answer = Answer {
+                text: String::new(),
+                tool_calls: Vec::new(),
+                usage: Usage::default(),
+            };
+            let mut buf: Vec<u8> = Vec::new();
+            let mut done = false;
+            while !done && let Some(bytes) = resp.chunk().await? {
+                buf.extend_from_slice(&bytes);
+                let mut start = 0;
+                while let Some(nl) = buf[start..].iter().position(|&b| b == b'\n') {
+                    let line = &buf[start..start + nl];
+                    start += nl + 1;
+                    let line = line.strip_suffix(b"\r").unwrap_or(line);
+                    let Some(data) = line.strip_prefix(b"data:") else {
+                        continue;
+                    };
+                    let data = data.trim_ascii_start();
+                    if data == b"[DONE]" {
+                        done = true;
+                        break;
+                    }
+                    fold(&mut answer, serde_json::from_slice(data)?);
+                }
+                buf.drain(..start);
+            }
+            if !done {
+                return Err("the stream ended without [DONE]".into());
+            }
+            // Read the body to its end: hyper pools a connection only after its response body
+            // ended; a body dropped before its last chunk closes the connection.
+            while resp.chunk().await?.is_some() {}
+            Ok(answer)
+        }
+    }
+
+    fn fold(answer: &mut Answer, chunk: Chunk) {
+        if let Some(u) = chunk.usage {
+            answer.usage = u;
+        }
+        for choice in chunk.choices {
+            if let Some(t) = choice.delta.content {
+                answer.text.push_str(&t);
+            }
+            for d in choice.delta.tool_calls {
+                if answer.tool_calls.len() <= d.index {
+                    answer.tool_calls.resize_with(d.index + 1, || ToolCall {
+                        id: String::new(),
+                        kind: function(),
+                        function: Function::default(),
+                    });
+                }
+                let call = &mut answer.tool_calls[d.index];
+                if let Some(id) = d.id {
+                    call.id = id;
+                }
+                if let Some(f) = d.function {
+                    if let Some(name) = f.name {
+                        call.function.name = name;
+                    }
+                    if let Some(args) = f.arguments {
+                        call.function.arguments.push_str(&args);
+                    }
+                }
+            }
+        }
+    }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The modu side
+// ---------------------------------------------------------------------------------------------
+
+fn modu_agent(url: &str) -> Arc<Agent> {
+    let model = OpenAiClient::new(url, "mock-model").unwrap();
+    let add = FunctionTool::<()>::typed(
+        "add",
+        "Add two integers",
+        |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
+    );
+    Arc::new(Agent::builder(model).tool(add).build().unwrap())
+}
+
+async fn modu_run(agent: &Agent, stream: bool) {
+    if stream {
+        let mut s = agent.stream(QUESTION);
+        let mut completed = false;
+        while let Some(item) = s.next().await {
+            match item {
+                StreamItem::Event(_) => {}
+                StreamItem::Completed(r) => {
+                    assert!(r.output.as_deref().is_some_and(|o| !o.is_empty()));
+                    completed = true;
+                }
+                StreamItem::Failed(r) => panic!("modu run failed: {:?}", r.error),
+            }
+        }
+        assert!(completed);
+    } else {
+        let r = agent.run(QUESTION).await;
+        assert!(r.is_ok(), "modu run failed: {:?}", r.error);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurement
+// ---------------------------------------------------------------------------------------------
+
+/// User + system CPU time of this process (all its threads), from getrusage.
+#[cfg(unix)]
 fn cpu_time() -> Duration {
-    // Fields 14 and 15 of /proc/self/stat: utime and stime in clock ticks (USER_HZ = 100 on
-    // Linux). The command name (field 2) may contain spaces, so split after its ')'.
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    // After ')': state is index 0, so utime (field 14) is index 11 and stime index 12.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().max(0) as u64) + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    tv(u.user_time()) + tv(u.system_time())
 }
 
-fn peak_rss_kib() -> u64 {
+#[cfg(not(unix))]
+fn cpu_time() -> Duration {
+    Duration::ZERO
+}
+
+/// Peak RSS of this process so far (KiB), from getrusage.
+#[cfg(unix)]
+fn max_rss_kib() -> u64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64)
+}
+
+#[cfg(not(unix))]
+fn max_rss_kib() -> u64 {
+    0
+}
+
+/// Current RSS (KiB), from /proc/self/status (0 where there is none).
+fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Pins this process (its calling thread, and every thread it starts later) to one CPU.
+#[cfg(target_os = "linux")]
+fn pin_to(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).unwrap();
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to(_cpu: usize) {}
+
+/// The CPUs this process may run on.
+#[cfg(target_os = "linux")]
+fn allowed_cpus() -> Vec<usize> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    (0..nix::sched::CpuSet::count())
+        .filter(|&i| set.is_set(i).unwrap_or(false))
+        .collect()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allowed_cpus() -> Vec<usize> {
+    vec![0]
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -64,13 +473,24 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn drive<F, Fut>(runs: usize, concurrency: usize, run: F) -> Measured
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    cpu_us_per_run: f64,
+    runs_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    peak_rss_kib: u64,
+    idle_rss_kib: u64,
+}
+
+async fn drive<F, Fut>(runs: usize, concurrency: usize, idle_rss_kib: u64, run: F) -> Sample
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    // Warm up: connections, allocator, lazy statics.
-    futures::stream::iter(0..concurrency.min(64))
+    // Warm-up at full concurrency: opens every connection the timed loop uses, grows the
+    // allocator's arenas, fills lazy statics.
+    futures::stream::iter(0..concurrency.max(50))
         .map(|_| run())
         .buffer_unordered(concurrency)
         .collect::<Vec<_>>()
@@ -92,208 +512,390 @@ where
     let wall = started.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
     latencies.sort();
-    Measured {
-        runs,
-        wall,
-        latencies,
-        cpu,
-        peak_rss_kib: peak_rss_kib(),
+    Sample {
+        cpu_us_per_run: cpu.as_secs_f64() * 1e6 / runs as f64,
+        runs_per_s: runs as f64 / wall.as_secs_f64(),
+        p50_ms: percentile(&latencies, 0.50).as_secs_f64() * 1e3,
+        p99_ms: percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        peak_rss_kib: max_rss_kib(),
+        idle_rss_kib,
     }
 }
 
-fn modu_agent(url: &str) -> Arc<Agent> {
-    let model = OpenAiClient::new(url, "mock-model").unwrap();
-    let add = FunctionTool::<()>::typed(
-        "add",
-        "Add two integers",
-        |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
-    );
-    Arc::new(Agent::builder(model).tool(add).build().unwrap())
-}
+// ---------------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------------
 
-/// The baseline: the same two streaming calls, by hand.
-async fn by_hand(http: &reqwest::Client, url: &str) {
-    let tools = json!([{"type": "function", "function": {"name": "add", "description": "Add two integers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]);
-    let user = json!({"role": "user", "content": "What is 2 + 3?"});
-    let body = json!({"model": "mock-model", "messages": [user], "tools": tools, "stream": true,
-                      "stream_options": {"include_usage": true}});
-    let chunks = post_sse(http, url, &body).await;
-    let (mut id, mut name, mut args) = (String::new(), String::new(), String::new());
-    for c in &chunks {
-        if let Some(call) = c.pointer("/choices/0/delta/tool_calls/0") {
-            if let Some(v) = call.get("id").and_then(Value::as_str) {
-                id = v.to_owned();
-            }
-            if let Some(v) = call.pointer("/function/name").and_then(Value::as_str) {
-                name = v.to_owned();
-            }
-            if let Some(v) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                args.push_str(v);
-            }
-        }
-    }
-    assert_eq!(name, "add");
-    let a: AddArgs = serde_json::from_str(&args).unwrap();
-    let result = (a.a + a.b).to_string();
-    let body = json!({"model": "mock-model", "stream": true, "stream_options": {"include_usage": true}, "tools": tools,
-        "messages": [user,
-            {"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function", "function": {"name": name, "arguments": args}}]},
-            {"role": "tool", "tool_call_id": id, "content": result}]});
-    let chunks = post_sse(http, url, &body).await;
-    let mut text = String::new();
-    for c in &chunks {
-        if let Some(t) = c.pointer("/choices/0/delta/content").and_then(Value::as_str) {
-            text.push_str(t);
-        }
-    }
-    assert!(!text.is_empty());
-}
-
-async fn post_sse(http: &reqwest::Client, url: &str, body: &Value) -> Vec<Value> {
-    let resp = http
-        .post(format!("{url}/chat/completions"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(body).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
-    let bytes = resp.bytes().await.unwrap();
-    let text = std::str::from_utf8(&bytes).unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
-
-fn child(kind: &str, url: &str, runs: usize, concurrency: usize) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// `--serve LATENCY_MS CPU`: the mock server, until stdin closes. Prints its base URL.
+fn serve(latency_ms: u64, cpu: usize) {
+    pin_to(cpu);
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let m = rt.block_on(async {
-        match kind {
-            "modu" => {
-                let agent = modu_agent(url);
-                drive(runs, concurrency, || {
-                    let agent = Arc::clone(&agent);
-                    async move {
-                        let r = agent.run("What is 2 + 3?").await;
-                        assert!(r.is_ok(), "{:?}", r.error);
-                    }
-                })
-                .await
-            }
-            _ => {
-                let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
-                let url = url.to_owned();
-                drive(runs, concurrency, || {
-                    let http = http.clone();
-                    let url = url.clone();
-                    async move { by_hand(&http, &url).await }
-                })
-                .await
-            }
+    rt.block_on(async {
+        let server = MockOpenAiServer::start().await.unwrap();
+        server.without_recording().latency(Duration::from_millis(latency_ms));
+        println!("{}", server.base_url());
+        std::io::stdout().flush().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+    });
+}
+
+/// `--client KIND MODE URL RUNS CONCURRENCY CPU`: one measured variant. Prints a JSON line.
+fn client(kind: &str, mode: &str, url: &str, runs: usize, concurrency: usize, cpu: usize) {
+    pin_to(cpu);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let stream = mode == "streamed";
+    let (kind, url) = (kind.to_owned(), url.to_owned());
+    // The driving loop is a task on the one worker, as a server's request handler would be.
+    let task = rt.spawn(async move {
+        if kind == "modu" {
+            let agent = modu_agent(&url);
+            let idle = rss_kib();
+            drive(runs, concurrency, idle, || {
+                let agent = Arc::clone(&agent);
+                async move { modu_run(&agent, stream).await }
+            })
+            .await
+        } else {
+            let base = Arc::new(baseline::Baseline::new(&url, "mock-model"));
+            let idle = rss_kib();
+            drive(runs, concurrency, idle, || {
+                let base = Arc::clone(&base);
+                async move {
+                    let (text, _usage) = base.run(QUESTION, stream).await.unwrap();
+                    assert!(!text.is_empty());
+                }
+            })
+            .await
         }
     });
+    let s = rt.block_on(task).unwrap();
     let json = json!({
-        "runs": m.runs,
-        "wall_s": m.wall.as_secs_f64(),
-        "p50_ms": percentile(&m.latencies, 0.50).as_secs_f64() * 1e3,
-        "p99_ms": percentile(&m.latencies, 0.99).as_secs_f64() * 1e3,
-        "cpu_s": m.cpu.as_secs_f64(),
-        "peak_rss_kib": m.peak_rss_kib,
+        "cpu_us_per_run": s.cpu_us_per_run, "runs_per_s": s.runs_per_s, "p50_ms": s.p50_ms,
+        "p99_ms": s.p99_ms, "peak_rss_kib": s.peak_rss_kib, "idle_rss_kib": s.idle_rss_kib,
     });
     println!("{json}");
 }
 
-#[derive(Clone)]
-struct Row {
-    runs_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    cpu_us_per_run: f64,
-    rss_mib: f64,
+struct Server {
+    child: Child,
+    url: String,
 }
 
-fn spawn_child(kind: &str, url: &str, runs: usize, concurrency: usize) -> Row {
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args(["--child", kind, url, &runs.to_string(), &concurrency.to_string()])
+fn start_server(latency_ms: u64, cpu: usize) -> Server {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--serve", &latency_ms.to_string(), &cpu.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    Server {
+        child,
+        url: line.trim().to_owned(),
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_client(kind: &str, mode: &str, url: &str, runs: usize, concurrency: usize, cpu: usize) -> Sample {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--client",
+            kind,
+            mode,
+            url,
+            &runs.to_string(),
+            &concurrency.to_string(),
+            &cpu.to_string(),
+        ])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{kind} client failed: {}",
+        "{kind} {mode} client failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let line = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(line.trim().lines().last().unwrap_or("{}")).unwrap();
-    let runs = v["runs"].as_f64().unwrap();
-    Row {
-        runs_per_s: runs / v["wall_s"].as_f64().unwrap(),
-        p50_ms: v["p50_ms"].as_f64().unwrap(),
-        p99_ms: v["p99_ms"].as_f64().unwrap(),
-        cpu_us_per_run: v["cpu_s"].as_f64().unwrap() * 1e6 / runs,
-        rss_mib: v["peak_rss_kib"].as_f64().unwrap() / 1024.0,
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.trim().lines().last().unwrap_or("{}")).unwrap();
+    let f = |k: &str| v[k].as_f64().unwrap();
+    Sample {
+        cpu_us_per_run: f("cpu_us_per_run"),
+        runs_per_s: f("runs_per_s"),
+        p50_ms: f("p50_ms"),
+        p99_ms: f("p99_ms"),
+        peak_rss_kib: f("peak_rss_kib") as u64,
+        idle_rss_kib: f("idle_rss_kib") as u64,
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        let runs = args[4].parse().unwrap();
-        let concurrency = args[5].parse().unwrap();
-        child(&args[2], &args[3], runs, concurrency);
-        return;
-    }
-    let quick = args.iter().any(|a| a == "--quick");
-    let scale: f64 = args
-        .iter()
-        .position(|a| a == "--runs-scale")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if quick { 0.1 } else { 1.0 });
+/// The median sample by CPU per run.
+fn median(mut samples: Vec<Sample>) -> (Sample, f64, f64) {
+    samples.sort_by(|a, b| a.cpu_us_per_run.total_cmp(&b.cpu_us_per_run));
+    let lo = samples.first().map_or(0.0, |s| s.cpu_us_per_run);
+    let hi = samples.last().map_or(0.0, |s| s.cpu_us_per_run);
+    (samples[samples.len() / 2], lo, hi)
+}
 
+/// One run of each variant against a recording in-process mock: the requests each sends.
+fn check_requests() -> Vec<(String, Vec<Value>)> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    let server = rt.block_on(async { MockOpenAiServer::start().await.unwrap() });
-    server.without_recording();
-    let url = server.base_url();
-    println!(
-        "mock server {url}; client processes: modu = Agent + OpenAiClient, baseline = reqwest + serde_json by hand"
-    );
-    println!("each run = 2 streaming chat requests (tool call, then answer) + 1 tool call");
-    println!();
-    println!(
-        "{:>5} {:>9} {:>7} {:>9} {:>8} {:>8} {:>11} {:>9}",
-        "conc", "client", "runs", "runs/s", "p50 ms", "p99 ms", "CPU µs/run", "RSS MiB"
-    );
-    for (concurrency, runs) in [(1usize, 2000usize), (64, 8000), (1000, 12000)] {
-        let runs = ((runs as f64 * scale) as usize).max(concurrency.min(100));
-        let modu = spawn_child("modu", &url, runs, concurrency);
-        let base = spawn_child("baseline", &url, runs, concurrency);
-        for (name, r) in [("modu", &modu), ("baseline", &base)] {
-            println!(
-                "{:>5} {:>9} {:>7} {:>9.0} {:>8.2} {:>8.2} {:>11.0} {:>9.1}",
-                concurrency, name, runs, r.runs_per_s, r.p50_ms, r.p99_ms, r.cpu_us_per_run, r.rss_mib
-            );
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for (kind, stream) in [("modu", false), ("modu", true), ("baseline", false), ("baseline", true)] {
+            let server = MockOpenAiServer::start().await.unwrap();
+            let url = server.base_url();
+            if kind == "modu" {
+                modu_run(&modu_agent(&url), stream).await;
+            } else {
+                let base = baseline::Baseline::new(&url, "mock-model");
+                let (text, _) = base.run(QUESTION, stream).await.unwrap();
+                assert_eq!(text, "The tool answered: 5");
+            }
+            let mode = if stream { "streamed" } else { "non-streamed" };
+            out.push((format!("{kind} {mode}"), server.requests()));
         }
+        out
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    match arg(1) {
+        "--serve" => return serve(arg(2).parse().unwrap(), arg(3).parse().unwrap()),
+        "--client" => {
+            let n = |i: usize| arg(i).parse::<usize>().unwrap();
+            return client(arg(2), arg(3), arg(4), n(5), n(6), n(7));
+        }
+        _ => {}
+    }
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|s| s.parse::<f64>().ok())
+    };
+    let quick = flag("--quick");
+    let scale = value("--runs-scale").unwrap_or(if quick { 0.1 } else { 1.0 });
+    let reps = value("--reps").map_or(if quick { 1 } else { 3 }, |r| (r as usize).max(1));
+    let bench_started = Instant::now();
+
+    let cpus = allowed_cpus();
+    let client_cpu = cpus.first().copied().unwrap_or(0);
+    let server_cpu = cpus.get(1).copied().unwrap_or(client_cpu);
+    println!("load bench: modu = Agent + OpenAiClient; baseline = hand-written reqwest + typed serde");
+    println!(
+        "client processes pinned to CPU {client_cpu} (1 tokio worker), mock server processes pinned to CPU {server_cpu}{}",
+        if client_cpu == server_cpu {
+            " (only one CPU allowed: they share it)"
+        } else {
+            ""
+        }
+    );
+    println!("CPU/run = getrusage(RUSAGE_SELF) user+sys of the client around the timed loop / runs; median of {reps}");
+    let checked = check_requests();
+    if flag("--show-requests") {
+        for (name, requests) in &checked {
+            for r in requests {
+                println!("{name}: {r}");
+            }
+        }
+    }
+    let counts: Vec<usize> = checked.iter().map(|(_, r)| r.len()).collect();
+    assert!(
+        counts.iter().all(|&n| n == counts[0]),
+        "modu and the baseline send different numbers of requests per run: {counts:?}"
+    );
+    let modu_run_streams = checked
+        .iter()
+        .find(|(name, _)| name == "modu non-streamed")
+        .is_some_and(|(_, r)| r.iter().any(|r| r["stream"] == json!(true)));
+    for (name, requests) in checked {
+        let flags: Vec<String> = requests
+            .iter()
+            .map(|r| format!("stream={}", r["stream"].as_bool().unwrap_or(false)))
+            .collect();
+        let bytes: Vec<String> = requests.iter().map(|r| r.to_string().len().to_string()).collect();
         println!(
-            "{:>5} {:>9} {:>7} {:>8.2}x {:>7.2}x {:>7.2}x {:>10.2}x {:>8.2}x",
-            concurrency,
-            "modu/base",
-            "",
-            modu.runs_per_s / base.runs_per_s,
-            modu.p50_ms / base.p50_ms,
-            modu.p99_ms / base.p99_ms,
-            modu.cpu_us_per_run / base.cpu_us_per_run,
-            modu.rss_mib / base.rss_mib
+            "  one run, {name:<22} {} requests ({}; body bytes {})",
+            requests.len(),
+            flags.join(", "),
+            bytes.join(", ")
         );
     }
-    drop(server);
+    if modu_run_streams {
+        println!(
+            "  note: Agent::run sends stream: true here, so the modu non-streamed rows are streamed requests judged against a stream: false baseline"
+        );
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "  machine load average at start: {} (other processes on the client's core inflate both sides' CPU per run)",
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    if quick {
+        println!("--quick: a smoke run with fewer runs than the targets require; the verdicts are indicative only");
+    }
+    println!();
+
+    // (concurrency, model latency ms, runs, CPU target)
+    let scenarios: [(usize, u64, usize, f64); 3] = [(1, 0, 2000, 1.3), (64, 0, 6000, 1.3), (1000, 50, 6000, 1.5)];
+    let rss_target = 1.3;
+    let mut servers: Vec<(u64, Server)> = Vec::new();
+    let mut rows = Vec::new();
+    let mut all_pass = true;
+    for (concurrency, latency, runs, target) in scenarios {
+        let runs = ((runs as f64 * scale) as usize).max(concurrency.min(100));
+        if !servers.iter().any(|(l, _)| *l == latency) {
+            servers.push((latency, start_server(latency, server_cpu)));
+        }
+        let url = servers
+            .iter()
+            .find(|(l, _)| *l == latency)
+            .map(|(_, s)| s.url.clone())
+            .unwrap();
+        for mode in ["non-streamed", "streamed"] {
+            let (mut m, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..reps {
+                m.push(spawn_client("modu", mode, &url, runs, concurrency, client_cpu));
+                b.push(spawn_client("baseline", mode, &url, runs, concurrency, client_cpu));
+            }
+            let (modu, m_lo, m_hi) = median(m);
+            let (base, b_lo, b_hi) = median(b);
+            let ratio = modu.cpu_us_per_run / base.cpu_us_per_run;
+            let pass = ratio <= target;
+            all_pass &= pass;
+            let scenario = if latency > 0 {
+                format!("c={concurrency} {latency}ms {mode}")
+            } else {
+                format!("c={concurrency} {mode}")
+            };
+            rows.push((
+                scenario,
+                runs,
+                concurrency,
+                modu,
+                base,
+                (m_lo, m_hi),
+                (b_lo, b_hi),
+                ratio,
+                target,
+                pass,
+            ));
+        }
+    }
+    drop(servers);
+
+    println!(
+        "{:<26} {:>6} {:>14} {:>12} {:>7} {:>7} {:>6}",
+        "scenario", "runs", "baseline µs/run", "modu µs/run", "ratio", "target", "result"
+    );
+    for (scenario, runs, _, modu, base, _, _, ratio, target, pass) in &rows {
+        println!(
+            "{:<26} {:>6} {:>14.1} {:>12.1} {:>6.2}x {:>6.1}x {:>6}",
+            scenario,
+            runs,
+            base.cpu_us_per_run,
+            modu.cpu_us_per_run,
+            ratio,
+            target,
+            if *pass { "pass" } else { "FAIL" }
+        );
+    }
+    println!();
+    println!(
+        "{:<26} {:>14} {:>12} {:>7} {:>7} {:>6}",
+        "peak RSS (ru_maxrss)", "baseline MiB", "modu MiB", "ratio", "target", "result"
+    );
+    for (scenario, _, concurrency, modu, base, ..) in &rows {
+        if *concurrency < 1000 {
+            continue;
+        }
+        let ratio = modu.peak_rss_kib as f64 / base.peak_rss_kib as f64;
+        let pass = ratio <= rss_target;
+        all_pass &= pass;
+        println!(
+            "{:<26} {:>14.1} {:>12.1} {:>6.2}x {:>6.1}x {:>6}",
+            scenario,
+            base.peak_rss_kib as f64 / 1024.0,
+            modu.peak_rss_kib as f64 / 1024.0,
+            ratio,
+            rss_target,
+            if pass { "pass" } else { "FAIL" }
+        );
+        let growth = |s: &Sample| s.peak_rss_kib.saturating_sub(s.idle_rss_kib) as f64 / 1024.0;
+        println!(
+            "{:<26} {:>14.1} {:>12.1} {:>6.2}x  (growth over the RSS before warm-up: base {:.1} MiB, modu {:.1} MiB at start)",
+            "  of which growth",
+            growth(base),
+            growth(modu),
+            growth(modu) / growth(base),
+            base.idle_rss_kib as f64 / 1024.0,
+            modu.idle_rss_kib as f64 / 1024.0,
+        );
+    }
+    println!();
+    println!(
+        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>19} {:>19}",
+        "detail (medians)",
+        "b runs/s",
+        "m runs/s",
+        "b p50 ms",
+        "m p50 ms",
+        "b p99 ms",
+        "m p99 ms",
+        "b µs/run min..max",
+        "m µs/run min..max"
+    );
+    for (scenario, _, _, modu, base, m_range, b_range, ..) in &rows {
+        println!(
+            "{:<26} {:>9.0} {:>9.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>19} {:>19}",
+            scenario,
+            base.runs_per_s,
+            modu.runs_per_s,
+            base.p50_ms,
+            modu.p50_ms,
+            base.p99_ms,
+            modu.p99_ms,
+            format!("{:.1}..{:.1}", b_range.0, b_range.1),
+            format!("{:.1}..{:.1}", m_range.0, m_range.1),
+        );
+    }
+    println!();
+    println!(
+        "{} in {:.0} s",
+        if all_pass {
+            "all targets met"
+        } else {
+            "some targets missed"
+        },
+        bench_started.elapsed().as_secs_f64()
+    );
+    if flag("--enforce") && !all_pass {
+        std::process::exit(1);
+    }
 }

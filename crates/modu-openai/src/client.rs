@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
-use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelError};
+use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, ModelError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
@@ -29,7 +29,8 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(300);
 /// [`reqwest::Client`] with [`OpenAiClientBuilder::http_client`].
 ///
 /// [`ChatModel::stream`] sends `stream: true` and reads the server-sent events;
-/// [`ChatModel::complete`] sends `stream: false` and reads one JSON answer. Dropping the
+/// [`ChatModel::complete`] sends `stream: false` and reads one JSON answer (or, with
+/// [`OpenAiClientBuilder::always_stream`], streams too and folds the deltas). Dropping the
 /// stream closes the connection, which makes vLLM and llama.cpp abort the generation.
 ///
 /// The client never shows its credentials: `Debug` prints header names with `***` values and
@@ -53,6 +54,7 @@ pub(crate) struct Inner {
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
     pub(crate) empty_content: EmptyToolCallContent,
+    always_stream: bool,
     redactor: Arc<Redactor>,
 }
 
@@ -67,6 +69,7 @@ impl std::fmt::Debug for OpenAiClient {
             .field("headers", &MaskedHeaders(names))
             .field("request_timeout", &i.request_timeout)
             .field("read_timeout", &i.read_timeout)
+            .field("always_stream", &i.always_stream)
             .finish_non_exhaustive()
     }
 }
@@ -84,6 +87,7 @@ pub struct OpenAiClientBuilder {
     request_timeout: Option<Duration>,
     http: Option<reqwest::Client>,
     empty_content: EmptyToolCallContent,
+    always_stream: bool,
 }
 
 impl std::fmt::Debug for OpenAiClientBuilder {
@@ -97,6 +101,7 @@ impl std::fmt::Debug for OpenAiClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("read_timeout", &self.read_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("always_stream", &self.always_stream)
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +118,7 @@ impl Default for OpenAiClientBuilder {
             request_timeout: None,
             http: None,
             empty_content: EmptyToolCallContent::default(),
+            always_stream: false,
         }
     }
 }
@@ -180,6 +186,32 @@ impl OpenAiClientBuilder {
         self
     }
 
+    /// Streams every request, [`ChatModel::complete`] included: `complete` then sends
+    /// `stream: true` and folds the deltas into its answer (default `false`: `complete` sends
+    /// `stream: false` and reads one JSON answer, which costs the client less).
+    ///
+    /// For deployments that want every request streamed: a proxy or gateway that cuts a
+    /// connection silent for longer than its idle timeout while a long answer is generated
+    /// (the chunks keep it busy), or a server whose non-streamed path differs from its streamed
+    /// one. The read timeout then bounds the silence between two chunks instead of the wait for
+    /// the whole answer.
+    ///
+    /// ```
+    /// use modu_openai::OpenAiClient;
+    ///
+    /// let client = OpenAiClient::builder()
+    ///     .base_url("http://127.0.0.1:8000/v1")
+    ///     .model("qwen3")
+    ///     .always_stream(true)
+    ///     .build()?;
+    /// assert!(client.always_streams());
+    /// # Ok::<(), modu_openai::OpenAiConfigError>(())
+    /// ```
+    pub fn always_stream(mut self, always: bool) -> Self {
+        self.always_stream = always;
+        self
+    }
+
     /// Builds the client.
     pub fn build(self) -> Result<OpenAiClient, OpenAiConfigError> {
         let raw = self.base_url.ok_or(OpenAiConfigError::Missing("base_url"))?;
@@ -220,6 +252,7 @@ impl OpenAiClientBuilder {
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
                 empty_content: self.empty_content,
+                always_stream: self.always_stream,
                 redactor: Arc::new(redactor),
             }),
         })
@@ -326,6 +359,11 @@ impl OpenAiClient {
         &self.inner.model
     }
 
+    /// Whether [`ChatModel::complete`] streams too ([`OpenAiClientBuilder::always_stream`]).
+    pub fn always_streams(&self) -> bool {
+        self.inner.always_stream
+    }
+
     /// The same server and settings with another model name (sharing the pool).
     pub fn with_model(&self, model: impl Into<String>) -> Self {
         let i = &self.inner;
@@ -340,6 +378,7 @@ impl OpenAiClient {
                 request_timeout: i.request_timeout,
                 read_timeout: i.read_timeout,
                 empty_content: i.empty_content,
+                always_stream: i.always_stream,
                 redactor: Arc::clone(&i.redactor),
             }),
         }
@@ -440,6 +479,15 @@ impl ChatModel for OpenAiClient {
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        if self.inner.always_stream {
+            // The stream's errors are masked already.
+            let mut stream = self.stream(request).await?;
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = stream.next().await {
+                builder.push(event?);
+            }
+            return builder.finish();
+        }
         self.complete_raw(request).await.map_err(|e| self.redact(e))
     }
 }

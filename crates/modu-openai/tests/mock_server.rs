@@ -212,3 +212,72 @@ async fn the_wire_is_openais_id_on_the_first_chunk_of_each_call_only() {
     assert_eq!(ids.len(), 2);
     assert_ne!(ids[0], ids[1]);
 }
+
+#[tokio::test]
+async fn complete_sends_stream_false_by_default_and_stream_true_with_always_stream() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    let calls = || MockReply::ToolCalls(vec![("add".into(), r#"{"a":2,"b":3}"#.into())]);
+
+    let default = client(&server);
+    assert!(!default.always_streams());
+    server.push(calls());
+    let plain = default.complete(hi()).await.unwrap();
+
+    let streaming = OpenAiClient::builder()
+        .base_url(server.base_url())
+        .model("mock-model")
+        .always_stream(true)
+        .build()
+        .unwrap();
+    assert!(streaming.always_streams());
+    assert!(streaming.with_model("other").always_streams());
+    server.push(calls());
+    let folded = streaming.complete(hi()).await.unwrap();
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0]["stream"], json!(false));
+    assert_eq!(requests[0].get("stream_options"), None);
+    assert_eq!(requests[1]["stream"], json!(true));
+    assert_eq!(requests[1]["stream_options"], json!({"include_usage": true}));
+    // The folded stream is the same answer as the JSON one (ids are fresh per reply).
+    for r in [&plain, &folded] {
+        let call = &r.message.tool_calls[0];
+        assert_eq!(
+            (call.name.as_str(), call.arguments.as_str()),
+            ("add", r#"{"a":2,"b":3}"#)
+        );
+        assert!(call.id.starts_with("call_"));
+        assert_eq!(r.finish_reason, Some(modu_core::FinishReason::ToolCalls));
+        assert!(r.usage.total_tokens > 0);
+    }
+    assert_eq!(plain.usage, folded.usage);
+}
+
+#[tokio::test]
+async fn always_stream_errors_are_the_streams_masked_errors() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.require_api_key("sk-secret-key-1234");
+    let model = OpenAiClient::builder()
+        .base_url(server.base_url())
+        .model("mock-model")
+        .api_key("sk-wrong-key-5678")
+        .always_stream(true)
+        .build()
+        .unwrap();
+    let err = model.complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Authentication { .. }), "{err:?}");
+    assert!(!format!("{err:?}").contains("sk-wrong-key-5678"));
+}
+
+#[tokio::test]
+async fn the_mock_latency_delays_every_reply() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.latency(std::time::Duration::from_millis(120));
+    let model = client(&server);
+    let started = std::time::Instant::now();
+    model.complete(hi()).await.unwrap();
+    server.push(MockReply::Text("queued".into()));
+    assert_eq!(streamed(&model, hi()).await.unwrap().message.text(), "queued");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(240));
+}

@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -76,6 +76,8 @@ struct MockState {
     model: Mutex<String>,
     record: std::sync::atomic::AtomicBool,
     body_limit: AtomicUsize,
+    /// Microseconds every chat reply waits before its first byte.
+    latency_us: AtomicU64,
 }
 
 impl Default for MockState {
@@ -88,6 +90,7 @@ impl Default for MockState {
             model: Mutex::new("mock-model".into()),
             record: std::sync::atomic::AtomicBool::new(true),
             body_limit: AtomicUsize::new(MockOpenAiServer::DEFAULT_BODY_LIMIT),
+            latency_us: AtomicU64::new(0),
         }
     }
 }
@@ -173,6 +176,15 @@ impl MockOpenAiServer {
     /// [`MockOpenAiServer::DEFAULT_BODY_LIMIT`]); a larger one is answered with `413`.
     pub fn body_limit(&self, bytes: usize) -> &Self {
         self.state.body_limit.store(bytes, Ordering::Relaxed);
+        self
+    }
+
+    /// Delays every chat reply by `latency` before its first byte, as a model's time to first
+    /// token does: queued replies (after their own [`MockReply::Delayed`] wait) and the fallback
+    /// alike. Default: no delay. For load benchmarks.
+    pub fn latency(&self, latency: Duration) -> &Self {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.state.latency_us.store(us, Ordering::Relaxed);
         self
     }
 
@@ -268,6 +280,10 @@ async fn chat_completions(State(state): State<Arc<MockState>>, headers: HeaderMa
         .unwrap_or_else(PoisonError::into_inner)
         .pop_front()
         .unwrap_or_else(|| fallback_reply(&request));
+    let latency = state.latency_us.load(Ordering::Relaxed);
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_micros(latency)).await;
+    }
     respond(&request, reply).await
 }
 
