@@ -96,6 +96,8 @@ pub(crate) struct CallScope {
     pub(crate) resume: Option<crate::approval::NestedResume>,
     /// Set by a tool whose nested run paused for approvals (agent-as-tool).
     pub(crate) pause: Mutex<Option<crate::approval::NestedPause>>,
+    /// How often the call's tool was called (the function stack's timeout layer counts).
+    pub(crate) attempts: std::sync::atomic::AtomicU32,
 }
 
 impl CallScope {
@@ -104,6 +106,7 @@ impl CallScope {
             call_id: call_id.to_owned(),
             resume,
             pause: Mutex::new(None),
+            attempts: std::sync::atomic::AtomicU32::new(0),
         }
     }
 

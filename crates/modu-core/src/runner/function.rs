@@ -4,12 +4,12 @@
 //! user function layers → ToolRetryLayer → ToolTimeoutLayer → CallTool → Tool::call
 //! ```
 //!
-//! The run puts its deadline in [`ToolInvocation::extensions`] ([`ToolDeadline`]) and a
-//! counter of attempts ([`Attempts`]); user layers see one invocation per call, and the
-//! retry layer below them repeats only the tool.
+//! The run puts its deadline in [`ToolInvocation::extensions`] ([`ToolDeadline`]); attempts
+//! are counted in the call's scope (its context). User layers see one invocation per call,
+//! and the retry layer below them repeats only the tool.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
@@ -23,16 +23,6 @@ use crate::tool::{RecoveryAction, ToolError, ToolErrorKind};
 /// The instant the run must end by.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ToolDeadline(pub(crate) Instant);
-
-/// How often the tool of one call was called (shared with the gate, which reports it).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Attempts(pub(crate) Arc<AtomicU32>);
-
-impl Attempts {
-    pub(crate) fn get(&self) -> u32 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// Builds the function stack.
 pub(crate) fn stack<C: Send + Sync + 'static>(
@@ -69,8 +59,8 @@ where
     }
 
     fn call(&mut self, invocation: ToolInvocation<C>) -> Self::Future {
-        if let Some(attempts) = invocation.extensions.get::<Attempts>() {
-            attempts.0.fetch_add(1, Ordering::Relaxed);
+        if let Some(scope) = invocation.ctx.call_scope() {
+            scope.attempts.fetch_add(1, Ordering::Relaxed);
         }
         let limit = invocation.tool.spec().timeout;
         let deadline = invocation.extensions.get::<ToolDeadline>().map(|d| d.0);

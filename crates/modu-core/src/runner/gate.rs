@@ -9,7 +9,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::function::{Attempts, ToolDeadline};
+use super::function::ToolDeadline;
 use super::journal::save_checkpoint;
 use super::{Env, Run, RunState, VisibleTool, with_deadline};
 use crate::agent::AgentInner;
@@ -450,7 +450,6 @@ where
         tool: &VisibleTool<C>,
         args: serde_json::Value,
     ) -> Result<(ToolCallOutcome, u32), AgentError> {
-        let attempts = Attempts::default();
         let mut invocation = ToolInvocation {
             call_id: scope.call_id.clone(),
             tool_name: tool.entry.tool.spec().name.clone(),
@@ -459,13 +458,13 @@ where
             tool: Arc::clone(&tool.entry.tool),
             extensions: crate::model::Extensions::default(),
         };
-        invocation.extensions.insert(attempts.clone());
         if let Some(deadline) = self.deadline {
             invocation.extensions.insert(ToolDeadline(deadline));
         }
         let call = tower::ServiceExt::oneshot(self.agent.function_service.clone(), invocation);
         let outcome = with_deadline(self.deadline, self.agent.limits.timeout, call).await?;
         // A call a user layer answered without calling the tool counts as one attempt.
-        Ok((outcome, attempts.get().max(1)))
+        let attempts = scope.attempts.load(std::sync::atomic::Ordering::Relaxed);
+        Ok((outcome, attempts.max(1)))
     }
 }
