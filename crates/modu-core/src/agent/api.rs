@@ -27,7 +27,7 @@ where
     /// Runs the agent, yielding its events as they happen and the result at the end.
     ///
     /// The run proceeds on a spawned task; dropping the stream cancels it. The last item is
-    /// always [`StreamItem::Completed`] or [`StreamItem::Failed`] carrying the result (the
+    /// always [`StreamItem::Completed`](crate::StreamItem::Completed) or [`StreamItem::Failed`](crate::StreamItem::Failed) carrying the result (the
     /// `RunCompleted` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
     /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
     /// FINALIZE tokens as `FinalDelta`, then the result; the internal PLAN / ACT / STEP_RESULT

@@ -94,7 +94,7 @@ impl<C> AgentRequest<C> {
         }
     }
 
-    /// Whether this request continues a run from its checkpoint ([`Agent::resume`] and the
+    /// Whether this request continues a run from its checkpoint ([`Agent::resume`](crate::Agent::resume) and the
     /// other resume methods): agent middleware sees resumed runs too, and can tell them apart
     /// here. Such a request has no new input; its run id, session, user and metadata are the
     /// paused run's.
@@ -133,7 +133,7 @@ impl<C> AgentRequest<C> {
     }
 
     /// Approves every call of `tool` in this run and the runs nested in it in advance, as
-    /// [`RunContext::approve_tool`] does from code (for an MCP tool, its external name).
+    /// [`RunContext::approve_tool`](crate::RunContext::approve_tool) does from code (for an MCP tool, its external name).
     pub fn approve_tool(mut self, tool: impl Into<String>) -> Self {
         self.approvals
             .get_or_insert_with(Arc::default)

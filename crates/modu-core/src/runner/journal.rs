@@ -18,7 +18,7 @@ use crate::store::{CheckpointMeta, CheckpointStatus};
 ///
 /// 2 added the strict Plan-and-Execute state (`state.strict`); 3 keeps the decision policy's
 /// state in `state.policy = {"id": "standard/1" | "plan_and_execute/1", "state": …}` instead of
-/// `state.phase` and `state.strict`. Versions 1 and 2 are read through [`migrate`].
+/// `state.phase` and `state.strict`. Versions 1 and 2 are migrated when read.
 pub const CHECKPOINT_SCHEMA_VERSION: u32 = 3;
 
 /// The oldest checkpoint format this crate reads.
