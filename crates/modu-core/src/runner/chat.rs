@@ -34,9 +34,24 @@ pub(crate) struct DeltaSink {
     pub(crate) route: DeltaRoute,
 }
 
-/// The instant the run must end by.
+/// The instant the run must end by (in chat requests and tool invocations alike).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RunDeadline(pub(crate) Instant);
+
+impl RunDeadline {
+    /// A retry's wait of `wait` from now; one that would pass the run's deadline waits for the
+    /// deadline instead, where the run's timeout ends the run.
+    pub(crate) fn retry_wait(
+        deadline: Option<&RunDeadline>,
+        wait: std::time::Duration,
+    ) -> std::pin::Pin<Box<tokio::time::Sleep>> {
+        let until = Instant::now() + wait;
+        Box::pin(match deadline {
+            Some(RunDeadline(deadline)) if until >= *deadline => tokio::time::sleep_until(*deadline),
+            _ => tokio::time::sleep_until(until),
+        })
+    }
+}
 
 /// The attempt number of a call (1 for the first), set by the retry layer.
 #[derive(Clone, Copy, Debug)]
@@ -268,11 +283,7 @@ impl tower::retry::Policy<ChatRequest, ChatResponse, ModelError> for ModelRetry 
         let wait = err.retry_after().unwrap_or_else(|| self.config.wait(self.attempt));
         self.attempt += 1;
         request.extensions.insert(Attempt(self.attempt));
-        let until = Instant::now() + wait;
-        Some(Box::pin(match request.extensions.get::<RunDeadline>() {
-            Some(RunDeadline(deadline)) if until >= *deadline => tokio::time::sleep_until(*deadline),
-            _ => tokio::time::sleep_until(until),
-        }))
+        Some(RunDeadline::retry_wait(request.extensions.get::<RunDeadline>(), wait))
     }
 
     fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {

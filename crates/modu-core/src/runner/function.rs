@@ -4,7 +4,7 @@
 //! user function layers → ToolRetryLayer → ToolTimeoutLayer → CallTool → Tool::call
 //! ```
 //!
-//! The run puts its deadline in [`ToolInvocation::extensions`] ([`ToolDeadline`]); attempts
+//! The run puts its deadline in [`ToolInvocation::extensions`] ([`RunDeadline`]); attempts
 //! are counted in the call's scope (its context). User layers see one invocation per call,
 //! and the retry layer below them repeats only the tool.
 
@@ -16,13 +16,10 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
+use super::chat::RunDeadline;
 use crate::agent::RetryConfig;
 use crate::middleware::{CallTool, FunctionLayerFn, FunctionService, ToolInvocation};
 use crate::tool::{RecoveryAction, ToolError, ToolErrorKind};
-
-/// The instant the run must end by.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ToolDeadline(pub(crate) Instant);
 
 /// Builds the function stack.
 pub(crate) fn stack<C: Send + Sync + 'static>(
@@ -63,7 +60,7 @@ where
             scope.attempts.fetch_add(1, Ordering::Relaxed);
         }
         let limit = invocation.tool.spec().timeout;
-        let deadline = invocation.extensions.get::<ToolDeadline>().map(|d| d.0);
+        let deadline = invocation.extensions.get::<RunDeadline>().map(|d| d.0);
         let fut = self.inner.call(invocation);
         let Some(limit) = limit else {
             return Box::pin(fut);
@@ -84,18 +81,10 @@ where
 /// `max_attempts` attempts in all, with the backoff), unless the tool classified it as
 /// something else than `retry_call`, and never a timed-out blocking tool whose work may still
 /// run (its error is marked not retryable, recovery `fail`).
+#[derive(Clone)]
 pub(crate) struct ToolRetry {
     config: Arc<RetryConfig>,
     attempt: u32,
-}
-
-impl Clone for ToolRetry {
-    fn clone(&self) -> Self {
-        ToolRetry {
-            config: Arc::clone(&self.config),
-            attempt: self.attempt,
-        }
-    }
 }
 
 impl<C> tower::retry::Policy<ToolInvocation<C>, serde_json::Value, ToolError> for ToolRetry {
@@ -119,14 +108,12 @@ impl<C> tower::retry::Policy<ToolInvocation<C>, serde_json::Value, ToolError> fo
         if !(spec.idempotent && error.retryable && retry_wanted && self.attempt < self.config.max_attempts) {
             return None;
         }
-        let until = Instant::now() + self.config.wait(self.attempt);
+        let wait = self.config.wait(self.attempt);
         self.attempt += 1;
-        Some(Box::pin(match invocation.extensions.get::<ToolDeadline>() {
-            // The wait would pass the run's deadline: wait for it, and the run's timeout ends
-            // the run.
-            Some(ToolDeadline(deadline)) if until >= *deadline => tokio::time::sleep_until(*deadline),
-            _ => tokio::time::sleep_until(until),
-        }))
+        Some(RunDeadline::retry_wait(
+            invocation.extensions.get::<RunDeadline>(),
+            wait,
+        ))
     }
 
     fn clone_request(&mut self, invocation: &ToolInvocation<C>) -> Option<ToolInvocation<C>> {

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::function::ToolDeadline;
+use super::chat::RunDeadline;
 use super::journal::save_checkpoint;
 use super::{Env, Run, RunState, VisibleTool, with_deadline};
 use crate::agent::AgentInner;
@@ -459,7 +459,7 @@ where
             extensions: crate::model::Extensions::default(),
         };
         if let Some(deadline) = self.deadline {
-            invocation.extensions.insert(ToolDeadline(deadline));
+            invocation.extensions.insert(RunDeadline(deadline));
         }
         let call = tower::ServiceExt::oneshot(self.agent.function_service.clone(), invocation);
         let outcome = with_deadline(self.deadline, self.agent.limits.timeout, call).await?;
