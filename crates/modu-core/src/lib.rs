@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod approval;
+mod canonical;
 pub mod compose;
 pub mod context;
 pub mod error;

@@ -347,7 +347,7 @@ pub fn map_tool_error(err: BoxError, mapper: Option<&ErrorMapper>) -> ToolError 
     // Only for the developer's own logs, and with key=value secrets masked: the model, events
     // and traces see the generic error below.
     tracing::debug!(
-        error = %crate::sinks::SecretMasker::default().mask_text(&err.to_string()),
+        error = %crate::sinks::mask::SecretMasker::default().mask_text(&err.to_string()),
         "unmapped tool error"
     );
     ToolError::execution("unhandled_error")

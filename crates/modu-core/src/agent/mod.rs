@@ -797,16 +797,5 @@ fn fingerprint<C, O: Send + 'static>(
         "output": codec.response_format().map(|f| f.schema),
     })
     .to_string();
-    stable_hash(&desc)
-}
-
-/// FNV-1a (64 bit) of `text` as 16 hex digits: stable across processes and Rust versions, for
-/// values that checkpoints keep (fingerprints, argument hashes).
-pub(crate) fn stable_hash(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    crate::canonical::stable_hash(&desc)
 }

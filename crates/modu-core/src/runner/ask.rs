@@ -7,98 +7,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::chat::{DeltaSink, RunDeadline};
-use super::{DeltaRoute, Run, unique_call_ids, with_deadline};
+use super::policy::{Answer, Ask, Format, ModelSlot, Offer};
+use super::{Run, unique_call_ids, with_deadline};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::memory::MemoryInput;
 use crate::message::{Message, Usage};
-use crate::model::{ChatRequest, ChatResponse, ResponseFormat, ToolDefinition};
+use crate::model::{ChatRequest, ResponseFormat, ToolDefinition};
 use crate::provider::{ModelContext, Stage};
-
-/// The tools a request offers.
-pub(crate) enum Offer {
-    /// The stage's default: every visible tool when acting, none otherwise.
-    Stage,
-    /// Exactly these (providers may narrow them).
-    Only(Vec<ToolDefinition>),
-}
-
-/// The response format a request asks for.
-pub(crate) enum Format {
-    /// This one (or none).
-    Fixed(Option<ResponseFormat>),
-    /// This one when no tools end up on offer, none otherwise (a format and tools are never
-    /// sent together).
-    WhenNoTools(Option<ResponseFormat>),
-}
-
-/// Which model answers: each slot has its own chat stack, built with the agent.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ModelSlot {
-    /// The agent's model.
-    Agent,
-    /// The strict policy's planner model (the agent's model when none is set).
-    Planner,
-}
-
-/// One model request.
-pub(crate) struct Ask {
-    pub(crate) stage: Stage,
-    pub(crate) extra: Vec<Message>,
-    pub(crate) offer: Offer,
-    pub(crate) format: Format,
-    pub(crate) route: DeltaRoute,
-    pub(crate) model: ModelSlot,
-}
-
-impl Ask {
-    /// A request of `stage` with nothing extra, the stage's tools, no format, deltas as
-    /// `ModelDelta`, to the agent's model.
-    pub(crate) fn new(stage: Stage) -> Self {
-        Ask {
-            stage,
-            extra: Vec::new(),
-            offer: Offer::Stage,
-            format: Format::Fixed(None),
-            route: DeltaRoute::Answer,
-            model: ModelSlot::Agent,
-        }
-    }
-
-    pub(crate) fn extra(mut self, extra: Vec<Message>) -> Self {
-        self.extra = extra;
-        self
-    }
-
-    pub(crate) fn offer(mut self, offer: Offer) -> Self {
-        self.offer = offer;
-        self
-    }
-
-    pub(crate) fn format(mut self, format: Format) -> Self {
-        self.format = format;
-        self
-    }
-
-    pub(crate) fn route(mut self, route: DeltaRoute) -> Self {
-        self.route = route;
-        self
-    }
-
-    pub(crate) fn model(mut self, model: ModelSlot) -> Self {
-        self.model = model;
-        self
-    }
-}
-
-/// A model's answer to an [`Ask`].
-pub(crate) struct Answer {
-    pub(crate) response: ChatResponse,
-    /// Whether the request offered any tool.
-    pub(crate) offered_tools: bool,
-    /// The response format the request asked for.
-    pub(crate) format: Option<ResponseFormat>,
-}
 
 impl<C, O> Run<C, O>
 where

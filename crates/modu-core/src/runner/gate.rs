@@ -11,7 +11,9 @@ use tokio::time::Instant;
 
 use super::chat::RunDeadline;
 use super::journal::save_checkpoint;
-use super::{Env, Run, RunState, VisibleTool, with_deadline};
+use super::policy::{CallReport, ToolCallOutcome, View};
+use super::state::RunState;
+use super::{Env, Run, VisibleTool, with_deadline};
 use crate::agent::AgentInner;
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause, NestedResume, nested_call_id};
 use crate::context::CallScope;
@@ -19,9 +21,7 @@ use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::Message;
 use crate::middleware::ToolInvocation;
-use crate::tool::{ToolError, ToolErrorKind, truncate_result};
-
-pub(super) type ToolCallOutcome = Result<serde_json::Value, ToolError>;
+use crate::tool::{ToolError, ToolErrorKind};
 
 /// What the tool loop knows about approvals when it runs a batch.
 #[derive(Clone, Copy)]
@@ -39,19 +39,6 @@ pub(super) struct ApprovalGate<'a> {
 pub(super) enum Refusal {
     Error(ToolError),
     Approval(ApprovalRequest),
-}
-
-/// How one call ended, in detail (the strict policy classifies it).
-pub(super) struct CallReport {
-    pub(super) outcome: ToolCallOutcome,
-    /// How often it ran (0: refused before running).
-    pub(super) attempts: u32,
-    /// The arguments it ran with, schema defaults filled in (`None`: refused before running).
-    pub(super) validated: Option<serde_json::Value>,
-    /// The tool that ran or was refused ([`crate::Tool::identity`]; the called name when the
-    /// call never got past lookup and argument checks).
-    pub(super) identity: String,
-    pub(super) duration_ms: u64,
 }
 
 /// How one call of a batch ended.
@@ -214,9 +201,9 @@ where
                 if sanitized {
                     // Events get the arguments with secret keys masked; the result's
                     // `interruptions` keep them, for the person who decides.
-                    shown.arguments = crate::plan::mask_arguments(&shown.arguments);
+                    shown.arguments = crate::canonical::mask_arguments(&shown.arguments);
                     for value in shown.metadata.values_mut() {
-                        *value = crate::plan::mask_arguments(value);
+                        *value = crate::canonical::mask_arguments(value);
                     }
                 }
                 self.env
@@ -240,17 +227,6 @@ impl<C, O> Env<C, O>
 where
     C: Send + Sync + 'static,
 {
-    /// A tool's result as the model sees it: strings as they are, other JSON as text, capped
-    /// at the tool's `max_result_bytes`.
-    pub(super) fn result_content(&self, tool: &str, value: serde_json::Value) -> String {
-        let text = match value {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
-        };
-        let max = self.tools.get(tool).and_then(|t| t.entry.tool.spec().max_result_bytes);
-        truncate_result(text, max)
-    }
-
     /// One tool call: lookup, argument checks, approval, authorization, execution with timeout
     /// and retry, events; reported in detail (failures are data the caller turns into a tool
     /// message; only the run's own deadline ends the run). With `sanitized` (strict policy) the
@@ -393,14 +369,14 @@ where
                             call_id: call.id.clone(),
                             tool: identity.clone(),
                             arguments: if sanitized {
-                                crate::plan::mask_arguments(&args)
+                                crate::canonical::mask_arguments(&args)
                             } else {
                                 args.clone()
                             },
                         })
                         .await;
                 }
-                let effective = crate::plan::effective_arguments(&tool.entry.tool.spec().parameters, &args);
+                let effective = crate::canonical::effective_arguments(&tool.entry.tool.spec().parameters, &args);
                 let scope = Arc::new(CallScope::new(&call.id, nested_resume));
                 let (outcome, attempts) = self.execute(&scope, tool, args).await?;
                 if let Some(pause) = scope.take_pause() {

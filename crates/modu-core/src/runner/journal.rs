@@ -422,7 +422,7 @@ struct CheckpointRef<'a> {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use super::super::{Phase, PolicyState};
+    use super::super::state::{Phase, PolicyState};
     use super::*;
     use crate::message::{Message, Usage};
 

@@ -9,155 +9,54 @@
 //!   (`chat`: user chat layers → retry → per-attempt events → the model);
 //! - `gate`: every tool batch (lookup, validation, approval, authorization, the function stack,
 //!   timeout, retry, result cap, events, a checkpoint after each finished call);
-//! - `standard` and `strict`: the two decision policies;
+//! - `policy`: what a decision policy is (a sans-IO machine: [`policy::Policy::next`] is fed
+//!   what the last step produced and answers the next step); `standard` is one, strict
+//!   Plan-and-Execute (`crate::plan::machine`) the other; [`Run::drive`] is the one loop that
+//!   does the IO both ask for;
+//! - `state`: the serialisable run state a checkpoint holds;
 //! - `journal`: everything a run writes outside itself (checkpoints, events, the end of a run);
 //! - `stream`: the caller's [`RunStream`].
 //!
 //! The state is checkpointed after every step so `Agent::resume` can continue a run that
 //! paused for approval or failed on a transient error.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::agent::{AgentInner, AgentResult, ToolEntry, compile_tool};
-use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
-use crate::message::{Message, Role, Usage};
+use crate::message::Message;
+use crate::model::{ResponseFormat, ToolDefinition};
+use crate::plan::machine::Strict;
+use crate::plan::{DecisionPolicy, PlanAndExecutePolicy};
 use crate::provider::ToolSession;
-use crate::store::CheckpointStatus;
+use crate::tool::{ToolSpec, truncate_result};
 
 mod ask;
 pub(crate) mod chat;
 pub(crate) mod function;
 mod gate;
 mod journal;
+pub(crate) mod policy;
 mod standard;
 mod start;
+pub(crate) mod state;
 mod stream;
-mod strict;
 
 pub use journal::CHECKPOINT_SCHEMA_VERSION;
 pub(crate) use start::{Resume, agent_stack, resume_request, run_through_layers};
 pub use stream::{RunStream, StreamItem};
 
 use journal::{Emitter, save_checkpoint};
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "phase", rename_all = "snake_case")]
-pub(crate) enum Phase {
-    /// Asking the model, running the tools it calls.
-    Act,
-    /// The tool loop ended with this draft; the final request is next.
-    Finalize { draft: String },
-}
-
-/// The serialisable state of a run (what a checkpoint holds besides its header).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct RunState {
-    /// The run's messages: input, tool calls, tool results, answer.
-    pub(crate) messages: Vec<Message>,
-    /// The decision policy's own state: `{"id": "standard/1" | "plan_and_execute/1", "state"}`.
-    pub(crate) policy: PolicyState,
-    pub(crate) usage: Usage,
-    pub(crate) model_calls: u32,
-    pub(crate) turns: u32,
-    pub(crate) tool_calls: u32,
-    /// Results of the current tool batch that already finished (by call id).
-    #[serde(default)]
-    pub(crate) pending_results: BTreeMap<String, Message>,
-    /// People's decisions on calls that need approval (by call id).
-    #[serde(default)]
-    pub(crate) decisions: BTreeMap<String, ApprovalDecision>,
-    /// Tools approved for the rest of the run.
-    #[serde(default)]
-    pub(crate) always_approved: BTreeSet<String>,
-    /// Calls waiting for a decision (the run is paused while this is not empty).
-    #[serde(default)]
-    pub(crate) interruptions: Vec<ApprovalRequest>,
-    /// Nested runs (agent-as-tool) paused for approvals, by the parent's call id.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) nested: BTreeMap<String, NestedPause>,
-    /// The tools offered and the identities admitted in the last standard request, so a
-    /// batch resumed in another process is checked as it would have been.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) offered: Option<BTreeSet<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) admitted: Option<BTreeSet<String>>,
-    /// The agent answering after a handoff (`None`: the agent the run started with).
-    #[serde(default)]
-    pub(crate) active_agent: Option<String>,
-}
-
-/// A decision policy's state inside a checkpoint (schema 3: `state.policy`), tagged with the
-/// policy and the version of its layout.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "id", content = "state")]
-pub(crate) enum PolicyState {
-    /// The standard policy: where its loop is.
-    #[serde(rename = "standard/1")]
-    Standard(Phase),
-    /// Strict Plan-and-Execute: its state machine.
-    #[serde(rename = "plan_and_execute/1")]
-    PlanAndExecute(Box<strict::StrictState>),
-}
-
-impl RunState {
-    /// The standard policy's phase (`Act` for a strict run).
-    fn phase(&self) -> Phase {
-        match &self.policy {
-            PolicyState::Standard(phase) => phase.clone(),
-            PolicyState::PlanAndExecute(_) => Phase::Act,
-        }
-    }
-
-    fn set_phase(&mut self, phase: Phase) {
-        self.policy = PolicyState::Standard(phase);
-    }
-
-    /// The strict state, once a strict run has started.
-    fn strict(&self) -> Option<&strict::StrictState> {
-        match &self.policy {
-            PolicyState::PlanAndExecute(state) => Some(state),
-            PolicyState::Standard(_) => None,
-        }
-    }
-
-    fn strict_mut(&mut self) -> Option<&mut strict::StrictState> {
-        match &mut self.policy {
-            PolicyState::PlanAndExecute(state) => Some(state),
-            PolicyState::Standard(_) => None,
-        }
-    }
-
-    /// The strict state, started when there is none yet.
-    fn strict_or_init(&mut self) -> &mut strict::StrictState {
-        if let PolicyState::Standard(_) = self.policy {
-            self.policy = PolicyState::PlanAndExecute(Box::new(strict::StrictState::new()));
-        }
-        match &mut self.policy {
-            PolicyState::PlanAndExecute(state) => state,
-            PolicyState::Standard(_) => unreachable!("set just above"),
-        }
-    }
-
-    /// What a checkpoint of this state says about the run (a failure is recorded by the caller).
-    fn status(&self) -> CheckpointStatus {
-        if self.strict().is_some_and(|s| s.is_done()) {
-            CheckpointStatus::Done
-        } else if self.interruptions.is_empty() {
-            CheckpointStatus::Running
-        } else {
-            CheckpointStatus::Paused
-        }
-    }
-}
+use policy::{DeltaRoute, Fed, Format, Limits, Next, Out, Policy, View};
+use standard::Standard;
+use state::RunState;
 
 struct VisibleTool<C> {
     entry: ToolEntry<C>,
@@ -195,32 +94,6 @@ struct Run<C, O> {
     resumed: bool,
 }
 
-/// Which event carries the model's text deltas.
-#[derive(Clone, Debug)]
-pub(crate) enum DeltaRoute {
-    /// `ModelDelta` (the standard policy).
-    Answer,
-    /// `StepModelDelta` for this step (strict PLAN, ACT, STEP_RESULT).
-    Step(String),
-    /// `FinalDelta` (strict FINALIZE).
-    Final,
-}
-
-impl DeltaRoute {
-    fn event(&self, run_id: &str, text: String) -> AgentEvent {
-        let run_id = run_id.to_owned();
-        match self {
-            DeltaRoute::Answer => AgentEvent::ModelDelta { run_id, text },
-            DeltaRoute::Step(step_id) => AgentEvent::StepModelDelta {
-                run_id,
-                step_id: step_id.clone(),
-                text,
-            },
-            DeltaRoute::Final => AgentEvent::FinalDelta { run_id, text },
-        }
-    }
-}
-
 impl<C, O> Run<C, O>
 where
     C: Send + Sync + 'static,
@@ -255,9 +128,120 @@ where
         if !self.resumed {
             self.checkpoint().await?;
         }
-        match self.env.agent.policy.clone() {
-            crate::plan::DecisionPolicy::PlanAndExecute(policy) => self.strict_loop(&policy).await,
-            _ => self.standard_loop().await,
+        match &self.env.agent.policy {
+            DecisionPolicy::PlanAndExecute(policy) => {
+                self.drive_policy(Strict::new(PlanAndExecutePolicy::clone(policy)))
+                    .await
+            }
+            _ => {
+                let finalization = self.env.agent.finalization;
+                self.drive_policy(Standard::new(finalization)).await
+            }
+        }
+    }
+
+    /// The one driver loop: the policy decides, the driver does the IO it asks for (model
+    /// requests, tool batches, checkpoints, events) and feeds back what came of it.
+    async fn drive_policy<P: Policy>(&mut self, mut policy: P) -> Result<O, AgentError> {
+        let mut out = Out::new(self.env.emitter.active());
+        let outcome = self.steps(&mut policy, &mut out).await;
+        if let Err(error) = &outcome {
+            policy.failed(&mut self.state, &self.env, error, &mut out);
+            self.emit_all(&mut out).await;
+        }
+        outcome
+    }
+
+    async fn steps<P: Policy>(&mut self, policy: &mut P, out: &mut Out) -> Result<O, AgentError> {
+        let mut fed = Fed::Start;
+        let mut accepted = None;
+        loop {
+            let next = policy.next(&mut self.state, &self.env, fed, out);
+            self.emit_all(out).await;
+            fed = match next {
+                Next::Ask(ask) => Fed::Answer(self.ask(ask).await?),
+                Next::RunTools { calls, allowed: None } => {
+                    self.run_tools(calls).await?;
+                    Fed::Tools
+                }
+                Next::RunTools {
+                    calls,
+                    allowed: Some(allowed),
+                } => {
+                    self.offered = Some(allowed);
+                    self.run_batch(&calls, true, |env, state, call, report| {
+                        policy.tool_result(state, env, call, report)
+                    })
+                    .await?;
+                    Fed::Tools
+                }
+                Next::Save => {
+                    self.checkpoint().await?;
+                    Fed::Saved
+                }
+                Next::Finish { answer, format, route } => {
+                    accepted = Some(self.accept_final(answer, format, route).await?);
+                    Fed::Accepted
+                }
+                Next::Replay { text } => {
+                    return self
+                        .env
+                        .agent
+                        .codec
+                        .parse(&text)
+                        .map_err(|e| AgentError::Output { message: e.message });
+                }
+                Next::Done => {
+                    return accepted.ok_or_else(|| AgentError::Configuration {
+                        message: "the decision policy finished without an answer".into(),
+                    });
+                }
+                Next::Fail(error) => return Err(error),
+            };
+        }
+    }
+
+    async fn emit_all(&self, out: &mut Out) {
+        for event in out.take() {
+            self.env.emitter.emit(event).await;
+        }
+    }
+
+    /// Parses the final answer; one corrective request on failure. The answer that parsed
+    /// joins the run's messages.
+    async fn accept_final(
+        &mut self,
+        answer: Message,
+        format: Option<ResponseFormat>,
+        route: DeltaRoute,
+    ) -> Result<O, AgentError> {
+        let first = match self.env.agent.codec.parse(&answer.text()) {
+            Ok(output) => {
+                self.state.messages.push(answer);
+                return Ok(output);
+            }
+            Err(first) => first,
+        };
+        let extra = vec![
+            answer,
+            Message::user(format!(
+                "Your answer could not be parsed: {}. Answer again with only a JSON value that fits the required schema.",
+                first.message
+            )),
+        ];
+        let ask = policy::Ask::new(crate::provider::Stage::Finalize)
+            .extra(extra)
+            .format(Format::Fixed(format))
+            .route(route);
+        let message = self.ask(ask).await?.response.message;
+        match self.env.agent.codec.parse(&message.text()) {
+            Ok(output) => {
+                self.state.messages.push(message);
+                Ok(output)
+            }
+            Err(second) => Err(AgentError::Output {
+                message: second.message,
+            }),
         }
     }
 
@@ -325,15 +309,68 @@ where
         }
     }
 
-    /// The tool calls of the last assistant message that have no result yet.
-    fn unanswered_tool_calls(&self) -> Option<Vec<crate::message::ToolCall>> {
-        let last = self.state.messages.last()?;
-        (last.role == Role::Assistant && last.has_tool_calls()).then(|| last.tool_calls.clone())
-    }
-
     async fn checkpoint(&mut self) -> Result<(), AgentError> {
         self.state.usage = self.env.ctx.usage();
         save_checkpoint(&self.env, &self.state).await
+    }
+}
+
+impl<C, O> View for Env<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn limits(&self) -> Limits {
+        let l = &self.agent.limits;
+        Limits {
+            max_turns: l.max_turns,
+            max_tool_calls: l.max_tool_calls,
+            max_steps: l.max_steps,
+            max_step_attempts: l.max_step_attempts,
+            max_replans: l.max_replans,
+            max_tool_repair_attempts: l.max_tool_repair_attempts,
+        }
+    }
+
+    fn final_format(&self) -> Option<ResponseFormat> {
+        self.agent.codec.response_format()
+    }
+
+    fn enabled_tools(&self) -> Vec<ToolDefinition> {
+        self.tool_order
+            .iter()
+            .filter_map(|name| self.enabled_tool(name))
+            .collect()
+    }
+
+    fn enabled_tool(&self, name: &str) -> Option<ToolDefinition> {
+        self.tools
+            .get(name)
+            .filter(|t| t.entry.tool.is_enabled(&self.ctx))
+            .map(|t| t.entry.tool.spec().definition())
+    }
+
+    fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.get(name).map(|t| t.entry.tool.spec())
+    }
+
+    fn valid_arguments(&self, name: &str, args: &serde_json::Value) -> bool {
+        self.tools
+            .get(name)
+            .is_some_and(|t| t.entry.validator.problems(args).is_empty())
+    }
+
+    fn result_content(&self, name: &str, value: serde_json::Value) -> String {
+        let text = match value {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let max = self.tools.get(name).and_then(|t| t.entry.tool.spec().max_result_bytes);
+        truncate_result(text, max)
     }
 }
 

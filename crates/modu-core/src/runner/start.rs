@@ -1,14 +1,15 @@
 //! How a run starts: fresh or resumed, both through the agent stack (built once with the
 //! agent), both into [`execute_from`], which sets up the [`Run`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
 use super::journal::{Checkpoint, Emitter};
-use super::{Env, Phase, PolicyState, Run, RunState, chat};
+use super::state::RunState;
+use super::{Env, Run, chat};
 use crate::agent::{AgentInner, AgentRequest, AgentResult};
 use crate::context::RunContext;
 use crate::error::AgentError;
@@ -201,22 +202,7 @@ where
                 .with_user(req.user)
                 .with_metadata(req.metadata.clone())
                 .with_agent_name(agent.name.clone());
-            let state = RunState {
-                messages: req.input,
-                policy: PolicyState::Standard(Phase::Act),
-                usage: Usage::default(),
-                model_calls: 0,
-                turns: 0,
-                tool_calls: 0,
-                pending_results: BTreeMap::new(),
-                decisions: BTreeMap::new(),
-                always_approved: BTreeSet::new(),
-                interruptions: Vec::new(),
-                nested: BTreeMap::new(),
-                offered: None,
-                admitted: None,
-                active_agent: None,
-            };
+            let state = RunState::new(req.input);
             (ctx, state, req.metadata, false, parent_run_id, nested_pause)
         }
         Start::Resume {

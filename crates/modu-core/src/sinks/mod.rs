@@ -38,7 +38,7 @@
 mod audit;
 mod composite;
 mod logging;
-mod mask;
+pub(crate) mod mask;
 mod metrics;
 
 pub use audit::AuditEventSink;

@@ -1,36 +1,43 @@
-//! The strict Plan-and-Execute decision policy: a state machine over [`StrictState`], which is
-//! part of every checkpoint of a strict run.
-//!
-//! PLAN → ACT_TOOL → STEP_RESULT → STEP_VALIDATE/COMMIT → … → VERIFY → FINALIZE → DONE. Each
-//! transition is checkpointed. See [`crate::plan`] for the rules.
+//! The serialisable state of a strict run (`state.policy.state` of its checkpoints).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-mod act;
-mod finish;
-mod planning;
-mod recovery;
-
-use super::Run;
+use super::model::{Plan, PlanFailure, PlanStep, StepResult, StepStatus, ToolTraceEntry, TraceError};
+use super::{FeedbackMode, ToolTraceMode};
+use crate::canonical::{mask_arguments, sanitize_id, sanitize_message};
 use crate::error::AgentError;
-use crate::event::AgentEvent;
 use crate::message::Message;
 use crate::output::JsonCodec;
-use crate::plan::{
-    FeedbackMode, MAX_TRACE_ENTRIES, Plan, PlanAndExecutePolicy, PlanFailure, PlanStep, StepResult, StepStatus,
-    ToolTraceEntry, ToolTraceMode, TraceError, sanitize_id, sanitize_message,
-};
 use crate::tool::ToolError;
 
+/// The most trace entries kept (later ones are counted, not kept).
+pub(crate) const MAX_TRACE_ENTRIES: usize = 256;
+
+/// The most bytes of one trace entry's arguments (as JSON); longer ones are cut with the same
+/// marker as tool results, so one large argument cannot make a large trace and checkpoint.
+pub(crate) const MAX_TRACE_ARGUMENT_BYTES: usize = 2048;
+
+/// A call's arguments as the tool trace keeps them: secret keys masked, at most
+/// [`MAX_TRACE_ARGUMENT_BYTES`] of JSON (then a string ending in a `…[truncated: …]` marker).
+pub(crate) fn trace_arguments(value: &serde_json::Value) -> serde_json::Value {
+    let masked = mask_arguments(value);
+    let text = masked.to_string();
+    if text.len() <= MAX_TRACE_ARGUMENT_BYTES {
+        masked
+    } else {
+        serde_json::Value::String(crate::tool::truncate_result(text, Some(MAX_TRACE_ARGUMENT_BYTES)))
+    }
+}
+
 /// The version of [`StrictState`]'s layout inside a checkpoint.
-const STRICT_STATE_VERSION: u32 = 1;
+pub(crate) const STRICT_STATE_VERSION: u32 = 1;
 
 /// Where a strict run is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
-pub(super) enum StrictPhase {
+pub(crate) enum StrictPhase {
     /// Making the plan.
     Plan,
     /// ACT_TOOL for the current step.
@@ -58,67 +65,67 @@ pub(super) enum StrictPhase {
 
 /// A failed call the model may repair once.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(super) struct PendingRepair {
-    call_id: String,
-    tool: String,
+pub(crate) struct PendingRepair {
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
     /// Canonical JSON of the arguments the model sent.
-    canonical: String,
+    pub(crate) canonical: String,
     /// Hash of the effective arguments it ran with.
-    effective_hash: String,
+    pub(crate) effective_hash: String,
 }
 
 /// How one call of the current batch ended, for classification after the batch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(super) struct CallVerdict {
+pub(crate) struct CallVerdict {
     /// The tool body ran (not refused before running).
-    ran: bool,
-    ok: bool,
+    pub(crate) ran: bool,
+    pub(crate) ok: bool,
     #[serde(default)]
-    error: Option<ToolError>,
+    pub(crate) error: Option<ToolError>,
     /// The arguments the model sent, canonical.
-    canonical: String,
+    pub(crate) canonical: String,
     /// Hash of the effective arguments (when it ran).
     #[serde(default)]
-    effective_hash: Option<String>,
+    pub(crate) effective_hash: Option<String>,
 }
 
 /// The serialisable state of a strict run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct StrictState {
-    version: u32,
-    phase: StrictPhase,
-    plan: Plan,
+    pub(crate) version: u32,
+    pub(crate) phase: StrictPhase,
+    pub(crate) plan: Plan,
     /// Index of the current step in `plan.steps`.
-    current: usize,
+    pub(crate) current: usize,
     /// The current step's ACT conversation (tool calls, results, the model's draft).
-    step_messages: Vec<Message>,
+    pub(crate) step_messages: Vec<Message>,
     /// Repairs made in the current step.
-    step_repairs: u32,
-    replans: u32,
+    pub(crate) step_repairs: u32,
+    pub(crate) replans: u32,
     /// Repairs made in the run.
-    tool_repairs: u32,
+    pub(crate) tool_repairs: u32,
     /// A failed call waiting for the model's one repair call.
-    repair: Option<PendingRepair>,
+    pub(crate) repair: Option<PendingRepair>,
     /// The repair call in flight: (its call id, the id of the call it repairs).
-    repairing: Option<(String, String)>,
+    pub(crate) repairing: Option<(String, String)>,
     /// Verdicts of the current batch's finished calls (by call id).
-    batch: BTreeMap<String, CallVerdict>,
-    trace: Vec<ToolTraceEntry>,
-    trace_dropped: u32,
-    failure: Option<PlanFailure>,
-    final_emitted: bool,
-    final_text: Option<String>,
+    pub(crate) batch: BTreeMap<String, CallVerdict>,
+    pub(crate) trace: Vec<ToolTraceEntry>,
+    pub(crate) trace_dropped: u32,
+    pub(crate) failure: Option<PlanFailure>,
+    pub(crate) final_emitted: bool,
+    pub(crate) final_text: Option<String>,
     /// The answer was appended to the session (a replay must not append it again).
-    pub(super) conversation_stored: bool,
+    pub(crate) conversation_stored: bool,
     /// The number the next new step's id gets.
-    next_step: u32,
+    pub(crate) next_step: u32,
     /// This process returned the stored answer of a DONE run.
     #[serde(skip)]
-    replayed: bool,
+    pub(crate) replayed: bool,
 }
 
 impl StrictState {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         StrictState {
             version: STRICT_STATE_VERSION,
             phase: StrictPhase::Plan,
@@ -144,26 +151,26 @@ impl StrictState {
 
     /// The run produced its final answer.
     /// The call ids this strict run has used: the current step's calls and the traced ones.
-    pub(super) fn used_call_ids(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn used_call_ids(&self) -> impl Iterator<Item = &str> {
         self.step_messages
             .iter()
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()))
             .chain(self.trace.iter().map(|t| t.call_id.as_str()))
     }
 
-    pub(super) fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.phase == StrictPhase::Done && self.final_emitted
     }
 
-    fn current_step(&self) -> Option<&PlanStep> {
+    pub(crate) fn current_step(&self) -> Option<&PlanStep> {
         self.plan.steps.get(self.current)
     }
 
-    fn current_step_id(&self) -> String {
+    pub(crate) fn current_step_id(&self) -> String {
         self.current_step().map_or_else(|| "plan".to_owned(), |s| s.id.clone())
     }
 
-    fn push_trace(&mut self, entry: ToolTraceEntry) {
+    pub(crate) fn push_trace(&mut self, entry: ToolTraceEntry) {
         if self.trace.len() < MAX_TRACE_ENTRIES {
             self.trace.push(entry);
         } else {
@@ -171,7 +178,7 @@ impl StrictState {
         }
     }
 
-    fn set_trace_recovery(&mut self, call_id: &str, action: &str) {
+    pub(crate) fn set_trace_recovery(&mut self, call_id: &str, action: &str) {
         if let Some(entry) = self.trace.iter_mut().rev().find(|e| e.call_id == sanitize_id(call_id))
             && let Some(error) = entry.error.as_mut()
         {
@@ -180,7 +187,7 @@ impl StrictState {
     }
 
     /// `plan`, `tool_trace`, `plan_usage` and `failure` for the result's metadata.
-    pub(super) fn write_metadata(
+    pub(crate) fn write_metadata(
         &self,
         metadata: &mut serde_json::Map<String, serde_json::Value>,
         mode: ToolTraceMode,
@@ -226,13 +233,13 @@ impl StrictState {
 }
 
 /// The STEP_RESULT codec (its schema is generated once per process).
-fn step_result_codec() -> &'static JsonCodec<StepResult> {
+pub(crate) fn step_result_codec() -> &'static JsonCodec<StepResult> {
     static CODEC: std::sync::OnceLock<JsonCodec<StepResult>> = std::sync::OnceLock::new();
     CODEC.get_or_init(JsonCodec::new)
 }
 
 /// A sanitised failure.
-fn failure(
+pub(crate) fn failure(
     cause: &str,
     step_id: Option<&str>,
     tool: Option<&str>,
@@ -251,7 +258,7 @@ fn failure(
 
 /// What the model sees of a failed call in a strict run: type and reason, plus the sanitised
 /// message in [`FeedbackMode::SafeMessage`]; never details, never a raw error.
-fn strict_error_content(error: &ToolError, mode: FeedbackMode) -> String {
+pub(crate) fn strict_error_content(error: &ToolError, mode: FeedbackMode) -> String {
     ToolError {
         reason: sanitize_id(&error.reason),
         message: error.message.as_deref().map(sanitize_message),
@@ -260,7 +267,7 @@ fn strict_error_content(error: &ToolError, mode: FeedbackMode) -> String {
     .model_content(mode == FeedbackMode::SafeMessage)
 }
 
-fn trace_error(error: &ToolError) -> TraceError {
+pub(crate) fn trace_error(error: &ToolError) -> TraceError {
     TraceError {
         kind: error.kind.as_str().to_owned(),
         retryable: error.retryable,
@@ -270,7 +277,7 @@ fn trace_error(error: &ToolError) -> TraceError {
 }
 
 /// A snake_case code for an error that ended a strict run.
-fn error_code(error: &AgentError) -> String {
+pub(crate) fn error_code(error: &AgentError) -> String {
     match error {
         AgentError::PlanFailed { cause, .. } => cause.clone(),
         AgentError::MaxTurnsExceeded { .. } => "max_turns".into(),
@@ -281,104 +288,5 @@ fn error_code(error: &AgentError) -> String {
         AgentError::ContextProvider { .. } => "context_provider".into(),
         AgentError::Configuration { .. } => "configuration".into(),
         _ => "run_failed".into(),
-    }
-}
-
-impl<C, O> Run<C, O>
-where
-    C: Send + Sync + 'static,
-    O: Send + 'static,
-{
-    fn st(&mut self) -> &mut StrictState {
-        self.state.strict_or_init()
-    }
-
-    async fn emit(&self, event: AgentEvent) {
-        if self.env.emitter.active() {
-            self.env.emitter.emit(event).await;
-        }
-    }
-
-    fn run_id(&self) -> String {
-        self.env.ctx.run_id().to_owned()
-    }
-
-    pub(super) async fn strict_loop(&mut self, policy: &PlanAndExecutePolicy) -> Result<O, AgentError> {
-        let version = self.st().version;
-        if version > STRICT_STATE_VERSION {
-            return Err(AgentError::CheckpointInvalid {
-                run_id: self.run_id(),
-                message: format!(
-                    "the strict state has version {version}; this build reads up to {STRICT_STATE_VERSION}"
-                ),
-            });
-        }
-        let outcome = self.strict_machine(policy).await;
-        if let Err(error) = &outcome
-            && !error.is_resumable()
-            && !matches!(error, AgentError::Interrupted { .. })
-        {
-            // A terminal failure decided by the policy (or a limit) fails the step; a resumable
-            // interruption leaves it in progress.
-            let code = error_code(error);
-            let st = self.st();
-            let in_step = matches!(
-                st.phase,
-                StrictPhase::Act | StrictPhase::StepResult { .. } | StrictPhase::Recovering { .. }
-            );
-            let step_id = st.current_step().filter(|_| in_step).map(|s| s.id.clone());
-            if let Some(step) = st.plan.steps.get_mut(st.current)
-                && matches!(step.status, StepStatus::InProgress | StepStatus::Pending)
-                && in_step
-            {
-                step.status = StepStatus::Failed;
-            }
-            if st.failure.is_none() {
-                st.failure = Some(failure(&code, step_id.as_deref(), None, None, None));
-            }
-            if let Some(step_id) = step_id {
-                let run_id = self.run_id();
-                self.emit(AgentEvent::StepFailed {
-                    run_id,
-                    step_id,
-                    cause: sanitize_id(&code),
-                })
-                .await;
-            }
-        }
-        outcome
-    }
-
-    async fn strict_machine(&mut self, policy: &PlanAndExecutePolicy) -> Result<O, AgentError> {
-        loop {
-            let phase = self.st().phase.clone();
-            match phase {
-                StrictPhase::Plan => self.strict_plan(policy).await?,
-                StrictPhase::Act => self.strict_act(policy).await?,
-                StrictPhase::StepResult { feedback } => self.strict_step_result(feedback).await?,
-                StrictPhase::Recovering {
-                    failure,
-                    call_id,
-                    tool,
-                    replan_requested,
-                } => {
-                    self.fallback(policy, failure, &call_id, &tool, replan_requested)
-                        .await?
-                }
-                StrictPhase::Verify => self.strict_verify().await?,
-                StrictPhase::Finalize => return self.strict_finalize().await,
-                StrictPhase::Done => {
-                    if let Some(output) = self.strict_replay() {
-                        return output;
-                    }
-                    self.st().phase = StrictPhase::Finalize;
-                }
-            }
-        }
-    }
-
-    /// The most steps a plan may have.
-    fn max_steps(&self, policy: &PlanAndExecutePolicy) -> usize {
-        self.env.agent.limits.max_steps.min(policy.generator.max_steps) as usize
     }
 }

@@ -1,0 +1,306 @@
+//! Canonical JSON, stable hashes, argument masking and identifier sanitising: one module used by
+//! both decision policies, the tool trace and the agent fingerprint.
+
+use crate::sinks::mask::SecretMasker;
+
+/// The most characters of an identifier kept in the trace and failure metadata.
+pub(crate) const MAX_ID_CHARS: usize = 64;
+/// The most characters of a safe message shown to the model.
+pub(crate) const MAX_SAFE_MESSAGE_CHARS: usize = 300;
+
+/// An identifier fit for metadata: letters, digits and `_-.:/` only, at most [`MAX_ID_CHARS`].
+pub(crate) fn sanitize_id(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/'))
+        .take(MAX_ID_CHARS)
+        .collect()
+}
+
+/// Whether `c` is a Unicode format character (general category Cf: bidirectional overrides
+/// and isolates such as U+202E, zero-width characters, the BOM, tag characters, …).
+pub(crate) fn is_format_char(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD
+        | 0x0600..=0x0605
+        | 0x061C
+        | 0x06DD
+        | 0x070F
+        | 0x0890..=0x0891
+        | 0x08E2
+        | 0x180E
+        | 0x200B..=0x200F
+        | 0x202A..=0x202E
+        | 0x2060..=0x2064
+        | 0x2066..=0x206F
+        | 0xFEFF
+        | 0xFFF9..=0xFFFB
+        | 0x110BD
+        | 0x110CD
+        | 0x13430..=0x1343F
+        | 0x1BCA0..=0x1BCA3
+        | 0x1D173..=0x1D17A
+        | 0xE0001
+        | 0xE0020..=0xE007F)
+}
+
+/// A message without control or format characters (see [`is_format_char`]), at most
+/// [`MAX_SAFE_MESSAGE_CHARS`].
+pub(crate) fn sanitize_message(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| if c.is_control() || is_format_char(c) { ' ' } else { c })
+        .take(MAX_SAFE_MESSAGE_CHARS + 1)
+        .collect();
+    if cleaned.chars().count() > MAX_SAFE_MESSAGE_CHARS {
+        let mut cut: String = cleaned.chars().take(MAX_SAFE_MESSAGE_CHARS).collect();
+        cut.push('…');
+        cut
+    } else {
+        cleaned
+    }
+}
+
+/// Canonical JSON: object keys sorted, numbers spelled one way (an integral number as an
+/// integer, so `1`, `1.0` and `1e0` agree), no whitespace.
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(_) | Value::String(_) => out.push_str(&value.to_string()),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                out.push_str(&i.to_string());
+            } else if let Some(u) = n.as_u64() {
+                out.push_str(&u.to_string());
+            } else if let Some(f) = n.as_f64() {
+                if f == 0.0 {
+                    // 0.0 and -0.0 are the integer 0.
+                    out.push('0');
+                } else if f.is_finite() && f.fract() == 0.0 {
+                    // An integral float of any magnitude, spelled as the exact integer it is
+                    // (what an integer literal of the same value gives above).
+                    out.push_str(&format!("{f:.0}"));
+                } else {
+                    out.push_str(&serde_json::Value::from(f).to_string());
+                }
+            } else {
+                out.push_str(&n.to_string());
+            }
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                if let Some(v) = map.get(key) {
+                    write_canonical(v, out);
+                }
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// The arguments a tool effectively runs with: `args` with the `default`s of its JSON schema
+/// filled in for absent properties (recursively through nested objects, following local
+/// `$ref`s and `anyOf`/`oneOf` branches), and `null` members dropped (serde reads an absent
+/// `Option` and a `null` one alike).
+pub fn effective_arguments(schema: &serde_json::Value, args: &serde_json::Value) -> serde_json::Value {
+    let mut out = args.clone();
+    apply_defaults(schema, schema, &mut out, 0);
+    drop_nulls(&mut out);
+    out
+}
+
+/// `schema` with local `$ref`s (`#/$defs/…`, `#/definitions/…`) followed.
+fn resolve<'a>(mut schema: &'a serde_json::Value, root: &'a serde_json::Value) -> &'a serde_json::Value {
+    for _ in 0..8 {
+        match schema.get("$ref").and_then(|r| r.as_str()) {
+            Some(reference) => match reference.strip_prefix('#').and_then(|p| root.pointer(p)) {
+                Some(target) => schema = target,
+                None => break,
+            },
+            None => break,
+        }
+    }
+    schema
+}
+
+fn apply_defaults(schema: &serde_json::Value, root: &serde_json::Value, value: &mut serde_json::Value, depth: usize) {
+    if depth > 32 {
+        return;
+    }
+    let schema = resolve(schema, root);
+    if let Some(props) = schema.get("properties").and_then(|p| p.as_object())
+        && let Some(obj) = value.as_object_mut()
+    {
+        for (name, prop) in props {
+            match obj.get_mut(name) {
+                Some(inner) => apply_defaults(prop, root, inner, depth + 1),
+                None => {
+                    if let Some(default) = resolve(prop, root).get("default").or_else(|| prop.get("default")) {
+                        obj.insert(name.clone(), default.clone());
+                    }
+                }
+            }
+        }
+        return;
+    }
+    // Option<Struct> and unions: the first branch with properties describes an object value.
+    if value.is_object() {
+        for key in ["anyOf", "oneOf", "allOf"] {
+            if let Some(branches) = schema.get(key).and_then(|b| b.as_array())
+                && let Some(branch) = branches.iter().find(|b| resolve(b, root).get("properties").is_some())
+            {
+                apply_defaults(branch, root, value, depth + 1);
+                return;
+            }
+        }
+    }
+}
+
+fn drop_nulls(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// A stable hash of canonical JSON (stable across processes and versions).
+pub(crate) fn json_hash(value: &serde_json::Value) -> String {
+    stable_hash(&canonical_json(value))
+}
+
+/// Masks secret keys of arguments shown in traces and events (one masker per process).
+pub(crate) fn mask_arguments(value: &serde_json::Value) -> serde_json::Value {
+    static MASKER: std::sync::OnceLock<SecretMasker> = std::sync::OnceLock::new();
+    MASKER.get_or_init(SecretMasker::default).mask_value(value)
+}
+
+/// FNV-1a (64 bit) of `text` as 16 hex digits: stable across processes and Rust versions, for
+/// values that checkpoints keep (fingerprints, argument hashes).
+pub(crate) fn stable_hash(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_ignores_key_order_and_number_spelling() -> Result<(), serde_json::Error> {
+        let a: serde_json::Value = serde_json::from_str(r#"{"b": 1, "a": {"y": 2.0, "x": [1e0, "s"]}}"#)?;
+        let b: serde_json::Value = serde_json::from_str(r#"{"a": {"x": [1, "s"], "y": 2}, "b": 1.0}"#)?;
+        assert_eq!(canonical_json(&a), canonical_json(&b));
+        assert_eq!(canonical_json(&a), r#"{"a":{"x":[1,"s"],"y":2},"b":1}"#);
+        assert_ne!(canonical_json(&json!({"a": 1.5})), canonical_json(&json!({"a": 1})));
+        assert_ne!(canonical_json(&json!({"a": "1"})), canonical_json(&json!({"a": 1})));
+        Ok(())
+    }
+
+    #[test]
+    fn effective_arguments_fill_schema_defaults() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer", "default": 100},
+                "opts": {"type": "object", "properties": {"exact": {"type": "boolean", "default": false}}}
+            }
+        });
+        let short = effective_arguments(&schema, &json!({"query": "x", "opts": {}}));
+        let long = effective_arguments(&schema, &json!({"query": "x", "limit": 100, "opts": {"exact": false}}));
+        assert_eq!(json_hash(&short), json_hash(&long));
+        assert_ne!(
+            json_hash(&short),
+            json_hash(&effective_arguments(&schema, &json!({"query": "x", "limit": 5})))
+        );
+    }
+
+    #[test]
+    fn effective_arguments_follow_refs_and_ignore_nulls() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Inner {
+            #[serde(default = "ten")]
+            size: u32,
+        }
+        fn ten() -> u32 {
+            10
+        }
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Args {
+            query: String,
+            inner: Inner,
+            note: Option<String>,
+        }
+        let schema = crate::tool::schema_for::<Args>();
+        let a = effective_arguments(&schema, &json!({"query": "x", "inner": {}, "note": null}));
+        let b = effective_arguments(&schema, &json!({"query": "x", "inner": {"size": 10}}));
+        assert_eq!(json_hash(&a), json_hash(&b), "{a} vs {b}");
+        let c = effective_arguments(&schema, &json!({"query": "x", "inner": {"size": 11}}));
+        assert_ne!(json_hash(&a), json_hash(&c));
+    }
+
+    #[test]
+    fn sanitizers_cap_and_clean() {
+        assert_eq!(sanitize_id("step 1\n<script>"), "step1script");
+        assert_eq!(sanitize_id(&"a".repeat(200)).len(), MAX_ID_CHARS);
+        let m = sanitize_message(&format!("bad\u{7}\nthing{}", "x".repeat(1000)));
+        assert!(m.starts_with("bad  thing"));
+        assert_eq!(m.chars().count(), MAX_SAFE_MESSAGE_CHARS + 1);
+    }
+
+    #[test]
+    fn safe_messages_strip_format_characters() {
+        // A right-to-left override would make "txt.exe" read as "exe.txt".
+        let m = sanitize_message(
+            "file \u{202E}txt.exe\u{202C} zero\u{200B}width \u{FEFF}bom \u{2066}iso\u{2069} tag\u{E0041}",
+        );
+        for c in [
+            '\u{202E}',
+            '\u{202C}',
+            '\u{200B}',
+            '\u{FEFF}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{E0041}',
+        ] {
+            assert!(!m.contains(c), "{:?} left in {m:?}", c);
+        }
+        assert!(m.contains("txt.exe"));
+        // Letters, marks and emoji stay.
+        assert_eq!(sanitize_message("안녕 café 🦀"), "안녕 café 🦀");
+    }
+}

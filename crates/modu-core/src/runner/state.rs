@@ -1,0 +1,161 @@
+//! The serialisable state of a run: what a checkpoint holds besides its header, with the
+//! decision policy's own state tagged by policy (`state.policy = {id, state}`, schema 3).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause};
+use crate::message::{Message, Role, ToolCall, Usage};
+use crate::plan::state::StrictState;
+use crate::store::CheckpointStatus;
+
+/// Where the standard policy is (its state inside `state.policy`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub(crate) enum Phase {
+    /// Asking the model, running the tools it calls.
+    Act,
+    /// The tool loop ended with this draft; the final request is next.
+    Finalize { draft: String },
+}
+
+/// The serialisable state of a run (what a checkpoint holds besides its header).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RunState {
+    /// The run's messages: input, tool calls, tool results, answer.
+    pub(crate) messages: Vec<Message>,
+    /// The decision policy's own state: `{"id": "standard/1" | "plan_and_execute/1", "state"}`.
+    pub(crate) policy: PolicyState,
+    pub(crate) usage: Usage,
+    pub(crate) model_calls: u32,
+    pub(crate) turns: u32,
+    pub(crate) tool_calls: u32,
+    /// Results of the current tool batch that already finished (by call id).
+    #[serde(default)]
+    pub(crate) pending_results: BTreeMap<String, Message>,
+    /// People's decisions on calls that need approval (by call id).
+    #[serde(default)]
+    pub(crate) decisions: BTreeMap<String, ApprovalDecision>,
+    /// Tools approved for the rest of the run.
+    #[serde(default)]
+    pub(crate) always_approved: BTreeSet<String>,
+    /// Calls waiting for a decision (the run is paused while this is not empty).
+    #[serde(default)]
+    pub(crate) interruptions: Vec<ApprovalRequest>,
+    /// Nested runs (agent-as-tool) paused for approvals, by the parent's call id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) nested: BTreeMap<String, NestedPause>,
+    /// The tools offered and the identities admitted in the last standard request, so a
+    /// batch resumed in another process is checked as it would have been.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) offered: Option<BTreeSet<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) admitted: Option<BTreeSet<String>>,
+    /// The agent answering after a handoff (`None`: the agent the run started with).
+    #[serde(default)]
+    pub(crate) active_agent: Option<String>,
+}
+
+/// A decision policy's state inside a checkpoint (schema 3: `state.policy`), tagged with the
+/// policy and the version of its layout.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "id", content = "state")]
+pub(crate) enum PolicyState {
+    /// The standard policy: where its loop is.
+    #[serde(rename = "standard/1")]
+    Standard(Phase),
+    /// Strict Plan-and-Execute: its state machine.
+    #[serde(rename = "plan_and_execute/1")]
+    PlanAndExecute(Box<StrictState>),
+}
+
+impl RunState {
+    /// The standard policy's phase (`Act` for a strict run).
+    pub(crate) fn phase(&self) -> Phase {
+        match &self.policy {
+            PolicyState::Standard(phase) => phase.clone(),
+            PolicyState::PlanAndExecute(_) => Phase::Act,
+        }
+    }
+
+    pub(crate) fn set_phase(&mut self, phase: Phase) {
+        self.policy = PolicyState::Standard(phase);
+    }
+
+    /// The strict state, once a strict run has started.
+    pub(crate) fn strict(&self) -> Option<&StrictState> {
+        match &self.policy {
+            PolicyState::PlanAndExecute(state) => Some(state),
+            PolicyState::Standard(_) => None,
+        }
+    }
+
+    pub(crate) fn strict_mut(&mut self) -> Option<&mut StrictState> {
+        match &mut self.policy {
+            PolicyState::PlanAndExecute(state) => Some(state),
+            PolicyState::Standard(_) => None,
+        }
+    }
+
+    /// The strict state, started when there is none yet.
+    pub(crate) fn strict_or_init(&mut self) -> &mut StrictState {
+        if let PolicyState::Standard(_) = self.policy {
+            self.policy = PolicyState::PlanAndExecute(Box::new(StrictState::new()));
+        }
+        match &mut self.policy {
+            PolicyState::PlanAndExecute(state) => state,
+            PolicyState::Standard(_) => unreachable!("set just above"),
+        }
+    }
+
+    /// The strict state (started when there is none yet) and the finished results of the
+    /// current batch, borrowed together.
+    pub(crate) fn strict_and_pending(&mut self) -> (&mut StrictState, &mut BTreeMap<String, Message>) {
+        self.strict_or_init();
+        let pending = &mut self.pending_results;
+        match &mut self.policy {
+            PolicyState::PlanAndExecute(state) => (state, pending),
+            PolicyState::Standard(_) => unreachable!("started just above"),
+        }
+    }
+
+    /// What a checkpoint of this state says about the run (a failure is recorded by the caller).
+    pub(crate) fn status(&self) -> CheckpointStatus {
+        if self.strict().is_some_and(|s| s.is_done()) {
+            CheckpointStatus::Done
+        } else if self.interruptions.is_empty() {
+            CheckpointStatus::Running
+        } else {
+            CheckpointStatus::Paused
+        }
+    }
+}
+
+impl RunState {
+    /// A run's state before its first step: `messages` are its input.
+    pub(crate) fn new(messages: Vec<Message>) -> Self {
+        RunState {
+            messages,
+            policy: PolicyState::Standard(Phase::Act),
+            usage: Usage::default(),
+            model_calls: 0,
+            turns: 0,
+            tool_calls: 0,
+            pending_results: BTreeMap::new(),
+            decisions: BTreeMap::new(),
+            always_approved: BTreeSet::new(),
+            interruptions: Vec::new(),
+            nested: BTreeMap::new(),
+            offered: None,
+            admitted: None,
+            active_agent: None,
+        }
+    }
+
+    /// The tool calls of the last assistant message of the run (they have no result yet).
+    pub(crate) fn unanswered_tool_calls(&self) -> Option<Vec<ToolCall>> {
+        let last = self.messages.last()?;
+        (last.role == Role::Assistant && last.has_tool_calls()).then(|| last.tool_calls.clone())
+    }
+}
