@@ -5,7 +5,10 @@
 pub mod agent;
 pub mod approval;
 mod canonical;
-pub mod compose;
+/// Composing agents: an agent as another agent's tool, and handoffs.
+pub mod compose {
+    pub use crate::agent::compose::{AgentTool, Handoff};
+}
 pub mod context;
 pub mod error;
 pub mod event;

@@ -36,7 +36,7 @@ use futures::future::BoxFuture;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service};
 
-use crate::agent::{AgentRequest, AgentResult};
+use crate::agent::request::{AgentRequest, AgentResult};
 use crate::context::RunContext;
 use crate::model::{ChatRequest, ChatResponse, ModelError};
 use crate::tool::{Tool, ToolError, ToolErrorKind};

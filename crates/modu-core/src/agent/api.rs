@@ -10,7 +10,9 @@ use crate::approval::{ApprovalDecision, ApprovalRequest, NestedResume};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::Usage;
-use crate::runner::{RunStream, resume_request, run_through_layers, with_deadline};
+use crate::runner::RunStream;
+use crate::runner::chat::with_deadline;
+use crate::runner::start::{resume_request, run_through_layers};
 
 impl<C, O> Agent<C, O>
 where

@@ -33,7 +33,7 @@ pub struct AgentRequest<C> {
     pub(crate) nested_pause: Option<PauseSlot>,
     /// For a resumed run: its checkpoint (the request's session, user and metadata start as
     /// the checkpoint's).
-    pub(crate) resume: Option<Box<crate::runner::Resume>>,
+    pub(crate) resume: Option<Box<crate::runner::state::Resume>>,
 }
 
 /// Where a nested run leaves its exported state when it pauses.

@@ -6,9 +6,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::chat::with_deadline;
 use super::chat::{DeltaSink, RunDeadline};
 use super::policy::{Answer, Ask, Format, ModelSlot, Offer};
-use super::{Run, unique_call_ids, with_deadline};
+use super::{Run, unique_call_ids};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::memory::MemoryInput;

@@ -13,14 +13,17 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use super::{DeltaRoute, Emitter};
+use super::emitter::Emitter;
+use super::policy::DeltaRoute;
 use crate::agent::RetryConfig;
+use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::Usage;
 use crate::middleware::{ChatLayerFn, ChatService};
@@ -288,5 +291,19 @@ impl tower::retry::Policy<ChatRequest, ChatResponse, ModelError> for ModelRetry 
 
     fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {
         Some(request.clone())
+    }
+}
+
+/// Awaits `fut` within the run's deadline; elapsing ends the run with [`AgentError::Timeout`].
+pub(crate) async fn with_deadline<F: Future>(
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    fut: F,
+) -> Result<F::Output, AgentError> {
+    match deadline {
+        None => Ok(fut.await),
+        Some(d) => tokio::time::timeout_at(d, fut).await.map_err(|_| AgentError::Timeout {
+            after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+        }),
     }
 }

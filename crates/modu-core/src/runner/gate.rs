@@ -10,10 +10,11 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::chat::RunDeadline;
+use super::chat::with_deadline;
 use super::journal::save_checkpoint;
 use super::policy::{CallReport, ToolCallOutcome, View};
 use super::state::RunState;
-use super::{Env, Run, VisibleTool, with_deadline};
+use super::{Env, Run, VisibleTool};
 use crate::agent::AgentInner;
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause, NestedResume, nested_call_id};
 use crate::context::CallScope;

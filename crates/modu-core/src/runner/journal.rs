@@ -2,82 +2,27 @@
 //! decode), events (to the sink and the caller's stream), and the end of a run (history
 //! appended, the final checkpoint, the result).
 
-use std::sync::Arc;
+use serde::Serialize;
 
-use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
-
-use super::{Env, Run, RunState, with_deadline};
+use super::chat::with_deadline;
+use super::state::{CHECKPOINT_SCHEMA_VERSION, Checkpoint, OLDEST_READABLE_SCHEMA_VERSION};
+use super::{Env, Run, RunState};
 use crate::agent::{Agent, AgentResult};
 use crate::context::UserContext;
 use crate::error::AgentError;
-use crate::event::{AgentEvent, EventSink};
+use crate::event::AgentEvent;
 use crate::store::{CheckpointMeta, CheckpointStatus};
-
-/// The version of the checkpoint format written by this crate.
-///
-/// 2 added the strict Plan-and-Execute state (`state.strict`); 3 keeps the decision policy's
-/// state in `state.policy = {"id": "standard/1" | "plan_and_execute/1", "state": …}` instead of
-/// `state.phase` and `state.strict`. Versions 1 and 2 are migrated when read.
-pub const CHECKPOINT_SCHEMA_VERSION: u32 = 3;
-
-/// The oldest checkpoint format this crate reads.
-pub(crate) const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
-
-/// A checkpoint: the run state with what is needed to check and rebuild the run.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Checkpoint {
-    pub(crate) schema_version: u32,
-    pub(crate) run_id: String,
-    pub(crate) agent: String,
-    pub(crate) fingerprint: String,
-    #[serde(default)]
-    pub(crate) session_id: Option<String>,
-    #[serde(default)]
-    pub(crate) user: UserContext,
-    #[serde(default)]
-    pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
-    pub(crate) state: RunState,
-}
-
-/// Sends events to the sink and to the caller's stream.
-#[derive(Clone)]
-pub(crate) struct Emitter {
-    pub(super) sink: Option<Arc<dyn EventSink>>,
-    pub(super) stream: Option<mpsc::Sender<AgentEvent>>,
-}
-
-impl Emitter {
-    pub(crate) fn active(&self) -> bool {
-        self.sink.is_some() || self.stream.is_some()
-    }
-
-    /// Whether anyone consumes text deltas (a caller's stream, or a sink that wants them):
-    /// otherwise the model is asked for whole answers.
-    pub(crate) fn deltas_wanted(&self) -> bool {
-        self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
-    }
-
-    pub(crate) async fn emit(&self, event: AgentEvent) {
-        if let Some(sink) = &self.sink
-            && let Err(err) = sink.publish(&event).await
-        {
-            tracing::warn!(error = %err, event = event.kind(), "event sink failed");
-        }
-        if let Some(tx) = &self.stream
-            && !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. })
-        {
-            // A caller that dropped its stream no longer listens; the run goes on.
-            let _ = tx.send(event).await;
-        }
-    }
-}
 
 impl<C, O> Run<C, O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
+    pub(super) async fn checkpoint(&mut self) -> Result<(), AgentError> {
+        self.state.usage = self.env.ctx.usage();
+        save_checkpoint(&self.env, &self.state).await
+    }
+
     pub(super) async fn store_failed(&self, operation: &str, message: &str) {
         if self.env.emitter.active() {
             self.env

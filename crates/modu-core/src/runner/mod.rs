@@ -21,9 +21,7 @@
 //! paused for approval or failed on a transient error.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -40,20 +38,21 @@ use crate::tool::{ToolSpec, truncate_result};
 
 mod ask;
 pub(crate) mod chat;
+mod emitter;
 pub(crate) mod function;
 mod gate;
 mod journal;
 pub(crate) mod policy;
 mod standard;
-mod start;
+pub(crate) mod start;
 pub(crate) mod state;
 mod stream;
 
-pub use journal::CHECKPOINT_SCHEMA_VERSION;
-pub(crate) use start::{Resume, agent_stack, resume_request, run_through_layers};
+pub use state::CHECKPOINT_SCHEMA_VERSION;
 pub use stream::{RunStream, StreamItem};
 
-use journal::{Emitter, save_checkpoint};
+use chat::with_deadline;
+use emitter::Emitter;
 use policy::{DeltaRoute, Fed, Format, Limits, Next, Out, Policy, View};
 use standard::Standard;
 use state::RunState;
@@ -308,11 +307,6 @@ where
             }
         }
     }
-
-    async fn checkpoint(&mut self) -> Result<(), AgentError> {
-        self.state.usage = self.env.ctx.usage();
-        save_checkpoint(&self.env, &self.state).await
-    }
 }
 
 impl<C, O> View for Env<C, O>
@@ -412,18 +406,4 @@ fn find_agent<C, O>(agent: &Arc<AgentInner<C, O>>, name: &str, depth: usize) -> 
         .handoffs
         .iter()
         .find_map(|h| find_agent(&h.target.inner, name, depth - 1))
-}
-
-/// Awaits `fut` within the run's deadline; elapsing ends the run with [`AgentError::Timeout`].
-pub(crate) async fn with_deadline<F: Future>(
-    deadline: Option<Instant>,
-    timeout: Option<Duration>,
-    fut: F,
-) -> Result<F::Output, AgentError> {
-    match deadline {
-        None => Ok(fut.await),
-        Some(d) => tokio::time::timeout_at(d, fut).await.map_err(|_| AgentError::Timeout {
-            after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-        }),
-    }
 }

@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
-use super::journal::{Checkpoint, Emitter};
+use super::emitter::Emitter;
 use super::state::RunState;
+use super::state::{Checkpoint, Resume};
 use super::{Env, Run, chat};
 use crate::agent::{AgentInner, AgentRequest, AgentResult};
 use crate::context::RunContext;
@@ -42,14 +43,6 @@ where
             Err(never) => match never {},
         },
     }
-}
-
-/// What a resumed run's request carries: the checkpoint, and when the run's clock started
-/// (before the checkpoint was loaded, so the load counts toward the run's one timeout).
-#[derive(Clone)]
-pub(crate) struct Resume {
-    checkpoint: Checkpoint,
-    started: Instant,
 }
 
 /// The agent stack, built once with the agent: its layers around the innermost [`RunService`].

@@ -5,10 +5,23 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use tokio::time::Instant;
+
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause};
+use crate::context::UserContext;
 use crate::message::{Message, Role, ToolCall, Usage};
 use crate::plan::state::StrictState;
 use crate::store::CheckpointStatus;
+
+/// The version of the checkpoint format written by this crate.
+///
+/// 2 added the strict Plan-and-Execute state (`state.strict`); 3 keeps the decision policy's
+/// state in `state.policy = {"id": "standard/1" | "plan_and_execute/1", "state": …}` instead of
+/// `state.phase` and `state.strict`. Versions 1 and 2 are migrated when read.
+pub const CHECKPOINT_SCHEMA_VERSION: u32 = 3;
+
+/// The oldest checkpoint format this crate reads.
+pub(crate) const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
 
 /// Where the standard policy is (its state inside `state.policy`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -158,4 +171,28 @@ impl RunState {
         let last = self.messages.last()?;
         (last.role == Role::Assistant && last.has_tool_calls()).then(|| last.tool_calls.clone())
     }
+}
+
+/// A checkpoint: the run state with what is needed to check and rebuild the run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
+    pub(crate) schema_version: u32,
+    pub(crate) run_id: String,
+    pub(crate) agent: String,
+    pub(crate) fingerprint: String,
+    #[serde(default)]
+    pub(crate) session_id: Option<String>,
+    #[serde(default)]
+    pub(crate) user: UserContext,
+    #[serde(default)]
+    pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
+    pub(crate) state: RunState,
+}
+
+/// What a resumed run's request carries: the checkpoint, and when the run's clock started
+/// (before the checkpoint was loaded, so the load counts toward the run's one timeout).
+#[derive(Clone)]
+pub(crate) struct Resume {
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) started: Instant,
 }

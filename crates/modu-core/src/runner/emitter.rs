@@ -1,0 +1,40 @@
+//! Where a run's events go: the agent's sink and the caller's stream.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::event::{AgentEvent, EventSink};
+
+/// Sends events to the sink and to the caller's stream.
+#[derive(Clone)]
+pub(crate) struct Emitter {
+    pub(crate) sink: Option<Arc<dyn EventSink>>,
+    pub(crate) stream: Option<mpsc::Sender<AgentEvent>>,
+}
+
+impl Emitter {
+    pub(crate) fn active(&self) -> bool {
+        self.sink.is_some() || self.stream.is_some()
+    }
+
+    /// Whether anyone consumes text deltas (a caller's stream, or a sink that wants them):
+    /// otherwise the model is asked for whole answers.
+    pub(crate) fn deltas_wanted(&self) -> bool {
+        self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
+    }
+
+    pub(crate) async fn emit(&self, event: AgentEvent) {
+        if let Some(sink) = &self.sink
+            && let Err(err) = sink.publish(&event).await
+        {
+            tracing::warn!(error = %err, event = event.kind(), "event sink failed");
+        }
+        if let Some(tx) = &self.stream
+            && !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. })
+        {
+            // A caller that dropped its stream no longer listens; the run goes on.
+            let _ = tx.send(event).await;
+        }
+    }
+}
