@@ -757,3 +757,75 @@ where
     })
     .await;
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use modu_core::FinishReason;
+
+    /// Polls a future that never waits (the bytes are in memory): no runtime needed, as the
+    /// fuzz targets run it.
+    fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        loop {
+            if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                return out;
+            }
+        }
+    }
+
+    fn decode(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, ModelError> {
+        let client = OpenAiClient::new("http://127.0.0.1:9/v1", "m").unwrap();
+        let bytes = futures::stream::iter(pieces.into_iter().map(Ok::<Vec<u8>, reqwest::Error>));
+        block_on(async move {
+            let mut stream = Box::pin(sse_stream(Box::pin(bytes), client));
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = stream.next().await {
+                builder.push(event?);
+            }
+            builder.finish()
+        })
+    }
+
+    #[test]
+    fn a_stream_decodes_the_same_wherever_the_network_cuts_it() {
+        let chunk = |delta: &str, finish: &str| {
+            format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}"#
+            )
+        };
+        let body = format!(
+            "\u{feff}data: {}\n\ndata: {}\r\n\r\n: keep-alive\n\ndata: {}\r\rdata: {}\n\ndata: [DONE]\n\ndata: ignored\n\n",
+            chunk(r#"{"role":"assistant","content":""}"#, "null"),
+            chunk(r#"{"content":"héllo"}"#, "null"),
+            chunk(r#"{"content":" wörld"}"#, r#""stop""#),
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+        )
+        .into_bytes();
+        let whole = decode(vec![body.clone()]).unwrap();
+        assert_eq!(whole.message.text(), "héllo wörld");
+        assert_eq!(whole.finish_reason, Some(FinishReason::Stop));
+        assert_eq!(whole.usage.total_tokens, 5);
+        for cut in 0..=body.len() {
+            let split = decode(vec![body[..cut].to_vec(), body[cut..].to_vec()]).unwrap();
+            assert_eq!(split, whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn events_before_a_bad_chunk_come_first_then_the_error() {
+        let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {not json\n\n".to_vec();
+        let client = OpenAiClient::new("http://127.0.0.1:9/v1", "m").unwrap();
+        let bytes = futures::stream::iter([Ok::<Vec<u8>, reqwest::Error>(body)]);
+        let items: Vec<_> = block_on(sse_stream(Box::pin(bytes), client).collect());
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].as_ref().unwrap(), &ChatEvent::TextDelta { text: "a".into() });
+        assert!(
+            matches!(items[1], Err(ModelError::InvalidResponse { .. })),
+            "{:?}",
+            items[1]
+        );
+    }
+}

@@ -397,14 +397,83 @@ pub(crate) struct WireChunkChoice {
     pub index: usize,
     #[serde(default)]
     pub delta: Option<WireDelta>,
-    #[serde(default)]
-    pub finish_reason: Option<String>,
+    #[serde(default, deserialize_with = "finish_reason_in")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A chunk's choices with index 0, the only ones modu reads (kept without a vector in the
+/// usual case of one choice).
+#[derive(Default)]
+pub(crate) struct ChoicesZero {
+    first: Option<WireChunkChoice>,
+    more: Vec<WireChunkChoice>,
+}
+
+impl<'de> Deserialize<'de> for ChoicesZero {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ChoicesZero;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ChoicesZero, A::Error> {
+                let mut out = ChoicesZero::default();
+                while let Some(choice) = seq.next_element::<WireChunkChoice>()? {
+                    if choice.index != 0 {
+                        continue;
+                    }
+                    if out.first.is_none() {
+                        out.first = Some(choice);
+                    } else {
+                        out.more.push(choice);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_seq(Visit)
+    }
+}
+
+impl IntoIterator for ChoicesZero {
+    type Item = WireChunkChoice;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<WireChunkChoice>, std::vec::IntoIter<WireChunkChoice>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.more)
+    }
+}
+
+/// `finish_reason` (a string or null) read straight into a [`FinishReason`] (no string kept
+/// for the known reasons; `""` is `Other("")`, as [`finish_reason`] maps it).
+fn finish_reason_in<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<FinishReason>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Option<FinishReason>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(finish_reason(v)))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(Visit)
+        }
+    }
+    deserializer.deserialize_option(Visit)
 }
 
 #[derive(Deserialize)]
 pub(crate) struct WireChunk {
+    /// Only the choices with index 0 (`n > 1` is not used by modu).
     #[serde(default)]
-    pub choices: Vec<WireChunkChoice>,
+    pub choices: ChoicesZero,
     #[serde(default)]
     pub usage: Option<WireUsage>,
     #[serde(default)]
@@ -452,8 +521,8 @@ pub(crate) struct WireChoice {
     #[serde(default)]
     pub index: usize,
     pub message: WireMessageIn,
-    #[serde(default)]
-    pub finish_reason: Option<String>,
+    #[serde(default, deserialize_with = "finish_reason_in")]
+    pub finish_reason: Option<FinishReason>,
 }
 
 #[derive(Deserialize)]
@@ -477,9 +546,6 @@ pub(crate) fn finish_reason(s: &str) -> FinishReason {
 /// Turns one stream chunk into events (only choice 0 is read; `n > 1` is not used by modu).
 pub(crate) fn chunk_events(chunk: WireChunk, out: &mut impl Extend<ChatEvent>, saw_finish: &mut bool) {
     for choice in chunk.choices {
-        if choice.index != 0 {
-            continue;
-        }
         if let Some(delta) = choice.delta {
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                 out.extend(Some(ChatEvent::TextDelta { text }));
@@ -497,11 +563,12 @@ pub(crate) fn chunk_events(chunk: WireChunk, out: &mut impl Extend<ChatEvent>, s
                 }));
             }
         }
-        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+        if let Some(reason) = choice
+            .finish_reason
+            .filter(|r| !matches!(r, FinishReason::Other(o) if o.is_empty()))
+        {
             *saw_finish = true;
-            out.extend(Some(ChatEvent::Finish {
-                reason: finish_reason(&reason),
-            }));
+            out.extend(Some(ChatEvent::Finish { reason }));
         }
     }
     if let Some(usage) = chunk.usage {
@@ -559,7 +626,7 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
     Ok(ChatResponse {
         message,
         usage,
-        finish_reason: choice.finish_reason.as_deref().map(finish_reason),
+        finish_reason: choice.finish_reason,
     })
 }
 
