@@ -3,16 +3,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, ModelError};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use crate::error::{OpenAiConfigError, status_error, stream_error, transport_error};
+use crate::sse::{Flow, SseDecoder};
 use crate::wire::{self, EmptyToolCallContent, WireChunk, WireCompletion};
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
 
@@ -48,9 +49,16 @@ pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     pub(crate) base_url: String,
     chat_url: String,
+    /// `chat_url` parsed once, without its user info (cloning a URL is cheaper than parsing
+    /// it for every request).
+    chat_url_parsed: reqwest::Url,
     models_url: String,
     pub(crate) model: String,
     pub(crate) headers: HeaderMap,
+    /// The headers of a non-streamed chat request ([`chat_template`]).
+    json_headers: HeaderMap,
+    /// The headers of a streamed one (`Accept: text/event-stream` too).
+    sse_headers: HeaderMap,
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
     pub(crate) empty_content: EmptyToolCallContent,
@@ -241,14 +249,20 @@ impl OpenAiClientBuilder {
             self.headers.iter().map(|(_, v)| v.as_str()),
             &base_url,
         );
+        let chat_url = format!("{base_url}/chat/completions");
+        let (chat_url_parsed, json_headers) = chat_template(&http, &chat_url, &headers, false)?;
+        let (_, sse_headers) = chat_template(&http, &chat_url, &headers, true)?;
         Ok(OpenAiClient {
             inner: Arc::new(Inner {
                 http,
-                chat_url: format!("{base_url}/chat/completions"),
+                chat_url,
+                chat_url_parsed,
                 models_url: format!("{base_url}/models"),
                 base_url,
                 model,
                 headers,
+                json_headers,
+                sse_headers,
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
                 empty_content: self.empty_content,
@@ -257,6 +271,26 @@ impl OpenAiClientBuilder {
             }),
         })
     }
+}
+
+/// The URL and headers of a chat request, made once with a request builder: the configured
+/// headers, the content type (and, streamed, the accepted type), and the `Basic` credentials
+/// of a base URL's user info, moved out of the URL (as the builder does for every request).
+fn chat_template(
+    http: &reqwest::Client,
+    url: &str,
+    headers: &HeaderMap,
+    sse: bool,
+) -> Result<(reqwest::Url, HeaderMap), OpenAiConfigError> {
+    let mut rb = http
+        .post(url)
+        .headers(headers.clone())
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if sse {
+        rb = rb.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
+    }
+    let request = rb.build().map_err(OpenAiConfigError::Http)?;
+    Ok((request.url().clone(), request.headers().clone()))
 }
 
 fn normalize_base_url(raw: &str) -> Result<String, OpenAiConfigError> {
@@ -372,9 +406,12 @@ impl OpenAiClient {
                 http: i.http.clone(),
                 base_url: i.base_url.clone(),
                 chat_url: i.chat_url.clone(),
+                chat_url_parsed: i.chat_url_parsed.clone(),
                 models_url: i.models_url.clone(),
                 model: model.into(),
                 headers: i.headers.clone(),
+                json_headers: i.json_headers.clone(),
+                sse_headers: i.sse_headers.clone(),
                 request_timeout: i.request_timeout,
                 read_timeout: i.read_timeout,
                 empty_content: i.empty_content,
@@ -456,6 +493,32 @@ impl OpenAiClient {
         let text = resp.text().await.unwrap_or_default();
         Err(status_error(status, &headers, &text, &i.model, &i.redactor))
     }
+
+    /// [`OpenAiClient::post_json`] to `/chat/completions`, with the URL and headers made once
+    /// at build time instead of a request builder's parsing and merging.
+    async fn post_chat(&self, body: Vec<u8>, sse: bool) -> Result<reqwest::Response, ModelError> {
+        let i = &self.inner;
+        let mut request = reqwest::Request::new(reqwest::Method::POST, i.chat_url_parsed.clone());
+        *request.headers_mut() = if sse {
+            i.sse_headers.clone()
+        } else {
+            i.json_headers.clone()
+        };
+        *request.body_mut() = Some(body.into());
+        *request.timeout_mut() = i.request_timeout;
+        let resp = i
+            .http
+            .execute(request)
+            .await
+            .map_err(|e| transport_error(e, self.timeout_hint(), &i.chat_url))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        Err(status_error(status, &headers, &text, &i.model, &i.redactor))
+    }
 }
 
 #[async_trait]
@@ -467,15 +530,8 @@ impl ChatModel for OpenAiClient {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let i = &self.inner;
         let body = wire::encode_request(&i.model, &request, true, i.empty_content).map_err(|e| self.redact(e))?;
-        let resp = self
-            .post_json(&i.chat_url, body, true)
-            .await
-            .map_err(|e| self.redact(e))?;
-        let events = Box::pin(resp.bytes_stream().eventsource());
-        let redactor = Arc::clone(&i.redactor);
-        let stream = sse_stream(events, i.model.clone(), self.timeout_hint(), Arc::clone(&redactor))
-            .map(move |item| item.map_err(|e| redactor.error(e)));
-        Ok(Box::pin(stream))
+        let resp = self.post_chat(body, true).await.map_err(|e| self.redact(e))?;
+        Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone())))
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
@@ -496,7 +552,7 @@ impl OpenAiClient {
     async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
         let body = wire::encode_request(&i.model, &request, false, i.empty_content)?;
-        let resp = self.post_json(&i.chat_url, body, false).await?;
+        let resp = self.post_chat(body, false).await?;
         let bytes = resp
             .bytes()
             .await
@@ -507,18 +563,37 @@ impl OpenAiClient {
     }
 }
 
-struct SseState<S> {
-    events: Pin<Box<S>>,
-    pending: VecDeque<ChatEvent>,
-    saw_finish: bool,
-    done: bool,
-    model: String,
-    timeout: Option<Duration>,
-    scratch: Vec<ChatEvent>,
-    redactor: Arc<Redactor>,
+/// How long a stream waits, after `[DONE]`, for the end of its body (normally already on its
+/// way: the end of the chunked encoding), and how much more it reads while waiting.
+const DRAIN_WAIT: Duration = Duration::from_millis(200);
+const DRAIN_BYTES: usize = 64 * 1024;
+
+enum Phase {
+    Reading,
+    /// `[DONE]` was read: drain the rest of the body, then end.
+    Draining,
+    Over,
 }
 
-/// Reads `chat.completion.chunk` events until `[DONE]`.
+/// Why the decoding of a chunk stopped.
+enum Stop {
+    Done,
+    Failed(ModelError),
+}
+
+struct SseState<S> {
+    bytes: Pin<Box<S>>,
+    decoder: SseDecoder,
+    pending: VecDeque<ChatEvent>,
+    /// An error to return once the events decoded before it are out.
+    failed: Option<ModelError>,
+    saw_finish: bool,
+    phase: Phase,
+    client: OpenAiClient,
+}
+
+/// Reads `chat.completion.chunk` events until `[DONE]`, then reads what is left of the body
+/// (a bounded drain: [`DRAIN_BYTES`], [`DRAIN_WAIT`]) so the connection returns to the pool.
 ///
 /// - An event that is not valid JSON ends the stream with [`ModelError::InvalidResponse`].
 /// - An `{"error": …}` event ends it with the mapped error.
@@ -526,101 +601,231 @@ struct SseState<S> {
 /// - A body that ends without `[DONE]` is accepted when a `finish_reason` was seen (the answer
 ///   is complete; only the terminator is missing) and is a [`ModelError::Transport`] otherwise
 ///   (the answer was cut).
-pub(crate) fn sse_stream<S>(
-    events: Pin<Box<S>>,
-    model: String,
-    timeout: Option<Duration>,
-    redactor: Arc<Redactor>,
+///
+/// Its errors have the client's secrets masked.
+pub(crate) fn sse_stream<S, B>(
+    bytes: Pin<Box<S>>,
+    client: OpenAiClient,
 ) -> impl Stream<Item = Result<ChatEvent, ModelError>> + Send
 where
-    S: Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>> + Send + 'static,
+    S: Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
+    B: AsRef<[u8]>,
 {
     let state = SseState {
-        events,
+        bytes,
+        decoder: SseDecoder::default(),
         pending: VecDeque::new(),
+        failed: None,
         saw_finish: false,
-        done: false,
-        model,
-        timeout,
-        scratch: Vec::new(),
-        redactor,
+        phase: Phase::Reading,
+        client,
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(ev) = st.pending.pop_front() {
                 return Some((Ok(ev), st));
             }
-            if st.done {
-                return None;
+            if let Some(err) = st.failed.take() {
+                st.phase = Phase::Over;
+                let err = st.client.redact(err);
+                return Some((Err(err), st));
             }
-            match st.events.next().await {
+            match st.phase {
+                Phase::Reading => {}
+                Phase::Draining => {
+                    st.phase = Phase::Over;
+                    drain(st.bytes.as_mut()).await;
+                    return None;
+                }
+                Phase::Over => return None,
+            }
+            let err = match st.bytes.next().await {
                 None => {
-                    st.done = true;
+                    st.phase = Phase::Over;
                     if st.saw_finish {
                         tracing::debug!("SSE stream ended without [DONE] after a finish_reason; accepted");
                         return None;
                     }
-                    return Some((
-                        Err(ModelError::Transport {
-                            message: "the stream ended before the answer finished (no finish_reason, no [DONE])".into(),
-                            source: None,
-                        }),
-                        st,
-                    ));
-                }
-                Some(Err(EventStreamError::Transport(e))) => {
-                    st.done = true;
-                    let err = transport_error(e, st.timeout, "reading the event stream");
-                    return Some((Err(err), st));
+                    ModelError::Transport {
+                        message: "the stream ended before the answer finished (no finish_reason, no [DONE])".into(),
+                        source: None,
+                    }
                 }
                 Some(Err(e)) => {
-                    st.done = true;
-                    return Some((
-                        Err(ModelError::invalid_response(format!("invalid event stream: {e}"))),
-                        st,
-                    ));
+                    st.phase = Phase::Over;
+                    transport_error(e, st.client.timeout_hint(), "reading the event stream")
                 }
-                Some(Ok(event)) => {
-                    let data = event.data.trim();
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if data == "[DONE]" {
-                        st.done = true;
-                        continue;
-                    }
-                    let chunk: WireChunk = match serde_json::from_str(data) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            st.done = true;
-                            // Masked before the cut: a cut secret would leak its first part.
-                            let shown: String = st.redactor.text(data).chars().take(200).collect();
-                            return Some((
-                                Err(ModelError::invalid_response(format!(
-                                    "invalid JSON in a stream chunk ({e}): {shown}"
-                                ))),
-                                st,
-                            ));
+                Some(Ok(chunk)) => {
+                    let SseState {
+                        decoder,
+                        pending,
+                        saw_finish,
+                        client,
+                        ..
+                    } = &mut st;
+                    match decoder.feed(chunk.as_ref(), |data| on_event(data, pending, saw_finish, client)) {
+                        None => continue,
+                        Some(Stop::Done) => {
+                            st.phase = Phase::Draining;
+                            continue;
                         }
-                    };
-                    if let Some(error) = &chunk.error {
-                        st.done = true;
-                        let err = stream_error(error, &st.model, &st.redactor);
-                        return Some((Err(err), st));
+                        Some(Stop::Failed(err)) => {
+                            st.failed = Some(err);
+                            continue;
+                        }
                     }
-                    if chunk.object.as_deref() == Some("error") {
-                        // vLLM: {"object": "error", "message": …, "type": …, "code": 400}
-                        st.done = true;
-                        let value: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
-                        let err = stream_error(&value, &st.model, &st.redactor);
-                        return Some((Err(err), st));
+                }
+            };
+            let err = st.client.redact(err);
+            return Some((Err(err), st));
+        }
+    })
+}
+
+/// One event's data: a chunk's events into `pending`, or why the stream stops.
+fn on_event(
+    data: &[u8],
+    pending: &mut VecDeque<ChatEvent>,
+    saw_finish: &mut bool,
+    client: &OpenAiClient,
+) -> Flow<Stop> {
+    let data = data.trim_ascii();
+    if data.is_empty() {
+        return Flow::Continue;
+    }
+    if data == b"[DONE]" {
+        return Flow::Stop(Stop::Done);
+    }
+    let i = client.inner();
+    let chunk: WireChunk = match serde_json::from_slice(data) {
+        Ok(c) => c,
+        Err(e) => {
+            // Masked before the cut: a cut secret would leak its first part.
+            let shown: String = i
+                .redactor
+                .text(&String::from_utf8_lossy(data))
+                .chars()
+                .take(200)
+                .collect();
+            return Flow::Stop(Stop::Failed(ModelError::invalid_response(format!(
+                "invalid JSON in a stream chunk ({e}): {shown}"
+            ))));
+        }
+    };
+    if let Some(error) = &chunk.error {
+        return Flow::Stop(Stop::Failed(stream_error(error, &i.model, &i.redactor)));
+    }
+    if chunk.is_error_object {
+        // vLLM: {"object": "error", "message": …, "type": …, "code": 400}
+        let value: serde_json::Value = serde_json::from_slice(data).unwrap_or_default();
+        return Flow::Stop(Stop::Failed(stream_error(&value, &i.model, &i.redactor)));
+    }
+    wire::chunk_events(chunk, pending, saw_finish);
+    Flow::Continue
+}
+
+/// Reads what is left of a body after `[DONE]`: hyper returns a connection to the pool only
+/// once its response body has ended, and a body dropped before its end closes the connection
+/// (a new TCP connection for every streamed request). The end is normally already there; the
+/// wait is bounded ([`DRAIN_WAIT`], [`DRAIN_BYTES`]) for servers that keep the body open.
+async fn drain<S, B>(mut bytes: Pin<&mut S>)
+where
+    S: Stream<Item = Result<B, reqwest::Error>>,
+    B: AsRef<[u8]>,
+{
+    let mut read = 0usize;
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    std::future::poll_fn(|cx| {
+        loop {
+            match bytes.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(b))) => {
+                    read += b.as_ref().len();
+                    if read > DRAIN_BYTES {
+                        return Poll::Ready(());
                     }
-                    let mut scratch = std::mem::take(&mut st.scratch);
-                    wire::chunk_events(chunk, &mut scratch, &mut st.saw_finish);
-                    st.pending.extend(scratch.drain(..));
-                    st.scratch = scratch;
+                }
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
+                Poll::Pending => {
+                    if timer.is_none() && tokio::runtime::Handle::try_current().is_err() {
+                        return Poll::Ready(()); // no runtime to time the wait
+                    }
+                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(DRAIN_WAIT)));
+                    return t.as_mut().poll(cx);
                 }
             }
         }
     })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use modu_core::FinishReason;
+
+    /// Polls a future that never waits (the bytes are in memory): no runtime needed, as the
+    /// fuzz targets run it.
+    fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        loop {
+            if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                return out;
+            }
+        }
+    }
+
+    fn decode(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, ModelError> {
+        let client = OpenAiClient::new("http://127.0.0.1:9/v1", "m").unwrap();
+        let bytes = futures::stream::iter(pieces.into_iter().map(Ok::<Vec<u8>, reqwest::Error>));
+        block_on(async move {
+            let mut stream = Box::pin(sse_stream(Box::pin(bytes), client));
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = stream.next().await {
+                builder.push(event?);
+            }
+            builder.finish()
+        })
+    }
+
+    #[test]
+    fn a_stream_decodes_the_same_wherever_the_network_cuts_it() {
+        let chunk = |delta: &str, finish: &str| {
+            format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}"#
+            )
+        };
+        let body = format!(
+            "\u{feff}data: {}\n\ndata: {}\r\n\r\n: keep-alive\n\ndata: {}\r\rdata: {}\n\ndata: [DONE]\n\ndata: ignored\n\n",
+            chunk(r#"{"role":"assistant","content":""}"#, "null"),
+            chunk(r#"{"content":"héllo"}"#, "null"),
+            chunk(r#"{"content":" wörld"}"#, r#""stop""#),
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+        )
+        .into_bytes();
+        let whole = decode(vec![body.clone()]).unwrap();
+        assert_eq!(whole.message.text(), "héllo wörld");
+        assert_eq!(whole.finish_reason, Some(FinishReason::Stop));
+        assert_eq!(whole.usage.total_tokens, 5);
+        for cut in 0..=body.len() {
+            let split = decode(vec![body[..cut].to_vec(), body[cut..].to_vec()]).unwrap();
+            assert_eq!(split, whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn events_before_a_bad_chunk_come_first_then_the_error() {
+        let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {not json\n\n".to_vec();
+        let client = OpenAiClient::new("http://127.0.0.1:9/v1", "m").unwrap();
+        let bytes = futures::stream::iter([Ok::<Vec<u8>, reqwest::Error>(body)]);
+        let items: Vec<_> = block_on(sse_stream(Box::pin(bytes), client).collect());
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].as_ref().unwrap(), &ChatEvent::TextDelta { text: "a".into() });
+        assert!(
+            matches!(items[1], Err(ModelError::InvalidResponse { .. })),
+            "{:?}",
+            items[1]
+        );
+    }
 }

@@ -1,10 +1,9 @@
 //! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`). Not a stable API.
 //!
 //! They run the client's real decoding paths on bytes instead of an HTTP body: the SSE
-//! framing (`eventsource-stream`), the chunk decoding and the fold into
+//! framing, the chunk decoding and the fold into
 //! [`ChatResponseBuilder`] that the run loop does.
 
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use modu_core::{ChatResponse, ChatResponseBuilder, ModelError};
 
@@ -15,13 +14,10 @@ use crate::wire::{self, WireCompletion};
 /// does: the first error ends the fold.
 pub async fn decode_sse_stream(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, ModelError> {
     let bytes = futures::stream::iter(pieces.into_iter().map(Ok::<Vec<u8>, reqwest::Error>));
-    let events = Box::pin(bytes.eventsource());
-    let mut stream = Box::pin(crate::client::sse_stream(
-        events,
-        "fuzz".to_owned(),
-        None,
-        std::sync::Arc::default(),
-    ));
+    let client = crate::OpenAiClient::new("http://127.0.0.1:9/v1", "fuzz").map_err(|e| ModelError::InvalidRequest {
+        message: format!("fuzz client: {e}"),
+    })?;
+    let mut stream = Box::pin(crate::client::sse_stream(Box::pin(bytes), client));
     let mut builder = ChatResponseBuilder::default();
     while let Some(event) = stream.next().await {
         builder.push(event?);

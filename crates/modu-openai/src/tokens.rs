@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::OpenAiClient;
-use crate::wire::{self, WireMessage, WireTool};
+use crate::wire::{self, WireMessages, WireTools};
 
 /// Which tokenize API the server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,9 +45,9 @@ impl std::fmt::Debug for VllmTokenCounter {
 #[derive(Serialize)]
 struct VllmTokenize<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    messages: WireMessages<'a>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    tools: WireTools<'a>,
     add_generation_prompt: bool,
 }
 
@@ -60,9 +60,9 @@ struct VllmTokenizeResponse {
 
 #[derive(Serialize)]
 struct ApplyTemplate<'a> {
-    messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    messages: WireMessages<'a>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    tools: WireTools<'a>,
 }
 
 #[derive(Deserialize)]

@@ -1,5 +1,6 @@
 //! The Chat Completions wire format: request bodies out, responses and stream chunks in.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use modu_core::{
@@ -28,11 +29,11 @@ pub enum EmptyToolCallContent {
 #[derive(Serialize)]
 pub(crate) struct WireRequest<'a> {
     pub model: &'a str,
-    pub messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<WireTool<'a>>,
+    pub messages: WireMessages<'a>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    pub tools: WireTools<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<Value>,
+    pub tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,15 +56,51 @@ pub(crate) struct StreamOptions {
     pub include_usage: bool,
 }
 
+/// A request's messages, serialised straight from modu's [`Message`]s (no intermediate
+/// vectors, and the text of a one-part message borrowed).
+#[derive(Clone, Copy)]
+pub(crate) struct WireMessages<'a> {
+    messages: &'a [Message],
+    empty_content: EmptyToolCallContent,
+}
+
+impl Serialize for WireMessages<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.messages.iter().map(|m| wire_message(m, self.empty_content)))
+    }
+}
+
 #[derive(Serialize)]
 pub(crate) struct WireMessage<'a> {
     pub role: &'static str,
     /// `None` serialises as `null` (only used for tool-call turns in `Null` mode).
-    pub content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<WireToolCallOut<'a>>,
+    pub content: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "WireToolCallsOut::is_empty")]
+    pub tool_calls: WireToolCallsOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<&'a str>,
+}
+
+/// An assistant message's tool calls, serialised from modu's [`ToolCall`]s.
+pub(crate) struct WireToolCallsOut<'a>(&'a [ToolCall]);
+
+impl WireToolCallsOut<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for WireToolCallsOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|c| WireToolCallOut {
+            id: &c.id,
+            kind: "function",
+            function: WireFunctionOut {
+                name: &c.name,
+                arguments: &c.arguments,
+            },
+        }))
+    }
 }
 
 #[derive(Serialize)]
@@ -78,6 +115,29 @@ pub(crate) struct WireToolCallOut<'a> {
 pub(crate) struct WireFunctionOut<'a> {
     pub name: &'a str,
     pub arguments: &'a str,
+}
+
+/// A request's tools, serialised from modu's [`ToolDefinition`]s.
+#[derive(Clone, Copy)]
+pub(crate) struct WireTools<'a>(&'a [ToolDefinition]);
+
+impl WireTools<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for WireTools<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|t| WireTool {
+            kind: "function",
+            function: WireFunctionDef {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+            },
+        }))
+    }
 }
 
 #[derive(Serialize)]
@@ -108,62 +168,80 @@ pub(crate) struct WireJsonSchema<'a> {
     pub strict: bool,
 }
 
-pub(crate) fn wire_messages(messages: &[Message], empty_content: EmptyToolCallContent) -> Vec<WireMessage<'_>> {
-    messages
-        .iter()
-        .map(|m| {
-            let text = m.text();
-            let tool_calls: Vec<WireToolCallOut<'_>> = m
-                .tool_calls
-                .iter()
-                .map(|c| WireToolCallOut {
-                    id: &c.id,
-                    kind: "function",
-                    function: WireFunctionOut {
-                        name: &c.name,
-                        arguments: &c.arguments,
-                    },
-                })
-                .collect();
-            let content = if text.is_empty() && !tool_calls.is_empty() && empty_content == EmptyToolCallContent::Null {
-                None
-            } else {
-                Some(text)
-            };
-            WireMessage {
-                role: m.role.as_str(),
-                content,
-                tool_calls,
-                tool_call_id: if m.role == Role::Tool {
-                    m.tool_call_id.as_deref()
-                } else {
-                    None
-                },
+/// The text of a message: borrowed when it has one part (the usual case).
+fn message_text(m: &Message) -> Cow<'_, str> {
+    match m.content.as_slice() {
+        [] => Cow::Borrowed(""),
+        [one] => Cow::Borrowed(one.as_text().unwrap_or_default()),
+        _ => Cow::Owned(m.text()),
+    }
+}
+
+fn wire_message(m: &Message, empty_content: EmptyToolCallContent) -> WireMessage<'_> {
+    let text = message_text(m);
+    let content = if text.is_empty() && !m.tool_calls.is_empty() && empty_content == EmptyToolCallContent::Null {
+        None
+    } else {
+        Some(text)
+    };
+    WireMessage {
+        role: m.role.as_str(),
+        content,
+        tool_calls: WireToolCallsOut(&m.tool_calls),
+        tool_call_id: if m.role == Role::Tool {
+            m.tool_call_id.as_deref()
+        } else {
+            None
+        },
+    }
+}
+
+pub(crate) fn wire_messages(messages: &[Message], empty_content: EmptyToolCallContent) -> WireMessages<'_> {
+    WireMessages {
+        messages,
+        empty_content,
+    }
+}
+
+pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> WireTools<'_> {
+    WireTools(tools)
+}
+
+/// `tool_choice`: a string, or the object that names a function.
+pub(crate) enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Named(&'a str),
+}
+
+impl Serialize for WireToolChoice<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Name<'a> {
+            name: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Named<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            function: Name<'a>,
+        }
+        match self {
+            WireToolChoice::Mode(mode) => serializer.serialize_str(mode),
+            WireToolChoice::Named(name) => Named {
+                kind: "function",
+                function: Name { name },
             }
-        })
-        .collect()
+            .serialize(serializer),
+        }
+    }
 }
 
-pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> Vec<WireTool<'_>> {
-    tools
-        .iter()
-        .map(|t| WireTool {
-            kind: "function",
-            function: WireFunctionDef {
-                name: &t.name,
-                description: &t.description,
-                parameters: &t.parameters,
-            },
-        })
-        .collect()
-}
-
-pub(crate) fn wire_tool_choice(choice: &ToolChoice) -> Value {
+pub(crate) fn wire_tool_choice(choice: &ToolChoice) -> WireToolChoice<'_> {
     match choice {
-        ToolChoice::Auto => Value::from("auto"),
-        ToolChoice::Required => Value::from("required"),
-        ToolChoice::None => Value::from("none"),
-        ToolChoice::Named(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
+        ToolChoice::Auto => WireToolChoice::Mode("auto"),
+        ToolChoice::Required => WireToolChoice::Mode("required"),
+        ToolChoice::None => WireToolChoice::Mode("none"),
+        ToolChoice::Named(name) => WireToolChoice::Named(name),
     }
 }
 
@@ -201,18 +279,41 @@ pub(crate) fn encode_request(
         stream,
         stream_options: stream.then_some(StreamOptions { include_usage: true }),
     };
-    encode_with_extras(&body, &request.extras)
+    encode_with_extras(&body, &request.extras, body_size_hint(request))
+}
+
+/// A guess at a request body's size, so that its buffer is allocated once: the texts it
+/// carries plus room for the JSON around them (tool schemas, about 256 bytes a tool).
+fn body_size_hint(request: &ChatRequest) -> usize {
+    let texts: usize = request
+        .messages
+        .iter()
+        .map(|m| {
+            let content: usize = m.content.iter().filter_map(|p| p.as_text()).map(str::len).sum();
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len() + 64)
+                .sum();
+            content + calls + 96
+        })
+        .sum();
+    let tools: usize = request.tools.iter().map(|t| t.description.len() + 256).sum();
+    (256 + texts + tools).next_power_of_two()
 }
 
 pub(crate) fn encode_with_extras<T: Serialize>(
     body: &T,
     extras: &BTreeMap<String, Value>,
+    size_hint: usize,
 ) -> Result<Vec<u8>, ModelError> {
     let invalid = |e: serde_json::Error| ModelError::InvalidRequest {
         message: format!("cannot serialise the request: {e}"),
     };
     if extras.is_empty() {
-        return serde_json::to_vec(body).map_err(invalid);
+        let mut out = Vec::with_capacity(size_hint);
+        serde_json::to_writer(&mut out, body).map_err(invalid)?;
+        return Ok(out);
     }
     let mut value = serde_json::to_value(body).map_err(invalid)?;
     if let Value::Object(map) = &mut value {
@@ -296,21 +397,115 @@ pub(crate) struct WireChunkChoice {
     pub index: usize,
     #[serde(default)]
     pub delta: Option<WireDelta>,
-    #[serde(default)]
-    pub finish_reason: Option<String>,
+    #[serde(default, deserialize_with = "finish_reason_in")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A chunk's choices with index 0, the only ones modu reads (kept without a vector in the
+/// usual case of one choice).
+#[derive(Default)]
+pub(crate) struct ChoicesZero {
+    first: Option<WireChunkChoice>,
+    more: Vec<WireChunkChoice>,
+}
+
+impl<'de> Deserialize<'de> for ChoicesZero {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ChoicesZero;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ChoicesZero, A::Error> {
+                let mut out = ChoicesZero::default();
+                while let Some(choice) = seq.next_element::<WireChunkChoice>()? {
+                    if choice.index != 0 {
+                        continue;
+                    }
+                    if out.first.is_none() {
+                        out.first = Some(choice);
+                    } else {
+                        out.more.push(choice);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_seq(Visit)
+    }
+}
+
+impl IntoIterator for ChoicesZero {
+    type Item = WireChunkChoice;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<WireChunkChoice>, std::vec::IntoIter<WireChunkChoice>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.more)
+    }
+}
+
+/// `finish_reason` (a string or null) read straight into a [`FinishReason`] (no string kept
+/// for the known reasons; `""` is `Other("")`, as [`finish_reason`] maps it).
+fn finish_reason_in<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<FinishReason>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Option<FinishReason>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(finish_reason(v)))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(Visit)
+        }
+    }
+    deserializer.deserialize_option(Visit)
 }
 
 #[derive(Deserialize)]
 pub(crate) struct WireChunk {
+    /// Only the choices with index 0 (`n > 1` is not used by modu).
     #[serde(default)]
-    pub choices: Vec<WireChunkChoice>,
+    pub choices: ChoicesZero,
     #[serde(default)]
     pub usage: Option<WireUsage>,
     #[serde(default)]
     pub error: Option<Value>,
-    /// `"error"` when vLLM reports a failure mid-stream as a top-level error object.
-    #[serde(default)]
-    pub object: Option<String>,
+    /// `object` is `"error"`: vLLM reports a failure mid-stream as a top-level error object.
+    /// (Read without keeping the string: every chunk has an `object`.)
+    #[serde(default, rename = "object", deserialize_with = "object_is_error")]
+    pub is_error_object: bool,
+}
+
+/// Whether `object` (a string or null) is `"error"`.
+fn object_is_error<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    struct IsError;
+    impl<'de> serde::de::Visitor<'de> for IsError {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+            Ok(v == "error")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(IsError)
+        }
+    }
+    deserializer.deserialize_option(IsError)
 }
 
 #[derive(Deserialize)]
@@ -326,8 +521,8 @@ pub(crate) struct WireChoice {
     #[serde(default)]
     pub index: usize,
     pub message: WireMessageIn,
-    #[serde(default)]
-    pub finish_reason: Option<String>,
+    #[serde(default, deserialize_with = "finish_reason_in")]
+    pub finish_reason: Option<FinishReason>,
 }
 
 #[derive(Deserialize)]
@@ -349,39 +544,37 @@ pub(crate) fn finish_reason(s: &str) -> FinishReason {
 }
 
 /// Turns one stream chunk into events (only choice 0 is read; `n > 1` is not used by modu).
-pub(crate) fn chunk_events(chunk: WireChunk, out: &mut Vec<ChatEvent>, saw_finish: &mut bool) {
+pub(crate) fn chunk_events(chunk: WireChunk, out: &mut impl Extend<ChatEvent>, saw_finish: &mut bool) {
     for choice in chunk.choices {
-        if choice.index != 0 {
-            continue;
-        }
         if let Some(delta) = choice.delta {
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-                out.push(ChatEvent::TextDelta { text });
+                out.extend(Some(ChatEvent::TextDelta { text }));
             }
             for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                 let (name, arguments) = match call.function {
                     Some(f) => (f.name, f.arguments.map(WireArguments::into_string).unwrap_or_default()),
                     None => (None, String::new()),
                 };
-                out.push(ChatEvent::ToolCallDelta {
+                out.extend(Some(ChatEvent::ToolCallDelta {
                     index: call.index.unwrap_or(position),
                     id: call.id.filter(|s| !s.is_empty()),
                     name: name.filter(|s| !s.is_empty()),
                     arguments,
-                });
+                }));
             }
         }
-        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+        if let Some(reason) = choice
+            .finish_reason
+            .filter(|r| !matches!(r, FinishReason::Other(o) if o.is_empty()))
+        {
             *saw_finish = true;
-            out.push(ChatEvent::Finish {
-                reason: finish_reason(&reason),
-            });
+            out.extend(Some(ChatEvent::Finish { reason }));
         }
     }
     if let Some(usage) = chunk.usage {
-        out.push(ChatEvent::Usage {
+        out.extend(Some(ChatEvent::Usage {
             usage: usage.to_usage(),
-        });
+        }));
     }
 }
 
@@ -433,7 +626,7 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
     Ok(ChatResponse {
         message,
         usage,
-        finish_reason: choice.finish_reason.as_deref().map(finish_reason),
+        finish_reason: choice.finish_reason,
     })
 }
 

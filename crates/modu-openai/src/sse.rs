@@ -1,0 +1,185 @@
+//! Server-sent events framing (the `text/event-stream` format of the HTML standard), on bytes.
+//!
+//! Only what a chat completion stream needs: the `data` of each event (several `data:` lines of
+//! one event are joined with `\n`); `event`, `id`, `retry` and comments are read and ignored.
+//! Lines end with LF, CRLF or CR; a leading UTF-8 byte order mark is skipped; an event not
+//! ended by a blank line when the body ends is dropped (as the standard says). The outcome
+//! does not depend on where the body is cut into network chunks.
+//!
+//! Unlike a general SSE client it allocates nothing per event once its two buffers (the line
+//! that straddles two chunks, the data of the current event) have grown to the size of the
+//! largest event: the data is handed to the caller as a borrowed slice.
+
+/// What the caller wants after an event's data.
+pub(crate) enum Flow<E> {
+    /// Read on.
+    Continue,
+    /// Stop reading this chunk (the stream is over: `[DONE]`, or an error).
+    Stop(E),
+}
+
+/// An incremental SSE decoder: feed it the body's chunks in order.
+#[derive(Default)]
+pub(crate) struct SseDecoder {
+    /// The start of a line whose end has not arrived yet.
+    partial: Vec<u8>,
+    /// The data of the current event (each `data:` line followed by `\n`).
+    data: Vec<u8>,
+    /// The last chunk ended with CR: an LF starting the next one belongs to that line end.
+    skip_lf: bool,
+    /// The first line has been read (the byte order mark is only skipped there).
+    started: bool,
+}
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+impl SseDecoder {
+    /// Decodes `chunk`, calling `on_data` with the data of every event it completes, until
+    /// `on_data` returns [`Flow::Stop`] (whose value is returned; the rest of the chunk is not
+    /// read).
+    pub(crate) fn feed<E>(&mut self, mut chunk: &[u8], mut on_data: impl FnMut(&[u8]) -> Flow<E>) -> Option<E> {
+        if self.skip_lf {
+            if chunk.is_empty() {
+                return None;
+            }
+            self.skip_lf = false;
+            if chunk[0] == b'\n' {
+                chunk = &chunk[1..];
+            }
+        }
+        while let Some(end) = chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let (line_end, rest) = match chunk[end] {
+                b'\r' if end + 1 == chunk.len() => {
+                    self.skip_lf = true;
+                    (end, &chunk[end + 1..])
+                }
+                b'\r' if chunk[end + 1] == b'\n' => (end, &chunk[end + 2..]),
+                _ => (end, &chunk[end + 1..]),
+            };
+            let stop = if self.partial.is_empty() {
+                self.line(&chunk[..line_end], &mut on_data)
+            } else {
+                let mut partial = std::mem::take(&mut self.partial);
+                partial.extend_from_slice(&chunk[..line_end]);
+                let stop = self.line(&partial, &mut on_data);
+                partial.clear();
+                self.partial = partial;
+                stop
+            };
+            if stop.is_some() {
+                return stop;
+            }
+            chunk = rest;
+        }
+        self.partial.extend_from_slice(chunk);
+        None
+    }
+
+    fn line<E>(&mut self, mut line: &[u8], on_data: &mut impl FnMut(&[u8]) -> Flow<E>) -> Option<E> {
+        if !self.started {
+            self.started = true;
+            line = line.strip_prefix(BOM).unwrap_or(line);
+        }
+        if line.is_empty() {
+            // The end of an event: dispatch its data, without the last `\n`.
+            if self.data.is_empty() {
+                return None;
+            }
+            self.data.pop();
+            let flow = on_data(&self.data);
+            self.data.clear();
+            return match flow {
+                Flow::Continue => None,
+                Flow::Stop(e) => Some(e),
+            };
+        }
+        if line[0] == b':' {
+            return None; // a comment
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        if name == b"data" {
+            self.data.extend_from_slice(value);
+            self.data.push(b'\n');
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The events of `body` delivered in `pieces` (cut at these byte offsets).
+    fn events(body: &[u8], cuts: &[usize]) -> Vec<String> {
+        let mut d = SseDecoder::default();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&body.len())) {
+            d.feed::<()>(&body[start..cut], |data| {
+                out.push(String::from_utf8(data.to_vec()).unwrap());
+                Flow::Continue
+            });
+            start = cut;
+        }
+        out
+    }
+
+    #[test]
+    fn the_standard_examples() {
+        let body = b"data: This is the first message.\n\ndata: This is the second message, it\ndata: has two lines.\n\ndata: This is the third message.\n\n";
+        assert_eq!(
+            events(body, &[]),
+            vec![
+                "This is the first message.",
+                "This is the second message, it\nhas two lines.",
+                "This is the third message."
+            ]
+        );
+        let body = b"event: add\ndata: 73857293\n\nevent: remove\ndata: 2153\n\n: a comment\nid: 7\nretry: 10\ndata:no space\n\n";
+        assert_eq!(events(body, &[]), vec!["73857293", "2153", "no space"]);
+        // `data` without a colon is an empty data line; two leading spaces keep one.
+        assert_eq!(events(b"data\ndata\n\ndata:  x\n\n", &[]), vec!["\n", " x"]);
+        // An event without data is not dispatched; neither is one cut by the end of the body.
+        assert_eq!(events(b"event: x\n\ndata: cut", &[]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn line_ends_and_bom_wherever_the_body_is_cut() {
+        let body = b"\xEF\xBB\xBFdata: a\r\n\r\ndata: b\r\rdata: c\n\ndata: d\r\ndata: e\r\n\r\n";
+        let want = vec!["a", "b", "c", "d\ne"];
+        assert_eq!(events(body, &[]), want);
+        for cut in 0..=body.len() {
+            assert_eq!(events(body, &[cut]), want, "cut at {cut}");
+        }
+        for a in 0..body.len() {
+            for b in a..=body.len() {
+                assert_eq!(events(body, &[a, b]), want, "cut at {a} and {b}");
+            }
+        }
+        // A BOM is only skipped at the start.
+        assert_eq!(events(b"data: a\n\n\xEF\xBB\xBFdata: b\n\n", &[]), vec!["a"]);
+    }
+
+    #[test]
+    fn stop_ends_the_chunk() {
+        let mut d = SseDecoder::default();
+        let mut seen = Vec::new();
+        let stop = d.feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", |data| {
+            seen.push(data.to_vec());
+            if data == b"2" {
+                Flow::Stop("done")
+            } else {
+                Flow::Continue
+            }
+        });
+        assert_eq!(stop, Some("done"));
+        assert_eq!(seen, vec![b"1".to_vec(), b"2".to_vec()]);
+    }
+}
