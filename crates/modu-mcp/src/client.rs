@@ -29,7 +29,7 @@ use crate::error::{
 };
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
-use crate::stdio::{DecodeFailures, StderrTail, StdioTransport};
+use crate::stdio::{DecodeFailures, ExitStatusSlot, StderrTail, StdioTransport};
 
 /// The most a tool's error text may take in the message the model sees.
 pub(crate) const MAX_ERROR_TEXT: usize = 4000;
@@ -244,8 +244,10 @@ impl McpConnector {
         let mut wrapped = CommandWrap::from(cmd);
         // Its own process group: closing the session also ends the server's own children.
         wrapped.wrap(ProcessGroup::leader());
-        let (transport, pid, stderr) = StdioTransport::spawn(wrapped, &config.name, Arc::clone(decode_failures))
-            .map_err(|e| transport_error(format!("could not start {command:?}: {e}")))?;
+        let exit = ExitStatusSlot::default();
+        let (transport, pid, stderr) =
+            StdioTransport::spawn(wrapped, &config.name, Arc::clone(decode_failures), Arc::clone(&exit))
+                .map_err(|e| transport_error(format!("could not start {command:?}: {e}")))?;
         let tail = Arc::new(StderrTail::default());
         let reader = stderr.map(|stderr| {
             let server = config.name.clone();
@@ -276,15 +278,18 @@ impl McpConnector {
                 let made_up = matches!(e, ClientInitializeError::JsonRpcError(_))
                     .then(|| decode_failures.take_any())
                     .flatten();
-                let reason = match made_up {
-                    Some(failure) => failure.message,
-                    None => describe::initialize(&e).message,
-                };
-                let mut message = format!("initialize failed: {reason}");
                 // The transport is dropped, so the server is killed and its stderr ends.
                 if let Some(reader) = reader {
                     let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
                 }
+                let exited = *exit.lock().unwrap_or_else(PoisonError::into_inner);
+                let reason = match (exited, made_up) {
+                    // It exited by itself: that is the news, whatever the write or read saw.
+                    (Some(status), _) => format!("the server exited before answering it ({status})"),
+                    (None, Some(failure)) => failure.message,
+                    (None, None) => describe::initialize(&e).message,
+                };
+                let mut message = format!("initialize failed: {reason}");
                 if let Some(text) = tail.text() {
                     message.push_str("; the last lines of its stderr:\n");
                     message.push_str(&text);

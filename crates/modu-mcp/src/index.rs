@@ -197,12 +197,21 @@ impl SearchIndex {
         // (exact name, score, tool) of every match, in no particular order.
         let mut hits: Vec<(bool, f32, u32)> = Vec::new();
         if terms.is_empty() {
-            hits.extend((0..n).filter(|&i| visible(i)).map(|i| (false, 0.0, i as u32)));
-            for &t in exact {
-                if let Some(hit) = hits.iter_mut().find(|h| h.2 == t) {
-                    hit.0 = true;
+            // Every visible tool in discovery order, after the ones named exactly: no ranking.
+            let mut named: Vec<usize> = exact.iter().map(|&t| t as usize).filter(|&t| visible(t)).collect();
+            named.sort_unstable();
+            let mut total = named.len();
+            let mut first = named.clone();
+            for t in (0..n).filter(|t| named.binary_search(t).is_err()) {
+                if visible(t) {
+                    total += 1;
+                    if first.len() < limit {
+                        first.push(t);
+                    }
                 }
             }
+            first.truncate(limit);
+            return (first, total);
         } else {
             let mut score = vec![0f32; n];
             let mut matched = vec![false; n];

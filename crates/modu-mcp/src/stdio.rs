@@ -123,12 +123,26 @@ impl DecodeFailures {
     }
 }
 
+/// Where the transport leaves the server's exit status when it sees the server exit (at the
+/// end of its output, or when the transport is dropped after it exited).
+pub(crate) type ExitStatusSlot = Arc<Mutex<Option<std::process::ExitStatus>>>;
+
 /// Kills the server's process group when dropped without a graceful close.
-struct ChildGuard(Option<Box<dyn ChildWrapper>>);
+struct ChildGuard(Option<Box<dyn ChildWrapper>>, ExitStatusSlot);
+
+impl ChildGuard {
+    fn record(&self, status: std::process::ExitStatus) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+    }
+}
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
+            // A server that exited by itself: keep its status for the error that follows.
+            if let Ok(Some(status)) = child.try_wait() {
+                self.record(status);
+            }
             if let Err(e) = child.start_kill() {
                 tracing::debug!(error = %e, "killing an MCP server process group failed");
             }
@@ -186,6 +200,7 @@ impl StdioTransport {
         mut command: CommandWrap,
         server: &str,
         failures: Arc<DecodeFailures>,
+        exit: ExitStatusSlot,
     ) -> std::io::Result<(Self, Option<u32>, Option<ChildStderr>)> {
         command
             .command_mut()
@@ -201,7 +216,7 @@ impl StdioTransport {
         let stderr = child.stderr().take();
         let transport = StdioTransport {
             server: Arc::from(server),
-            child: ChildGuard(Some(child)),
+            child: ChildGuard(Some(child), exit),
             stdout: BufReader::with_capacity(64 * 1024, stdout),
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             line: Vec::new(),
@@ -226,7 +241,10 @@ impl StdioTransport {
     async fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
         let child = self.child.0.as_mut()?;
         match tokio::time::timeout(EXIT_STATUS_WAIT, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
+            Ok(Ok(status)) => {
+                self.child.record(status);
+                Some(status)
+            }
             _ => None,
         }
     }
@@ -821,8 +839,13 @@ mod tests {
     async fn transport_printing(script: &str, max_line: usize, ids: &[i64]) -> StdioTransport {
         let mut command = tokio::process::Command::new("sh");
         command.args(["-c", script]).kill_on_drop(true);
-        let (transport, _, _) =
-            StdioTransport::spawn(CommandWrap::from(command), "test", Arc::new(DecodeFailures::default())).unwrap();
+        let (transport, _, _) = StdioTransport::spawn(
+            CommandWrap::from(command),
+            "test",
+            Arc::new(DecodeFailures::default()),
+            ExitStatusSlot::default(),
+        )
+        .unwrap();
         let transport = transport.with_max_line(max_line);
         transport.pending().extend(ids.iter().map(|&i| RequestId::Number(i)));
         transport
