@@ -75,6 +75,9 @@ struct Posting {
     tool: u32,
     in_name: u16,
     in_description: u16,
+    /// The tool's BM25F weight for this word (before the inverse document frequency), for
+    /// queries whose word matches this word only.
+    weight: f32,
 }
 
 /// The index over a registry's tools (by their position in discovery order).
@@ -134,6 +137,7 @@ impl SearchIndex {
                     tool,
                     in_name: 0,
                     in_description: 0,
+                    weight: 0.0,
                 };
                 while k < words.len() && words[k].0 == *word {
                     if words[k].1 {
@@ -167,9 +171,23 @@ impl SearchIndex {
                 (lens.iter().map(|&l| f64::from(l)).sum::<f64>() / lens.len() as f64).max(1.0) as f32
             }
         };
+        let avg_name_len = average(&name_len);
+        let avg_description_len = average(&description_len);
+        for (_, list) in &mut vocabulary {
+            for p in list {
+                let t = p.tool as usize;
+                p.weight = NAME_WEIGHT * bm25(f32::from(p.in_name), name_len[t], avg_name_len, B_NAME)
+                    + bm25(
+                        f32::from(p.in_description),
+                        description_len[t],
+                        avg_description_len,
+                        B_DESCRIPTION,
+                    );
+            }
+        }
         SearchIndex {
-            avg_name_len: average(&name_len),
-            avg_description_len: average(&description_len),
+            avg_name_len,
+            avg_description_len,
             vocabulary,
             name_len,
             description_len,
@@ -194,8 +212,6 @@ impl SearchIndex {
         terms.dedup();
         let exact: &[u32] = self.exact.get(&query.to_lowercase()).map_or(&[], Vec::as_slice);
 
-        // (exact name, score, tool) of every match, in no particular order.
-        let mut hits: Vec<(bool, f32, u32)> = Vec::new();
         if terms.is_empty() {
             // Every visible tool in discovery order, after the ones named exactly: no ranking.
             let mut named: Vec<usize> = exact.iter().map(|&t| t as usize).filter(|&t| visible(t)).collect();
@@ -212,105 +228,134 @@ impl SearchIndex {
             }
             first.truncate(limit);
             return (first, total);
-        } else {
-            let mut score = vec![0f32; n];
-            let mut matched = vec![false; n];
-            let mut order: Vec<u32> = Vec::new();
-            let mut name_tf = vec![0f32; n];
-            let mut description_tf = vec![0f32; n];
-            let mut term_tools: Vec<u32> = Vec::new();
-            for term in &terms {
-                let term_chars = term.chars().count();
-                let start = self.vocabulary.partition_point(|(w, _)| **w < **term);
-                for (word, postings) in self.vocabulary[start..]
-                    .iter()
-                    .take_while(|(w, _)| w.starts_with(term.as_str()))
+        }
+        // A matched tool's score is positive (every inverse document frequency is).
+        let mut score = vec![0f32; n];
+        let mut order: Vec<u32> = Vec::new();
+        // Per-tool frequencies of the words a query word matches, when it matches several
+        // (allocated on the first such word).
+        let mut name_tf: Vec<f32> = Vec::new();
+        let mut description_tf: Vec<f32> = Vec::new();
+        let mut term_tools: Vec<u32> = Vec::new();
+        for term in &terms {
+            let term_chars = term.chars().count();
+            let start = self.vocabulary.partition_point(|(w, _)| **w < **term);
+            let words = &self.vocabulary[start..];
+            let words = &words[..words.partition_point(|(w, _)| w.starts_with(term.as_str()))];
+            // The word only (no word it starts, or too short to match those): its weights
+            // are computed already.
+            let only_itself = match words {
+                [] => true,
+                [(word, _)] => **word == **term,
+                _ => false,
+            };
+            if only_itself || term_chars < MIN_NAME_PREFIX {
+                if let Some((word, postings)) = words.first()
+                    && **word == **term
                 {
-                    let whole = **word == **term;
-                    // The word itself sorts first; the rest only extend it.
-                    if !whole && term_chars < MIN_NAME_PREFIX {
-                        break;
+                    let idf = idf(n, postings.len());
+                    for p in postings {
+                        let t = p.tool as usize;
+                        if score[t] == 0.0 {
+                            order.push(p.tool);
+                        }
+                        score[t] += idf * p.weight;
                     }
-                    let (name_weight, description_weight) = if whole {
-                        (1.0, 1.0)
-                    } else {
-                        (
-                            if term_chars >= MIN_NAME_PREFIX {
-                                PREFIX_WEIGHT
-                            } else {
-                                0.0
-                            },
-                            if term_chars >= MIN_DESCRIPTION_PREFIX {
-                                PREFIX_WEIGHT
-                            } else {
-                                0.0
-                            },
-                        )
-                    };
-                    if name_weight == 0.0 && description_weight == 0.0 {
+                }
+                continue;
+            }
+            if name_tf.is_empty() {
+                name_tf = vec![0.0; n];
+                description_tf = vec![0.0; n];
+            }
+            for (word, postings) in words {
+                let whole = **word == **term;
+                // The word itself sorts first; the rest only extend it.
+                if !whole && term_chars < MIN_NAME_PREFIX {
+                    break;
+                }
+                let (name_weight, description_weight) = if whole {
+                    (1.0, 1.0)
+                } else {
+                    (
+                        if term_chars >= MIN_NAME_PREFIX {
+                            PREFIX_WEIGHT
+                        } else {
+                            0.0
+                        },
+                        if term_chars >= MIN_DESCRIPTION_PREFIX {
+                            PREFIX_WEIGHT
+                        } else {
+                            0.0
+                        },
+                    )
+                };
+                if name_weight == 0.0 && description_weight == 0.0 {
+                    continue;
+                }
+                for p in postings {
+                    let in_name = f32::from(p.in_name) * name_weight;
+                    let in_description = f32::from(p.in_description) * description_weight;
+                    if in_name == 0.0 && in_description == 0.0 {
                         continue;
                     }
-                    for p in postings {
-                        let in_name = f32::from(p.in_name) * name_weight;
-                        let in_description = f32::from(p.in_description) * description_weight;
-                        if in_name == 0.0 && in_description == 0.0 {
-                            continue;
-                        }
-                        let t = p.tool as usize;
-                        if name_tf[t] == 0.0 && description_tf[t] == 0.0 {
-                            term_tools.push(p.tool);
-                        }
-                        name_tf[t] += in_name;
-                        description_tf[t] += in_description;
+                    let t = p.tool as usize;
+                    if name_tf[t] == 0.0 && description_tf[t] == 0.0 {
+                        term_tools.push(p.tool);
                     }
-                }
-                let df = term_tools.len() as f32;
-                let idf = (1.0 + (n as f32 - df + 0.5) / (df + 0.5)).ln();
-                for tool in term_tools.drain(..) {
-                    let t = tool as usize;
-                    let s = NAME_WEIGHT * bm25(name_tf[t], self.name_len[t], self.avg_name_len, B_NAME)
-                        + bm25(
-                            description_tf[t],
-                            self.description_len[t],
-                            self.avg_description_len,
-                            B_DESCRIPTION,
-                        );
-                    score[t] += idf * s;
-                    name_tf[t] = 0.0;
-                    description_tf[t] = 0.0;
-                    if !matched[t] {
-                        matched[t] = true;
-                        order.push(tool);
-                    }
+                    name_tf[t] += in_name;
+                    description_tf[t] += in_description;
                 }
             }
-            for &t in exact {
-                if !matched[t as usize] {
-                    matched[t as usize] = true;
-                    order.push(t);
+            let idf = idf(n, term_tools.len());
+            for tool in term_tools.drain(..) {
+                let t = tool as usize;
+                let s = NAME_WEIGHT * bm25(name_tf[t], self.name_len[t], self.avg_name_len, B_NAME)
+                    + bm25(
+                        description_tf[t],
+                        self.description_len[t],
+                        self.avg_description_len,
+                        B_DESCRIPTION,
+                    );
+                if score[t] == 0.0 {
+                    order.push(tool);
                 }
+                score[t] += idf * s;
+                name_tf[t] = 0.0;
+                description_tf[t] = 0.0;
             }
-            hits.extend(
-                order
-                    .into_iter()
-                    .filter(|&t| visible(t as usize))
-                    .map(|t| (exact.contains(&t), score[t as usize], t)),
-            );
         }
-        let total = hits.len();
-        let rank =
-            |a: &(bool, f32, u32), b: &(bool, f32, u32)| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2));
-        let limit = limit.min(total);
-        if limit < total {
-            if limit == 0 {
-                return (Vec::new(), total);
+        for &t in exact {
+            if score[t as usize] == 0.0 && !order.contains(&t) {
+                order.push(t);
             }
-            hits.select_nth_unstable_by(limit - 1, rank);
-            hits.truncate(limit);
         }
-        hits.sort_unstable_by(rank);
-        (hits.into_iter().map(|h| h.2 as usize).collect(), total)
+        // The best `limit`, best first, kept while counting: (exact name, score, tool).
+        type Hit = (bool, f32, u32);
+        let rank = |a: &Hit, b: &Hit| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2));
+        let mut top: Vec<Hit> = Vec::with_capacity(limit.min(order.len()) + 1);
+        let mut total = 0;
+        for t in order {
+            if !visible(t as usize) {
+                continue;
+            }
+            total += 1;
+            let hit = (exact.contains(&t), score[t as usize], t);
+            if limit == 0 || (top.len() == limit && top.last().is_some_and(|last| rank(&hit, last).is_ge())) {
+                continue;
+            }
+            let at = top.partition_point(|x| rank(x, &hit).is_lt());
+            top.insert(at, hit);
+            top.truncate(limit);
+        }
+        (top.into_iter().map(|h| h.2 as usize).collect(), total)
     }
+}
+
+/// BM25's inverse document frequency of a word `df` of `n` tools have (always positive).
+fn idf(n: usize, df: usize) -> f32 {
+    let (n, df) = (n as f32, df as f32);
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
 /// BM25's saturated, length-normalised term frequency (0 when the word does not occur).

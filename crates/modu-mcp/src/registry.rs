@@ -420,9 +420,45 @@ mod tests {
         // "report" is a word of c's description and starts a's name.
         let (hits, _) = r.search("report", 10, |_| true);
         assert_eq!(names(&hits), ["a__reports", "c__go"]);
+        // A word only longer words start.
+        assert_eq!(names(&r.search("deployme", 10, |_| true).0), ["a__reports"]);
         // Two letters match whole words only.
         assert_eq!(names(&r.search("go", 10, |_| true).0), ["c__go"]);
         assert_eq!(r.search("de", 10, |_| true).1, 0);
+    }
+
+    #[test]
+    fn a_limit_cuts_the_full_ranking() {
+        let words = [
+            "user", "users", "report", "reports", "sync", "export", "ledger", "alert",
+        ];
+        let mut r = McpToolRegistry::new();
+        for i in 0..300_usize {
+            let w = |k: usize| words[(i * 7 + k * 3) % words.len()];
+            r.insert(McpToolDescriptor::new(
+                format!("s{}", i % 5),
+                format!("{}_{}", w(0), w(1)),
+                format!("{} {} {} the {}", w(2), w(3), w(1), w(i % 4)),
+                object(),
+            ));
+        }
+        for query in [
+            "user",
+            "report sync",
+            "use",
+            "s3__sync_ledger",
+            "ledger alert users",
+            "the",
+        ] {
+            let (all, total) = r.search(query, usize::MAX, |_| true);
+            assert_eq!(all.len(), total, "{query}");
+            assert!(total > 0, "{query}");
+            for limit in [1, 2, 10, 50] {
+                let (cut, cut_total) = r.search(query, limit, |_| true);
+                assert_eq!(cut_total, total);
+                assert_eq!(names(&cut), names(&all[..limit.min(total)]), "{query} limit {limit}");
+            }
+        }
     }
 
     #[test]
