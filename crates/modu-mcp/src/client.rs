@@ -474,7 +474,6 @@ impl McpSession {
             by_name.insert(connection.name.clone(), servers.len());
             servers.push(Arc::new(connection));
         }
-        registry.build_index();
         McpSession {
             servers,
             by_name,
@@ -489,7 +488,7 @@ impl McpSession {
     }
 
     /// A session with no servers over a given registry: search works, calls fail (for
-    /// benchmarks and tests of search and filters).
+    /// benchmarks and tests of search and filters). Its search index is built here.
     pub fn from_registry(registry: McpToolRegistry) -> Self {
         registry.build_index();
         McpSession {

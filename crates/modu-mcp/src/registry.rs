@@ -1,6 +1,7 @@
 //! The per-run registry of discovered tools and the search behind `mcp_search_tools`.
 //!
-//! Search runs on an inverted index built once per registry (and again after it changes):
+//! Search runs on an inverted index built once per registry (and again after it changes,
+//! at the next search):
 //! the query equal to a tool's name first, then BM25 over the words of names and
 //! descriptions. Over 10,000 tools a search takes tens of microseconds instead of the
 //! milliseconds a scan of every tool took (`cargo bench -p modu-mcp --bench mcp`).
@@ -161,7 +162,8 @@ impl McpToolRegistry {
     }
 
     /// Builds the search index now, so the first search does not (a search builds it when
-    /// the registry changed since). [`crate::McpSession`] builds it when it opens.
+    /// the registry changed since). [`crate::McpToolProvider`] builds it when it opens a run's
+    /// servers for the meta tools (not for direct tools, which never search).
     pub fn build_index(&self) {
         self.index();
     }
