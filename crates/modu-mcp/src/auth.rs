@@ -193,7 +193,8 @@ impl OAuthHttpClient {
         self.tokens
             .token(&self.server)
             .await
-            .map_err(|e| StreamableHttpError::Io(std::io::Error::other(e.to_string())))
+            // The auth error itself, so the session reports it as one (see `describe`).
+            .map_err(|e| StreamableHttpError::Io(std::io::Error::other(e)))
     }
 
     async fn with_token<T, F, Fut>(&self, call: F) -> HttpResult<T>
@@ -203,7 +204,9 @@ impl OAuthHttpClient {
     {
         let token = self.token().await?;
         match call(token.clone()).await {
-            Err(StreamableHttpError::AuthRequired(_)) => {
+            Err(e)
+                if matches!(e, StreamableHttpError::AuthRequired(_)) || crate::describe::is_plain_unauthorized(&e) =>
+            {
                 self.tokens.invalidate(&token).await;
                 let fresh = self.token().await?;
                 call(fresh).await

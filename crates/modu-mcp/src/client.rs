@@ -16,19 +16,20 @@ use rmcp::service::{ClientCacheConfig, ClientInitializeError, PeerRequestOptions
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 use crate::auth::{OAuthHttpClient, OAuthTokenSource, secret_from_env};
 use crate::config::{
     DEFAULT_MAX_RESULT_BYTES, McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig, validate_all,
 };
+use crate::describe::{self, Cause, Described};
 use crate::error::{
     InvocationFailure, McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError,
     McpToolInvocationError, McpTransportError, redact, redact_value,
 };
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
-use crate::stdio::{DecodeFailures, StdioTransport};
+use crate::stdio::{DecodeFailures, ExitStatusSlot, StderrTail, StdioTransport};
 
 /// The most a tool's error text may take in the message the model sees.
 pub(crate) const MAX_ERROR_TEXT: usize = 4000;
@@ -198,10 +199,15 @@ impl McpConnector {
             Ok(tools) => tools,
             Err(e) => {
                 let _ = service.cancel().await;
-                return Err(McpError::ToolDiscovery(McpToolDiscoveryError {
-                    server: name,
-                    message: redact(&e.to_string(), &secrets),
-                }));
+                let Described { cause, message } = describe::service(&e);
+                let message = redact(&message, &secrets);
+                return Err(match cause {
+                    Cause::Auth => McpError::Auth(McpAuthError { server: name, message }),
+                    Cause::Other => McpError::ToolDiscovery(McpToolDiscoveryError {
+                        server: name,
+                        message: format!("tools/list failed: {message}"),
+                    }),
+                });
             }
         };
         tracing::debug!(server = %name, tools = tools.len(), "MCP server opened");
@@ -238,23 +244,59 @@ impl McpConnector {
         let mut wrapped = CommandWrap::from(cmd);
         // Its own process group: closing the session also ends the server's own children.
         wrapped.wrap(ProcessGroup::leader());
-        let (transport, pid, stderr) = StdioTransport::spawn(wrapped, &config.name, Arc::clone(decode_failures))
-            .map_err(|e| transport_error(format!("could not start {command:?}: {e}")))?;
-        if let Some(stderr) = stderr {
+        let exit = ExitStatusSlot::default();
+        let (transport, pid, stderr) =
+            StdioTransport::spawn(wrapped, &config.name, Arc::clone(decode_failures), Arc::clone(&exit))
+                .map_err(|e| transport_error(format!("could not start {command:?}: {e}")))?;
+        let tail = Arc::new(StderrTail::default());
+        let reader = stderr.map(|stderr| {
             let server = config.name.clone();
             let secrets = secrets.to_vec();
+            let tail = Arc::clone(&tail);
+            // Read to the end whatever the server writes (lines not in UTF-8, very long lines),
+            // so it never blocks on a full pipe.
             tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::debug!(target: "modu_mcp::stderr", server = %server, "{}", redact(&line, &secrets));
+                let mut reader = tokio::io::BufReader::new(stderr);
+                let mut buf = Vec::new();
+                loop {
+                    buf.clear();
+                    match (&mut reader).take(8192).read_until(b'\n', &mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            let line = redact(String::from_utf8_lossy(&buf).trim_end(), &secrets);
+                            tracing::debug!(target: "modu_mcp::stderr", server = %server, "{line}");
+                            tail.push(&line);
+                        }
+                    }
                 }
-            });
+            })
+        });
+        match ModuClientHandler.serve(transport).await {
+            Ok(service) => Ok((service, pid)),
+            Err(e) => {
+                // An error the transport made up (the server's output ended) is not the server's.
+                let made_up = matches!(e, ClientInitializeError::JsonRpcError(_))
+                    .then(|| decode_failures.take_any())
+                    .flatten();
+                // The transport is dropped, so the server is killed and its stderr ends.
+                if let Some(reader) = reader {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+                }
+                let exited = *exit.lock().unwrap_or_else(PoisonError::into_inner);
+                let reason = match (exited, made_up) {
+                    // It exited by itself: that is the news, whatever the write or read saw.
+                    (Some(status), _) => format!("the server exited before answering it ({status})"),
+                    (None, Some(failure)) => failure.message,
+                    (None, None) => describe::initialize(&e).message,
+                };
+                let mut message = format!("initialize failed: {reason}");
+                if let Some(text) = tail.text() {
+                    message.push_str("; the last lines of its stderr:\n");
+                    message.push_str(&text);
+                }
+                Err(transport_error(message))
+            }
         }
-        let service = ModuClientHandler
-            .serve(transport)
-            .await
-            .map_err(|e| transport_error(format!("initialize failed: {e}")))?;
-        Ok((service, pid))
     }
 
     /// Connects to a streamable-HTTP server; the credentials it finds (a bearer token from the
@@ -333,16 +375,25 @@ impl McpConnector {
     }
 }
 
+/// A failed `initialize` over streamable HTTP: an auth error when the server refused the
+/// credentials (a 401 or 403, with a `WWW-Authenticate` challenge or without), else a
+/// transport error.
 fn init_error(server: &str, e: &ClientInitializeError, secrets: &[String]) -> McpError {
-    if e.is_authorization_required() {
+    let described = describe::initialize(e);
+    if described.cause == Cause::Auth || e.is_authorization_required() {
+        let message = if described.cause == Cause::Auth {
+            described.message
+        } else {
+            "the server requires authorization (HTTP 401)".to_owned()
+        };
         return McpError::Auth(McpAuthError {
             server: server.to_owned(),
-            message: "the server refused the credentials (HTTP 401)".to_owned(),
+            message: redact(&message, secrets),
         });
     }
     McpError::Transport(McpTransportError {
         server: server.to_owned(),
-        message: redact(&format!("initialize failed: {e}"), secrets),
+        message: redact(&format!("initialize failed: {}", described.message), secrets),
     })
 }
 
@@ -437,8 +488,9 @@ impl McpSession {
     }
 
     /// A session with no servers over a given registry: search works, calls fail (for
-    /// benchmarks and tests of search and filters).
+    /// benchmarks and tests of search and filters). Its search index is built here.
     pub fn from_registry(registry: McpToolRegistry) -> Self {
+        registry.build_index();
         McpSession {
             servers: Vec::new(),
             by_name: HashMap::new(),
@@ -559,10 +611,19 @@ impl McpSession {
                     InvocationFailure::UnexpectedResponse,
                     "the server's answer is not a tool result".to_owned(),
                 ),
-                _ => (
-                    InvocationFailure::Transport,
-                    format!("the connection to the MCP server {} failed: {e}", server.name),
-                ),
+                _ => {
+                    let Described { cause, message } = describe::service(&e);
+                    if cause == Cause::Auth {
+                        return McpError::Auth(McpAuthError {
+                            server: server.name.clone(),
+                            message: redact(&message, &server.with_tokens(&server.secrets)),
+                        });
+                    }
+                    (
+                        InvocationFailure::Transport,
+                        format!("the connection to the MCP server {} failed: {message}", server.name),
+                    )
+                }
             };
             invocation(failure, redact(&message, &server.with_tokens(&server.secrets)))
         };

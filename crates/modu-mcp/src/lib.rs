@@ -4,10 +4,12 @@
 mod auth;
 mod client;
 pub mod config;
+mod describe;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod index;
 mod provider;
 pub mod registry;
 pub mod resolver;

@@ -158,12 +158,15 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
         }
         let session = Arc::new(session);
         if self.direct {
+            // No mcp_search_tools: no search index either.
             return Ok(Box::new(McpToolSession::direct(
                 session,
                 self.filter.clone(),
                 self.approval.clone(),
             )));
         }
+        // Built while the run opens, so the model's first search does not wait for it.
+        session.registry().build_index();
         Ok(Box::new(McpToolSession::with_approval(
             session,
             self.filter.clone(),

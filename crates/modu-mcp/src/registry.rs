@@ -1,7 +1,33 @@
 //! The per-run registry of discovered tools and the search behind `mcp_search_tools`.
+//!
+//! Search runs on an inverted index built once per registry (and again after it changes,
+//! at the next search):
+//! the query equal to a tool's name first, then BM25 over the words of names and
+//! descriptions. Over 10,000 tools a search takes tens of microseconds instead of the
+//! milliseconds a scan of every tool took (`cargo bench -p modu-mcp --bench mcp`).
+//!
+//! ```
+//! use modu_mcp::{McpToolDescriptor, McpToolRegistry};
+//! use serde_json::json;
+//!
+//! let mut registry = McpToolRegistry::new();
+//! let object = || json!({"type": "object"});
+//! registry.insert(McpToolDescriptor::new("docs", "lookup", "Look up a page; also shows the weather forecast.", object()));
+//! registry.insert(McpToolDescriptor::new("weather", "getForecast", "The sky for a city.", object()));
+//! registry.insert(McpToolDescriptor::new("tides", "forecast", "High and low water.", object()));
+//! registry.build_index();
+//!
+//! let (hits, total) = registry.search("forecast", 10, |_| true);
+//! let names: Vec<&str> = hits.iter().map(|t| t.external_name.as_str()).collect();
+//! // The exact name, then a name word (camelCase splits), then a description word.
+//! assert_eq!(names, ["tides__forecast", "weather__getForecast", "docs__lookup"]);
+//! assert_eq!(total, 3);
+//! ```
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use crate::index::{Document, SearchIndex};
 
 use serde_json::{Value, json};
 
@@ -21,8 +47,6 @@ pub struct McpToolDescriptor {
     /// The tool's input schema.
     pub input_schema: Value,
     validator: Option<modu_core::ArgumentValidator>,
-    name_lower: String,
-    description_words: Vec<String>,
 }
 
 impl std::fmt::Debug for McpToolDescriptor {
@@ -32,12 +56,6 @@ impl std::fmt::Debug for McpToolDescriptor {
             .field("description", &self.description)
             .finish_non_exhaustive()
     }
-}
-
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
 }
 
 impl McpToolDescriptor {
@@ -60,8 +78,6 @@ impl McpToolDescriptor {
                 None
             }
         };
-        let name_lower = external_name.to_lowercase();
-        let description_words = words(&description).collect();
         McpToolDescriptor {
             server,
             tool,
@@ -69,8 +85,6 @@ impl McpToolDescriptor {
             description,
             input_schema,
             validator,
-            name_lower,
-            description_words,
         }
     }
 
@@ -95,28 +109,6 @@ impl McpToolDescriptor {
             "input_schema": self.input_schema,
         })
     }
-
-    /// How well this tool matches the query terms (0 = not at all).
-    fn score(&self, query_lower: &str, terms: &[String]) -> u32 {
-        if terms.is_empty() {
-            return 1;
-        }
-        let mut score = 0;
-        if self.name_lower == query_lower || self.tool.eq_ignore_ascii_case(query_lower) {
-            score += 100;
-        }
-        for term in terms {
-            if self.name_lower.contains(term.as_str()) {
-                score += 4;
-            }
-            if self.description_words.iter().any(|w| w == term) {
-                score += 2;
-            } else if term.len() >= 4 && self.description_words.iter().any(|w| w.starts_with(term.as_str())) {
-                score += 1;
-            }
-        }
-        score
-    }
 }
 
 /// The tools discovered for one run, by external name, in discovery order.
@@ -124,6 +116,9 @@ impl McpToolDescriptor {
 pub struct McpToolRegistry {
     tools: Vec<Arc<McpToolDescriptor>>,
     by_name: HashMap<String, usize>,
+    /// The search index: built by [`McpToolRegistry::build_index`] or the first search,
+    /// dropped by every change.
+    index: OnceLock<SearchIndex>,
 }
 
 impl McpToolRegistry {
@@ -134,6 +129,7 @@ impl McpToolRegistry {
 
     /// Adds a tool (a later tool with the same external name replaces the earlier one).
     pub fn insert(&mut self, descriptor: McpToolDescriptor) {
+        self.index = OnceLock::new();
         let name = descriptor.external_name.clone();
         let descriptor = Arc::new(descriptor);
         match self.by_name.get(&name) {
@@ -165,41 +161,46 @@ impl McpToolRegistry {
         self.tools.is_empty()
     }
 
-    /// Searches by name and description words. Every word of the query scores: a word found
-    /// in the external name counts most, a whole description word next, a description word it
-    /// starts (four letters or more) least; the exact external or tool name ranks first. An
-    /// empty query matches every tool. Ties keep discovery order. Returns the best `limit`
+    /// Builds the search index now, so the first search does not (a search builds it when
+    /// the registry changed since). [`crate::McpToolProvider`] builds it when it opens a run's
+    /// servers for the meta tools (not for direct tools, which never search).
+    pub fn build_index(&self) {
+        self.index();
+    }
+
+    fn index(&self) -> &SearchIndex {
+        self.index.get_or_init(|| {
+            let started = std::time::Instant::now();
+            let index = SearchIndex::build(self.tools.iter().map(|t| Document {
+                external_name: &t.external_name,
+                tool: &t.tool,
+                description: &t.description,
+            }));
+            tracing::debug!(tools = self.tools.len(), elapsed = ?started.elapsed(), "MCP tool search index built");
+            index
+        })
+    }
+
+    /// Searches by name and description words, best first, and returns the best `limit`
     /// matches and the number of matches in total. `visible` hides tools (the tool filter).
+    ///
+    /// The query equal to a tool's external name (`weather__forecast`) or its name on its
+    /// server (`forecast`), ignoring case, ranks that tool first. Then every word of the
+    /// query scores by BM25 over the words of names and descriptions (split at `_`, `-`,
+    /// `__`, camelCase and every other non-alphanumeric character): a word in the name counts
+    /// three times a word in the description, rare words more than common ones, a short
+    /// description more than a long one; a word the query word only starts (three letters or
+    /// more for names, four for descriptions) counts less than the word itself. Ties keep
+    /// discovery order. An empty query (or one without a letter or digit) matches every
+    /// tool, in discovery order.
     pub fn search(
         &self,
         query: &str,
         limit: usize,
         visible: impl Fn(&McpToolDescriptor) -> bool,
     ) -> (Vec<Arc<McpToolDescriptor>>, usize) {
-        let query_lower = query.trim().to_lowercase();
-        let mut terms: Vec<String> = words(&query_lower).collect();
-        terms.sort();
-        terms.dedup();
-        let mut scored: Vec<(u32, usize)> = self
-            .tools
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| {
-                let s = t.score(&query_lower, &terms);
-                (s > 0 && visible(t)).then_some((s, i))
-            })
-            .collect();
-        let total = scored.len();
-        let limit = limit.min(total);
-        if limit < total {
-            scored.select_nth_unstable_by(limit, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            scored.truncate(limit);
-        }
-        scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        (
-            scored.into_iter().map(|(_, i)| Arc::clone(&self.tools[i])).collect(),
-            total,
-        )
+        let (hits, total) = self.index().search(query, limit, |i| visible(&self.tools[i]));
+        (hits.into_iter().map(|i| Arc::clone(&self.tools[i])).collect(), total)
     }
 }
 
@@ -317,6 +318,149 @@ mod tests {
         assert_eq!((names(&hits), total), (vec!["billing__invoice"], 1));
         let (hits, _) = r.search("billing__invoice", 10, |_| true);
         assert_eq!(hits[0].external_name, "billing__invoice");
+    }
+
+    fn object() -> Value {
+        json!({"type": "object"})
+    }
+
+    #[test]
+    fn an_exact_name_ranks_first_whatever_else_matches() {
+        let mut r = McpToolRegistry::new();
+        // Discovered first, with "search" in its name twice and its description three times.
+        r.insert(McpToolDescriptor::new(
+            "archive",
+            "search_search",
+            "Search, search and search again.",
+            object(),
+        ));
+        r.insert(McpToolDescriptor::new("web", "search", "Fetch pages.", object()));
+        let (hits, total) = r.search("search", 10, |_| true);
+        assert_eq!(
+            (names(&hits), total),
+            (vec!["web__search", "archive__search_search"], 2)
+        );
+        // The external name too, in any case; and an exact name that is not visible is not shown.
+        let (hits, _) = r.search("  WEB__Search ", 10, |_| true);
+        assert_eq!(names(&hits)[0], "web__search");
+        let (hits, total) = r.search("search", 10, |t| t.server != "web");
+        assert_eq!((names(&hits), total), (vec!["archive__search_search"], 1));
+    }
+
+    #[test]
+    fn a_name_word_beats_one_mention_in_a_long_description() {
+        let mut r = McpToolRegistry::new();
+        r.insert(McpToolDescriptor::new(
+            "crm",
+            "export",
+            "Export every record of the workspace as a CSV file, with the owner, the stage, the \
+             amount, the close date and the notes of each deal, and the contacts attached to it, \
+             for a spreadsheet or a warehouse load.",
+            object(),
+        ));
+        r.insert(McpToolDescriptor::new(
+            "crm",
+            "syncContacts",
+            "Sync the address book.",
+            object(),
+        ));
+        let (hits, total) = r.search("contacts", 10, |_| true);
+        assert_eq!((names(&hits), total), (vec!["crm__syncContacts", "crm__export"], 2));
+        // snake_case, camelCase and `server__tool` names all split into words.
+        r.insert(McpToolDescriptor::new("weather", "get_forecast", "", object()));
+        let (hits, _) = r.search("sync weather", 10, |_| true);
+        assert_eq!(names(&hits), ["crm__syncContacts", "weather__get_forecast"]);
+    }
+
+    #[test]
+    fn ties_are_in_discovery_order_whatever_the_limit() {
+        let mut r = McpToolRegistry::new();
+        // Same shape, so the same score; discovered in reverse alphabetical order.
+        for server in ["zeta", "eta", "delta", "beta", "alpha"] {
+            r.insert(McpToolDescriptor::new(server, "ping", "Check the link.", object()));
+        }
+        let expected = ["zeta__ping", "eta__ping", "delta__ping", "beta__ping", "alpha__ping"];
+        for _ in 0..3 {
+            let (hits, total) = r.search("link", 10, |_| true);
+            assert_eq!((names(&hits), total), (expected.to_vec(), 5));
+            // Several exact matches (the local name): discovery order among them too.
+            let (hits, total) = r.search("ping", 3, |_| true);
+            assert_eq!((names(&hits), total), (expected[..3].to_vec(), 5));
+        }
+        let (hits, total) = r.search("link", 0, |_| true);
+        assert_eq!((hits.len(), total), (0, 5));
+    }
+
+    #[test]
+    fn the_index_follows_changes_to_the_registry() {
+        let mut r = registry();
+        r.build_index();
+        assert_eq!(r.search("tides", 10, |_| true).1, 0);
+        r.insert(McpToolDescriptor::new("ocean", "tides", "Tide tables.", object()));
+        let (hits, _) = r.search("tides", 10, |_| true);
+        assert_eq!(names(&hits), ["ocean__tides"]);
+        // A replaced tool is found by its new words only.
+        r.insert(McpToolDescriptor::new(
+            "billing",
+            "invoice",
+            "Refund a payment.",
+            object(),
+        ));
+        assert_eq!(names(&r.search("refund", 10, |_| true).0), ["billing__invoice"]);
+        assert_eq!(names(&r.search("office", 10, |_| true).0), Vec::<&str>::new());
+        assert_eq!(r.len(), 4);
+    }
+
+    #[test]
+    fn prefixes_match_below_whole_words_and_short_words_match_whole() {
+        let mut r = McpToolRegistry::new();
+        r.insert(McpToolDescriptor::new("a", "reports", "Deployment reports.", object()));
+        r.insert(McpToolDescriptor::new("b", "deploy", "Ship it.", object()));
+        r.insert(McpToolDescriptor::new("c", "go", "Run a report.", object()));
+        // "deploy" is b's name, and starts a word of a's description.
+        assert_eq!(names(&r.search("deploy", 10, |_| true).0), ["b__deploy", "a__reports"]);
+        // "report" is a word of c's description and starts a's name.
+        let (hits, _) = r.search("report", 10, |_| true);
+        assert_eq!(names(&hits), ["a__reports", "c__go"]);
+        // A word only longer words start.
+        assert_eq!(names(&r.search("deployme", 10, |_| true).0), ["a__reports"]);
+        // Two letters match whole words only.
+        assert_eq!(names(&r.search("go", 10, |_| true).0), ["c__go"]);
+        assert_eq!(r.search("de", 10, |_| true).1, 0);
+    }
+
+    #[test]
+    fn a_limit_cuts_the_full_ranking() {
+        let words = [
+            "user", "users", "report", "reports", "sync", "export", "ledger", "alert",
+        ];
+        let mut r = McpToolRegistry::new();
+        for i in 0..300_usize {
+            let w = |k: usize| words[(i * 7 + k * 3) % words.len()];
+            r.insert(McpToolDescriptor::new(
+                format!("s{}", i % 5),
+                format!("{}_{}", w(0), w(1)),
+                format!("{} {} {} the {}", w(2), w(3), w(1), w(i % 4)),
+                object(),
+            ));
+        }
+        for query in [
+            "user",
+            "report sync",
+            "use",
+            "s3__sync_ledger",
+            "ledger alert users",
+            "the",
+        ] {
+            let (all, total) = r.search(query, usize::MAX, |_| true);
+            assert_eq!(all.len(), total, "{query}");
+            assert!(total > 0, "{query}");
+            for limit in [1, 2, 10, 50] {
+                let (cut, cut_total) = r.search(query, limit, |_| true);
+                assert_eq!(cut_total, total);
+                assert_eq!(names(&cut), names(&all[..limit.min(total)]), "{query} limit {limit}");
+            }
+        }
     }
 
     #[test]

@@ -37,6 +37,50 @@ const EXIT_WAIT: Duration = Duration::from_secs(3);
 #[cfg(unix)]
 const SIGTERM: i32 = 15;
 
+/// How long the end of a server's output waits for the server to exit, to report its exit
+/// status.
+const EXIT_STATUS_WAIT: Duration = Duration::from_millis(250);
+
+/// The last lines a stdio server wrote to its stderr, redacted: what an error shows when the
+/// server dies before it answers `initialize`.
+#[derive(Debug, Default)]
+pub(crate) struct StderrTail(Mutex<VecDeque<String>>);
+
+impl StderrTail {
+    /// At most this many lines are kept...
+    pub(crate) const MAX_LINES: usize = 20;
+    /// ... and at most this many bytes of them (the newest first).
+    pub(crate) const MAX_BYTES: usize = 2048;
+
+    /// Adds a line (already redacted); drops the oldest lines beyond the limits.
+    pub(crate) fn push(&self, line: &str) {
+        let line = line.trim_end();
+        if line.is_empty() {
+            return;
+        }
+        let mut line = line.to_owned();
+        if line.len() > Self::MAX_BYTES {
+            let mut cut = Self::MAX_BYTES - '…'.len_utf8();
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+            line.push('…');
+        }
+        let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        lines.push_back(line);
+        while lines.len() > Self::MAX_LINES || lines.iter().map(|l| l.len() + 1).sum::<usize>() > Self::MAX_BYTES + 1 {
+            lines.pop_front();
+        }
+    }
+
+    /// The lines kept, one per line; `None` when the server wrote nothing.
+    pub(crate) fn text(&self) -> Option<String> {
+        let lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (!lines.is_empty()).then(|| lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n"))
+    }
+}
+
 /// Why a request failed without a decodable answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct DecodeFailure {
@@ -65,18 +109,40 @@ impl DecodeFailures {
         map.insert(id, failure);
     }
 
+    /// Removes and returns one failure, whichever (before `initialize` is answered, the only
+    /// request in flight is `initialize`).
+    pub(crate) fn take_any(&self) -> Option<DecodeFailure> {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = map.keys().next()?.clone();
+        map.remove(&id)
+    }
+
     /// Removes and returns the failure recorded for `id`.
     pub(crate) fn take(&self, id: &RequestId) -> Option<DecodeFailure> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(id)
     }
 }
 
+/// Where the transport leaves the server's exit status when it sees the server exit (at the
+/// end of its output, or when the transport is dropped after it exited).
+pub(crate) type ExitStatusSlot = Arc<Mutex<Option<std::process::ExitStatus>>>;
+
 /// Kills the server's process group when dropped without a graceful close.
-struct ChildGuard(Option<Box<dyn ChildWrapper>>);
+struct ChildGuard(Option<Box<dyn ChildWrapper>>, ExitStatusSlot);
+
+impl ChildGuard {
+    fn record(&self, status: std::process::ExitStatus) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+    }
+}
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
+            // A server that exited by itself: keep its status for the error that follows.
+            if let Ok(Some(status)) = child.try_wait() {
+                self.record(status);
+            }
             if let Err(e) = child.start_kill() {
                 tracing::debug!(error = %e, "killing an MCP server process group failed");
             }
@@ -134,6 +200,7 @@ impl StdioTransport {
         mut command: CommandWrap,
         server: &str,
         failures: Arc<DecodeFailures>,
+        exit: ExitStatusSlot,
     ) -> std::io::Result<(Self, Option<u32>, Option<ChildStderr>)> {
         command
             .command_mut()
@@ -149,7 +216,7 @@ impl StdioTransport {
         let stderr = child.stderr().take();
         let transport = StdioTransport {
             server: Arc::from(server),
-            child: ChildGuard(Some(child)),
+            child: ChildGuard(Some(child), exit),
             stdout: BufReader::with_capacity(64 * 1024, stdout),
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             line: Vec::new(),
@@ -168,6 +235,18 @@ impl StdioTransport {
     fn with_max_line(mut self, bytes: usize) -> Self {
         self.max_line = bytes;
         self
+    }
+
+    /// The server's exit status, when it exits within [`EXIT_STATUS_WAIT`].
+    async fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let child = self.child.0.as_mut()?;
+        match tokio::time::timeout(EXIT_STATUS_WAIT, child.wait()).await {
+            Ok(Ok(status)) => {
+                self.child.record(status);
+                Some(status)
+            }
+            _ => None,
+        }
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
@@ -390,7 +469,11 @@ impl Transport<RoleClient> for StdioTransport {
                     }
                 }
                 ReadOutcome::Eof => {
-                    self.end("the server closed its output (it may have exited)".to_owned());
+                    let message = match self.exit_status().await {
+                        Some(status) => format!("the server closed its output and exited ({status})"),
+                        None => "the server closed its output (it may have exited)".to_owned(),
+                    };
+                    self.end(message);
                 }
                 ReadOutcome::Io(e) => {
                     tracing::warn!(server = &*self.server, error = %e, "reading from an MCP server failed");
@@ -720,6 +803,27 @@ mod tests {
     }
 
     #[test]
+    fn the_stderr_tail_keeps_the_last_lines_within_its_limits() {
+        let tail = StderrTail::default();
+        assert_eq!(tail.text(), None);
+        for i in 0..100 {
+            tail.push(&format!("line {i}\r\n"));
+        }
+        tail.push("   ");
+        let text = tail.text().unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), StderrTail::MAX_LINES);
+        assert_eq!((lines[0], lines[19]), ("line 80", "line 99"));
+        // A long line is cut; long lines push the older ones out by bytes.
+        tail.push(&"é".repeat(3000));
+        let text = tail.text().unwrap();
+        assert!(text.len() <= StderrTail::MAX_BYTES, "{}", text.len());
+        assert!(text.ends_with('…') && !text.contains("line"), "{text}");
+        tail.push("after");
+        assert_eq!(tail.text().unwrap(), "after");
+    }
+
+    #[test]
     fn decode_failures_are_taken_once() {
         let failures = DecodeFailures::default();
         let failure = DecodeFailure {
@@ -735,8 +839,13 @@ mod tests {
     async fn transport_printing(script: &str, max_line: usize, ids: &[i64]) -> StdioTransport {
         let mut command = tokio::process::Command::new("sh");
         command.args(["-c", script]).kill_on_drop(true);
-        let (transport, _, _) =
-            StdioTransport::spawn(CommandWrap::from(command), "test", Arc::new(DecodeFailures::default())).unwrap();
+        let (transport, _, _) = StdioTransport::spawn(
+            CommandWrap::from(command),
+            "test",
+            Arc::new(DecodeFailures::default()),
+            ExitStatusSlot::default(),
+        )
+        .unwrap();
         let transport = transport.with_max_line(max_line);
         transport.pending().extend(ids.iter().map(|&i| RequestId::Number(i)));
         transport
