@@ -134,7 +134,7 @@ pub struct ToolTraceEntry {
     /// The call this one repairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_of_call_id: Option<String>,
-    /// The arguments with secret keys masked ([`ToolTraceMode::Arguments`] only).
+    /// The arguments with secret keys masked ([`ToolTraceMode::Arguments`](super::ToolTraceMode::Arguments) only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
     /// Where `arguments` come from.
