@@ -165,8 +165,8 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
                 self.approval.clone(),
             )));
         }
-        // Built while the run opens, so the model's first search does not wait for it.
-        session.registry().build_index();
+        // The search index is built by the run's first search (a run that never searches
+        // never pays for it).
         Ok(Box::new(McpToolSession::with_approval(
             session,
             self.filter.clone(),

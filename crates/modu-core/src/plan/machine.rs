@@ -108,12 +108,12 @@ impl Strict {
                 StrictPhase::Verify => Some(verify(state.strict_or_init(), view, out)),
                 StrictPhase::Finalize => {
                     let st = state.strict_or_init();
-                    let structured = view.final_format().is_some();
+                    let format = view.final_format();
                     // Text streams as FinalDelta as it arrives. A structured answer may fail to
                     // parse and be corrected, so it streams as internal work, and the answer that
                     // is returned goes out as one FinalDelta once it parsed: `FinalDelta` never
                     // shows a rejected answer.
-                    let route = if structured {
+                    let route = if format.is_some() {
                         DeltaRoute::Step("finalize".into())
                     } else {
                         DeltaRoute::Final
@@ -122,7 +122,7 @@ impl Strict {
                     Some(Next::Ask(
                         Ask::new(Stage::Finalize)
                             .extra(vec![Message::user(prompts::finalize(st))])
-                            .format(Format::Fixed(view.final_format()))
+                            .format(Format::Fixed(format))
                             .route(route),
                     ))
                 }

@@ -231,22 +231,12 @@ fn a_failure_after_a_call_that_succeeded_in_the_batch_is_terminal() {
 fn a_failed_tool_is_recovered_after_a_save_and_fails_when_configured_so() {
     let recovery = ToolFailureRecoveryConfig::default().fallback(RecoveryFallback::Fail);
     let (mut m, view, mut out) = (machine_with(recovery), FakeView::new(), Out::new(true));
-    let call = ToolCall::new("c1", "search", r#"{"q":"x"}"#);
-    let mut state = acting(&mut m, &view, vec![call.clone()]);
-    finish_call(
-        &mut m,
-        &mut state,
-        &view,
-        &call,
-        Err(ToolError::new(ToolErrorKind::Execution, "down")),
-        true,
-    );
-    assert!(matches!(m.next(&mut state, &view, Fed::Tools, &mut out), Next::Save));
+    let (mut state, next) = one_failed_call(&mut m, &view, ToolError::new(ToolErrorKind::Execution, "down"));
+    assert!(matches!(next, Next::Save));
     assert!(
         matches!(phase(&state), StrictPhase::Recovering { .. }),
         "saved before recovering"
     );
-    out.take();
     let next = m.next(&mut state, &view, Fed::Saved, &mut out);
     assert_eq!(fail_cause(&next), Some("tool_failed"));
     assert_eq!(kinds(&mut out), ["tool_recovery"]);
@@ -259,12 +249,9 @@ fn a_failed_tool_is_recovered_after_a_save_and_fails_when_configured_so() {
 #[test]
 fn a_timed_out_blocking_tool_is_never_replanned() {
     let recovery = ToolFailureRecoveryConfig::default().fallback(RecoveryFallback::Replan);
-    let (mut m, view, mut out) = (machine_with(recovery), FakeView::new(), Out::new(true));
-    let call = ToolCall::new("c1", "search", r#"{"q":"x"}"#);
-    let mut state = acting(&mut m, &view, vec![call.clone()]);
+    let mut m = machine_with(recovery);
     let timeout = ToolError::new(ToolErrorKind::Timeout, "timeout").with_recovery(RecoveryAction::Fail);
-    finish_call(&mut m, &mut state, &view, &call, Err(timeout), true);
-    let next = m.next(&mut state, &view, Fed::Tools, &mut out);
+    let (_, next) = one_failed_call(&mut m, &FakeView::new(), timeout);
     assert_eq!(fail_cause(&next), Some("uncancellable_timeout"));
 }
 
@@ -272,18 +259,7 @@ fn a_timed_out_blocking_tool_is_never_replanned() {
 fn replan_keeps_completed_steps_and_supersedes_the_rest() {
     // Replan is the default fallback.
     let (mut m, view, mut out) = (machine(), FakeView::new(), Out::new(true));
-    let call = ToolCall::new("c1", "search", r#"{"q":"x"}"#);
-    let mut state = acting(&mut m, &view, vec![call.clone()]);
-    finish_call(
-        &mut m,
-        &mut state,
-        &view,
-        &call,
-        Err(ToolError::new(ToolErrorKind::Execution, "down")),
-        true,
-    );
-    m.next(&mut state, &view, Fed::Tools, &mut out);
-    out.take();
+    let (mut state, _) = one_failed_call(&mut m, &view, ToolError::new(ToolErrorKind::Execution, "down"));
     let Next::Ask(ask) = m.next(&mut state, &view, Fed::Saved, &mut out) else {
         panic!("the replan request");
     };
@@ -320,18 +296,8 @@ fn replan_keeps_completed_steps_and_supersedes_the_rest() {
 fn no_replan_is_left_after_the_limit() {
     let recovery = ToolFailureRecoveryConfig::default().fallback(RecoveryFallback::Replan);
     let (mut m, view, mut out) = (machine_with(recovery), FakeView::new(), Out::new(true));
-    let call = ToolCall::new("c1", "search", r#"{"q":"x"}"#);
-    let mut state = acting(&mut m, &view, vec![call.clone()]);
+    let (mut state, _) = one_failed_call(&mut m, &view, ToolError::new(ToolErrorKind::Execution, "down"));
     state.strict_or_init().replans = view.limits.max_replans;
-    finish_call(
-        &mut m,
-        &mut state,
-        &view,
-        &call,
-        Err(ToolError::new(ToolErrorKind::Execution, "down")),
-        true,
-    );
-    m.next(&mut state, &view, Fed::Tools, &mut out);
     let next = m.next(&mut state, &view, Fed::Saved, &mut out);
     assert_eq!(fail_cause(&next), Some("replan_limit"));
 }

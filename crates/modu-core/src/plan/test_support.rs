@@ -184,3 +184,13 @@ pub(crate) fn acting(m: &mut Strict, view: &FakeView, batch: Vec<ToolCall>) -> R
         _ => panic!("expected the batch to run"),
     }
 }
+
+/// ACT_TOOL with one `search` call that ran and failed with `error`, the batch fed back: the
+/// state and what the machine answers.
+pub(crate) fn one_failed_call(m: &mut Strict, view: &FakeView, error: crate::tool::ToolError) -> (RunState, Next) {
+    let call = ToolCall::new("c1", "search", r#"{"q":"x"}"#);
+    let mut state = acting(m, view, vec![call.clone()]);
+    finish_call(m, &mut state, view, &call, Err(error), true);
+    let next = m.next(&mut state, view, Fed::Tools, &mut Out::new(true));
+    (state, next)
+}

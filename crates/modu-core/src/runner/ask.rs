@@ -6,9 +6,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::chat::with_deadline;
-use super::chat::{DeltaSink, RunDeadline};
-use super::policy::{Answer, Ask, Format, ModelSlot, Offer};
+use super::chat::{DeltaSink, RunDeadline, with_deadline};
+use super::policy::{Answer, Ask, Format, ModelSlot, Offer, View};
 use super::{Run, unique_call_ids};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
@@ -73,21 +72,16 @@ where
     }
 
     pub(super) fn visible_definitions(&self) -> Vec<ToolDefinition> {
-        self.env
-            .tool_order
-            .iter()
-            .filter_map(|name| self.env.tools.get(name))
-            .filter(|t| t.entry.tool.is_enabled(&self.env.ctx))
-            .map(|t| t.entry.tool.spec().definition())
-            .chain(
-                self.env
-                    .agent
-                    .handoffs
-                    .iter()
-                    .filter(|h| h.is_enabled(&self.env.ctx))
-                    .map(|h| h.definition()),
-            )
-            .collect()
+        let mut definitions = self.env.enabled_tools();
+        definitions.extend(
+            self.env
+                .agent
+                .handoffs
+                .iter()
+                .filter(|h| h.is_enabled(&self.env.ctx))
+                .map(|h| h.definition()),
+        );
+        definitions
     }
 
     /// The context pipeline: the model's view (instructions, history, the run's messages, the

@@ -113,19 +113,15 @@ impl RunState {
 
     /// The strict state, started when there is none yet.
     pub(crate) fn strict_or_init(&mut self) -> &mut StrictState {
-        if let PolicyState::Standard(_) = self.policy {
-            self.policy = PolicyState::PlanAndExecute(Box::new(StrictState::new()));
-        }
-        match &mut self.policy {
-            PolicyState::PlanAndExecute(state) => state,
-            PolicyState::Standard(_) => unreachable!("set just above"),
-        }
+        self.strict_and_pending().0
     }
 
     /// The strict state (started when there is none yet) and the finished results of the
     /// current batch, borrowed together.
     pub(crate) fn strict_and_pending(&mut self) -> (&mut StrictState, &mut BTreeMap<String, Message>) {
-        self.strict_or_init();
+        if let PolicyState::Standard(_) = self.policy {
+            self.policy = PolicyState::PlanAndExecute(Box::new(StrictState::new()));
+        }
         let pending = &mut self.pending_results;
         match &mut self.policy {
             PolicyState::PlanAndExecute(state) => (state, pending),
