@@ -162,8 +162,7 @@ impl McpToolRegistry {
     }
 
     /// Builds the search index now, so the first search does not (a search builds it when
-    /// the registry changed since). [`crate::McpToolProvider`] builds it when it opens a run's
-    /// servers for the meta tools (not for direct tools, which never search).
+    /// the registry changed since; without this call the first search builds it).
     pub fn build_index(&self) {
         self.index();
     }
