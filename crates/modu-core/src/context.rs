@@ -65,7 +65,7 @@ impl SharedApprovals {
 
 struct Inner<C> {
     context: Arc<C>,
-    run_id: String,
+    run_id: Arc<str>,
     session_id: Option<String>,
     agent_name: String,
     user: UserContext,
@@ -87,6 +87,18 @@ pub struct RunContext<C> {
     inner: Arc<Inner<C>>,
     /// The tool call this context was handed to (`None` outside a tool call).
     call: Option<Arc<CallScope>>,
+}
+
+/// What [`RunContext::for_run`] builds a run's context from.
+pub(crate) struct RunParts {
+    pub(crate) run_id: String,
+    pub(crate) session_id: Option<String>,
+    pub(crate) agent_name: String,
+    pub(crate) user: UserContext,
+    pub(crate) usage: Usage,
+    pub(crate) tool_input: Option<serde_json::Value>,
+    pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
+    pub(crate) approvals: Option<Arc<Mutex<SharedApprovals>>>,
 }
 
 /// What a context knows about the one tool call it was handed to.
@@ -141,7 +153,7 @@ impl<C> RunContext<C> {
         RunContext {
             inner: Arc::new(Inner {
                 context,
-                run_id: run_id.into(),
+                run_id: Arc::from(run_id.into()),
                 session_id: None,
                 agent_name: String::new(),
                 user: UserContext::default(),
@@ -154,10 +166,28 @@ impl<C> RunContext<C> {
         }
     }
 
+    /// A run's context, built in one allocation (the runner's way; `with_*` each rebuild it).
+    pub(crate) fn for_run(context: Arc<C>, parts: RunParts) -> Self {
+        RunContext {
+            inner: Arc::new(Inner {
+                context,
+                run_id: Arc::from(parts.run_id),
+                session_id: parts.session_id,
+                agent_name: parts.agent_name,
+                user: parts.user,
+                usage: Arc::new(Mutex::new(parts.usage)),
+                tool_input: parts.tool_input,
+                metadata: Arc::new(parts.metadata),
+                approvals: parts.approvals.unwrap_or_default(),
+            }),
+            call: None,
+        }
+    }
+
     fn rebuild(&self, f: impl FnOnce(&mut Inner<C>)) -> Self {
         let mut inner = Inner {
             context: Arc::clone(&self.inner.context),
-            run_id: self.inner.run_id.clone(),
+            run_id: Arc::clone(&self.inner.run_id),
             session_id: self.inner.session_id.clone(),
             agent_name: self.inner.agent_name.clone(),
             user: self.inner.user.clone(),
@@ -222,7 +252,7 @@ impl<C> RunContext<C> {
     pub fn derive_nested(&self, run_id: impl Into<String>, tool_input: serde_json::Value) -> Self {
         let run_id = run_id.into();
         self.rebuild(|i| {
-            i.run_id = run_id;
+            i.run_id = Arc::from(run_id);
             i.tool_input = Some(tool_input);
         })
     }
@@ -240,6 +270,11 @@ impl<C> RunContext<C> {
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.inner.run_id
+    }
+
+    /// The run id, shared (events and the chat stack keep it without copying).
+    pub(crate) fn shared_run_id(&self) -> Arc<str> {
+        Arc::clone(&self.inner.run_id)
     }
 
     /// The session (conversation) id, when the run belongs to one.
@@ -260,11 +295,6 @@ impl<C> RunContext<C> {
     /// The structured input of a run nested as a tool (agent-as-tool), if this is one.
     pub fn tool_input(&self) -> Option<&serde_json::Value> {
         self.inner.tool_input.as_ref()
-    }
-
-    /// The same context sharing `other`'s approval decisions (for nested runs).
-    pub(crate) fn with_shared_approvals(&self, approvals: Arc<Mutex<SharedApprovals>>) -> Self {
-        self.rebuild(|i| i.approvals = approvals)
     }
 
     pub(crate) fn shared_approvals(&self) -> Arc<Mutex<SharedApprovals>> {
@@ -320,9 +350,5 @@ impl<C> RunContext<C> {
     /// The run's usage counter itself (the chat stack adds each attempt's usage to it).
     pub(crate) fn usage_handle(&self) -> Arc<Mutex<Usage>> {
         Arc::clone(&self.inner.usage)
-    }
-
-    pub(crate) fn set_usage(&self, usage: Usage) {
-        *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner) = usage;
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +18,9 @@ use crate::BoxError;
 use crate::message::{Message, Role, ToolCall, Usage};
 
 /// A tool as the model sees it: name, description and the JSON schema of its parameters.
+///
+/// The schema is shared (`Arc`), so offering a tool on every request of a run copies two
+/// strings, never the schema.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolDefinition {
     /// The tool's name.
@@ -24,7 +28,22 @@ pub struct ToolDefinition {
     /// What the tool does, for the model.
     pub description: String,
     /// The JSON schema of the tool's arguments (an object schema).
-    pub parameters: serde_json::Value,
+    pub parameters: Arc<serde_json::Value>,
+}
+
+impl ToolDefinition {
+    /// A definition from a name, a description and a parameter schema.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: impl Into<Arc<serde_json::Value>>,
+    ) -> Self {
+        ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters: parameters.into(),
+        }
+    }
 }
 
 /// Whether and which tool the model must call.
@@ -60,11 +79,12 @@ pub struct ResponseFormat {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ChatRequest {
-    /// The conversation as the model should see it, system instructions first.
-    pub messages: Vec<Message>,
-    /// Tools the model may call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<ToolDefinition>,
+    /// The conversation as the model should see it, system instructions first. Shared, so a
+    /// retry layer's copy of the request copies no message (`Arc::make_mut` edits it).
+    pub messages: Arc<Vec<Message>>,
+    /// Tools the model may call, shared like the messages.
+    #[serde(default, skip_serializing_if = "no_tools")]
+    pub tools: Arc<Vec<ToolDefinition>>,
     /// Whether and which tool the model must call. `None` leaves it to the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
@@ -98,25 +118,49 @@ pub struct ChatRequest {
     pub extensions: Extensions,
 }
 
+fn no_tools(tools: &Arc<Vec<ToolDefinition>>) -> bool {
+    tools.is_empty()
+}
+
+/// The empty tool list every request without tools shares (no allocation per request).
+fn no_tools_yet() -> Arc<Vec<ToolDefinition>> {
+    static EMPTY: std::sync::OnceLock<Arc<Vec<ToolDefinition>>> = std::sync::OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(Arc::default))
+}
+
 /// A type map of per-request values ([`ChatRequest::extensions`]): `http::Extensions`, with an
 /// equality that always holds, so requests compare by what is sent.
+///
+/// Cloning is cheap: the map is shared until one of the copies changes it (copy on write), and
+/// what the run itself carries (its deadline, where deltas go, its per-attempt log) sits in a
+/// slot of its own beside the map, so a retry layer's copy of a request allocates nothing for
+/// its extensions.
 #[derive(Clone, Debug, Default)]
-pub struct Extensions(::http::Extensions);
+pub struct Extensions {
+    map: Option<Arc<::http::Extensions>>,
+    /// The run's deadline (model calls and tool invocations).
+    pub(crate) deadline: Option<tokio::time::Instant>,
+    /// The run's side of one model request (the runner's `RunCall`), type-erased so this
+    /// module does not depend on the runner.
+    pub(crate) run: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
 
 impl Extensions {
     /// Inserts a value, returning the one of the same type it replaces.
     pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) -> Option<T> {
-        self.0.insert(value)
+        Arc::make_mut(self.map.get_or_insert_with(Default::default)).insert(value)
     }
 
     /// The value of type `T`, if any.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.0.get()
+        self.map.as_deref()?.get()
     }
 
     /// Removes and returns the value of type `T`.
     pub fn remove<T: Send + Sync + 'static>(&mut self) -> Option<T> {
-        self.0.remove()
+        let map = self.map.as_mut()?;
+        map.get::<T>()?;
+        Arc::make_mut(map).remove()
     }
 }
 
@@ -130,14 +174,27 @@ impl ChatRequest {
     /// A request with these messages and nothing else set.
     pub fn new(messages: Vec<Message>) -> Self {
         ChatRequest {
-            messages,
-            ..ChatRequest::default()
+            messages: Arc::new(messages),
+            tools: no_tools_yet(),
+            tool_choice: None,
+            parallel_tool_calls: None,
+            response_format: None,
+            temperature: None,
+            max_tokens: None,
+            stop: Vec::new(),
+            seed: None,
+            extras: BTreeMap::new(),
+            extensions: Extensions::default(),
         }
     }
 
-    /// Adds tools.
+    /// Adds tools (an empty list offers none).
     pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
-        self.tools = tools;
+        self.tools = if tools.is_empty() {
+            no_tools_yet()
+        } else {
+            Arc::new(tools)
+        };
         self
     }
 

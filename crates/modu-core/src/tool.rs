@@ -22,8 +22,9 @@ pub struct ToolSpec {
     pub name: String,
     /// What it does, for the model.
     pub description: String,
-    /// The JSON schema of its arguments; the run loop validates arguments against it.
-    pub parameters: serde_json::Value,
+    /// The JSON schema of its arguments; the run loop validates arguments against it. Shared
+    /// with every [`ToolDefinition`] the spec makes.
+    pub parameters: Arc<serde_json::Value>,
     /// Running the same call twice is harmless: the run loop may retry it on a retryable error.
     #[serde(default)]
     pub idempotent: bool,
@@ -80,7 +81,7 @@ impl ToolSpec {
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Arc::new(parameters),
             idempotent: false,
             repair_safe: false,
             timeout_retry_safe: false,
@@ -639,6 +640,9 @@ impl ArgumentValidator {
     /// What is wrong with `arguments` (at most 8 problems, each with its JSON pointer); empty
     /// when they fit.
     pub fn problems(&self, arguments: &serde_json::Value) -> Vec<String> {
+        if self.inner.is_valid(arguments) {
+            return Vec::new();
+        }
         self.inner
             .iter_errors(arguments)
             .take(8)
@@ -651,6 +655,11 @@ impl ArgumentValidator {
                 }
             })
             .collect()
+    }
+
+    /// Whether `arguments` fit, without collecting the problems.
+    pub fn is_valid(&self, arguments: &serde_json::Value) -> bool {
+        self.inner.is_valid(arguments)
     }
 
     /// `Ok` when `arguments` fit, else the problems joined with `"; "`.

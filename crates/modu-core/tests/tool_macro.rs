@@ -133,6 +133,10 @@ async fn macro_tools_drive_an_agent() {
     assert!(result.is_ok());
     let tool_msg = &result.messages[2];
     assert_eq!(tool_msg.text(), "Welcome, Ada");
-    let offered: Vec<Value> = model.requests()[0].tools.iter().map(|t| t.parameters.clone()).collect();
+    let offered: Vec<Value> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| (*t.parameters).clone())
+        .collect();
     assert_eq!(offered[0]["properties"]["name"]["type"], "string");
 }

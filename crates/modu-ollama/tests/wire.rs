@@ -180,7 +180,8 @@ async fn request_body_format_options_keep_alive_and_history() {
     let tool = ToolDefinition {
         name: "get_current_weather".into(),
         description: "Get the current weather for a location".into(),
-        parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
+        parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]})
+            .into(),
     };
     let history = vec![
         Message::user("What is the weather today in Paris?"),

@@ -134,7 +134,8 @@ async fn live_tokenize_matches_prompt_tokens_and_approximation_differs() {
     let tools = [ToolDefinition {
         name: "lookup".into(),
         description: "Look a fact up".into(),
-        parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+        parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+            .into(),
     }];
     let exact = VllmTokenCounter::llama_cpp(&model);
     let approx = ApproximateTokenCounter::default();
@@ -144,7 +145,7 @@ async fn live_tokenize_matches_prompt_tokens_and_approximation_differs() {
         let mut request = ChatRequest::new(messages.clone())
             .with_max_tokens(1)
             .with_temperature(0.0);
-        request.tools = tools.to_vec();
+        request.tools = tools.to_vec().into();
         let served = model.complete(request).await.unwrap().usage.input_tokens;
         let diff = estimated as i64 - counted as i64;
         println!(

@@ -559,7 +559,7 @@ async fn request_body_shapes() {
     let tool = ToolDefinition {
         name: "add".into(),
         description: "Add two integers".into(),
-        parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+        parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}).into(),
     };
     let history = vec![
         Message::system("be brief"),
@@ -798,7 +798,7 @@ async fn vllm_and_llama_cpp_tokenize_wire_shapes() {
     let tools = vec![ToolDefinition {
         name: "add".into(),
         description: "Add".into(),
-        parameters: json!({"type": "object"}),
+        parameters: json!({"type": "object"}).into(),
     }];
 
     let vllm = VllmTokenCounter::new(&c);

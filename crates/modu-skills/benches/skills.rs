@@ -37,7 +37,7 @@ fn bench(c: &mut Criterion) {
         .map(|n| ToolDefinition {
             name: (*n).into(),
             description: String::new(),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
         })
         .collect();
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();

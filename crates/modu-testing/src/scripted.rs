@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, ModelError, Usage};
+use modu_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, FinishReason, ModelError, Usage,
+};
 
 type ErrorFactory = Arc<dyn Fn() -> ModelError + Send + Sync>;
 type Responder = Arc<dyn Fn(&ChatRequest) -> Vec<ChatEvent> + Send + Sync>;
@@ -282,13 +284,15 @@ impl ScriptedModel {
     }
 }
 
-#[async_trait]
-impl ChatModel for ScriptedModel {
-    fn model_name(&self) -> &str {
-        &self.inner.name
-    }
+/// What one scripted step answers.
+enum Reply {
+    Events(Vec<ChatEvent>, Duration),
+    FailMidStream(Vec<ChatEvent>, ModelError),
+}
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+impl ScriptedModel {
+    /// Takes the next step of the script (refilling a cycling script) and records the request.
+    fn take_step(&self, request: ChatRequest) -> Result<Reply, ModelError> {
         let step = {
             let mut steps = self.inner.steps.lock().unwrap_or_else(PoisonError::into_inner);
             if steps.is_empty() && self.inner.cycle {
@@ -296,44 +300,12 @@ impl ChatModel for ScriptedModel {
             }
             steps.pop_front()
         };
-        let events = match step {
-            None => {
-                if self.inner.record {
-                    self.inner
-                        .requests
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(request);
-                }
-                return Err(ModelError::invalid_response("the ScriptedModel's script is exhausted"));
-            }
-            Some(Step::Error(f)) => {
-                if self.inner.record {
-                    self.inner
-                        .requests
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(request);
-                }
-                return Err(f());
-            }
-            Some(Step::FailMidStream { events, error }) => {
-                if self.inner.record {
-                    self.inner
-                        .requests
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(request);
-                }
-                let mut items: Vec<Result<ChatEvent, ModelError>> = events.into_iter().map(Ok).collect();
-                items.push(Err(error()));
-                return Ok(Box::pin(futures::stream::iter(items)));
-            }
-            Some(Step::Respond(f)) => {
-                let events = f(&request);
-                (events, Duration::ZERO)
-            }
-            Some(Step::Events { events, delay }) => (events, delay),
+        let reply = match step {
+            None => Err(ModelError::invalid_response("the ScriptedModel's script is exhausted")),
+            Some(Step::Error(f)) => Err(f()),
+            Some(Step::FailMidStream { events, error }) => Ok(Reply::FailMidStream(events, error())),
+            Some(Step::Respond(f)) => Ok(Reply::Events(f(&request), Duration::ZERO)),
+            Some(Step::Events { events, delay }) => Ok(Reply::Events(events, delay)),
         };
         if self.inner.record {
             self.inner
@@ -342,10 +314,48 @@ impl ChatModel for ScriptedModel {
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(request);
         }
-        let (events, delay) = events;
+        reply
+    }
+}
+
+#[async_trait]
+impl ChatModel for ScriptedModel {
+    fn model_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        match self.take_step(request)? {
+            Reply::FailMidStream(events, error) => {
+                let mut items: Vec<Result<ChatEvent, ModelError>> = events.into_iter().map(Ok).collect();
+                items.push(Err(error));
+                Ok(Box::pin(futures::stream::iter(items)))
+            }
+            Reply::Events(events, delay) => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+            }
+        }
+    }
+
+    /// The same answer as the stream folded, without building a stream.
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        let (events, delay, error) = match self.take_step(request)? {
+            Reply::FailMidStream(events, error) => (events, Duration::ZERO, Some(error)),
+            Reply::Events(events, delay) => (events, delay, None),
+        };
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+        if let Some(error) = error {
+            return Err(error);
+        }
+        let mut builder = ChatResponseBuilder::default();
+        for event in events {
+            builder.push(event);
+        }
+        builder.finish()
     }
 }

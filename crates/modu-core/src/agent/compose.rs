@@ -181,7 +181,7 @@ pub struct Handoff<C, O> {
     pub(crate) target: Agent<C, O>,
     pub(crate) tool_name: String,
     pub(crate) description: String,
-    pub(crate) input_schema: serde_json::Value,
+    pub(crate) input_schema: Arc<serde_json::Value>,
     pub(crate) on_handoff: Option<OnHandoff<C>>,
     pub(crate) enabled: Option<HandoffEnabled<C>>,
 }
@@ -207,7 +207,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
             target: target.clone(),
             tool_name: format!("transfer_to_{name}"),
             description: format!("Hand the conversation over to the {} agent.", target.name()),
-            input_schema: serde_json::json!({"type": "object", "properties": {}}),
+            input_schema: Arc::new(serde_json::json!({"type": "object", "properties": {}})),
             on_handoff: None,
             enabled: None,
         }
@@ -232,7 +232,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
         T: DeserializeOwned + schemars::JsonSchema + 'static,
         F: Fn(&RunContext<C>, T) -> Result<(), String> + Send + Sync + 'static,
     {
-        self.input_schema = crate::tool::schema_for::<T>();
+        self.input_schema = Arc::new(crate::tool::schema_for::<T>());
         self.on_handoff = Some(Arc::new(move |ctx, value| {
             let input: T = serde_json::from_value(value).map_err(|e| format!("invalid handoff input: {e}"))?;
             f(ctx, input)

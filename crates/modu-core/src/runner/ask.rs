@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::chat::{DeltaSink, RunDeadline, with_deadline};
+use super::chat::{DeltaSink, RunCall, with_deadline};
 use super::policy::{Answer, Ask, Format, ModelSlot, Offer, View};
 use super::{Run, unique_call_ids};
 use crate::error::AgentError;
@@ -41,17 +41,13 @@ where
             ModelSlot::Planner => agent.planner_chat.as_ref().unwrap_or(&agent.chat),
             ModelSlot::Agent => &agent.chat,
         };
-        if self.env.emitter.deltas_wanted() {
-            request.extensions.insert(DeltaSink {
-                emitter: self.env.emitter.clone(),
-                run_id: Arc::clone(&self.env.run_id),
-                route: ask.route,
-            });
-        }
-        if let Some(deadline) = self.env.deadline {
-            request.extensions.insert(RunDeadline(deadline));
-        }
-        request.extensions.insert(Arc::clone(&self.env.attempts));
+        let delta = self.env.emitter.deltas_wanted().then(|| DeltaSink {
+            emitter: self.env.emitter.clone(),
+            run_id: Arc::clone(&self.env.run_id),
+            route: ask.route,
+        });
+        request.extensions.deadline = self.env.deadline;
+        request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
         let call = tower::ServiceExt::oneshot(service.clone(), request);
         let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
         self.state.model_calls = self.env.attempts.calls();
@@ -117,16 +113,22 @@ where
             .filter(|t| self.env.tools.get(&t.name).is_some_and(|v| v.entry.tool.spec().meta))
             .map(|t| t.name.clone())
             .collect();
-        let mut current = Vec::with_capacity(self.state.messages.len() + extra.len());
-        current.extend(self.state.messages.iter().cloned());
-        current.extend(extra);
+        // The run's messages as the memory policy sees them: the state's own when the stage
+        // adds nothing (no copy), else with the stage's messages after them.
+        let joined;
+        let current: &[Message] = if extra.is_empty() {
+            &self.state.messages
+        } else {
+            joined = self.state.messages.iter().cloned().chain(extra).collect::<Vec<_>>();
+            &joined
+        };
         let view = {
             let agent = Arc::clone(&self.env.agent);
             let input = MemoryInput {
                 session_id: self.env.ctx.session_id(),
                 instructions: &context.instructions,
                 history: &self.env.history,
-                current: &current,
+                current,
                 tools: &context.tools,
             };
             with_deadline(self.env.deadline, agent.limits.timeout, agent.memory.select(input)).await??
@@ -148,8 +150,11 @@ where
                 })
                 .await;
         }
-        context.messages = view.messages;
-        context.messages.extend(current);
+        // One vector for the request, with room for the system message in front.
+        let mut messages = Vec::with_capacity(1 + view.messages.len() + current.len());
+        messages.extend(view.messages);
+        messages.extend(current.iter().cloned());
+        context.messages = messages;
         for provider in &self.env.agent.context_providers {
             provider
                 .invoking(&self.env.ctx, &mut context)
@@ -165,18 +170,34 @@ where
                 && restricted.as_ref().is_none_or(|r| r.contains(&t.name))
         });
         if stage == Stage::Act {
-            self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+            // The sets are rebuilt only when the offer changed since the last request.
+            let same = |o: &HashSet<String>| {
+                o.len() == context.tools.len() && context.tools.iter().all(|t| o.contains(&t.name))
+            };
+            if !self.offered.as_ref().is_some_and(same) {
+                self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+            }
             self.allowed = context.allowed_identities.take();
             if self.state.strict().is_none() {
-                self.state.offered = self.offered.as_ref().map(|o| o.iter().cloned().collect());
-                self.state.admitted = self.allowed.clone();
+                let same = |o: &std::collections::BTreeSet<String>| {
+                    o.len() == context.tools.len() && context.tools.iter().all(|t| o.contains(&t.name))
+                };
+                if !self.state.offered.as_ref().is_some_and(same) {
+                    self.state.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+                }
+                self.state.admitted.clone_from(&self.allowed);
             }
         }
-        let mut messages = Vec::with_capacity(1 + context.messages.len());
-        if !context.instructions.is_empty() {
-            messages.push(Message::system(context.instructions.join("\n\n")));
+        let mut messages = context.messages;
+        let mut instructions = context.instructions;
+        let system = match instructions.len() {
+            0 => None,
+            1 => instructions.pop(),
+            _ => Some(instructions.join("\n\n")),
+        };
+        if let Some(system) = system {
+            messages.insert(0, Message::system(system));
         }
-        messages.extend(context.messages);
         Ok((messages, context.tools))
     }
 

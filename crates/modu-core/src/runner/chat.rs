@@ -6,10 +6,13 @@
 //!
 //! What a call needs from its run rides in [`ChatRequest::extensions`], not in a task-local, so
 //! a layer that moves the inner call to another task (tower `Buffer`, `tokio::spawn`) keeps
-//! streaming: [`DeltaSink`] (where text deltas go; absent: nobody consumes them, and the model
-//! is asked for a whole answer), [`RunDeadline`] (the retry layer never waits past it), and
-//! [`AttemptLog`] (the per-attempt events and the usage of failed attempts).
+//! streaming. It sits in the extensions' own run slot ([`RunCall`], one shared allocation per
+//! request, so the retry layer's copy of the request costs nothing): the [`DeltaSink`] (where
+//! text deltas go; absent: nobody consumes them, and the model is asked for a whole answer), the
+//! [`AttemptLog`] (the per-attempt events and the usage of failed attempts) and the attempt
+//! counter. The run's deadline (the retry layer never waits past it) sits beside it.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -27,7 +30,7 @@ use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::Usage;
 use crate::middleware::{ChatLayerFn, ChatService};
-use crate::model::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ModelError};
+use crate::model::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, Extensions, ModelError};
 
 /// Where a call's text deltas go, as events of its run.
 #[derive(Clone)]
@@ -37,34 +40,45 @@ pub(crate) struct DeltaSink {
     pub(crate) route: DeltaRoute,
 }
 
-/// The instant the run must end by (in chat requests and tool invocations alike).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RunDeadline(pub(crate) Instant);
-
-impl RunDeadline {
-    /// A retry's wait of `wait` from now; one that would pass the run's deadline waits for the
-    /// deadline instead, where the run's timeout ends the run.
-    pub(crate) fn retry_wait(
-        deadline: Option<&RunDeadline>,
-        wait: std::time::Duration,
-    ) -> std::pin::Pin<Box<tokio::time::Sleep>> {
-        let until = Instant::now() + wait;
-        Box::pin(match deadline {
-            Some(RunDeadline(deadline)) if until >= *deadline => tokio::time::sleep_until(*deadline),
-            _ => tokio::time::sleep_until(until),
-        })
-    }
+/// A retry's wait of `wait` from now; one that would pass the run's deadline (model requests
+/// and tool invocations carry it in their extensions) waits for the deadline instead, where the
+/// run's timeout ends the run.
+pub(crate) fn retry_wait(deadline: Option<Instant>, wait: Duration) -> std::pin::Pin<Box<tokio::time::Sleep>> {
+    let until = Instant::now() + wait;
+    Box::pin(match deadline {
+        Some(deadline) if until >= deadline => tokio::time::sleep_until(deadline),
+        _ => tokio::time::sleep_until(until),
+    })
 }
 
-/// The attempt number of a call (1 for the first), set by the retry layer.
-#[derive(Clone, Copy, Debug)]
-struct Attempt(u32);
+/// The run's side of one model request, in [`Extensions`]' run slot: where its deltas go, the
+/// run's attempt log, and how many attempts the request has had.
+pub(crate) struct RunCall {
+    delta: Option<DeltaSink>,
+    log: Arc<AttemptLog>,
+    attempts: AtomicU32,
+}
+
+impl RunCall {
+    /// The run slot's value for one request.
+    pub(crate) fn slot(delta: Option<DeltaSink>, log: Arc<AttemptLog>) -> Arc<dyn Any + Send + Sync> {
+        Arc::new(RunCall {
+            delta,
+            log,
+            attempts: AtomicU32::new(0),
+        })
+    }
+
+    fn of(extensions: &Extensions) -> Option<Arc<RunCall>> {
+        Arc::clone(extensions.run.as_ref()?).downcast().ok()
+    }
+}
 
 /// The run's side of its model calls: per-attempt events, the call counter that checkpoints
 /// keep, and the usage of every attempt.
 pub(crate) struct AttemptLog {
     emitter: Emitter,
-    run_id: String,
+    run_id: Arc<str>,
     usage: Arc<Mutex<Usage>>,
     calls: AtomicU32,
     max_attempts: u32,
@@ -73,14 +87,14 @@ pub(crate) struct AttemptLog {
 impl AttemptLog {
     pub(crate) fn new(
         emitter: Emitter,
-        run_id: &str,
+        run_id: Arc<str>,
         usage: Arc<Mutex<Usage>>,
         calls_so_far: u32,
         max_attempts: u32,
     ) -> Arc<Self> {
         Arc::new(AttemptLog {
             emitter,
-            run_id: run_id.to_owned(),
+            run_id,
             usage,
             calls: AtomicU32::new(calls_so_far),
             max_attempts,
@@ -124,7 +138,15 @@ impl Service<ChatRequest> for ModelService {
 
     fn call(&mut self, mut request: ChatRequest) -> Self::Future {
         let model = Arc::clone(&self.model);
-        let sink = request.extensions.remove::<DeltaSink>();
+        // The model sees none of the run's per-request data (a model that keeps its requests
+        // must not keep the run's event channel open).
+        request.extensions.deadline = None;
+        let sink = request
+            .extensions
+            .run
+            .take()
+            .and_then(|run| run.downcast::<RunCall>().ok())
+            .and_then(|run| run.delta.clone());
         Box::pin(async move {
             let Some(sink) = sink else {
                 return model.complete(request).await;
@@ -182,14 +204,13 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
-        // The model sees none of the run's per-request data but the delta sink (a model that
-        // keeps its requests must not keep the run's event channel open).
-        request.extensions.remove::<RunDeadline>();
-        let attempt = request.extensions.remove::<Attempt>().map_or(1, |a| a.0);
-        let Some(log) = request.extensions.remove::<Arc<AttemptLog>>() else {
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let Some(run) = RunCall::of(&request.extensions) else {
             return Box::pin(self.inner.call(request));
         };
+        let attempt = run.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let log = Arc::clone(&run.log);
+        drop(run);
         let call = log.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let tools = request.tools.len();
         let structured = request.response_format.is_some();
@@ -201,7 +222,7 @@ where
             if active {
                 log.emitter
                     .emit(AgentEvent::ModelCallStarted {
-                        run_id: log.run_id.clone(),
+                        run_id: log.run_id.to_string(),
                         model: model.to_string(),
                         call,
                         tools,
@@ -216,7 +237,7 @@ where
                     if active {
                         log.emitter
                             .emit(AgentEvent::ModelCallFinished {
-                                run_id: log.run_id.clone(),
+                                run_id: log.run_id.to_string(),
                                 model: model.to_string(),
                                 call,
                                 usage: response.usage,
@@ -235,7 +256,7 @@ where
                     if active {
                         log.emitter
                             .emit(AgentEvent::ModelCallFailed {
-                                run_id: log.run_id.clone(),
+                                run_id: log.run_id.to_string(),
                                 model: model.to_string(),
                                 call,
                                 error_kind: err.kind().to_owned(),
@@ -285,12 +306,12 @@ impl tower::retry::Policy<ChatRequest, ChatResponse, ModelError> for ModelRetry 
         }
         let wait = err.retry_after().unwrap_or_else(|| self.config.wait(self.attempt));
         self.attempt += 1;
-        request.extensions.insert(Attempt(self.attempt));
-        Some(RunDeadline::retry_wait(request.extensions.get::<RunDeadline>(), wait))
+        Some(retry_wait(request.extensions.deadline, wait))
     }
 
     fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {
-        Some(request.clone())
+        // Cheap: the messages, the tools and the extensions are shared, not copied.
+        (self.config.max_attempts > 1).then(|| request.clone())
     }
 }
 

@@ -4,7 +4,7 @@
 //! user function layers → ToolRetryLayer → ToolTimeoutLayer → CallTool → Tool::call
 //! ```
 //!
-//! The run puts its deadline in [`ToolInvocation::extensions`] ([`RunDeadline`]); attempts
+//! The run puts its deadline in [`ToolInvocation::extensions`] (its `deadline` slot); attempts
 //! are counted in the call's scope (its context). User layers see one invocation per call,
 //! and the retry layer below them repeats only the tool.
 
@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use super::chat::RunDeadline;
+use super::chat::retry_wait;
 use crate::agent::RetryConfig;
 use crate::middleware::{CallTool, FunctionLayerFn, FunctionService, ToolInvocation};
 use crate::tool::{RecoveryAction, ToolError, ToolErrorKind};
@@ -60,7 +60,7 @@ where
             scope.attempts.fetch_add(1, Ordering::Relaxed);
         }
         let limit = invocation.tool.spec().timeout;
-        let deadline = invocation.extensions.get::<RunDeadline>().map(|d| d.0);
+        let deadline = invocation.extensions.deadline;
         let fut = self.inner.call(invocation);
         let Some(limit) = limit else {
             return Box::pin(fut);
@@ -110,13 +110,13 @@ impl<C> tower::retry::Policy<ToolInvocation<C>, serde_json::Value, ToolError> fo
         }
         let wait = self.config.wait(self.attempt);
         self.attempt += 1;
-        Some(RunDeadline::retry_wait(
-            invocation.extensions.get::<RunDeadline>(),
-            wait,
-        ))
+        Some(retry_wait(invocation.extensions.deadline, wait))
     }
 
     fn clone_request(&mut self, invocation: &ToolInvocation<C>) -> Option<ToolInvocation<C>> {
-        Some(invocation.clone())
+        // Only an idempotent tool is ever called again, and only a blocking tool's timeout needs
+        // `retry` to mark it final: the others need no copy (without one, tower skips `retry`).
+        let spec = invocation.tool.spec();
+        (spec.idempotent || spec.blocking).then(|| invocation.clone())
     }
 }

@@ -9,7 +9,6 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::chat::RunDeadline;
 use super::chat::with_deadline;
 use super::journal::save_checkpoint;
 use super::policy::{CallReport, ToolCallOutcome, View};
@@ -162,31 +161,30 @@ where
                 nested: &nested,
                 allowed: self.allowed.as_ref(),
             };
-            let mut running: FuturesUnordered<_> = calls
+            let mut pending = calls
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| !state.pending_results.contains_key(&c.id))
-                .map(|(index, call)| async move { (index, env.run_tool_raw(call, gate, sanitized).await) })
-                .collect();
-            while let Some((index, result)) = running.next().await {
-                match result? {
-                    RawToolRun::Done(report) => {
-                        let call = &calls[index];
-                        let message = finished(env, state, call, report);
-                        state.nested.remove(&call.id);
-                        state.pending_results.insert(call.id.clone(), message);
-                        state.usage = env.ctx.usage();
-                        if env.agent.checkpoints.is_some() && !running.is_empty() {
+                .filter(|(_, c)| !state.pending_results.contains_key(&c.id));
+            let first = pending.next();
+            let second = pending.next();
+            match (first, second) {
+                (None, _) => {}
+                // One call (the common case): awaited in place, no task set to allocate.
+                (Some((index, call)), None) => {
+                    let result = env.run_tool_raw(call, gate, sanitized).await;
+                    record(env, state, calls, index, result, &mut finished, &mut waiting)?;
+                }
+                (Some(first), Some(second)) => {
+                    let mut running: FuturesUnordered<_> = [first, second]
+                        .into_iter()
+                        .chain(pending)
+                        .map(|(index, call)| async move { (index, env.run_tool_raw(call, gate, sanitized).await) })
+                        .collect();
+                    while let Some((index, result)) = running.next().await {
+                        let done = record(env, state, calls, index, result, &mut finished, &mut waiting)?;
+                        if done && env.agent.checkpoints.is_some() && !running.is_empty() {
                             save_checkpoint(env, state).await?;
                         }
-                    }
-                    RawToolRun::NeedsApproval(request) => waiting.push((index, request)),
-                    RawToolRun::Nested(pause) => {
-                        let call = &calls[index];
-                        for request in pause.parent_requests(&call.id) {
-                            waiting.push((index, request));
-                        }
-                        state.nested.insert(call.id.clone(), pause);
                     }
                 }
             }
@@ -221,6 +219,43 @@ where
         Err(AgentError::Interrupted {
             pending: self.state.interruptions.len(),
         })
+    }
+}
+
+/// Records one finished call of a batch: its tool message waits in `pending_results`, an
+/// approval request or a nested pause in `waiting`. `true` when the call has its result.
+fn record<C, O, F>(
+    env: &Env<C, O>,
+    state: &mut RunState,
+    calls: &[crate::message::ToolCall],
+    index: usize,
+    result: Result<RawToolRun, AgentError>,
+    finished: &mut F,
+    waiting: &mut Vec<(usize, ApprovalRequest)>,
+) -> Result<bool, AgentError>
+where
+    F: FnMut(&Env<C, O>, &mut RunState, &crate::message::ToolCall, CallReport) -> Message,
+{
+    let call = &calls[index];
+    match result? {
+        RawToolRun::Done(report) => {
+            let message = finished(env, state, call, report);
+            state.nested.remove(&call.id);
+            state.pending_results.insert(call.id.clone(), message);
+            state.usage = env.ctx.usage();
+            Ok(true)
+        }
+        RawToolRun::NeedsApproval(request) => {
+            waiting.push((index, request));
+            Ok(false)
+        }
+        RawToolRun::Nested(pause) => {
+            for request in pause.parent_requests(&call.id) {
+                waiting.push((index, request));
+            }
+            state.nested.insert(call.id.clone(), pause);
+            Ok(false)
+        }
     }
 }
 
@@ -435,9 +470,7 @@ where
             tool: Arc::clone(&tool.entry.tool),
             extensions: crate::model::Extensions::default(),
         };
-        if let Some(deadline) = self.deadline {
-            invocation.extensions.insert(RunDeadline(deadline));
-        }
+        invocation.extensions.deadline = self.deadline;
         let call = tower::ServiceExt::oneshot(self.agent.function_service.clone(), invocation);
         let outcome = with_deadline(self.deadline, self.agent.limits.timeout, call).await?;
         // A call a user layer answered without calling the tool counts as one attempt.

@@ -42,7 +42,7 @@ where
         let env = &self.env;
         let agent = &env.agent;
         let run_id = env.ctx.run_id().to_owned();
-        let mut metadata = env.metadata.clone();
+        let mut metadata = env.ctx.metadata().clone();
         metadata.insert("model_calls".into(), self.state.model_calls.into());
         metadata.insert("tool_calls".into(), self.state.tool_calls.into());
         metadata.insert("turns".into(), self.state.turns.into());
@@ -321,7 +321,7 @@ fn checkpoint_ref<'a, C, O>(env: &'a Env<C, O>, state: &'a RunState) -> Checkpoi
         fingerprint: &env.fingerprint,
         session_id: env.ctx.session_id(),
         user: env.ctx.user(),
-        metadata: &env.metadata,
+        metadata: env.ctx.metadata(),
         state,
     }
 }

@@ -75,7 +75,7 @@ struct Env<C, O> {
     deadline: Option<Instant>,
     started: Instant,
     fingerprint: String,
-    metadata: serde_json::Map<String, serde_json::Value>,
+
     history: Vec<Message>,
     parent_run_id: Option<String>,
     /// A nested run leaves its state here when it pauses (agent-as-tool).
@@ -353,9 +353,7 @@ where
     }
 
     fn valid_arguments(&self, name: &str, args: &serde_json::Value) -> bool {
-        self.tools
-            .get(name)
-            .is_some_and(|t| t.entry.validator.problems(args).is_empty())
+        self.tools.get(name).is_some_and(|t| t.entry.validator.is_valid(args))
     }
 
     fn result_content(&self, name: &str, value: serde_json::Value) -> String {

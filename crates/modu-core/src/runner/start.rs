@@ -12,7 +12,7 @@ use super::state::RunState;
 use super::state::{Checkpoint, Resume};
 use super::{Env, Run, chat};
 use crate::agent::{AgentInner, AgentRequest, AgentResult};
-use crate::context::RunContext;
+use crate::context::{RunContext, RunParts};
 use crate::error::AgentError;
 use crate::message::Usage;
 use crate::middleware::AgentService;
@@ -178,25 +178,22 @@ where
     O: Send + 'static,
 {
     let deadline = agent.limits.timeout.map(|t| started + t);
-    let (ctx, state, metadata, resumed, parent_run_id, nested_pause) = match start {
+    let (ctx, state, resumed, parent_run_id, nested_pause) = match start {
         Start::Fresh(req) => {
             let req = *req;
-            let nested_pause = req.nested_pause.clone();
-            let run_id = req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            let parent_run_id = req.parent_run_id.clone();
-            let tool_input = req.tool_input.clone();
-            let mut ctx = RunContext::new(req.context, run_id);
-            if let Some(shared) = req.approvals.clone() {
-                ctx = ctx.with_shared_approvals(shared);
-            }
-            let ctx = ctx
-                .with_tool_input(tool_input)
-                .with_session_id(req.session_id)
-                .with_user(req.user)
-                .with_metadata(req.metadata.clone())
-                .with_agent_name(agent.name.clone());
+            let parts = RunParts {
+                run_id: req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                session_id: req.session_id,
+                agent_name: agent.name.clone(),
+                user: req.user,
+                usage: Usage::default(),
+                tool_input: req.tool_input,
+                metadata: req.metadata,
+                approvals: req.approvals,
+            };
+            let ctx = RunContext::for_run(req.context, parts);
             let state = RunState::new(req.input);
-            (ctx, state, req.metadata, false, parent_run_id, nested_pause)
+            (ctx, state, false, req.parent_run_id, req.nested_pause)
         }
         Start::Resume {
             checkpoint,
@@ -205,24 +202,25 @@ where
         } => {
             let cp = *checkpoint;
             let (approvals, nested_pause) = nested.unzip();
-            let mut ctx = RunContext::new(context, cp.run_id);
-            if let Some(shared) = approvals {
-                ctx = ctx.with_shared_approvals(shared);
-            }
-            let ctx = ctx
-                .with_session_id(cp.session_id)
-                .with_user(cp.user)
-                .with_metadata(cp.metadata.clone())
-                .with_agent_name(agent.name.clone());
-            ctx.set_usage(cp.state.usage);
-            (ctx, cp.state, cp.metadata, true, None, nested_pause)
+            let parts = RunParts {
+                run_id: cp.run_id,
+                session_id: cp.session_id,
+                agent_name: agent.name.clone(),
+                user: cp.user,
+                usage: cp.state.usage,
+                tool_input: None,
+                metadata: cp.metadata,
+                approvals,
+            };
+            let ctx = RunContext::for_run(context, parts);
+            (ctx, cp.state, true, None, nested_pause)
         }
     };
     let fingerprint = agent.fingerprint.clone();
-    let run_id: Arc<str> = Arc::from(ctx.run_id());
+    let run_id = ctx.shared_run_id();
     let attempts = chat::AttemptLog::new(
         emitter.clone(),
-        ctx.run_id(),
+        Arc::clone(&run_id),
         ctx.usage_handle(),
         state.model_calls,
         agent.retry.max_attempts,
@@ -239,7 +237,6 @@ where
             deadline,
             started,
             fingerprint,
-            metadata,
             history: Vec::new(),
             parent_run_id,
             nested_pause,
