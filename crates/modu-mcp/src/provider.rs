@@ -53,7 +53,7 @@ type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>
 ///
 /// [`McpToolProvider::with_sampling`] serves servers' sampling requests with a model (see
 /// [`crate::sampling`]; the usage is added to the run's). [`McpToolProvider::with_progress`]
-/// asks for progress on every call and hands it to a listener.
+/// hands every call's progress to a listener.
 /// [`McpToolProvider::with_resource_tools`] adds `mcp_list_resources` and `mcp_read_resource`.
 ///
 /// # Direct tools
@@ -102,8 +102,8 @@ impl<C> McpToolProvider<C> {
         self
     }
 
-    /// Asks for progress on every MCP call and passes each progress notification (with the
-    /// run id and the tool call id) to `listener` as it arrives: keep it short.
+    /// Passes each progress notification of an MCP call (with the run id and the tool call
+    /// id) to `listener` as it arrives: keep it short.
     pub fn with_progress(mut self, listener: impl Fn(&McpProgress) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(listener));
         self

@@ -7,10 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::future::join_all;
 use modu_core::Usage;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, NumberOrString, ProgressToken,
-    RequestParamsMeta, ServerResult,
-};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value, json};
 
@@ -66,8 +63,8 @@ impl McpSessionOptions {
         self
     }
 
-    /// Asks servers for progress on every tool call (`_meta.progressToken`) and passes each
-    /// progress notification to `listener`, as it arrives (keep it short).
+    /// Passes each progress notification of a tool call (rmcp sends a `_meta.progressToken`
+    /// with every request) to `listener`, as it arrives (keep it short).
     pub fn with_progress(mut self, listener: impl Fn(&McpProgress) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(listener));
         self
@@ -317,14 +314,14 @@ impl McpSession {
     /// as soon as it arrives ([`InvocationFailure::UndecodableResponse`]).
     ///
     /// Announced tool changes are listed first ([`McpSession::refresh_tools`]). With a progress
-    /// listener ([`McpSessionOptions::with_progress`]) the call asks for progress.
+    /// listener ([`McpSessionOptions::with_progress`]) the call's progress goes there.
     pub async fn call_tool(&self, external_name: &str, arguments: Value) -> Result<Value, McpError> {
         self.call_scoped(external_name, arguments, CallScope::default(), self.progress.as_ref())
             .await
     }
 
-    /// [`McpSession::call_tool`] asking the server for progress, which goes to `listener`
-    /// (instead of the session's listener) as it arrives.
+    /// [`McpSession::call_tool`] with its progress going to `listener` (instead of the
+    /// session's listener) as it arrives.
     pub async fn call_tool_with_progress(
         &self,
         external_name: &str,
@@ -392,24 +389,7 @@ impl McpSession {
         let Some(server) = self.by_name.get(&descriptor.server).map(|&i| &self.servers[i]) else {
             return Err(unknown_tool(external_name));
         };
-        let mut params = CallToolRequestParams::new(descriptor.tool.clone()).with_arguments(arguments);
-        // Dropped when the call ends: later progress for it goes nowhere.
-        let _progress = listener.map(|listener| {
-            let guard = server.signals.subscribe(ProgressRoute {
-                template: McpProgress {
-                    server: server.name.clone(),
-                    tool: descriptor.external_name.clone(),
-                    run_id: scope.run_id.map(str::to_owned),
-                    call_id: scope.call_id.map(str::to_owned),
-                    progress: 0.0,
-                    total: None,
-                    message: None,
-                },
-                listener: Arc::clone(listener),
-            });
-            params.set_progress_token(ProgressToken(NumberOrString::String(Arc::from(guard.token()))));
-            guard
-        });
+        let params = CallToolRequestParams::new(descriptor.tool.clone()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let service_error = |e: ServiceError| {
             if let ServiceError::TransportSend(sent) = &e
@@ -456,6 +436,25 @@ impl McpSession {
             .await
             .map_err(service_error)?;
         let request_id = handle.id.clone();
+        // rmcp gives every request a progress token; its progress goes to the listener until
+        // the call ends (the guard drops).
+        let _progress = listener.map(|listener| {
+            server.signals.subscribe(
+                &handle.progress_token,
+                ProgressRoute {
+                    template: McpProgress {
+                        server: server.name.clone(),
+                        tool: descriptor.external_name.clone(),
+                        run_id: scope.run_id.map(str::to_owned),
+                        call_id: scope.call_id.map(str::to_owned),
+                        progress: 0.0,
+                        total: None,
+                        message: None,
+                    },
+                    listener: Arc::clone(listener),
+                },
+            )
+        });
         let response = handle.await_response().await;
         // An error the stdio transport made up for an answer it could not decode.
         if let Err(ServiceError::McpError(_)) = &response

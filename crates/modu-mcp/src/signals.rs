@@ -8,12 +8,15 @@
 //! in no set order).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::RoleClient;
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, NumberOrString, ServerJsonRpcMessage, ServerNotification};
+use rmcp::model::{
+    ClientJsonRpcMessage, JsonRpcMessage, NumberOrString, ProgressNotificationParam, ProgressToken,
+    ServerJsonRpcMessage, ServerNotification,
+};
 use rmcp::transport::Transport;
 use serde::Serialize;
 
@@ -46,12 +49,37 @@ pub(crate) struct ProgressRoute {
     pub(crate) listener: McpProgressListener,
 }
 
+/// How many progress notifications nobody listens to yet are kept: rmcp gives every request
+/// a progress token and the listener is registered once the request is sent, so a server
+/// that reports progress at once is not lost.
+const UNROUTED_PROGRESS: usize = 64;
+
+#[derive(Default)]
+struct Progress {
+    routes: HashMap<String, ProgressRoute>,
+    unrouted: VecDeque<(String, ProgressNotificationParam)>,
+}
+
 /// The signals of one server connection.
 #[derive(Default)]
 pub(crate) struct ServerSignals {
     tools: AtomicU64,
-    progress: Mutex<HashMap<String, ProgressRoute>>,
-    next_token: AtomicU64,
+    progress: Mutex<Progress>,
+}
+
+fn token_key(token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::String(s) => format!("s:{s}"),
+        NumberOrString::Number(n) => format!("n:{n}"),
+    }
+}
+
+fn event(route: &ProgressRoute, params: &ProgressNotificationParam) -> McpProgress {
+    let mut event = route.template.clone();
+    event.progress = params.progress;
+    event.total = params.total;
+    event.message = params.message.clone();
+    event
 }
 
 impl std::fmt::Debug for ServerSignals {
@@ -68,14 +96,22 @@ impl ServerSignals {
         self.tools.load(Ordering::Acquire)
     }
 
-    /// Registers a route for a new progress token; the token is unregistered when the guard
-    /// drops.
-    pub(crate) fn subscribe(self: &Arc<Self>, route: ProgressRoute) -> ProgressGuard {
-        let token = format!("modu-{}", self.next_token.fetch_add(1, Ordering::Relaxed));
-        self.progress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.clone(), route);
+    /// Routes the progress of the request with this token (what arrived already first); the
+    /// route is removed when the guard drops.
+    pub(crate) fn subscribe(self: &Arc<Self>, token: &ProgressToken, route: ProgressRoute) -> ProgressGuard {
+        let token = token_key(token);
+        let (early, listener) = {
+            let mut progress = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+            let (early, rest): (Vec<_>, Vec<_>) = progress.unrouted.drain(..).partition(|(t, _)| *t == token);
+            progress.unrouted = rest.into();
+            let early: Vec<McpProgress> = early.iter().map(|(_, params)| event(&route, params)).collect();
+            let listener = Arc::clone(&route.listener);
+            progress.routes.insert(token.clone(), route);
+            (early, listener)
+        };
+        for e in &early {
+            listener(e);
+        }
         ProgressGuard {
             signals: Arc::clone(self),
             token,
@@ -88,19 +124,19 @@ impl ServerSignals {
                 self.tools.fetch_add(1, Ordering::AcqRel);
             }
             ServerNotification::ProgressNotification(n) => {
-                let token = match &n.params.progress_token.0 {
-                    NumberOrString::String(s) => s.to_string(),
-                    NumberOrString::Number(n) => n.to_string(),
-                };
+                let token = token_key(&n.params.progress_token);
                 let event = {
-                    let routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
-                    routes.get(&token).map(|route| {
-                        let mut event = route.template.clone();
-                        event.progress = n.params.progress;
-                        event.total = n.params.total;
-                        event.message = n.params.message.clone();
-                        (event, Arc::clone(&route.listener))
-                    })
+                    let mut progress = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+                    match progress.routes.get(&token) {
+                        Some(route) => Some((event(route, &n.params), Arc::clone(&route.listener))),
+                        None => {
+                            if progress.unrouted.len() >= UNROUTED_PROGRESS {
+                                progress.unrouted.pop_front();
+                            }
+                            progress.unrouted.push_back((token, n.params.clone()));
+                            None
+                        }
+                    }
                 };
                 // The listener runs outside the lock (it may subscribe or drop a guard).
                 if let Some((event, listener)) = event {
@@ -118,13 +154,6 @@ pub(crate) struct ProgressGuard {
     token: String,
 }
 
-impl ProgressGuard {
-    /// The token to send as `_meta.progressToken`.
-    pub(crate) fn token(&self) -> &str {
-        &self.token
-    }
-}
-
 impl Drop for ProgressGuard {
     fn drop(&mut self) {
         let route = self
@@ -132,6 +161,7 @@ impl Drop for ProgressGuard {
             .progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .routes
             .remove(&self.token);
         drop(route);
     }
