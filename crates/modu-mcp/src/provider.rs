@@ -228,13 +228,16 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
     }
 }
 
+/// What direct tools are rebuilt with: the filter and the approval policy.
+type DirectRecipe<C> = (Option<McpToolFilter<C>>, Option<McpApprovalPolicy<C>>);
+
 /// The tools one run got from [`McpToolProvider`].
 pub struct McpToolSession<C> {
     session: Arc<McpSession>,
     /// The meta tools, or the direct tools as last built.
     tools: std::sync::RwLock<Vec<Arc<dyn Tool<C>>>>,
     /// Direct tools: how they are rebuilt after a change.
-    direct: Option<(Option<McpToolFilter<C>>, Option<McpApprovalPolicy<C>>)>,
+    direct: Option<DirectRecipe<C>>,
     /// The session's tools version the direct tools were built from.
     built: std::sync::atomic::AtomicU64,
     resource_tools: Vec<Arc<dyn Tool<C>>>,

@@ -412,7 +412,7 @@ async fn an_agent_reads_resources_samples_and_reports_progress_with_run_ids() {
     assert_eq!(result.usage.input_tokens, 5 * 100 + 11);
     assert_eq!(result.usage.output_tokens, 5 * 10 + 4);
     // Progress carries the run and the tool call.
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 4, "{seen:?}");
     assert!(seen.iter().all(|p| p.run_id.as_deref() == Some(result.run_id.as_str())));
     assert!(
