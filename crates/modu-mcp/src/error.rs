@@ -27,6 +27,9 @@ pub enum McpError {
     /// Credentials for a server could not be obtained.
     #[error(transparent)]
     Auth(#[from] McpAuthError),
+    /// A request other than a tool call (resources, prompts) failed.
+    #[error(transparent)]
+    Request(#[from] McpRequestError),
 }
 
 impl McpError {
@@ -38,6 +41,7 @@ impl McpError {
             McpError::ToolDiscovery(e) => Some(&e.server),
             McpError::ToolInvocation(e) => e.server.as_deref(),
             McpError::Auth(e) => Some(&e.server),
+            McpError::Request(e) => Some(&e.server),
         }
     }
 
@@ -56,6 +60,7 @@ impl McpError {
             McpError::Configuration(e) => {
                 ToolError::execution("mcp_configuration_error").with_message(e.message.clone())
             }
+            McpError::Request(e) => e.to_tool_error(),
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct McpToolDiscoveryError {
 pub enum InvocationFailure {
     /// No tool of that external name is available to this run (or the filter hides it).
     UnknownTool,
+    /// The server removed the tool during the run (it announced a changed list without it).
+    ToolRemoved,
     /// The arguments do not fit the tool's input schema (checked before sending).
     InvalidArguments,
     /// The server ran the tool and reported an error result (`isError`).
@@ -136,6 +143,7 @@ impl InvocationFailure {
     pub fn as_str(self) -> &'static str {
         match self {
             InvocationFailure::UnknownTool => "unknown_tool",
+            InvocationFailure::ToolRemoved => "tool_removed",
             InvocationFailure::InvalidArguments => "invalid_arguments",
             InvocationFailure::ToolError => "tool_error",
             InvocationFailure::ProtocolError => "protocol_error",
@@ -170,6 +178,9 @@ impl McpToolInvocationError {
             InvocationFailure::UnknownTool => ToolError::new(ToolErrorKind::NotFound, "unknown_mcp_tool")
                 .with_message(message)
                 .with_recovery(RecoveryAction::RepairCall),
+            InvocationFailure::ToolRemoved => ToolError::new(ToolErrorKind::NotFound, "mcp_tool_removed")
+                .with_message(message)
+                .with_recovery(RecoveryAction::RepairCall),
             InvocationFailure::InvalidArguments => {
                 ToolError::validation("invalid_arguments", message).with_recovery(RecoveryAction::RepairCall)
             }
@@ -187,6 +198,70 @@ impl McpToolInvocationError {
             InvocationFailure::UndecodableResponse => {
                 ToolError::execution("mcp_undecodable_response").with_message(message)
             }
+        }
+    }
+}
+
+/// Why a resource or prompt request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RequestFailure {
+    /// No server of that name is open in this session.
+    UnknownServer,
+    /// The server does not offer resources (or prompts).
+    Unsupported,
+    /// The server answered with a JSON-RPC error (an unknown URI or prompt, bad arguments).
+    ProtocolError,
+    /// The server did not answer within its call timeout.
+    Timeout,
+    /// The connection failed, or the answer was not what was asked for.
+    Transport,
+}
+
+impl RequestFailure {
+    /// A snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestFailure::UnknownServer => "unknown_server",
+            RequestFailure::Unsupported => "unsupported",
+            RequestFailure::ProtocolError => "protocol_error",
+            RequestFailure::Timeout => "timeout",
+            RequestFailure::Transport => "transport",
+        }
+    }
+}
+
+/// A resource or prompt request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("MCP request {request} to server {server} failed ({}): {message}", failure.as_str())]
+pub struct McpRequestError {
+    /// The server.
+    pub server: String,
+    /// The request (`resources/read`, `prompts/get`, ...).
+    pub request: String,
+    /// The kind of failure.
+    pub failure: RequestFailure,
+    /// What happened (redacted).
+    pub message: String,
+}
+
+impl McpRequestError {
+    /// The [`ToolError`] the model receives.
+    pub fn to_tool_error(&self) -> ToolError {
+        let message = format!("{} failed: {}", self.request, self.message);
+        match self.failure {
+            RequestFailure::UnknownServer | RequestFailure::Unsupported => {
+                ToolError::new(ToolErrorKind::NotFound, "mcp_request_not_found")
+                    .with_message(message)
+                    .with_recovery(RecoveryAction::RepairCall)
+            }
+            RequestFailure::ProtocolError => ToolError::execution("mcp_protocol_error").with_message(message),
+            RequestFailure::Timeout => ToolError::new(ToolErrorKind::Timeout, "timeout")
+                .with_message(message)
+                .retryable(true),
+            RequestFailure::Transport => ToolError::execution("mcp_transport_error")
+                .with_message(message)
+                .retryable(true),
         }
     }
 }

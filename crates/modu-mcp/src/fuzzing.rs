@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ServerResult};
 use serde_json::Value;
 
-use crate::client::tool_output;
+use crate::output::tool_output;
 
 /// Decodes `result` (the `result` member of a JSON-RPC answer to `tools/call`) as rmcp does and
 /// turns it into the tool's output or error message through the same function

@@ -9,25 +9,37 @@ pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod handler;
 mod index;
+mod output;
 mod provider;
 pub mod registry;
 pub mod resolver;
+pub mod resources;
+pub mod sampling;
+mod session;
+mod signals;
 mod stdio;
 pub mod tools;
 
-pub use client::{McpConnector, McpSession, ModuClientHandler};
+pub use client::McpConnector;
 pub use config::{McpAuthConfig, McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig};
 pub use error::{
-    InvocationFailure, McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError,
-    McpToolInvocationError, McpTransportError,
+    InvocationFailure, McpAuthError, McpError, McpRequestError, McpServerConfigurationError, McpToolDiscoveryError,
+    McpToolInvocationError, McpTransportError, RequestFailure,
 };
+pub use handler::ModuClientHandler;
 pub use provider::{McpToolProvider, McpToolSession};
 pub use registry::{McpToolDescriptor, McpToolRegistry};
 pub use resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest, selection_from_metadata};
+pub use resources::{McpPrompt, McpPromptArgument, McpPromptInfo};
+pub use sampling::{McpSampling, McpSamplingPolicy, McpSamplingUsage};
+pub use session::{McpSession, McpSessionOptions};
+pub use signals::{McpProgress, McpProgressListener};
 pub use tools::{
-    CALL_TOOL_NAME, McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpDirectTool, McpSearchTool,
-    McpToolFilter, SEARCH_TOOL_NAME, approval_description,
+    CALL_TOOL_NAME, LIST_RESOURCES_TOOL_NAME, McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpDirectTool,
+    McpListResourcesTool, McpReadResourceTool, McpSearchTool, McpToolFilter, READ_RESOURCE_TOOL_NAME, SEARCH_TOOL_NAME,
+    approval_description,
 };
 
 /// The rmcp version this crate is built on, re-exported for raw calls next to the connector.

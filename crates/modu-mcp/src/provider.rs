@@ -6,12 +6,16 @@ use async_trait::async_trait;
 use modu_core::{RunContext, Tool, ToolProvider, ToolProviderError, ToolSession};
 use serde_json::Value;
 
-use crate::client::{McpConnector, McpSession};
+use crate::client::McpConnector;
 use crate::error::McpError;
 use crate::registry::McpToolDescriptor;
 use crate::resolver::{McpSelectionRequest, selection_from_metadata};
+use crate::sampling::McpSampling;
+use crate::session::{McpSession, McpSessionOptions};
+use crate::signals::{McpProgress, McpProgressListener};
 use crate::tools::{
-    McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpDirectTool, McpSearchTool, McpToolFilter,
+    McpApprovalDescription, McpApprovalPolicy, McpCallTool, McpDirectTool, McpListResourcesTool, McpReadResourceTool,
+    McpSearchTool, McpToolFilter,
 };
 
 type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>;
@@ -34,14 +38,23 @@ type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>
 /// message limit) fails the call at once with
 /// [`crate::InvocationFailure::UndecodableResponse`] instead of waiting for its timeout.
 ///
-/// # Tool filter and caching
+/// # Tool filter, caching and changes
 ///
-/// Tools are listed once, when a run opens its servers: within a run the list is fixed, and
-/// every run lists afresh (rmcp's response cache is disabled, so a changed server is seen by
-/// the next run and a stale list is never served). The filter is applied at every search and
-/// every call with the current [`RunContext`], after that listing: it hides tools per request
-/// without re-listing, hidden tools are neither returned (nor counted in `total`) by search,
-/// and calling one fails as an unknown tool.
+/// Tools are listed when a run opens its servers, and every run lists afresh (rmcp's response
+/// cache is disabled, so a stale list is never served). Within a run, a server that sends
+/// `notifications/tools/list_changed` is listed again before the next search or call
+/// ([`McpSession::refresh_tools`]): the next `mcp_search_tools` finds an added tool, and a
+/// call to a removed one fails with [`crate::InvocationFailure::ToolRemoved`]. The filter is
+/// applied at every search and every call with the current [`RunContext`]: it hides tools per
+/// request without re-listing, hidden tools are neither returned (nor counted in `total`) by
+/// search, and calling one fails as an unknown tool.
+///
+/// # Sampling, progress, resources
+///
+/// [`McpToolProvider::with_sampling`] serves servers' sampling requests with a model (see
+/// [`crate::sampling`]; the usage is added to the run's). [`McpToolProvider::with_progress`]
+/// hands every call's progress to a listener.
+/// [`McpToolProvider::with_resource_tools`] adds `mcp_list_resources` and `mcp_read_resource`.
 ///
 /// # Direct tools
 ///
@@ -49,13 +62,21 @@ type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>
 /// instead of the two meta tools — for a handful of tools, or for policies that restrict tools
 /// by name (strict Plan-and-Execute plans name them per step). Each request then carries every
 /// visible tool's schema, so prefer the meta tools for large catalogs.
+///
+/// The run loop reads a session's tools once, when the run opens it: a tool a server adds
+/// during the run is not offered as a direct tool until the core asks again
+/// ([`McpToolSession::refresh`] and [`McpToolSession::tools`] are what it would call); a
+/// removed one stops being offered ([`Tool::is_enabled`]) once the change is listed.
 pub struct McpToolProvider<C> {
     connector: Arc<McpConnector>,
     filter: Option<McpToolFilter<C>>,
     selection: Option<SelectionFn<C>>,
     approval: Option<McpApprovalPolicy<C>>,
     direct: bool,
+    resources: bool,
     max_result_bytes: Option<usize>,
+    sampling: Option<McpSampling>,
+    progress: Option<McpProgressListener>,
 }
 
 impl<C> McpToolProvider<C> {
@@ -67,8 +88,32 @@ impl<C> McpToolProvider<C> {
             selection: None,
             approval: None,
             direct: false,
+            resources: false,
             max_result_bytes: None,
+            sampling: None,
+            progress: None,
         }
+    }
+
+    /// Serves the servers' sampling requests (`sampling/createMessage`) with this model,
+    /// policy and limits, per run; what they use is added to the run's usage.
+    pub fn with_sampling(mut self, sampling: McpSampling) -> Self {
+        self.sampling = Some(sampling);
+        self
+    }
+
+    /// Passes each progress notification of an MCP call (with the run id and the tool call
+    /// id) to `listener` as it arrives: keep it short.
+    pub fn with_progress(mut self, listener: impl Fn(&McpProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(listener));
+        self
+    }
+
+    /// Adds `mcp_list_resources` and `mcp_read_resource`, over the servers' resources and
+    /// resource templates (not subject to the tool filter).
+    pub fn with_resource_tools(mut self) -> Self {
+        self.resources = true;
+        self
     }
 
     /// Caps every MCP tool result at `bytes` as the model sees it (its text, or its JSON as
@@ -152,33 +197,50 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
             user: Some(ctx.user()),
             run_id: Some(ctx.run_id()),
         };
-        let mut session = self.connector.open_with(&request).await.map_err(provider_error)?;
+        let mut options = McpSessionOptions::default();
+        if let Some(sampling) = &self.sampling {
+            let run = ctx.clone();
+            options = options
+                .with_sampling(sampling.clone())
+                .with_sampling_usage(move |usage| run.add_usage(usage));
+        }
+        options.progress = self.progress.clone();
+        let mut session = self
+            .connector
+            .open_with_options(&request, options)
+            .await
+            .map_err(provider_error)?;
         if let Some(bytes) = self.max_result_bytes {
             session = session.with_default_max_result_bytes(bytes);
         }
         let session = Arc::new(session);
-        if self.direct {
-            // No mcp_search_tools: no search index either.
-            return Ok(Box::new(McpToolSession::direct(
-                session,
-                self.filter.clone(),
-                self.approval.clone(),
-            )));
+        // Direct tools: no mcp_search_tools, no search index either. Otherwise the index is
+        // built by the run's first search (a run that never searches never pays for it).
+        let mut tools = if self.direct {
+            McpToolSession::direct(session, self.filter.clone(), self.approval.clone())
+        } else {
+            McpToolSession::with_approval(session, self.filter.clone(), self.approval.clone())
+        };
+        if self.resources {
+            tools = tools.with_resource_tools();
         }
-        // The search index is built by the run's first search (a run that never searches
-        // never pays for it).
-        Ok(Box::new(McpToolSession::with_approval(
-            session,
-            self.filter.clone(),
-            self.approval.clone(),
-        )))
+        Ok(Box::new(tools))
     }
 }
+
+/// What direct tools are rebuilt with: the filter and the approval policy.
+type DirectRecipe<C> = (Option<McpToolFilter<C>>, Option<McpApprovalPolicy<C>>);
 
 /// The tools one run got from [`McpToolProvider`].
 pub struct McpToolSession<C> {
     session: Arc<McpSession>,
-    tools: Vec<Arc<dyn Tool<C>>>,
+    /// The meta tools, or the direct tools as last built.
+    tools: std::sync::RwLock<Vec<Arc<dyn Tool<C>>>>,
+    /// Direct tools: how they are rebuilt after a change.
+    direct: Option<DirectRecipe<C>>,
+    /// The session's tools version the direct tools were built from.
+    built: std::sync::atomic::AtomicU64,
+    resource_tools: Vec<Arc<dyn Tool<C>>>,
 }
 
 impl<C: Send + Sync + 'static> McpToolSession<C> {
@@ -201,7 +263,25 @@ impl<C: Send + Sync + 'static> McpToolSession<C> {
                 Arc::new(McpCallTool::new(Arc::clone(&session), filter).with_approval(approval)),
             ]
         };
-        McpToolSession { session, tools }
+        McpToolSession {
+            session,
+            tools: std::sync::RwLock::new(tools),
+            direct: None,
+            built: std::sync::atomic::AtomicU64::new(0),
+            resource_tools: Vec::new(),
+        }
+    }
+
+    /// Adds `mcp_list_resources` and `mcp_read_resource` (none when the session has no
+    /// server).
+    pub fn with_resource_tools(mut self) -> Self {
+        if !self.session.server_names().is_empty() {
+            self.resource_tools = vec![
+                Arc::new(McpListResourcesTool::new(Arc::clone(&self.session))),
+                Arc::new(McpReadResourceTool::new(Arc::clone(&self.session))),
+            ];
+        }
+        self
     }
 
     /// Every discovered tool of a session under its external name (see
@@ -211,22 +291,33 @@ impl<C: Send + Sync + 'static> McpToolSession<C> {
         filter: Option<McpToolFilter<C>>,
         approval: Option<McpApprovalPolicy<C>>,
     ) -> Self {
-        let mut tools: Vec<Arc<dyn Tool<C>>> = Vec::new();
-        for descriptor in session.registry().tools() {
-            match McpDirectTool::new(
-                Arc::clone(&session),
-                Arc::clone(descriptor),
-                filter.clone(),
-                approval.clone(),
-            ) {
-                Some(tool) => tools.push(Arc::new(tool)),
-                None => tracing::warn!(
-                    tool = %descriptor.external_name,
-                    "MCP tool left out: its name is not a portable function name"
-                ),
-            }
+        let version = session.tools_version();
+        let tools = direct_tools(&session, &filter, &approval);
+        McpToolSession {
+            session,
+            tools: std::sync::RwLock::new(tools),
+            direct: Some((filter, approval)),
+            built: std::sync::atomic::AtomicU64::new(version),
+            resource_tools: Vec::new(),
         }
-        McpToolSession { session, tools }
+    }
+
+    /// Lists again the tools of servers that announced a change, and, for direct tools,
+    /// rebuilds them; `true` when [`ToolSession::tools`] now returns a different list (the
+    /// meta tools never change). What the run loop would call before each model request to
+    /// offer tools added during the run.
+    pub async fn refresh(&self) -> bool {
+        self.session.refresh_tools().await;
+        let Some((filter, approval)) = &self.direct else {
+            return false;
+        };
+        let version = self.session.tools_version();
+        if self.built.swap(version, std::sync::atomic::Ordering::AcqRel) == version {
+            return false;
+        }
+        let tools = direct_tools(&self.session, filter, approval);
+        *self.tools.write().unwrap_or_else(std::sync::PoisonError::into_inner) = tools;
+        true
     }
 
     /// The underlying session.
@@ -238,10 +329,40 @@ impl<C: Send + Sync + 'static> McpToolSession<C> {
 #[async_trait]
 impl<C: Send + Sync + 'static> ToolSession<C> for McpToolSession<C> {
     fn tools(&self) -> Vec<Arc<dyn Tool<C>>> {
-        self.tools.clone()
+        let mut tools = self
+            .tools
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        tools.extend(self.resource_tools.iter().cloned());
+        tools
     }
 
     async fn close(self: Box<Self>) {
         self.session.close().await;
     }
+}
+
+/// Every tool of the session's current list under its external name.
+fn direct_tools<C: Send + Sync + 'static>(
+    session: &Arc<McpSession>,
+    filter: &Option<McpToolFilter<C>>,
+    approval: &Option<McpApprovalPolicy<C>>,
+) -> Vec<Arc<dyn Tool<C>>> {
+    let mut tools: Vec<Arc<dyn Tool<C>>> = Vec::new();
+    for descriptor in session.registry().tools() {
+        match McpDirectTool::new(
+            Arc::clone(session),
+            Arc::clone(descriptor),
+            filter.clone(),
+            approval.clone(),
+        ) {
+            Some(tool) => tools.push(Arc::new(tool)),
+            None => tracing::warn!(
+                tool = %descriptor.external_name,
+                "MCP tool left out: its name is not a portable function name"
+            ),
+        }
+    }
+    tools
 }

@@ -129,9 +129,13 @@ impl McpToolRegistry {
 
     /// Adds a tool (a later tool with the same external name replaces the earlier one).
     pub fn insert(&mut self, descriptor: McpToolDescriptor) {
+        self.insert_shared(Arc::new(descriptor));
+    }
+
+    /// Adds a descriptor shared with another registry (same replacement rule as `insert`).
+    pub(crate) fn insert_shared(&mut self, descriptor: Arc<McpToolDescriptor>) {
         self.index = OnceLock::new();
         let name = descriptor.external_name.clone();
-        let descriptor = Arc::new(descriptor);
         match self.by_name.get(&name) {
             Some(&i) => self.tools[i] = descriptor,
             None => {

@@ -8,13 +8,18 @@ use modu_core::{RunContext, Tool, ToolError, ToolSpec};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::client::{McpSession, unknown_tool};
+use crate::output::unknown_tool;
 use crate::registry::{McpToolDescriptor, split_external_name};
+use crate::session::{CallScope, McpSession};
 
 /// The name of the search meta tool.
 pub const SEARCH_TOOL_NAME: &str = "mcp_search_tools";
 /// The name of the call meta tool.
 pub const CALL_TOOL_NAME: &str = "mcp_call_tool";
+/// The name of the resource listing meta tool.
+pub const LIST_RESOURCES_TOOL_NAME: &str = "mcp_list_resources";
+/// The name of the resource reading meta tool.
+pub const READ_RESOURCE_TOOL_NAME: &str = "mcp_read_resource";
 /// The default number of search results.
 pub const DEFAULT_SEARCH_LIMIT: usize = 10;
 /// The most search results one call returns.
@@ -23,6 +28,14 @@ pub const MAX_SEARCH_LIMIT: usize = 50;
 /// Hides tools per request: called with the run's context and a tool; `false` hides it from
 /// search and refuses calls to it.
 pub type McpToolFilter<C> = Arc<dyn Fn(&RunContext<C>, &McpToolDescriptor) -> bool + Send + Sync>;
+
+/// The run and call a tool call is made for (what its progress reports carry).
+fn scope<C>(ctx: &RunContext<C>) -> CallScope<'_> {
+    CallScope {
+        run_id: Some(ctx.run_id()),
+        call_id: ctx.call_id(),
+    }
+}
 
 fn visible<C>(filter: &Option<McpToolFilter<C>>, ctx: &RunContext<C>, tool: &McpToolDescriptor) -> bool {
     filter.as_ref().is_none_or(|f| f(ctx, tool))
@@ -71,6 +84,8 @@ impl<C: Send + Sync + 'static> Tool<C> for McpSearchTool<C> {
             .and_then(Value::as_u64)
             .map_or(DEFAULT_SEARCH_LIMIT, |l| usize::try_from(l).unwrap_or(MAX_SEARCH_LIMIT))
             .clamp(1, MAX_SEARCH_LIMIT);
+        // A server that announced a change is listed again first.
+        self.session.refresh_tools().await;
         Ok(self.session.search(query, limit, |t| visible(&self.filter, ctx, t)))
     }
 }
@@ -192,6 +207,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
                 "tool_name is required: the name mcp_search_tools returned",
             ));
         };
+        self.session.refresh_tools().await;
         let hidden = self
             .session
             .registry()
@@ -202,7 +218,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
         }
         let tool_arguments = arguments.get("arguments").cloned().unwrap_or(Value::Null);
         self.session
-            .call_tool(tool_name, tool_arguments)
+            .call_in(tool_name, tool_arguments, scope(ctx))
             .await
             .map_err(|e| e.to_tool_error())
     }
@@ -302,8 +318,11 @@ impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
         &self.spec
     }
 
+    /// Visible to the filter, and still listed by its server (a tool the server removed is
+    /// no longer offered once the change is listed).
     fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
         visible(&self.filter, ctx, &self.descriptor)
+            && self.session.registry().get(&self.descriptor.external_name).is_some()
     }
 
     async fn call(&self, ctx: &RunContext<C>, arguments: Value) -> Result<Value, ToolError> {
@@ -311,7 +330,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
             return Err(unknown_tool(&self.descriptor.external_name).to_tool_error());
         }
         self.session
-            .call_tool(&self.descriptor.external_name, arguments)
+            .call_in(&self.descriptor.external_name, arguments, scope(ctx))
             .await
             .map_err(|e| e.to_tool_error())
     }
@@ -324,5 +343,102 @@ impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
 
     fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
         self.description(arguments).into_request(call_id)
+    }
+}
+
+/// `mcp_list_resources`: the resources and resource templates of the run's MCP servers
+/// ([`McpSession::list_resources`]).
+pub struct McpListResourcesTool {
+    session: Arc<McpSession>,
+    spec: ToolSpec,
+}
+
+impl McpListResourcesTool {
+    /// The listing tool over a session.
+    pub fn new(session: Arc<McpSession>) -> Self {
+        let spec = ToolSpec::new(
+            LIST_RESOURCES_TOOL_NAME,
+            "List the resources (documents, files, records) and resource templates of the connected \
+             MCP servers. Read one with mcp_read_resource, by its server and uri (a template's uri \
+             with its {placeholders} filled in).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "server": {"type": "string", "description": "Only this server's resources (default: every server)."}
+                }
+            }),
+        )
+        .idempotent(true)
+        .repair_safe(true);
+        McpListResourcesTool { session, spec }
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> Tool<C> for McpListResourcesTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _ctx: &RunContext<C>, arguments: Value) -> Result<Value, ToolError> {
+        let server = arguments.get("server").and_then(Value::as_str);
+        let listed = self
+            .session
+            .list_resources(server)
+            .await
+            .map_err(|e| e.to_tool_error())?;
+        Ok(crate::output::cap_result(listed, self.session.default_max_result_bytes))
+    }
+}
+
+/// `mcp_read_resource`: reads one resource of a run's MCP server by URI
+/// ([`McpSession::read_resource`]).
+pub struct McpReadResourceTool {
+    session: Arc<McpSession>,
+    spec: ToolSpec,
+}
+
+impl McpReadResourceTool {
+    /// The reading tool over a session.
+    pub fn new(session: Arc<McpSession>) -> Self {
+        let spec = ToolSpec::new(
+            READ_RESOURCE_TOOL_NAME,
+            "Read a resource of a connected MCP server by its server and uri, as mcp_list_resources \
+             lists them.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "server": {"type": "string", "description": "The server, as mcp_list_resources names it."},
+                    "uri": {"type": "string", "description": "The resource's uri (or a template's, filled in)."}
+                },
+                "required": ["server", "uri"]
+            }),
+        )
+        .idempotent(true)
+        .repair_safe(true);
+        McpReadResourceTool { session, spec }
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> Tool<C> for McpReadResourceTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _ctx: &RunContext<C>, arguments: Value) -> Result<Value, ToolError> {
+        let (Some(server), Some(uri)) = (
+            arguments.get("server").and_then(Value::as_str),
+            arguments.get("uri").and_then(Value::as_str),
+        ) else {
+            return Err(ToolError::validation(
+                "invalid_arguments",
+                "server and uri are required, as mcp_list_resources returns them",
+            ));
+        };
+        self.session
+            .read_resource(server, uri)
+            .await
+            .map_err(|e| e.to_tool_error())
     }
 }

@@ -415,12 +415,8 @@ async fn tool_listing_follows_pagination() {
         .open_session(None)
         .await
         .unwrap();
-    let names: Vec<&str> = session
-        .registry()
-        .tools()
-        .iter()
-        .map(|t| t.external_name.as_str())
-        .collect();
+    let registry = session.registry();
+    let names: Vec<&str> = registry.tools().iter().map(|t| t.external_name.as_str()).collect();
     assert_eq!(names, ["paged__whoami", "paged__second_page"]);
     let lists = state
         .lock()

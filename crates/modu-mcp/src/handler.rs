@@ -1,0 +1,74 @@
+//! [`ModuClientHandler`]: the client side of every connection.
+
+// Sampling is deprecated by SEP-2577 in rmcp; servers still send it.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ErrorData, Implementation,
+    SamplingCapability,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ClientHandler, RoleClient};
+
+use crate::sampling::Sampler;
+
+/// The client side of every connection: announces itself as `modu-mcp`, and declares and
+/// serves sampling when the session was opened with [`crate::McpSampling`].
+#[derive(Clone, Default)]
+pub struct ModuClientHandler {
+    server: Arc<str>,
+    sampler: Option<Arc<Sampler>>,
+}
+
+impl std::fmt::Debug for ModuClientHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuClientHandler")
+            .field("server", &self.server)
+            .field("sampling", &self.sampler.is_some())
+            .finish()
+    }
+}
+
+impl ModuClientHandler {
+    pub(crate) fn new(server: &str, sampler: Option<Arc<Sampler>>) -> Self {
+        ModuClientHandler {
+            server: Arc::from(server),
+            sampler,
+        }
+    }
+}
+
+impl ClientHandler for ModuClientHandler {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.sampler.is_some() {
+            capabilities.sampling = Some(SamplingCapability::default());
+        }
+        ClientConfig::new(capabilities, Implementation::new("modu-mcp", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let Some(sampler) = &self.sampler else {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "the client does not serve sampling requests",
+                None,
+            ));
+        };
+        // The server may cancel its request; the model call is dropped then.
+        tokio::select! {
+            result = sampler.create_message(&self.server, params) => result,
+            () = context.ct.cancelled() => Err(ErrorData::new(
+                rmcp::model::ErrorCode(-1),
+                "the sampling request was cancelled",
+                None,
+            )),
+        }
+    }
+}
