@@ -225,3 +225,42 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
         Ok(Caller(parts.extensions.get::<Principal>().cloned().unwrap_or_default()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, http::HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_other_schemes_are_not_tokens() {
+        assert_eq!(bearer_token(&headers("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&headers("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer_token(&headers("Basic YWxhZGRpbjpvcGVu")), None);
+        assert_eq!(bearer_token(&headers("Bearer ")), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test]
+    async fn a_token_maps_to_its_principal_and_nothing_else_does() {
+        let tokens = BearerTokens::new().token("t1", Principal::new("alice", ["a"]));
+        assert_eq!(
+            tokens
+                .authenticate(&headers("Bearer t1"))
+                .await
+                .unwrap()
+                .user
+                .as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            tokens.authenticate(&headers("Bearer t2")).await,
+            Err(AuthError::Invalid)
+        );
+        assert_eq!(tokens.authenticate(&HeaderMap::new()).await, Err(AuthError::Missing));
+    }
+}

@@ -199,3 +199,17 @@ async fn a_failed_run_reports_its_kind_and_never_the_providers_text() {
     assert!(!text.contains("sk-leaked"), "{text}");
     assert!(!data.iter().any(|d| d == "[DONE]"));
 }
+
+#[tokio::test]
+async fn a_run_that_waits_for_approval_is_409_approval_required() {
+    let agent = modu_core::Agent::builder(common::weather_model())
+        .tool(common::weather_tool(Arc::default(), true))
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let base = serve(ModuServer::new().agent("weather", agent).router()).await;
+    let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &chat("weather", false)).await;
+    assert_eq!(status, 409, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], "approval_required");
+}
