@@ -125,7 +125,10 @@ impl Translator {
                 self.message_id = None;
                 self.model = Some(model);
             }
-            Item::Event(AgentEvent::ModelDelta { text, .. }) => self.text(&text, &mut out),
+            // A strict Plan-and-Execute run shows its answer as FinalDelta.
+            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. }) => {
+                self.text(&text, &mut out)
+            }
             Item::Event(AgentEvent::ModelCallFinished { .. }) => self.close_text(&mut out),
             Item::Event(AgentEvent::ModelCallFailed { .. }) => {
                 // A retried answer streams again from the start, as a new message.

@@ -251,7 +251,9 @@ impl Chunks {
 
     fn on(&mut self, item: Item) -> Vec<Event> {
         match item {
-            Item::Event(AgentEvent::ModelDelta { text, .. }) if !text.is_empty() => {
+            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. })
+                if !text.is_empty() =>
+            {
                 self.sent_text = true;
                 vec![stream_event(&self.chunk(json!({"content": text}), Value::Null))]
             }

@@ -227,3 +227,47 @@ async fn a_failed_run_ends_with_run_error_without_the_providers_text() {
     assert_eq!(events[1]["code"], "model_error");
     assert!(!text.contains("sk-leaked"), "{text}");
 }
+
+#[tokio::test]
+async fn a_strict_plan_and_execute_run_streams_only_its_final_answer() {
+    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    let plan = json!({"steps": [{"description": "Look up the weather", "allowed_tools": ["get_weather"]}]});
+    let model = modu_testing::ScriptedModel::new()
+        .text(plan.to_string())
+        .tool_call("get_weather", json!({"city": "Paris"}))
+        .text(json!({"status": "completed", "result": "sunny"}).to_string())
+        .text_deltas(["It is ", "sunny."]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::builder(model)
+        .tool(weather_tool(Arc::clone(&runs), false))
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let base = serve(ModuServer::new().agent("strict", agent).router()).await;
+    let (status, text, _) = post(
+        &format!("{base}/agui/strict"),
+        None,
+        &input("t", "strict-1", json!([user("u", "Weather?")])),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_json(&text);
+    assert_eq!(
+        types(&events),
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "RUN_FINISHED"
+        ],
+        "{text}"
+    );
+    assert_eq!(events[5]["result"], "It is sunny.");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(
+        !text.contains("\"forecast\""),
+        "no tool result of a strict run on the wire: {text}"
+    );
+}
