@@ -1,0 +1,223 @@
+//! The AG-UI endpoint: `POST /agui/{agent}` takes a `RunAgentInput` and answers with an SSE
+//! stream of AG-UI events (`data: {event}` lines).
+//!
+//! - `threadId` is the run's session; `runId` its run id (a run id that already has a
+//!   checkpoint is refused with 409, so a request cannot overwrite another run's state).
+//! - `forwardedProps.mcp` becomes the run's `mcp` metadata, the MCP server selection that
+//!   modu-mcp reads (`{"servers": [...]}`); inline stdio servers are refused from the network.
+//! - When the agent keeps conversations (a conversation store), the thread's history is on the
+//!   server and the run's input is the messages after the last assistant or tool message;
+//!   otherwise the input is every message of the request.
+//! - Frontend tools (`tools`), `context` and `state` are not used yet; `resume` is refused.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use modu_core::{Message, Role, ToolCall};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::agui_events::Translator;
+use crate::auth::Caller;
+use crate::error::ServerError;
+use crate::mount::RunInput;
+
+/// An AG-UI `RunAgentInput` (the fields the server reads).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunAgentInput {
+    thread_id: String,
+    run_id: String,
+    messages: Vec<AguiMessage>,
+    #[serde(default)]
+    forwarded_props: Option<Value>,
+    #[serde(default)]
+    resume: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AguiMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<AguiToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AguiToolCall {
+    id: String,
+    function: AguiFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct AguiFunction {
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+/// The text of a message's content: a string, or the text parts of a part list.
+fn content_text(content: Option<&Value>) -> Result<String, ServerError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    _ => return Err(ServerError::bad_request("only text content parts are supported")),
+                }
+            }
+            Ok(text)
+        }
+        Some(_) => Err(ServerError::bad_request(
+            "message content must be a string or a list of parts",
+        )),
+    }
+}
+
+fn to_messages(wire: Vec<AguiMessage>) -> Result<Vec<Message>, ServerError> {
+    let mut out: Vec<Message> = Vec::with_capacity(wire.len());
+    for m in wire {
+        let text = content_text(m.content.as_ref())?;
+        let message = match m.role.as_str() {
+            "system" | "developer" => Message::system(text),
+            "user" => Message::user(text),
+            "assistant" => {
+                let calls: Vec<ToolCall> = m
+                    .tool_calls
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| ToolCall::new(c.id, c.function.name, c.function.arguments))
+                    .collect();
+                Message::assistant_tool_calls(text, calls)
+            }
+            "tool" => {
+                let Some(call_id) = m.tool_call_id else {
+                    return Err(ServerError::bad_request("a tool message needs a toolCallId"));
+                };
+                let name = out
+                    .iter()
+                    .flat_map(|m| &m.tool_calls)
+                    .find(|c| c.id == call_id)
+                    .map(|c| c.name.clone())
+                    .unwrap_or_default();
+                let is_error = m.error.is_some();
+                let text = m.error.unwrap_or(text);
+                Message::tool_result(call_id, name, text, is_error)
+            }
+            // Activity and reasoning messages are the UI's, not the conversation's.
+            "activity" | "reasoning" => continue,
+            other => return Err(ServerError::bad_request(format!("unknown message role {other:?}"))),
+        };
+        out.push(message);
+    }
+    Ok(out)
+}
+
+/// An id the server accepts as a run id or thread id: 1 to 200 characters of letters, digits
+/// and `-_.:`.
+fn valid_id(id: &str) -> bool {
+    (1..=200).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+/// `forwardedProps.mcp`, checked: an object, and no inline stdio server (a network caller may
+/// never start a process on the server, whatever the resolver allows).
+pub(crate) fn mcp_selection(forwarded: Option<&Value>) -> Result<Option<Value>, ServerError> {
+    let Some(mcp) = forwarded.and_then(|f| f.get("mcp")).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    if !mcp.is_object() {
+        return Err(ServerError::bad_request(
+            "forwardedProps.mcp must be an object with a `servers` array",
+        ));
+    }
+    if let Some(servers) = mcp.get("servers").and_then(Value::as_array) {
+        for server in servers.iter().filter(|s| s.is_object()) {
+            let stdio =
+                server.get("transport").and_then(Value::as_str) == Some("stdio") || server.get("command").is_some();
+            if stdio {
+                return Err(ServerError::bad_request(
+                    "inline stdio MCP servers are refused from the network",
+                ));
+            }
+        }
+    }
+    Ok(Some(mcp.clone()))
+}
+
+/// `POST /agui/{agent}`.
+pub(crate) async fn run(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Caller(principal): Caller,
+    payload: Result<Json<RunAgentInput>, JsonRejection>,
+) -> Result<Response, ServerError> {
+    let Json(input) = payload?;
+    let agent = Arc::clone(state.agent(&name)?);
+    if !valid_id(&input.thread_id) || !valid_id(&input.run_id) {
+        return Err(ServerError::bad_request(
+            "threadId and runId must be 1 to 200 letters, digits or -_.:",
+        ));
+    }
+    if input.resume.as_ref().is_some_and(|r| !r.is_empty()) {
+        return Err(ServerError::bad_request("resuming interrupts is not supported yet"));
+    }
+    let mut metadata = serde_json::Map::new();
+    if let Some(mcp) = mcp_selection(input.forwarded_props.as_ref())? {
+        metadata.insert("mcp".into(), mcp);
+    }
+    let mut messages = to_messages(input.messages)?;
+    if agent.keeps_history() {
+        let new_turn = messages
+            .iter()
+            .rposition(|m| matches!(m.role, Role::Assistant | Role::Tool))
+            .map_or(0, |i| i + 1);
+        messages.drain(..new_turn);
+    }
+    if !messages.iter().any(|m| m.role == Role::User) {
+        return Err(ServerError::bad_request("the run has no new user message"));
+    }
+    if agent.has_run(&input.run_id).await {
+        return Err(ServerError::RunIdInUse);
+    }
+    let mut translator = Translator::new(input.thread_id.clone(), input.run_id.clone(), messages.len());
+    let opening = data(&translator.started());
+    let run = RunInput {
+        messages,
+        session_id: Some(input.thread_id),
+        run_id: input.run_id,
+        metadata,
+    };
+    let events = agent
+        .stream(&principal, run)
+        .flat_map(move |item| futures::stream::iter(translator.on(item).iter().map(data).collect::<Vec<_>>()));
+    let body = futures::stream::once(async move { opening })
+        .chain(events)
+        .map(Ok::<Event, Infallible>);
+    Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
+}
+
+fn data(value: &Value) -> Event {
+    Event::default().data(value.to_string())
+}

@@ -1,0 +1,227 @@
+//! modu's run events as AG-UI events (the JSON of `@ag-ui/core` 1.0's schemas).
+//!
+//! One assistant message per model call: its text streams as `TEXT_MESSAGE_START / CONTENT /
+//! END`, its tool calls as `TOOL_CALL_START / ARGS / END` with that message as
+//! `parentMessageId`. Tool results are sent as `TOOL_CALL_RESULT` when the run ends (modu's
+//! `ToolCallFinished` event does not carry the result's content). A run paused for approvals
+//! ends with `RUN_FINISHED` and an `interrupt` outcome; a failed run with `RUN_ERROR`.
+
+use std::collections::HashSet;
+
+use modu_core::{AgentError, AgentEvent, ApprovalRequest, Role, Usage};
+use serde_json::{Value, json};
+
+use crate::mount::{Finished, Item, public_error};
+
+/// Translates one run's items, in order.
+pub(crate) struct Translator {
+    thread_id: String,
+    run_id: String,
+    /// How many leading messages of the result are the run's input (not re-sent).
+    input_len: usize,
+    /// The assistant message of the current model call.
+    message_id: Option<String>,
+    /// Whether that message's text is open.
+    text_open: bool,
+    /// Whether any text went out in this run.
+    any_text: bool,
+    /// Tool calls already announced.
+    started: HashSet<String>,
+    model: Option<String>,
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn event(kind: &str, mut fields: Value) -> Value {
+    if let Value::Object(map) = &mut fields {
+        map.insert("type".into(), Value::String(kind.to_owned()));
+        map.insert("timestamp".into(), json!(now_ms()));
+    }
+    fields
+}
+
+impl Translator {
+    pub(crate) fn new(thread_id: String, run_id: String, input_len: usize) -> Self {
+        Translator {
+            thread_id,
+            run_id,
+            input_len,
+            message_id: None,
+            text_open: false,
+            any_text: false,
+            started: HashSet::new(),
+            model: None,
+        }
+    }
+
+    /// `RUN_STARTED`, sent before anything else.
+    pub(crate) fn started(&self) -> Value {
+        event("RUN_STARTED", json!({"threadId": self.thread_id, "runId": self.run_id}))
+    }
+
+    fn message_id(&mut self) -> String {
+        self.message_id.get_or_insert_with(|| new_id("msg")).clone()
+    }
+
+    fn close_text(&mut self, out: &mut Vec<Value>) {
+        if self.text_open {
+            self.text_open = false;
+            let id = self.message_id();
+            out.push(event("TEXT_MESSAGE_END", json!({"messageId": id})));
+        }
+    }
+
+    fn text(&mut self, delta: &str, out: &mut Vec<Value>) {
+        if delta.is_empty() {
+            return;
+        }
+        let id = self.message_id();
+        if !self.text_open {
+            self.text_open = true;
+            out.push(event(
+                "TEXT_MESSAGE_START",
+                json!({"messageId": id, "role": "assistant"}),
+            ));
+        }
+        self.any_text = true;
+        out.push(event("TEXT_MESSAGE_CONTENT", json!({"messageId": id, "delta": delta})));
+    }
+
+    fn tool_call(&mut self, call_id: &str, name: &str, arguments: &str, out: &mut Vec<Value>) {
+        if !self.started.insert(call_id.to_owned()) {
+            return;
+        }
+        self.close_text(out);
+        let parent = self.message_id();
+        out.push(event(
+            "TOOL_CALL_START",
+            json!({"toolCallId": call_id, "toolCallName": name, "parentMessageId": parent}),
+        ));
+        if !arguments.is_empty() {
+            out.push(event(
+                "TOOL_CALL_ARGS",
+                json!({"toolCallId": call_id, "delta": arguments}),
+            ));
+        }
+        out.push(event("TOOL_CALL_END", json!({"toolCallId": call_id})));
+    }
+
+    /// The AG-UI events of one item.
+    pub(crate) fn on(&mut self, item: Item) -> Vec<Value> {
+        let mut out = Vec::new();
+        match item {
+            Item::Event(event) if event.run_id() != self.run_id => {}
+            Item::Event(AgentEvent::ModelCallStarted { model, .. }) => {
+                self.close_text(&mut out);
+                self.message_id = None;
+                self.model = Some(model);
+            }
+            // A strict Plan-and-Execute run shows its answer as FinalDelta.
+            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. }) => {
+                self.text(&text, &mut out)
+            }
+            Item::Event(AgentEvent::ModelCallFinished { .. }) => self.close_text(&mut out),
+            Item::Event(AgentEvent::ModelCallFailed { .. }) => {
+                // A retried answer streams again from the start, as a new message.
+                self.close_text(&mut out);
+                self.message_id = None;
+            }
+            Item::Event(AgentEvent::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            }) => self.tool_call(&call_id, &tool, &arguments.to_string(), &mut out),
+            Item::Event(_) => {}
+            Item::Done(finished) => self.done(*finished, &mut out),
+        }
+        out
+    }
+
+    fn done(&mut self, finished: Finished, out: &mut Vec<Value>) {
+        self.close_text(out);
+        // Calls that never started (refused, or waiting for approval), then every result.
+        for message in finished.messages.iter().skip(self.input_len) {
+            match message.role {
+                Role::Assistant if message.has_tool_calls() => {
+                    self.message_id = Some(new_id("msg"));
+                    for call in &message.tool_calls {
+                        self.tool_call(&call.id, &call.name, &call.arguments, out);
+                    }
+                }
+                Role::Tool => {
+                    if let Some(call_id) = message.tool_call_id.as_deref().filter(|id| self.started.contains(*id)) {
+                        out.push(event(
+                            "TOOL_CALL_RESULT",
+                            json!({"messageId": new_id("msg"), "toolCallId": call_id, "content": message.text(), "role": "tool"}),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let usage = self.usage(&finished.usage);
+        if !finished.interruptions.is_empty() || matches!(finished.error, Some(AgentError::Interrupted { .. })) {
+            let interrupts: Vec<Value> = finished.interruptions.iter().map(interrupt).collect();
+            if !interrupts.is_empty() {
+                out.push(event(
+                    "RUN_FINISHED",
+                    json!({"threadId": self.thread_id, "runId": self.run_id,
+                           "outcome": {"type": "interrupt", "interrupts": interrupts}, "usage": usage}),
+                ));
+                return;
+            }
+        }
+        if let Some(error) = &finished.error {
+            tracing::warn!(error = %error, run_id = %self.run_id, "AG-UI run failed");
+            let (code, message) = public_error(error);
+            out.push(event(
+                "RUN_ERROR",
+                json!({"message": message, "code": code, "usage": usage}),
+            ));
+            return;
+        }
+        if !self.any_text
+            && let Some(text) = finished.text.as_deref().filter(|t| !t.is_empty())
+        {
+            self.message_id = Some(new_id("msg"));
+            self.text(text, out);
+            self.close_text(out);
+        }
+        let mut fields = json!({"threadId": self.thread_id, "runId": self.run_id,
+                                "outcome": {"type": "success"}, "usage": usage});
+        if let Some(output) = finished.output.filter(|o| !o.is_null()) {
+            fields["result"] = output;
+        }
+        out.push(event("RUN_FINISHED", fields));
+    }
+
+    fn usage(&self, usage: &Usage) -> Value {
+        let mut entry = json!({"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens,
+                               "totalTokens": usage.input_tokens.saturating_add(usage.output_tokens)});
+        if let Some(model) = &self.model {
+            entry["model"] = json!(model);
+        }
+        json!([entry])
+    }
+}
+
+/// A call waiting for approval as an AG-UI interrupt (approving over AG-UI is not served yet).
+fn interrupt(request: &ApprovalRequest) -> Value {
+    json!({
+        "id": request.call_id,
+        "reason": "tool_approval",
+        "message": format!("the tool {} waits for approval", request.tool_name),
+        "toolCallId": request.call_id,
+        "metadata": {"tool": request.tool_name, "arguments": request.arguments},
+    })
+}

@@ -1,0 +1,131 @@
+//! [`ServerError`]: every error the server answers with, as a JSON body.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use modu_core::AgentError;
+
+use crate::mount::public_error;
+
+/// An error answered to a client.
+///
+/// The body has OpenAI's error shape on every endpoint,
+/// `{"error": {"message", "type", "param", "code"}}`. Messages are the server's own sentences:
+/// a run's error is reported by its kind (`model_error`, `timeout`, …) with a fixed sentence,
+/// never with a tool's, a provider's or a model server's text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// No agent is mounted under this name.
+    #[error("no agent is served under the name {name:?}")]
+    UnknownAgent {
+        /// The name asked for.
+        name: String,
+    },
+    /// The request is malformed or asks for something the endpoint does not do.
+    #[error("{message}")]
+    BadRequest {
+        /// What is wrong, in the server's words.
+        message: String,
+    },
+    /// The body is larger than the server accepts.
+    #[error("the request body is larger than the server accepts")]
+    PayloadTooLarge,
+    /// The run id is taken: a run with this id has a checkpoint.
+    #[error("a run with this runId exists already")]
+    RunIdInUse,
+    /// The request carries no valid credentials.
+    #[error("the request is not authenticated")]
+    Unauthorized,
+    /// The run ended without an answer.
+    #[error("{message}")]
+    RunFailed {
+        /// The error's kind (`model_error`, `timeout`, `approval_required`, …).
+        code: &'static str,
+        /// A fixed sentence for the kind.
+        message: &'static str,
+    },
+}
+
+impl ServerError {
+    /// A bad request with this message.
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        ServerError::BadRequest {
+            message: message.into(),
+        }
+    }
+
+    /// The error of a failed run, logged in full here and answered by its kind.
+    pub(crate) fn run_failed(error: &AgentError) -> Self {
+        tracing::warn!(error = %error, "run failed");
+        let (code, message) = public_error(error);
+        ServerError::RunFailed { code, message }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ServerError::UnknownAgent { .. } => StatusCode::NOT_FOUND,
+            ServerError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ServerError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ServerError::RunIdInUse => StatusCode::CONFLICT,
+            ServerError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ServerError::RunFailed { code, .. } => match *code {
+                "model_error" => StatusCode::BAD_GATEWAY,
+                "timeout" => StatusCode::GATEWAY_TIMEOUT,
+                "approval_required" => StatusCode::CONFLICT,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+        }
+    }
+
+    /// OpenAI's `type` and `code` for this error.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            ServerError::UnknownAgent { .. } => ("invalid_request_error", "model_not_found"),
+            ServerError::BadRequest { .. } => ("invalid_request_error", "invalid_request"),
+            ServerError::PayloadTooLarge => ("invalid_request_error", "payload_too_large"),
+            ServerError::RunIdInUse => ("invalid_request_error", "run_id_in_use"),
+            ServerError::Unauthorized => ("authentication_error", "invalid_api_key"),
+            ServerError::RunFailed { code, .. } => ("server_error", code),
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        let (kind, code) = self.kind();
+        serde_json::json!({
+            "error": {"message": self.to_string(), "type": kind, "param": null, "code": code}
+        })
+    }
+}
+
+impl IntoResponse for ServerError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if self == ServerError::Unauthorized {
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ServerError {
+    fn from(rejection: JsonRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ServerError::PayloadTooLarge;
+        }
+        match rejection {
+            JsonRejection::MissingJsonContentType(_) => {
+                ServerError::bad_request("the body must be JSON (Content-Type: application/json)")
+            }
+            JsonRejection::JsonSyntaxError(_) => ServerError::bad_request("the body is not valid JSON"),
+            // The message names the field and what was expected (the caller's own payload).
+            JsonRejection::JsonDataError(e) => ServerError::bad_request(e.body_text()),
+            _ => ServerError::bad_request("the body could not be read"),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The OpenAI-compatible endpoints: `POST /v1/chat/completions` and `GET /v1/models`.
+//!
+//! The `model` field names the agent. The agent's tools run on the server; the answer comes
+//! back as the assistant message. Client-side tools (`tools` in the request) are refused.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use modu_core::{AgentEvent, Message, ToolCall, Usage};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth::Caller;
+use crate::error::ServerError;
+use crate::mount::{Finished, Item, RunInput};
+use crate::{AppState, unix_now};
+
+/// A chat completion request (the fields the server reads; others are ignored).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChatCompletionRequest {
+    model: String,
+    messages: Vec<WireMessage>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    tools: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<WireContent>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum WireContent {
+    Text(String),
+    Parts(Vec<WirePart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePart {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireToolCall {
+    id: String,
+    function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireFunction {
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+fn content_text(content: Option<WireContent>) -> Result<String, ServerError> {
+    match content {
+        None => Ok(String::new()),
+        Some(WireContent::Text(text)) => Ok(text),
+        Some(WireContent::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    _ => return Err(ServerError::bad_request("only text content parts are supported")),
+                }
+            }
+            Ok(text)
+        }
+    }
+}
+
+/// The request's messages as modu messages.
+fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
+    let mut out: Vec<Message> = Vec::with_capacity(wire.len());
+    for m in wire {
+        let text = content_text(m.content)?;
+        let message = match m.role.as_str() {
+            "system" | "developer" => Message::system(text),
+            "user" => Message::user(text),
+            "assistant" => {
+                let calls: Vec<ToolCall> = m
+                    .tool_calls
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| ToolCall::new(c.id, c.function.name, c.function.arguments))
+                    .collect();
+                if calls.is_empty() {
+                    Message::assistant(text)
+                } else {
+                    Message::assistant_tool_calls(text, calls)
+                }
+            }
+            "tool" => {
+                let Some(call_id) = m.tool_call_id else {
+                    return Err(ServerError::bad_request("a tool message needs a tool_call_id"));
+                };
+                let name = out
+                    .iter()
+                    .flat_map(|m| &m.tool_calls)
+                    .find(|c| c.id == call_id)
+                    .map(|c| c.name.clone())
+                    .unwrap_or_default();
+                Message::tool_result(call_id, name, text, false)
+            }
+            other => return Err(ServerError::bad_request(format!("unknown message role {other:?}"))),
+        };
+        out.push(message);
+    }
+    if out.is_empty() {
+        return Err(ServerError::bad_request("messages must not be empty"));
+    }
+    Ok(out)
+}
+
+fn usage_json(usage: &Usage) -> Value {
+    let total = if usage.total_tokens == 0 {
+        usage.input_tokens.saturating_add(usage.output_tokens)
+    } else {
+        usage.total_tokens
+    };
+    json!({"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens, "total_tokens": total})
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    Caller(principal): Caller,
+    payload: Result<Json<ChatCompletionRequest>, JsonRejection>,
+) -> Result<Response, ServerError> {
+    let Json(request) = payload?;
+    let agent = Arc::clone(state.agent(&request.model)?);
+    if request.n.is_some_and(|n| n != 1) {
+        return Err(ServerError::bad_request("only n = 1 is supported"));
+    }
+    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ServerError::bad_request(
+            "client-side tools are not supported: the agent's own tools run on the server",
+        ));
+    }
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let input = RunInput {
+        messages: to_messages(request.messages)?,
+        session_id: None,
+        run_id: run_id.clone(),
+        metadata: serde_json::Map::new(),
+    };
+    let meta = Meta {
+        id: format!("chatcmpl-{run_id}"),
+        created: unix_now(),
+        model: request.model,
+    };
+    if request.stream.unwrap_or(false) {
+        let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+        let mut chunks = Chunks {
+            meta,
+            include_usage,
+            sent_text: false,
+        };
+        let opening = stream_event(&chunks.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
+        let events = agent
+            .stream(&principal, input)
+            .flat_map(move |item| futures::stream::iter(chunks.on(item)));
+        let body = futures::stream::once(async move { opening })
+            .chain(events)
+            .map(Ok::<Event, Infallible>);
+        return Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response());
+    }
+    let finished = agent.run(&principal, input).await;
+    if let Some(error) = &finished.error {
+        return Err(ServerError::run_failed(error));
+    }
+    let body = json!({
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": null,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": finished.text.unwrap_or_default(), "refusal": null},
+            "logprobs": null,
+            "finish_reason": "stop",
+        }],
+        "usage": usage_json(&finished.usage),
+    });
+    Ok(Json(body).into_response())
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+/// Turns a run's items into `chat.completion.chunk` events.
+struct Chunks {
+    meta: Meta,
+    include_usage: bool,
+    /// Whether any answer text went out (else the output is sent whole at the end).
+    sent_text: bool,
+}
+
+fn stream_event(data: &Value) -> Event {
+    Event::default().data(data.to_string())
+}
+
+impl Chunks {
+    fn chunk(&self, delta: Value, finish_reason: Value) -> Value {
+        let mut chunk = json!({
+            "id": self.meta.id,
+            "object": "chat.completion.chunk",
+            "created": self.meta.created,
+            "model": self.meta.model,
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk
+    }
+
+    fn on(&mut self, item: Item) -> Vec<Event> {
+        match item {
+            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. })
+                if !text.is_empty() =>
+            {
+                self.sent_text = true;
+                vec![stream_event(&self.chunk(json!({"content": text}), Value::Null))]
+            }
+            Item::Event(_) => Vec::new(),
+            Item::Done(finished) => self.done(*finished),
+        }
+    }
+
+    fn done(&mut self, finished: Finished) -> Vec<Event> {
+        if let Some(error) = &finished.error {
+            // OpenAI's SDKs raise on a chunk carrying `error`; no [DONE] follows.
+            return vec![stream_event(&ServerError::run_failed(error).body())];
+        }
+        let mut out = Vec::new();
+        if !self.sent_text
+            && let Some(text) = finished.text.filter(|t| !t.is_empty())
+        {
+            out.push(stream_event(&self.chunk(json!({"content": text}), Value::Null)));
+        }
+        out.push(stream_event(&self.chunk(json!({}), json!("stop"))));
+        if self.include_usage {
+            let mut last = self.chunk(json!({}), Value::Null);
+            last["choices"] = json!([]);
+            last["usage"] = usage_json(&finished.usage);
+            out.push(stream_event(&last));
+        }
+        out.push(Event::default().data("[DONE]"));
+        out
+    }
+}
+
+/// `GET /v1/models`.
+pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let data: Vec<Value> = state
+        .agents
+        .keys()
+        .map(|name| json!({"id": name, "object": "model", "created": state.created, "owned_by": "modu"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}

@@ -1,0 +1,208 @@
+//! End to end with the real clients: the official OpenAI Python SDK and AG-UI's `HttpAgent`
+//! (`@ag-ui/client`, every event checked against `@ag-ui/core`'s schemas).
+//!
+//! - `MODU_TEST_PYTHON_OPENAI`: `1` (run `python3`) or the path of a Python that has `openai`.
+//! - `MODU_TEST_AGUI_CLIENT`: the `node_modules` folder holding `@ag-ui/client` and
+//!   `@ag-ui/core` (or the folder that contains it); `MODU_TEST_NODE` names node (default `node`).
+//!
+//! Each test skips when its variable is unset, and fails under `CI=true`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{serve, weather_model, weather_tool};
+use modu_core::{Agent, ConversationStore, InMemoryConversationStore, RbacToolAuthorizer};
+use modu_server::{BearerTokens, ModuServer, Principal};
+use serde_json::Value;
+
+const TOKEN: &str = "e2e-token";
+
+async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -> String {
+    let agent = Agent::builder(weather_model())
+        .name("weather")
+        .tool(weather_tool(runs, false))
+        .authorizer(Arc::new(RbacToolAuthorizer::new().allow("weather", ["get_weather"])))
+        .conversation_store(store)
+        .build()
+        .unwrap();
+    let approval = Agent::builder(weather_model())
+        .tool(weather_tool(Arc::default(), true))
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new().token(TOKEN, Principal::new("erin", ["weather"]));
+    let app = ModuServer::new()
+        .agent("weather", agent)
+        .agent("approval", approval)
+        .auth(tokens);
+    serve(app.router()).await
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a client script and returns the JSON it printed.
+async fn run_client(mut command: tokio::process::Command) -> Value {
+    command.kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the client script did not finish in 120 s")
+        .expect("the client could not be started");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "client failed: {}\n{stderr}\n{stdout}",
+        output.status
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("client printed no JSON ({e}): {stdout}\n{stderr}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_openai_python_sdk_completes_streamed_and_not() {
+    let Some(python) = modu_testing::service_env("MODU_TEST_PYTHON_OPENAI") else {
+        return;
+    };
+    let python = if python.trim() == "1" {
+        "python3".to_owned()
+    } else {
+        python
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs), Arc::default()).await;
+    let mut command = tokio::process::Command::new(python);
+    command
+        .arg(script("openai_client.py"))
+        .arg(format!("{base}/v1"))
+        .arg(TOKEN)
+        .arg("weather");
+    let out = run_client(command).await;
+
+    assert_eq!(out["models"], serde_json::json!(["approval", "weather"]));
+    let completion = &out["completion"];
+    assert!(completion["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(completion["object"], "chat.completion");
+    assert_eq!(completion["model"], "weather");
+    assert_eq!(completion["role"], "assistant");
+    assert_eq!(completion["finish_reason"], "stop");
+    let content = completion["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("Forecast: ") && content.contains("\"user\":\"erin\""),
+        "{content}"
+    );
+    assert_eq!(completion["usage"]["prompt_tokens"], 20);
+    assert_eq!(completion["usage"]["total_tokens"], 30);
+
+    let stream = &out["stream"];
+    assert_eq!(stream["ids"].as_array().unwrap().len(), 1, "one id for every chunk");
+    assert_eq!(stream["objects"], serde_json::json!(["chat.completion.chunk"]));
+    assert_eq!(stream["content"], content, "the streamed text is the same answer");
+    assert_eq!(stream["finish_reasons"], serde_json::json!(["stop"]));
+    assert_eq!(stream["usage"]["completion_tokens"], 10);
+
+    assert_eq!(out["unknown_model"]["status"], 404);
+    assert_eq!(out["unknown_model"]["code"], "model_not_found");
+    assert_eq!(out["bad_key"]["status"], 401);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the tool ran on the server, once per completion"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
+    let Some(modules) = modu_testing::service_env("MODU_TEST_AGUI_CLIENT") else {
+        return;
+    };
+    let mut modules = PathBuf::from(modules);
+    if !modules.ends_with("node_modules") {
+        modules.push("node_modules");
+    }
+    assert!(
+        modules.join("@ag-ui/client").is_dir(),
+        "no @ag-ui/client in {}",
+        modules.display()
+    );
+    let store = Arc::new(InMemoryConversationStore::new());
+    let base = server(Arc::default(), Arc::clone(&store)).await;
+    let node = std::env::var("MODU_TEST_NODE").unwrap_or_else(|_| "node".into());
+    let mut command = tokio::process::Command::new(node);
+    command
+        .env("NODE_PATH", &modules)
+        .arg(script("agui_client.cjs"))
+        .arg(format!("{base}/agui/weather"))
+        .arg(TOKEN)
+        .arg(format!("{base}/agui/approval"));
+    let out = run_client(command).await;
+
+    assert_eq!(out["protocolVersion"], "1.0");
+    let runs = out["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (i, run) in runs.iter().enumerate() {
+        assert_eq!(
+            run["invalid"],
+            serde_json::json!([]),
+            "run {i}: events outside the schemas"
+        );
+        let types: Vec<&str> = run["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "RUN_STARTED",
+                "TOOL_CALL_START",
+                "TOOL_CALL_ARGS",
+                "TOOL_CALL_END",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "TOOL_CALL_RESULT",
+                "RUN_FINISHED"
+            ],
+            "run {i}"
+        );
+        assert_eq!(run["events"][0]["runId"], format!("node-run-{i}"));
+        assert_eq!(run["events"][0]["threadId"], "node-thread");
+        assert!(run["result"].as_str().unwrap().starts_with("Forecast: "));
+        // The client built the assistant's tool call, the tool's result and the answer.
+        let roles: Vec<&str> = run["newMessages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["assistant", "tool", "assistant"], "run {i}");
+    }
+    let last = out["messages"].as_array().unwrap().last().unwrap();
+    assert!(last["content"].as_str().unwrap().contains("\"user\":\"erin\""));
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"session\":\"node-thread\"")
+    );
+    // A run that waits for approval ends with an interrupt the client records as pending.
+    let paused = &out["paused"];
+    assert!(
+        paused["events"].as_array().unwrap().iter().all(|e| e["valid"] == true),
+        "{paused}"
+    );
+    assert_eq!(paused["outcome"], "interrupt");
+    assert_eq!(paused["pendingInterrupts"][0]["reason"], "tool_approval");
+    assert_eq!(paused["pendingInterrupts"][0]["metadata"]["tool"], "get_weather");
+    // The second run sent the whole thread; the server appended only its new turn.
+    assert_eq!(store.load("node-thread").await.unwrap().len(), 8);
+}

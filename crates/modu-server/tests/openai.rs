@@ -1,0 +1,215 @@
+//! The OpenAI-compatible endpoints over real HTTP on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{failing_agent, post, serve, sse_data, weather_agent};
+use modu_server::{BearerTokens, ModuServer, Principal};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "test-token-alice";
+
+async fn server(runs: Arc<AtomicUsize>) -> String {
+    let tokens = BearerTokens::new().token(TOKEN, Principal::new("alice", ["weather"]));
+    let app = ModuServer::new()
+        .agent("weather", weather_agent(runs))
+        .agent("broken", failing_agent())
+        .auth(tokens)
+        .router();
+    serve(app).await
+}
+
+fn chat(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
+        ],
+        "stream": stream,
+        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+        "user": "mallory",
+    })
+}
+
+#[tokio::test]
+async fn models_lists_every_mounted_agent_in_openai_format() {
+    let base = server(Arc::default()).await;
+    let body: Value = reqwest::Client::new()
+        .get(format!("{base}/v1/models"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["object"], "list");
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["broken", "weather"]);
+    for model in body["data"].as_array().unwrap() {
+        assert_eq!(model["object"], "model");
+        assert_eq!(model["owned_by"], "modu");
+        assert!(model["created"].as_u64().unwrap() > 1_600_000_000);
+    }
+}
+
+#[tokio::test]
+async fn a_completion_runs_the_tool_on_the_server_and_answers_as_the_assistant() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs)).await;
+    let (status, text, _) = post(
+        &format!("{base}/v1/chat/completions"),
+        Some(TOKEN),
+        &chat("weather", false),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "weather");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(body["created"].as_u64().unwrap().abs_diff(now) < 60);
+    let choice = &body["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["finish_reason"], "stop");
+    assert_eq!(choice["message"]["role"], "assistant");
+    let content = choice["message"]["content"].as_str().unwrap();
+    assert!(content.starts_with("Forecast: "), "{content}");
+    let tool_result: Value = serde_json::from_str(content.trim_start_matches("Forecast: ")).unwrap();
+    assert_eq!(tool_result["forecast"], "sunny");
+    // The run's user is the token's principal, not the payload's `user`.
+    assert_eq!(tool_result["user"], "alice");
+    assert_eq!(tool_result["roles"], json!(["weather"]));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Two model calls of 10 in / 5 out each.
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30})
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_completion_is_chunks_then_usage_then_done() {
+    let base = server(Arc::default()).await;
+    let (status, text, headers) = post(
+        &format!("{base}/v1/chat/completions"),
+        Some(TOKEN),
+        &chat("weather", true),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let data = sse_data(&text);
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let id = chunks[0]["id"].as_str().unwrap();
+    assert!(id.starts_with("chatcmpl-"));
+    for chunk in &chunks {
+        assert_eq!(chunk["id"], id);
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["model"], "weather");
+        assert!(chunk["created"].is_u64());
+    }
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    let (usage_chunk, content_chunks) = chunks.split_last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    assert_eq!(usage_chunk["usage"]["total_tokens"], 30);
+    let (stop, deltas) = content_chunks.split_last().unwrap();
+    assert_eq!(stop["choices"][0]["finish_reason"], "stop");
+    assert_eq!(stop["choices"][0]["delta"], json!({}));
+    let text: String = deltas
+        .iter()
+        .map(|c| c["choices"][0]["delta"]["content"].as_str().unwrap_or(""))
+        .collect();
+    assert!(text.starts_with("Forecast: {"), "{text}");
+    assert!(text.contains("\"user\":\"alice\""), "{text}");
+    assert!(deltas.iter().all(|c| c["choices"][0]["finish_reason"].is_null()));
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_404_in_openai_error_format() {
+    let base = server(Arc::default()).await;
+    let (status, text, _) = post(
+        &format!("{base}/v1/chat/completions"),
+        Some(TOKEN),
+        &chat("nope", false),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], "model_not_found");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"].as_str().unwrap().contains("nope"));
+}
+
+#[tokio::test]
+async fn client_side_tools_and_bad_messages_are_refused() {
+    let base = server(Arc::default()).await;
+    let url = format!("{base}/v1/chat/completions");
+    let mut with_tools = chat("weather", false);
+    with_tools["tools"] = json!([{"type": "function", "function": {"name": "x", "parameters": {}}}]);
+    let (status, text, _) = post(&url, Some(TOKEN), &with_tools).await;
+    assert_eq!(status, 400, "{text}");
+    let (status, _, _) = post(&url, Some(TOKEN), &json!({"model": "weather", "messages": []})).await;
+    assert_eq!(status, 400);
+    let (status, text, _) = post(&url, Some(TOKEN), &json!({"model": "weather"})).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("messages"), "{text}");
+}
+
+#[tokio::test]
+async fn a_failed_run_reports_its_kind_and_never_the_providers_text() {
+    let base = server(Arc::default()).await;
+    let url = format!("{base}/v1/chat/completions");
+    let (status, text, _) = post(&url, Some(TOKEN), &chat("broken", false)).await;
+    assert_eq!(status, 502, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], "model_error");
+    assert!(!text.contains("sk-leaked"), "{text}");
+
+    let (status, text, _) = post(&url, Some(TOKEN), &chat("broken", true)).await;
+    assert_eq!(status, 200);
+    let data = sse_data(&text);
+    let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "model_error");
+    assert!(!text.contains("sk-leaked"), "{text}");
+    assert!(!data.iter().any(|d| d == "[DONE]"));
+}
+
+#[tokio::test]
+async fn a_run_that_waits_for_approval_is_409_approval_required() {
+    let agent = modu_core::Agent::builder(common::weather_model())
+        .tool(common::weather_tool(Arc::default(), true))
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let base = serve(ModuServer::new().agent("weather", agent).router()).await;
+    let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &chat("weather", false)).await;
+    assert_eq!(status, 409, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], "approval_required");
+}

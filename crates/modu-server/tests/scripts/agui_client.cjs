@@ -1,0 +1,54 @@
+// Drives modu-server with @ag-ui/client's HttpAgent and checks every event received against
+// @ag-ui/core's EventSchema; prints one JSON object with what it saw.
+//
+// Usage: NODE_PATH=<node_modules> node agui_client.cjs URL TOKEN APPROVAL_URL
+// (APPROVAL_URL: an agent whose tool needs approval, so its run ends with an interrupt).
+const { HttpAgent } = require("@ag-ui/client");
+const { EventSchema } = require("@ag-ui/core/schemas");
+const { PROTOCOL_VERSION } = require("@ag-ui/core");
+
+async function main() {
+  const [url, token, approvalUrl] = process.argv.slice(2);
+  const agent = new HttpAgent({ url, headers: { Authorization: `Bearer ${token}` }, threadId: "node-thread" });
+  const out = { protocolVersion: PROTOCOL_VERSION, runs: [] };
+  for (const [i, question] of ["Weather in Paris?", "And tomorrow?"].entries()) {
+    agent.addMessage({ id: `user-${i}`, role: "user", content: question });
+    const events = [];
+    const invalid = [];
+    const { result, newMessages } = await agent.runAgent(
+      { runId: `node-run-${i}`, forwardedProps: { mcp: { servers: [] } } },
+      {
+        onEvent({ event }) {
+          events.push(event);
+          const parsed = EventSchema.safeParse(event);
+          if (!parsed.success) invalid.push({ type: event.type, issues: parsed.error.issues });
+        },
+      },
+    );
+    out.runs.push({ types: events.map((e) => e.type), events, invalid, result, newMessages });
+  }
+  out.messages = agent.messages;
+
+  const paused = new HttpAgent({ url: approvalUrl, headers: { Authorization: `Bearer ${token}` } });
+  paused.addMessage({ id: "user-p", role: "user", content: "Weather?" });
+  const pausedEvents = [];
+  let outcome;
+  await paused.runAgent(
+    { runId: "node-paused" },
+    {
+      onEvent({ event }) {
+        pausedEvents.push({ type: event.type, valid: EventSchema.safeParse(event).success });
+      },
+      onRunFinishedEvent(params) {
+        outcome = params.outcome;
+      },
+    },
+  );
+  out.paused = { events: pausedEvents, outcome, pendingInterrupts: paused.pendingInterrupts };
+  console.log(JSON.stringify(out));
+}
+
+main().catch((e) => {
+  console.error(e && e.stack ? e.stack : e);
+  process.exit(1);
+});

@@ -1,0 +1,185 @@
+//! Authentication, RBAC from the principal, body limits and nesting, over real HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use common::{post, serve, weather_agent};
+use modu_server::{AuthError, Authenticator, BearerTokens, ModuServer, Principal};
+use serde_json::{Value, json};
+
+fn chat() -> Value {
+    json!({"model": "weather", "messages": [{"role": "user", "content": "Weather?"}], "user": "mallory"})
+}
+
+fn answer(text: &str) -> String {
+    let body: Value = serde_json::from_str(text).unwrap();
+    body["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_bearer_token_get_401_in_json() {
+    let tokens = BearerTokens::new().token("good-token", Principal::new("alice", ["weather"]));
+    let base = serve(
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::default()))
+            .auth(tokens)
+            .router(),
+    )
+    .await;
+    let url = format!("{base}/v1/chat/completions");
+    for token in [None, Some("bad-token"), Some("")] {
+        let (status, text, headers) = post(&url, token, &chat()).await;
+        assert_eq!(status, 401, "{token:?}");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["error"]["type"], "authentication_error");
+    }
+    let models = reqwest::get(format!("{base}/v1/models")).await.unwrap();
+    assert_eq!(models.status(), 401, "every route is behind the auth layer");
+    let (status, text, _) = post(&url, Some("good-token"), &chat()).await;
+    assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test]
+async fn rbac_decides_on_the_principals_roles_not_on_the_payload() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tokens = BearerTokens::new()
+        .token("alice", Principal::new("alice", ["weather"]))
+        .token("bob", Principal::new("bob", ["sales"]));
+    let app = ModuServer::new()
+        .agent("weather", weather_agent(Arc::clone(&runs)))
+        .auth(tokens)
+        .router();
+    let base = serve(app).await;
+    let url = format!("{base}/v1/chat/completions");
+
+    // bob has no `weather` role: the tool is refused whatever the payload says.
+    let mut body = chat();
+    body["user"] = json!("alice");
+    body["roles"] = json!(["weather"]);
+    let (status, text, _) = post(&url, Some("bob"), &body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the tool did not run for bob");
+    assert!(!answer(&text).contains("sunny"), "{text}");
+
+    // The AG-UI payload cannot name a user or roles either.
+    let agui = json!({"threadId": "t", "runId": "r-bob", "messages": [{"id": "1", "role": "user", "content": "hi"}],
+                      "forwardedProps": {"user": "alice", "roles": ["weather"]}});
+    let (status, _, _) = post(&format!("{base}/agui/weather"), Some("bob"), &agui).await;
+    assert_eq!(status, 200);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    let (status, text, _) = post(&url, Some("alice"), &chat()).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(answer(&text).contains("\"user\":\"alice\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413_in_json() {
+    let app = ModuServer::new()
+        .agent("weather", weather_agent(Arc::default()))
+        .body_limit(2_000)
+        .router();
+    let base = serve(app).await;
+    let mut body = chat();
+    body["messages"][0]["content"] = json!("x".repeat(5_000));
+    let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &body).await;
+    assert_eq!(status, 413, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], "payload_too_large");
+    let (status, _, _) = post(
+        &format!("{base}/agui/weather"),
+        None,
+        &json!({"pad": "y".repeat(5_000)}),
+    )
+    .await;
+    assert_eq!(status, 413);
+}
+
+/// An application's own scheme: the user comes from a header a proxy set.
+struct ProxyHeader;
+
+#[async_trait]
+impl Authenticator for ProxyHeader {
+    async fn authenticate(&self, headers: &http::HeaderMap) -> Result<Principal, AuthError> {
+        let user = headers
+            .get("x-user")
+            .and_then(|v| v.to_str().ok())
+            .ok_or(AuthError::Missing)?;
+        Ok(Principal::new(user, ["weather"]))
+    }
+}
+
+#[tokio::test]
+async fn the_router_nests_in_an_application_with_its_own_authenticator() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let modu = ModuServer::new()
+        .agent("weather", weather_agent(Arc::clone(&runs)))
+        .auth(ProxyHeader)
+        .router();
+    let app = axum::Router::new()
+        .route("/health", axum::routing::get(|| async { "ok" }))
+        .nest("/ai", modu);
+    let base = serve(app).await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        reqwest::get(format!("{base}/health"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "ok"
+    );
+    let response = client
+        .post(format!("{base}/ai/v1/chat/completions"))
+        .header("x-user", "carol")
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(answer(&response.text().await.unwrap()).contains("\"user\":\"carol\""));
+    let refused = client
+        .post(format!("{base}/ai/v1/chat/completions"))
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn without_auth_a_principal_from_the_applications_own_layer_is_used() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let modu = ModuServer::new()
+        .agent("weather", weather_agent(Arc::clone(&runs)))
+        .router();
+    let app = modu.layer(axum::middleware::from_fn(
+        |mut request: axum::extract::Request, next: axum::middleware::Next| async move {
+            request.extensions_mut().insert(Principal::new("dave", ["weather"]));
+            next.run(request).await
+        },
+    ));
+    let base = serve(app).await;
+    let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &chat()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(answer(&text).contains("\"user\":\"dave\""), "{text}");
+
+    // Without any principal the caller is anonymous: no roles, so RBAC refuses the tool.
+    let bare = serve(
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::clone(&runs)))
+            .router(),
+    )
+    .await;
+    let (status, _, _) = post(&format!("{bare}/v1/chat/completions"), None, &chat()).await;
+    assert_eq!(status, 200);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
