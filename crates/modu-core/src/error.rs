@@ -86,6 +86,8 @@ pub enum AgentError {
     ToolProvider {
         /// The provider.
         provider: String,
+        /// What kind of failure it is.
+        kind: crate::provider::ToolProviderErrorKind,
         /// The error's text.
         message: String,
     },
@@ -145,11 +147,13 @@ pub enum AgentError {
 }
 
 impl AgentError {
-    /// Whether `Agent::resume` may finish the run: transient model, store and timeout failures.
+    /// Whether `Agent::resume` may finish the run: transient model, store, timeout and
+    /// tool-provider (a server unavailable) failures.
     pub fn is_resumable(&self) -> bool {
         match self {
             AgentError::Model { retryable, .. } => *retryable,
-            AgentError::Timeout { .. } | AgentError::Store { .. } | AgentError::ToolProvider { .. } => true,
+            AgentError::Timeout { .. } | AgentError::Store { .. } => true,
+            AgentError::ToolProvider { kind, .. } => kind.is_transient(),
             _ => false,
         }
     }

@@ -48,7 +48,7 @@ pub use model::{
 pub use output::{JsonCodec, OutputCodec, OutputError, TextCodec};
 pub use provider::{
     AllowAllAuthorizer, ContextProvider, ContextProviderError, ModelContext, RbacToolAuthorizer, Stage,
-    StaticToolSession, ToolAuthorizer, ToolProvider, ToolProviderError, ToolSession,
+    StaticToolSession, ToolAuthorizer, ToolProvider, ToolProviderError, ToolProviderErrorKind, ToolSession,
 };
 pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
 pub use runtime::AgentRuntime;

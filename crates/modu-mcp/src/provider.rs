@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use modu_core::{RunContext, Tool, ToolProvider, ToolProviderError, ToolSession};
+use modu_core::{RunContext, Tool, ToolProvider, ToolProviderError, ToolProviderErrorKind, ToolSession};
 use serde_json::Value;
 
 use crate::client::McpConnector;
@@ -172,11 +172,14 @@ impl<C> McpToolProvider<C> {
 }
 
 fn provider_error(e: McpError) -> ToolProviderError {
-    ToolProviderError {
-        provider: "mcp".to_owned(),
-        message: e.to_string(),
-        source: Some(Box::new(e)),
-    }
+    let kind = match &e {
+        McpError::Configuration(_) => ToolProviderErrorKind::Configuration,
+        McpError::Auth(_) => ToolProviderErrorKind::Auth,
+        McpError::Transport(_) => ToolProviderErrorKind::Unavailable,
+        McpError::ToolDiscovery(_) => ToolProviderErrorKind::Discovery,
+        McpError::ToolInvocation(_) | McpError::Request(_) => ToolProviderErrorKind::Other,
+    };
+    ToolProviderError::new("mcp", kind, e.to_string()).with_source(e)
 }
 
 #[async_trait]
@@ -304,8 +307,8 @@ impl<C: Send + Sync + 'static> McpToolSession<C> {
 
     /// Lists again the tools of servers that announced a change, and, for direct tools,
     /// rebuilds them; `true` when [`ToolSession::tools`] now returns a different list (the
-    /// meta tools never change). What the run loop would call before each model request to
-    /// offer tools added during the run.
+    /// meta tools never change). The run loop calls it (as [`ToolSession::refresh`]) before each
+    /// model request, so tools added during the run are offered.
     pub async fn refresh(&self) -> bool {
         self.session.refresh_tools().await;
         let Some((filter, approval)) = &self.direct else {
@@ -336,6 +339,10 @@ impl<C: Send + Sync + 'static> ToolSession<C> for McpToolSession<C> {
             .clone();
         tools.extend(self.resource_tools.iter().cloned());
         tools
+    }
+
+    async fn refresh(&self) -> bool {
+        McpToolSession::refresh(self).await
     }
 
     async fn close(self: Box<Self>) {

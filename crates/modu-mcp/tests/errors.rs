@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use modu_core::ToolErrorKind;
+use modu_core::{AgentError, ToolErrorKind, ToolProviderErrorKind};
 use modu_mcp::{McpAuthConfig, McpConfig, McpConnector, McpError, McpServerConfig};
 use serde_json::{Value, json};
 
@@ -238,4 +238,46 @@ async fn a_stdio_server_that_says_nothing_shows_no_stderr_section() {
     assert!(text.contains("initialize failed"), "{text}");
     assert!(!text.contains("stderr"), "{text}");
     assert_plain(&text);
+}
+
+/// An agent over `connector` whose model would answer at once (it is never asked: opening the
+/// tools fails first).
+fn agent_over(connector: McpConnector) -> modu_core::Agent<()> {
+    let model = modu_testing::ScriptedModel::new().text("never asked");
+    modu_core::Agent::builder(model)
+        .tool_provider(modu_mcp::McpToolProvider::new(std::sync::Arc::new(connector)))
+        .build()
+        .unwrap()
+}
+
+fn provider_error(result: &modu_core::AgentResult<String>) -> (ToolProviderErrorKind, bool) {
+    match result.error.as_ref() {
+        Some(e @ AgentError::ToolProvider { kind, message, .. }) => {
+            assert_plain(message);
+            (*kind, e.is_resumable())
+        }
+        other => panic!("expected a tool provider error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn at_the_agent_a_refused_token_is_an_auth_error_and_not_resumable() {
+    let url = start(Mode::RefuseAll).await;
+    let result = agent_over(connector(url)).run("hi").await;
+    assert_eq!(provider_error(&result), (ToolProviderErrorKind::Auth, false));
+}
+
+#[tokio::test]
+async fn at_the_agent_a_failing_server_is_unavailable_and_resumable() {
+    let url = start(Mode::Fail).await;
+    let result = agent_over(connector(url)).run("hi").await;
+    assert_eq!(provider_error(&result), (ToolProviderErrorKind::Unavailable, true));
+}
+
+#[tokio::test]
+async fn at_the_agent_an_unknown_server_in_the_selection_is_a_configuration_error() {
+    let url = start(Mode::Fail).await;
+    let request = modu_core::AgentRequest::new((), "hi").metadata("mcp", json!({"servers": ["nope"]}));
+    let result = agent_over(connector(url)).run(request).await;
+    assert_eq!(provider_error(&result), (ToolProviderErrorKind::Configuration, false));
 }

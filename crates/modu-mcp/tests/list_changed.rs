@@ -185,3 +185,37 @@ async fn direct_tools_are_rebuilt_by_refresh_and_a_removed_one_is_no_longer_offe
     Box::new(session).close().await;
     support::assert_no_children(&marker, Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_direct_tools_mode_the_next_request_offers_an_added_tool_and_not_a_removed_one() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("list-changed-direct-agent");
+    let model = ScriptedModel::new()
+        .tool_call("dyn__add_tool", json!({"name": "widget"}))
+        .tool_call("dyn__widget", json!({}))
+        .tool_call("dyn__remove_tool", json!({"name": "widget"}))
+        .tool_call("dyn__widget", json!({}))
+        .text("done");
+    let agent: Agent<()> = Agent::builder(model.clone())
+        .tool_provider(McpToolProvider::new(dynamic(&python, &marker)).with_direct_tools())
+        .build()
+        .unwrap();
+    let result = agent.run("Make a widget, use it, remove it.").await;
+    assert!(result.is_ok(), "{:?}", result.error);
+    let offered: Vec<bool> = model
+        .requests()
+        .iter()
+        .map(|r| r.tools.iter().any(|t| t.name == "dyn__widget"))
+        .collect();
+    // Before the add, after it, after the use, after the removal, after the refused call.
+    assert_eq!(offered, [false, true, true, false, false]);
+    let texts = tool_texts(&result.messages);
+    assert!(texts[1].contains("widget is here"), "{}", texts[1]);
+    assert!(
+        texts[3].contains("dyn__widget"),
+        "the removed tool is refused by name: {}",
+        texts[3]
+    );
+    assert!(!texts[3].contains("widget is here"), "{}", texts[3]);
+    support::assert_no_children(&marker, Duration::from_secs(2)).await;
+}

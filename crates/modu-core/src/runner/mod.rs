@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::agent::{AgentInner, AgentResult, ToolEntry, compile_tool};
+use crate::agent::{AgentInner, AgentResult, ToolEntry};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
@@ -47,6 +47,7 @@ mod standard;
 pub(crate) mod start;
 pub(crate) mod state;
 mod stream;
+mod tools;
 
 pub use state::CHECKPOINT_SCHEMA_VERSION;
 pub use stream::{RunStream, StreamItem};
@@ -89,7 +90,8 @@ struct Run<C, O> {
     offered: Option<HashSet<String>>,
     /// The identities context providers admitted for the last request (`None`: all offered).
     allowed: Option<BTreeSet<String>>,
-    sessions: Vec<Box<dyn ToolSession<C>>>,
+    /// The tool providers' sessions of this run, with the provider's name.
+    sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
     resumed: bool,
 }
 
@@ -112,7 +114,7 @@ where
                 .await;
         }
         let outcome = self.drive().await;
-        for session in std::mem::take(&mut self.sessions) {
+        for (_, session) in std::mem::take(&mut self.sessions) {
             session.close().await;
         }
         for provider in &self.env.agent.context_providers {
@@ -158,7 +160,10 @@ where
             let next = policy.next(&mut self.state, &self.env, fed, out);
             self.emit_all(out).await;
             fed = match next {
-                Next::Ask(ask) => Fed::Answer(self.ask(ask).await?),
+                Next::Ask(ask) => {
+                    self.refresh_tools().await?;
+                    Fed::Answer(self.ask(ask).await?)
+                }
                 Next::RunTools { calls, allowed: None } => {
                     self.run_tools(calls).await?;
                     Fed::Tools
@@ -242,54 +247,6 @@ where
                 message: second.message,
             }),
         }
-    }
-
-    async fn open_tools(&mut self) -> Result<(), AgentError> {
-        // A resumed run continues with the agent it had handed over to.
-        if let Some(active) = self.state.active_agent.clone()
-            && active != self.env.agent.name
-            && let Some(target) = find_agent(&self.env.agent, &active, 8)
-        {
-            self.env.agent = target;
-            self.env.ctx = self.env.ctx.with_agent_name(active);
-        }
-        self.env.tools.clear();
-        self.env.tool_order.clear();
-        for entry in &self.env.agent.tools {
-            let name = entry.tool.spec().name.clone();
-            self.env.tool_order.push(name.clone());
-            self.env.tools.insert(name, VisibleTool { entry: entry.clone() });
-        }
-        let providers = self.env.agent.tool_providers.clone();
-        for provider in providers {
-            let session = with_deadline(
-                self.env.deadline,
-                self.env.agent.limits.timeout,
-                provider.open(&self.env.ctx),
-            )
-            .await?
-            .map_err(|e| AgentError::ToolProvider {
-                provider: e.provider.clone(),
-                message: e.message.clone(),
-            })?;
-            for tool in session.tools() {
-                let name = tool.spec().name.clone();
-                if self.env.tools.contains_key(&name) {
-                    self.sessions.push(session);
-                    return Err(AgentError::Configuration {
-                        message: format!(
-                            "tool provider {} offers tool {name:?}, which already exists",
-                            provider.name()
-                        ),
-                    });
-                }
-                let entry = compile_tool(tool)?;
-                self.env.tool_order.push(name.clone());
-                self.env.tools.insert(name, VisibleTool { entry });
-            }
-            self.sessions.push(session);
-        }
-        Ok(())
     }
 
     async fn load_history(&mut self) -> Result<(), AgentError> {
