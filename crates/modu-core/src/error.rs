@@ -148,11 +148,11 @@ pub enum AgentError {
 
 impl AgentError {
     /// Whether `Agent::resume` may finish the run: transient model, store, timeout and
-    /// tool-provider (a server unavailable) failures.
+    /// tool-provider (a server unavailable) failures, and a cancelled run.
     pub fn is_resumable(&self) -> bool {
         match self {
             AgentError::Model { retryable, .. } => *retryable,
-            AgentError::Timeout { .. } | AgentError::Store { .. } => true,
+            AgentError::Timeout { .. } | AgentError::Store { .. } | AgentError::Cancelled => true,
             AgentError::ToolProvider { kind, .. } => kind.is_transient(),
             _ => false,
         }

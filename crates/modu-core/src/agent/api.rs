@@ -68,7 +68,18 @@ where
 
     /// [`Agent::resume`] with a shared context.
     pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> AgentResult<O> {
-        self.resume_with(run_id, context, None).await
+        self.resume_with(run_id, context, None, None).await
+    }
+
+    /// [`Agent::resume`], cancelled at the next boundary when `token` is (as
+    /// [`AgentRequest::cancel_token`] does for a fresh run).
+    pub async fn resume_cancellable(
+        &self,
+        run_id: &str,
+        context: Arc<C>,
+        token: tokio_util::sync::CancellationToken,
+    ) -> AgentResult<O> {
+        self.resume_with(run_id, context, None, Some(token)).await
     }
 
     /// [`Agent::resume`], yielding the resumed run's events and then its result, as
@@ -79,7 +90,7 @@ where
         let (tx, rx) = mpsc::channel(256);
         let agent = self.clone();
         let run_id = run_id.to_owned();
-        let handle = tokio::spawn(async move { agent.resume_with(&run_id, Arc::new(context), Some(tx)).await });
+        let handle = tokio::spawn(async move { agent.resume_with(&run_id, Arc::new(context), Some(tx), None).await });
         let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
         RunStream::new(rx, handle, self.inner.name.clone(), public_only)
     }
@@ -125,6 +136,7 @@ where
         run_id: &str,
         context: Arc<C>,
         stream: Option<mpsc::Sender<AgentEvent>>,
+        cancel: Option<tokio_util::sync::CancellationToken>,
     ) -> AgentResult<O> {
         let started = Instant::now();
         let deadline = self.inner.limits.timeout.map(|t| started + t);
@@ -136,6 +148,7 @@ where
             Ok(checkpoint) => {
                 let mut request = resume_request(checkpoint, context, started);
                 request.stream = stream;
+                request.cancel = cancel;
                 run_through_layers(&self.inner, request).await
             }
             Err(error) => AgentResult {

@@ -28,6 +28,8 @@ pub struct AgentRequest<C> {
     /// For a run nested in another: the parent run's id.
     pub parent_run_id: Option<String>,
     pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
+    /// Cancels the run at its next boundary ([`AgentRequest::cancel_token`]).
+    pub(crate) cancel: Option<tokio_util::sync::CancellationToken>,
     pub(crate) approvals: Option<Arc<std::sync::Mutex<crate::context::SharedApprovals>>>,
     /// For a run nested as a tool: where it leaves its state when it pauses for approvals.
     pub(crate) nested_pause: Option<PauseSlot>,
@@ -51,6 +53,7 @@ impl<C> Clone for AgentRequest<C> {
             tool_input: self.tool_input.clone(),
             parent_run_id: self.parent_run_id.clone(),
             stream: self.stream.clone(),
+            cancel: self.cancel.clone(),
             approvals: self.approvals.clone(),
             nested_pause: self.nested_pause.clone(),
             resume: self.resume.clone(),
@@ -88,6 +91,7 @@ impl<C> AgentRequest<C> {
             tool_input: None,
             parent_run_id: None,
             stream: None,
+            cancel: None,
             approvals: None,
             nested_pause: None,
             resume: None,
@@ -117,6 +121,31 @@ impl<C> AgentRequest<C> {
     /// Adds a metadata entry.
     pub fn metadata(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
         self.metadata.insert(key.into(), value);
+        self
+    }
+
+    /// Cancels the run when `token` is cancelled, at its next boundary: a model request in
+    /// flight is abandoned, tool calls in flight are aborted unless their tool is `blocking`
+    /// (those finish), and the run ends with [`AgentError::Cancelled`](crate::AgentError::Cancelled).
+    /// With a checkpoint store the run's checkpoint is kept, with every finished call's result,
+    /// so [`Agent::resume`](crate::Agent::resume) continues it.
+    ///
+    /// ```
+    /// use modu_core::{Agent, AgentError, AgentRequest};
+    /// use modu_testing::ScriptedModel;
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let agent: Agent<()> = Agent::builder(ScriptedModel::new().text("hello")).build().unwrap();
+    /// let token = CancellationToken::new();
+    /// token.cancel();
+    /// let result = agent.run(AgentRequest::new((), "hi").cancel_token(token)).await;
+    /// assert_eq!(result.error, Some(AgentError::Cancelled));
+    /// # }
+    /// ```
+    pub fn cancel_token(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.cancel = Some(token);
         self
     }
 

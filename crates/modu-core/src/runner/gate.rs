@@ -171,16 +171,20 @@ where
                 (None, _) => {}
                 // One call (the common case): awaited in place, no task set to allocate.
                 (Some((index, call)), None) => {
-                    let result = env.run_tool_raw(call, gate, sanitized).await;
-                    record(env, state, calls, index, result, &mut finished, &mut waiting)?;
+                    if let Some(result) = env.run_tool_unless_cancelled(call, gate, sanitized).await {
+                        record(env, state, calls, index, result, &mut finished, &mut waiting)?;
+                    }
                 }
                 (Some(first), Some(second)) => {
                     let mut running: FuturesUnordered<_> = [first, second]
                         .into_iter()
                         .chain(pending)
-                        .map(|(index, call)| async move { (index, env.run_tool_raw(call, gate, sanitized).await) })
+                        .map(|(index, call)| async move {
+                            (index, env.run_tool_unless_cancelled(call, gate, sanitized).await)
+                        })
                         .collect();
                     while let Some((index, result)) = running.next().await {
+                        let Some(result) = result else { continue };
                         let done = record(env, state, calls, index, result, &mut finished, &mut waiting)?;
                         if done && env.agent.checkpoints.is_some() && !running.is_empty() {
                             save_checkpoint(env, state).await?;
@@ -188,6 +192,11 @@ where
                     }
                 }
             }
+        }
+        if self.env.cancelled() {
+            // The calls that finished keep their results (in the checkpoint the run's end
+            // writes); the aborted ones run again on resume.
+            return Err(AgentError::Cancelled);
         }
         if waiting.is_empty() {
             return Ok(());
@@ -263,6 +272,30 @@ impl<C, O> Env<C, O>
 where
     C: Send + Sync + 'static,
 {
+    /// Whether the run's cancel token (if any) is cancelled.
+    pub(super) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|t| t.is_cancelled())
+    }
+
+    /// [`Env::run_tool_raw`], abandoned (`None`) when the run is cancelled first, unless the
+    /// tool is `blocking` (its work cannot be stopped, so the call finishes and is recorded).
+    async fn run_tool_unless_cancelled(
+        &self,
+        call: &crate::message::ToolCall,
+        gate: ApprovalGate<'_>,
+        sanitized: bool,
+    ) -> Option<Result<RawToolRun, AgentError>> {
+        let run = self.run_tool_raw(call, gate, sanitized);
+        let blocking = self.tools.get(&call.name).is_some_and(|t| t.entry.tool.spec().blocking);
+        match self.cancel.as_ref().filter(|_| !blocking) {
+            None => Some(run.await),
+            Some(token) => tokio::select! {
+                result = run => Some(result),
+                () = token.cancelled() => None,
+            },
+        }
+    }
+
     /// One tool call: lookup, argument checks, approval, authorization, execution with timeout
     /// and retry, events; reported in detail (failures are data the caller turns into a tool
     /// message; only the run's own deadline ends the run). With `sanitized` (strict policy) the

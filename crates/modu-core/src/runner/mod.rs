@@ -70,6 +70,8 @@ struct Env<C, O> {
     run_id: Arc<str>,
     /// The per-attempt side of model calls (events, the call counter, usage).
     attempts: Arc<chat::AttemptLog>,
+    /// Cancels the run at its next boundary (`AgentRequest::cancel_token`).
+    cancel: Option<tokio_util::sync::CancellationToken>,
     tools: HashMap<String, VisibleTool<C>>,
     tool_order: Vec<String>,
     emitter: Emitter,
@@ -159,10 +161,20 @@ where
         loop {
             let next = policy.next(&mut self.state, &self.env, fed, out);
             self.emit_all(out).await;
+            if matches!(next, Next::Ask(_) | Next::RunTools { .. }) && self.env.cancelled() {
+                return Err(AgentError::Cancelled);
+            }
             fed = match next {
                 Next::Ask(ask) => {
                     self.refresh_tools().await?;
-                    Fed::Answer(self.ask(ask).await?)
+                    let answer = match self.env.cancel.clone() {
+                        None => self.ask(ask).await?,
+                        Some(token) => tokio::select! {
+                            answer = self.ask(ask) => answer?,
+                            () = token.cancelled() => return Err(AgentError::Cancelled),
+                        },
+                    };
+                    Fed::Answer(answer)
                 }
                 Next::RunTools { calls, allowed: None } => {
                     self.run_tools(calls).await?;

@@ -22,6 +22,7 @@ pub(super) enum Start<C> {
     Resume {
         checkpoint: Box<Checkpoint>,
         context: Arc<C>,
+        cancel: Option<tokio_util::sync::CancellationToken>,
         /// For a nested run resumed by its parent: shared approvals and the pause slot.
         nested: Option<(
             Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
@@ -89,6 +90,7 @@ where
             let start = Start::Resume {
                 checkpoint: Box::new(checkpoint),
                 context: request.context,
+                cancel: request.cancel,
                 nested,
             };
             execute_from(inner, start, emitter, started).await
@@ -178,9 +180,10 @@ where
     O: Send + 'static,
 {
     let deadline = agent.limits.timeout.map(|t| started + t);
-    let (ctx, state, resumed, parent_run_id, nested_pause) = match start {
+    let (ctx, state, resumed, parent_run_id, nested_pause, cancel) = match start {
         Start::Fresh(req) => {
             let req = *req;
+            let cancel = req.cancel;
             let parts = RunParts {
                 run_id: req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 session_id: req.session_id,
@@ -193,11 +196,12 @@ where
             };
             let ctx = RunContext::for_run(req.context, parts);
             let state = RunState::new(req.input);
-            (ctx, state, false, req.parent_run_id, req.nested_pause)
+            (ctx, state, false, req.parent_run_id, req.nested_pause, cancel)
         }
         Start::Resume {
             checkpoint,
             context,
+            cancel,
             nested,
         } => {
             let cp = *checkpoint;
@@ -213,7 +217,7 @@ where
                 approvals,
             };
             let ctx = RunContext::for_run(context, parts);
-            (ctx, cp.state, true, None, nested_pause)
+            (ctx, cp.state, true, None, nested_pause, cancel)
         }
     };
     let fingerprint = agent.fingerprint.clone();
@@ -235,6 +239,7 @@ where
             tool_order: Vec::new(),
             emitter,
             deadline,
+            cancel,
             started,
             fingerprint,
             history: Vec::new(),
