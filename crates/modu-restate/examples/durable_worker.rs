@@ -1,0 +1,114 @@
+//! A worker process: serves a durable agent as the Restate Virtual Object `ModuSession` on
+//! `127.0.0.1:$PORT`. The tests start (and SIGKILL) several of these.
+//!
+//! Environment:
+//! - `PORT`: where to listen (HTTP/2, as Restate calls deployments).
+//! - `OPENAI_BASE_URL`: the OpenAI-compatible server the agent's model talks to.
+//! - `LEDGER`: a file every tool call appends `<run id> <call id> <tool> <phase>` to.
+//! - `SLOW_MS`: how long the `slow` tool works (default 2000).
+//!
+//! Tools: `record` appends one `done` line; `slow` appends `start`, works `SLOW_MS`, then
+//! appends `done`. `approve_me` needs approval and appends `done`.
+//!
+//! ```text
+//! PORT=9080 OPENAI_BASE_URL=http://127.0.0.1:8000/v1 LEDGER=/tmp/ledger \
+//!   cargo run -p modu-restate --example durable_worker
+//! curl -X POST http://127.0.0.1:19070/deployments -H 'content-type: application/json' \
+//!   -d '{"uri":"http://127.0.0.1:9080"}'
+//! curl -X POST http://127.0.0.1:19081/ModuSession/alice/run -H 'content-type: application/json' \
+//!   -d '{"message":"hello"}'
+//! ```
+#![allow(clippy::print_stdout)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use modu_core::{Agent, FunctionTool, InMemoryCheckpointStore, RetryConfig, RunContext, ToolError, ToolSpec};
+use modu_openai::OpenAiClient;
+use modu_restate::restate_sdk::endpoint::Endpoint;
+use modu_restate::{DurableSession, Retries, durable};
+
+/// What every tool call gets: where the ledger is.
+struct Worker {
+    ledger: PathBuf,
+    slow: Duration,
+}
+
+fn append(ledger: &PathBuf, ctx: &RunContext<Worker>, tool: &str, phase: &str) -> Result<(), ToolError> {
+    let line = format!("{} {} {tool} {phase}\n", ctx.run_id(), ctx.call_id().unwrap_or("-"));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ledger)
+        .map_err(|_| ToolError::execution("ledger_unwritable"))?;
+    file.write_all(line.as_bytes())
+        .and_then(|()| file.sync_data())
+        .map_err(|_| ToolError::execution("ledger_unwritable"))
+}
+
+fn schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {"note": {"type": "string"}}})
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::var("PORT")?.parse()?;
+    let base_url = std::env::var("OPENAI_BASE_URL")?;
+    let ledger = PathBuf::from(std::env::var("LEDGER")?);
+    let slow = Duration::from_millis(
+        std::env::var("SLOW_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000),
+    );
+
+    let model = OpenAiClient::new(base_url, "mock-model")?;
+    let record = FunctionTool::new(
+        ToolSpec::new("record", "Records a note.", schema()),
+        |ctx: RunContext<Worker>, _args| async move {
+            let ledger = ctx.context().ledger.clone();
+            append(&ledger, &ctx, "record", "done")?;
+            Ok(serde_json::json!({"recorded": true}))
+        },
+    );
+    let slow_tool = FunctionTool::new(
+        ToolSpec::new("slow", "Works a while.", schema()),
+        |ctx: RunContext<Worker>, _args| async move {
+            let ledger = ctx.context().ledger.clone();
+            append(&ledger, &ctx, "slow", "start")?;
+            tokio::time::sleep(ctx.context().slow).await;
+            append(&ledger, &ctx, "slow", "done")?;
+            Ok(serde_json::json!({"worked": true}))
+        },
+    );
+    let mut spec = ToolSpec::new("approve_me", "Needs a person's approval.", schema());
+    spec.needs_approval = true;
+    let approve_me = FunctionTool::new(spec, |ctx: RunContext<Worker>, _args| async move {
+        let ledger = ctx.context().ledger.clone();
+        append(&ledger, &ctx, "approve_me", "done")?;
+        Ok(serde_json::json!({"approved_call_ran": true}))
+    });
+
+    let builder = Agent::builder(model)
+        .name("durable-worker")
+        .instructions("You are a test agent.")
+        .retry(RetryConfig::new(2).with_backoff(Duration::from_millis(50), Duration::from_millis(200)))
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()));
+    let agent = durable(builder, Retries::Agent)
+        .tool(record)
+        .tool(slow_tool)
+        .tool(approve_me)
+        .build()?;
+
+    let session = DurableSession::new(agent, Arc::new(Worker { ledger, slow }));
+    let endpoint = Endpoint::builder()
+        .bind(session.definition(Duration::from_millis(50), Duration::from_millis(250)))
+        .build();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    println!("worker {} listening on {addr}", std::process::id());
+    modu_restate::serve(endpoint, addr).await?;
+    Ok(())
+}

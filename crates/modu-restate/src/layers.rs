@@ -1,0 +1,311 @@
+//! The chat and function layers that make every model call and every tool call of a run a
+//! journaled step, and [`durable`], which adds both to an agent builder.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use modu_core::middleware::{ChatService, FunctionService, ToolInvocation};
+use modu_core::{AgentBuilder, ChatRequest, ChatResponse, ModelError, ToolError, ToolErrorKind};
+use restate_sdk::context::RunRetryPolicy;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tower::{Layer, Service, ServiceExt};
+
+use crate::journal::{self, Attempt, Outcome, StepWork};
+
+/// Who retries a failed model or tool call inside its journaled step.
+///
+/// - [`Retries::Agent`] (the default): the agent's [`modu_core::RetryConfig`] retries inside the
+///   step (the agent's backoff, its per-attempt events), and the step journals the final
+///   outcome, success or error. Restate never retries the step itself.
+/// - [`Retries::Restate`]: a transient failure (a retryable [`ModelError`] or [`ToolError`])
+///   fails the attempt, and Restate retries the step with this policy (durably: the wait
+///   survives a worker's death); when the policy gives up, the last error is journaled and the
+///   run sees it. Give the agent `RetryConfig::none()` then, so that only one policy retries.
+#[derive(Clone, Debug, Default)]
+pub enum Retries {
+    /// The agent's `RetryConfig` retries; Restate journals the outcome.
+    #[default]
+    Agent,
+    /// Restate retries transient failures with this policy.
+    Restate(RunRetryPolicy),
+}
+
+impl Retries {
+    /// Restate retries: `max_attempts` attempts in all, waits from `initial` doubling up to
+    /// `max_delay`.
+    pub fn restate(max_attempts: u32, initial: Duration, max_delay: Duration) -> Self {
+        Retries::Restate(
+            RunRetryPolicy::new()
+                .initial_delay(initial)
+                .exponentiation_factor(2.0)
+                .max_delay(max_delay)
+                .max_attempts(max_attempts.max(1)),
+        )
+    }
+
+    fn policy(&self) -> Option<RunRetryPolicy> {
+        match self {
+            Retries::Agent => None,
+            Retries::Restate(p) => Some(p.clone()),
+        }
+    }
+}
+
+/// Adds [`DurableChatLayer`] and [`DurableFunctionLayer`] to an agent builder, as its
+/// outermost chat and function layers (call it before adding layers of your own, so that
+/// yours run inside the steps and are journaled with them).
+///
+/// Outside a durable run (an agent run by hand, or a nested agent's calls inside a tool step)
+/// the layers pass calls through unchanged.
+pub fn durable<C, O>(builder: AgentBuilder<C, O>, retries: Retries) -> AgentBuilder<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    builder
+        .chat_layer(DurableChatLayer::new(retries.clone()))
+        .function_layer(DurableFunctionLayer::new(retries))
+}
+
+/// A chat layer: each model request (with the agent's retries, per [`Retries`]) is one
+/// journaled step, keyed by a hash of the request.
+#[derive(Clone, Debug, Default)]
+pub struct DurableChatLayer {
+    retries: Retries,
+}
+
+impl DurableChatLayer {
+    /// A layer with this retry mapping.
+    pub fn new(retries: Retries) -> Self {
+        DurableChatLayer { retries }
+    }
+}
+
+impl Layer<ChatService> for DurableChatLayer {
+    type Service = DurableChat;
+    fn layer(&self, inner: ChatService) -> DurableChat {
+        DurableChat {
+            inner,
+            retries: self.retries.clone(),
+        }
+    }
+}
+
+/// The service of [`DurableChatLayer`].
+#[derive(Clone)]
+pub struct DurableChat {
+    inner: ChatService,
+    retries: Retries,
+}
+
+impl Service<ChatRequest> for DurableChat {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ModelError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let inner = self.inner.clone();
+        let retry = self.retries.policy();
+        Box::pin(async move {
+            let Some(journal) = journal::current() else {
+                return inner.oneshot(request).await;
+            };
+            let base = format!("model:{}", request_hash(&request));
+            let restate_retries = retry.is_some();
+            let work: StepWork = Arc::new(move || {
+                let inner = inner.clone();
+                let request = request.clone();
+                Box::pin(async move {
+                    match inner.oneshot(request).await {
+                        Ok(response) => match serde_json::to_value(&response) {
+                            Ok(v) => Attempt::Done(Outcome::Ok(v)),
+                            Err(e) => Attempt::Done(Outcome::Err(model_error_json(&ModelError::invalid_response(
+                                format!("cannot journal the model's answer: {e}"),
+                            )))),
+                        },
+                        Err(e) if restate_retries && e.is_retryable() => Attempt::Retry(e.to_string()),
+                        Err(e) => Attempt::Done(Outcome::Err(model_error_json(&e))),
+                    }
+                })
+            });
+            match journal.step(base, retry, work).await {
+                Ok(Outcome::Ok(v)) => serde_json::from_value(v)
+                    .map_err(|e| ModelError::invalid_response(format!("cannot read a journaled model answer: {e}"))),
+                Ok(Outcome::Err(e)) => Err(model_error_from_json(e)),
+                Err(closed) => Err(ModelError::Transport {
+                    message: closed,
+                    source: None,
+                }),
+            }
+        })
+    }
+}
+
+/// A function layer: each tool call (with its retries per [`Retries`] and its timeout) is one
+/// journaled step, keyed by the run id and the call id.
+#[derive(Clone, Debug, Default)]
+pub struct DurableFunctionLayer {
+    retries: Retries,
+}
+
+impl DurableFunctionLayer {
+    /// A layer with this retry mapping.
+    pub fn new(retries: Retries) -> Self {
+        DurableFunctionLayer { retries }
+    }
+}
+
+impl<C: Send + Sync + 'static> Layer<FunctionService<C>> for DurableFunctionLayer {
+    type Service = DurableFunction<C>;
+    fn layer(&self, inner: FunctionService<C>) -> DurableFunction<C> {
+        DurableFunction {
+            inner,
+            retries: self.retries.clone(),
+        }
+    }
+}
+
+/// The service of [`DurableFunctionLayer`].
+pub struct DurableFunction<C> {
+    inner: FunctionService<C>,
+    retries: Retries,
+}
+
+impl<C> Clone for DurableFunction<C> {
+    fn clone(&self) -> Self {
+        DurableFunction {
+            inner: self.inner.clone(),
+            retries: self.retries.clone(),
+        }
+    }
+}
+
+impl<C: Send + Sync + 'static> Service<ToolInvocation<C>> for DurableFunction<C> {
+    type Response = serde_json::Value;
+    type Error = ToolError;
+    type Future = BoxFuture<'static, Result<serde_json::Value, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, invocation: ToolInvocation<C>) -> Self::Future {
+        let inner = self.inner.clone();
+        let retry = self.retries.policy();
+        Box::pin(async move {
+            let Some(journal) = journal::current() else {
+                return inner.oneshot(invocation).await;
+            };
+            let base = format!("tool:{}/{}", invocation.ctx.run_id(), invocation.call_id);
+            let restate_retries = retry.is_some();
+            let work: StepWork = Arc::new(move || {
+                let inner = inner.clone();
+                let invocation = invocation.clone();
+                Box::pin(async move {
+                    match inner.oneshot(invocation).await {
+                        Ok(v) => Attempt::Done(Outcome::Ok(v)),
+                        Err(e) if restate_retries && e.retryable => Attempt::Retry(e.to_string()),
+                        Err(e) => Attempt::Done(Outcome::Err(
+                            serde_json::to_value(&e).unwrap_or(serde_json::Value::Null),
+                        )),
+                    }
+                })
+            });
+            match journal.step(base, retry, work).await {
+                Ok(Outcome::Ok(v)) => Ok(v),
+                Ok(Outcome::Err(serde_json::Value::String(message))) => {
+                    Err(ToolError::execution("restate_retries_exhausted").with_message(message))
+                }
+                Ok(Outcome::Err(e)) => {
+                    Err(serde_json::from_value(e)
+                        .unwrap_or_else(|_| ToolError::execution("unreadable_journaled_error")))
+                }
+                Err(_closed) => Err(ToolError::new(ToolErrorKind::Execution, "journal_closed")),
+            }
+        })
+    }
+}
+
+/// A step key for a model request: the SHA-256 of its JSON (what is sent; extensions are not
+/// part of it), 128 bits in hex.
+fn request_hash(request: &ChatRequest) -> String {
+    let bytes = serde_json::to_vec(request).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A model error as it is journaled.
+#[derive(Serialize, Deserialize)]
+struct JournaledModelError {
+    kind: String,
+    message: String,
+    #[serde(default)]
+    status: Option<u16>,
+    #[serde(default)]
+    retry_after_ms: Option<u64>,
+}
+
+fn model_error_json(e: &ModelError) -> serde_json::Value {
+    let (message, status) = match e {
+        ModelError::Transport { message, .. } => (message.clone(), None),
+        ModelError::Authentication { status, message } => (message.clone(), Some(*status)),
+        ModelError::ModelNotFound { message, .. }
+        | ModelError::ContextLengthExceeded { message }
+        | ModelError::InvalidResponse { message }
+        | ModelError::InvalidRequest { message } => (message.clone(), None),
+        ModelError::Status { status, body, .. } => (body.clone(), Some(*status)),
+        other => (other.to_string(), None),
+    };
+    let journaled = JournaledModelError {
+        kind: e.kind().to_owned(),
+        message,
+        status,
+        retry_after_ms: e.retry_after().map(|d| d.as_millis() as u64),
+    };
+    serde_json::to_value(journaled).unwrap_or(serde_json::Value::Null)
+}
+
+fn model_error_from_json(value: serde_json::Value) -> ModelError {
+    let e = match value {
+        serde_json::Value::String(message) => {
+            // Restate gave up retrying: the last attempt's message.
+            return ModelError::Transport { message, source: None };
+        }
+        other => match serde_json::from_value::<JournaledModelError>(other) {
+            Ok(e) => e,
+            Err(_) => return ModelError::invalid_response("unreadable journaled model error"),
+        },
+    };
+    let retry_after = e.retry_after_ms.map(Duration::from_millis);
+    match e.kind.as_str() {
+        "transport" => ModelError::Transport {
+            message: e.message,
+            source: None,
+        },
+        "timeout" => ModelError::Timeout(Duration::ZERO),
+        "rate_limited" => ModelError::RateLimited { retry_after },
+        "authentication" => ModelError::Authentication {
+            status: e.status.unwrap_or(401),
+            message: e.message,
+        },
+        "model_not_found" => ModelError::ModelNotFound {
+            model: String::new(),
+            message: e.message,
+        },
+        "context_length_exceeded" => ModelError::ContextLengthExceeded { message: e.message },
+        "status" => ModelError::Status {
+            status: e.status.unwrap_or(500),
+            body: e.message,
+            retry_after,
+        },
+        "invalid_response" => ModelError::InvalidResponse { message: e.message },
+        _ => ModelError::InvalidRequest { message: e.message },
+    }
+}

@@ -1,0 +1,242 @@
+//! [`DurableSession`]: the Restate Virtual Object whose key is a session id and whose `run`
+//! handler is one agent run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use modu_core::{Agent, AgentRequest, AgentResult, ApprovalDecision, ApprovalRequest, Message, Usage};
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::journal;
+
+/// The object state key of a session's conversation (a JSON array of messages).
+pub const HISTORY_KEY: &str = "history";
+/// The object state key of the calls the running run waits on (a JSON array of
+/// [`PendingApproval`]).
+pub const APPROVALS_KEY: &str = "approvals";
+/// The object's name in Restate (the SDK 0.13 cannot rename a service at bind time).
+pub const DEFAULT_NAME: &str = "ModuSession";
+
+/// The input of the `run` handler (JSON).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunInput {
+    /// The user's message.
+    pub message: String,
+    /// A run id; default: the Restate invocation id (stable across the invocation's retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Run metadata, passed to the agent as [`AgentRequest::metadata`].
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The output of the `run` handler (JSON).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunOutput {
+    /// The run's id.
+    pub run_id: String,
+    /// The agent's output, when the run succeeded.
+    pub output: Option<serde_json::Value>,
+    /// Why the run failed, when it did (the session's history is then left as it was).
+    pub error: Option<String>,
+    /// The run's usage.
+    pub usage: Usage,
+    /// The messages the run added to the session.
+    pub messages: Vec<Message>,
+}
+
+/// A call waiting for a person, as the `approvals` handler lists it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The run that waits.
+    pub run_id: String,
+    /// The awakeable that resumes it: `POST /restate/awakeables/<id>/resolve` on the ingress,
+    /// with an [`ApprovalDecision`] as the JSON body.
+    pub awakeable_id: String,
+    /// The call (its `call_id` is what the `decide` handler takes).
+    pub request: ApprovalRequest,
+}
+
+/// The input of the `decide` handler.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Decision {
+    /// The call decided on.
+    pub call_id: String,
+    /// The decision.
+    #[serde(flatten)]
+    pub decision: ApprovalDecision,
+}
+
+/// An agent served as a Restate Virtual Object, one object per session.
+///
+/// Handlers (`<ingress>/<name>/<session id>/<handler>`):
+/// - `run` (exclusive; [`RunInput`] → [`RunOutput`]): one run of the agent on the session's
+///   history, which it extends when the run succeeds. Restate runs one `run` per session at a
+///   time, across every worker.
+/// - `approvals` (shared; → `[PendingApproval]`): the calls the running run waits on.
+/// - `decide` (shared; [`Decision`] → `bool`): resolves one of them (`false`: no such call).
+/// - `history` (shared; → `[Message]`): the session's conversation.
+///
+/// The agent must be built with [`crate::durable`] (so its model and tool calls are journaled)
+/// and, to pause for approvals, with a checkpoint store (an in-memory one does: a worker that
+/// replays a run re-creates its checkpoint from the journal).
+pub struct DurableSession<C, O> {
+    agent: Agent<C, O>,
+    context: Arc<C>,
+}
+
+impl<C, O> DurableSession<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Serialize + Send + Sync + 'static,
+{
+    /// Serves `agent`, each run with the application context `context`.
+    pub fn new(agent: Agent<C, O>, context: Arc<C>) -> Self {
+        DurableSession { agent, context }
+    }
+
+    /// The object's definition (named [`DEFAULT_NAME`]), with Restate's retry of a failed
+    /// attempt (a worker that died, a step that failed) starting at `retry_initial` and growing
+    /// to `retry_max`, for an [`Endpoint`]'s `bind`.
+    pub fn definition(self, retry_initial: Duration, retry_max: Duration) -> ServiceDefinition {
+        self.into_service_definition().options(
+            ServiceOptions::new()
+                .retry_policy_initial_interval(retry_initial)
+                .retry_policy_exponentiation_factor(2.0)
+                .retry_policy_max_interval(retry_max),
+        )
+    }
+}
+
+/// Maps a state read error of Restate's onto a handler error.
+fn state_error(e: TerminalError) -> HandlerError {
+    HandlerError::from(e)
+}
+
+#[restate_sdk::object(name = "ModuSession")]
+impl<C, O> DurableSession<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Serialize + Send + Sync + 'static,
+{
+    /// One run of the agent on the session.
+    #[handler]
+    async fn run(&self, ctx: ObjectContext<'_>, input: Json<RunInput>) -> Result<Json<RunOutput>, HandlerError> {
+        let input = input.into_inner();
+        let session = ctx.key().to_owned();
+        let run_id = input.run_id.unwrap_or_else(|| ctx.invocation_id().to_owned());
+        let history = ctx
+            .get::<Json<Vec<Message>>>(HISTORY_KEY)
+            .await
+            .map_err(state_error)?
+            .map(Json::into_inner)
+            .unwrap_or_default();
+        let known = history.len();
+        let mut messages = history;
+        messages.push(Message::user(input.message));
+        let mut request = AgentRequest::with_context_arc(Arc::clone(&self.context), "")
+            .messages(messages)
+            .session(session)
+            .run_id(run_id.clone());
+        request.metadata = input.metadata;
+        let mut result = journal::drive(&ctx, self.agent.run(request)).await;
+        while result.is_interrupted() {
+            result = self.wait_for_people(&ctx, &run_id, result).await?;
+        }
+        ctx.clear(APPROVALS_KEY);
+        if result.is_ok() {
+            ctx.set(HISTORY_KEY, Json(result.messages.clone()));
+        }
+        Ok(Json(output(result, known)))
+    }
+
+    /// The calls the session's running run waits on.
+    #[handler]
+    async fn approvals(&self, ctx: SharedObjectContext<'_>) -> Result<Json<Vec<PendingApproval>>, HandlerError> {
+        Ok(ctx
+            .get::<Json<Vec<PendingApproval>>>(APPROVALS_KEY)
+            .await
+            .map_err(state_error)?
+            .unwrap_or_default())
+    }
+
+    /// Resolves one waiting call; `false` when no such call waits.
+    #[handler]
+    async fn decide(&self, ctx: SharedObjectContext<'_>, decision: Json<Decision>) -> Result<bool, HandlerError> {
+        let decision = decision.into_inner();
+        let pending = ctx
+            .get::<Json<Vec<PendingApproval>>>(APPROVALS_KEY)
+            .await
+            .map_err(state_error)?
+            .map(Json::into_inner)
+            .unwrap_or_default();
+        match pending.iter().find(|p| p.request.call_id == decision.call_id) {
+            Some(p) => {
+                ctx.resolve_awakeable(&p.awakeable_id, Json(decision.decision));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The session's conversation.
+    #[handler]
+    async fn history(&self, ctx: SharedObjectContext<'_>) -> Result<Json<Vec<Message>>, HandlerError> {
+        Ok(ctx
+            .get::<Json<Vec<Message>>>(HISTORY_KEY)
+            .await
+            .map_err(state_error)?
+            .unwrap_or_default())
+    }
+}
+
+impl<C, O> DurableSession<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Serialize + Send + Sync + 'static,
+{
+    /// A run paused for approvals: one awakeable per call (listed in the object's state), the
+    /// decisions recorded in the agent's checkpoint as they come, then the run resumed.
+    async fn wait_for_people(
+        &self,
+        ctx: &ObjectContext<'_>,
+        run_id: &str,
+        paused: AgentResult<O>,
+    ) -> Result<AgentResult<O>, HandlerError> {
+        let mut listed = Vec::new();
+        let mut waits = Vec::new();
+        for request in paused.interruptions {
+            let (awakeable_id, wait) = ctx.awakeable::<Json<ApprovalDecision>>();
+            listed.push(PendingApproval {
+                run_id: run_id.to_owned(),
+                awakeable_id,
+                request,
+            });
+            waits.push(wait);
+        }
+        ctx.set(APPROVALS_KEY, Json(listed.clone()));
+        for (pending, wait) in listed.iter().zip(waits) {
+            let decision = wait.await?.into_inner();
+            let call = &pending.request.call_id;
+            let recorded = match decision {
+                ApprovalDecision::Approved => self.agent.approve(run_id, call).await,
+                ApprovalDecision::Rejected { message } => self.agent.reject(run_id, call, message).await,
+            };
+            recorded.map_err(|e| TerminalError::new(format!("cannot record the decision on {call}: {e}")))?;
+        }
+        Ok(journal::drive(ctx, self.agent.resume_arc(run_id, Arc::clone(&self.context))).await)
+    }
+}
+
+fn output<O: Serialize>(result: AgentResult<O>, known: usize) -> RunOutput {
+    let error = result.error.as_ref().map(ToString::to_string);
+    let output = result.output.as_ref().and_then(|o| serde_json::to_value(o).ok());
+    RunOutput {
+        run_id: result.run_id,
+        output,
+        error,
+        usage: result.usage,
+        messages: result.messages.into_iter().skip(known).collect(),
+    }
+}

@@ -1,0 +1,226 @@
+//! Durable runs against a real restate-server (`MODU_RESTATE_SERVER`), with worker processes
+//! (the `durable_worker` example) and the OpenAI mock server as the model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Restate, Worker, free_port, ledger, server_bin};
+use modu_testing::{MockOpenAiServer, MockReply};
+use serde_json::json;
+
+/// One Restate server at a time (2 cores; each test starts its own server and workers).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Setup {
+    restate: Restate,
+    mock: MockOpenAiServer,
+    worker: Worker,
+    ledger: std::path::PathBuf,
+    worker_log: std::path::PathBuf,
+}
+
+async fn setup(bin: &str, slow_ms: u64) -> Setup {
+    let restate = Restate::start(bin).await;
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let ledger = restate.dir.path().join("ledger");
+    let worker_log = restate.dir.path().join("worker.log");
+    let worker = Worker::start(free_port(), &mock.base_url(), &ledger, slow_ms, &worker_log).await;
+    restate.register(&format!("http://127.0.0.1:{}", worker.port)).await;
+    Setup {
+        restate,
+        mock,
+        worker,
+        ledger,
+        worker_log,
+    }
+}
+
+fn calls(mock: &MockOpenAiServer) -> usize {
+    mock.requests().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_completes_through_restate_and_the_session_keeps_its_history() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+    s.mock.push(MockReply::ToolCalls(vec![("record".into(), "{}".into())]));
+    s.mock.push(MockReply::Text("all done".into()));
+
+    let out = s.restate.call("alice", "run", json!({"message": "hi"})).await;
+    assert_eq!(out["output"], "all done", "{out}");
+    assert_eq!(out["error"], serde_json::Value::Null);
+    assert_eq!(calls(&s.mock), 2);
+    let lines = ledger(&s.ledger);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].2, "record");
+    assert_eq!(lines[0].0, out["run_id"].as_str().unwrap(), "the tool saw the run's id");
+
+    // The second run of the session sees the first one's conversation.
+    s.mock.push(MockReply::Text("second answer".into()));
+    let out = s.restate.call("alice", "run", json!({"message": "again"})).await;
+    assert_eq!(out["output"], "second answer", "{out}");
+    let sent = serde_json::to_string(&s.mock.requests()[2]["messages"]).unwrap();
+    assert!(
+        sent.contains("\"hi\"") && sent.contains("all done") && sent.contains("again"),
+        "{sent}"
+    );
+    let history = s.restate.call("alice", "history", json!(null)).await;
+    // user, assistant (tool call), tool, assistant, user, assistant
+    assert_eq!(history.as_array().unwrap().len(), 6, "{history}");
+    // Another session starts empty.
+    let other = s.restate.call("bob", "history", json!(null)).await;
+    assert_eq!(other, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_is_replaced_and_the_run_repeats_no_finished_step() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let mut s = setup(&bin, 3000).await;
+    s.mock.push(MockReply::ToolCalls(vec![("record".into(), "{}".into())]));
+    s.mock.push(MockReply::ToolCalls(vec![("slow".into(), "{}".into())]));
+    s.mock.push(MockReply::Text("finished".into()));
+
+    let ingress = s.restate.ingress_url();
+    let http = s.restate.http.clone();
+    let run = tokio::spawn(async move {
+        http.post(format!("{ingress}/ModuSession/carol/run"))
+            .json(&json!({"message": "go"}))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+    });
+    // Kill the worker while `slow` works: `record` and two model calls have finished.
+    let started = Instant::now();
+    while !ledger(&s.ledger).iter().any(|l| l.2 == "slow" && l.3 == "start") {
+        assert!(started.elapsed() < Duration::from_secs(30), "slow never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.worker.kill();
+    let killed = Instant::now();
+    assert_eq!(calls(&s.mock), 2);
+    // A new worker process on the deployment's address.
+    let port = s.worker.port;
+    s.worker = Worker::start(port, &s.mock.base_url(), &s.ledger, 300, &s.worker_log).await;
+
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap()
+        .unwrap();
+    let recovered = killed.elapsed();
+    assert_eq!(
+        out["output"],
+        "finished",
+        "{out}\nworker log:\n{}",
+        std::fs::read_to_string(&s.worker_log).unwrap_or_default()
+    );
+    assert_eq!(calls(&s.mock), 3, "no finished model call was repeated");
+    let lines = ledger(&s.ledger);
+    let count = |tool: &str, phase: &str| lines.iter().filter(|l| l.2 == tool && l.3 == phase).count();
+    assert_eq!(
+        count("record", "done"),
+        1,
+        "the finished tool call did not run again: {lines:?}"
+    );
+    // The call killed mid-execution ran again (at least once), with the same run and call ids.
+    assert_eq!(count("slow", "start"), 2, "{lines:?}");
+    assert_eq!(count("slow", "done"), 1, "{lines:?}");
+    let starts: Vec<_> = lines.iter().filter(|l| l.2 == "slow").map(|l| (&l.0, &l.1)).collect();
+    assert!(starts.windows(2).all(|w| w[0] == w[1]), "{starts:?}");
+    println!("recovery: the run finished {recovered:?} after the kill (the new worker's slow call works 300 ms)");
+}
+
+async fn wait_for_approvals(restate: &Restate, session: &str) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let pending = restate.call(session, "approvals", json!(null)).await;
+        if pending.as_array().is_some_and(|a| !a.is_empty()) {
+            return pending;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no approval was requested");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_are_awakeables_resolved_over_http() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+
+    // Approved through Restate's awakeable endpoint.
+    s.mock
+        .push(MockReply::ToolCalls(vec![("approve_me".into(), "{}".into())]));
+    s.mock.push(MockReply::Text("it ran".into()));
+    let ingress = s.restate.ingress_url();
+    let http = s.restate.http.clone();
+    let run = tokio::spawn(async move {
+        let r = http
+            .post(format!("{ingress}/ModuSession/dave/run"))
+            .json(&json!({"message": "please"}));
+        r.send().await.unwrap().json::<serde_json::Value>().await.unwrap()
+    });
+    let pending = wait_for_approvals(&s.restate, "dave").await;
+    assert_eq!(pending[0]["request"]["tool_name"], "approve_me", "{pending}");
+    assert!(ledger(&s.ledger).is_empty(), "the call waits for its approval");
+    let id = pending[0]["awakeable_id"].as_str().unwrap();
+    let r = s
+        .restate
+        .http
+        .post(format!("{}/restate/awakeables/{id}/resolve", s.restate.ingress_url()))
+        .json(&json!({"decision": "approved"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out["output"], "it ran", "{out}");
+    assert_eq!(ledger(&s.ledger).len(), 1);
+    assert_eq!(s.restate.call("dave", "approvals", json!(null)).await, json!([]));
+
+    // Rejected through the object's `decide` handler: the call does not run.
+    s.mock
+        .push(MockReply::ToolCalls(vec![("approve_me".into(), "{}".into())]));
+    s.mock.push(MockReply::Text("understood".into()));
+    let ingress = s.restate.ingress_url();
+    let http = s.restate.http.clone();
+    let run = tokio::spawn(async move {
+        let r = http
+            .post(format!("{ingress}/ModuSession/erin/run"))
+            .json(&json!({"message": "please"}));
+        r.send().await.unwrap().json::<serde_json::Value>().await.unwrap()
+    });
+    let pending = wait_for_approvals(&s.restate, "erin").await;
+    let call_id = pending[0]["request"]["call_id"].as_str().unwrap();
+    let unknown = s
+        .restate
+        .call("erin", "decide", json!({"call_id": "nope", "decision": "approved"}))
+        .await;
+    assert_eq!(unknown, json!(false));
+    let decided = s
+        .restate
+        .call(
+            "erin",
+            "decide",
+            json!({"call_id": call_id, "decision": "rejected", "message": "no"}),
+        )
+        .await;
+    assert_eq!(decided, json!(true));
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out["output"], "understood", "{out}");
+    assert_eq!(ledger(&s.ledger).len(), 1, "the rejected call did not run");
+    let sent = serde_json::to_string(&s.mock.requests()[3]["messages"]).unwrap();
+    assert!(sent.contains("no"), "the model saw the rejection: {sent}");
+}
