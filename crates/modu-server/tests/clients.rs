@@ -215,7 +215,10 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
     assert_eq!(resumed["events"][0]["type"], "RUN_STARTED");
     assert_eq!(resumed["events"][0]["runId"], "node-resumed");
     assert_eq!(resumed["outcome"], "success");
-    assert!(resumed["result"].as_str().unwrap().starts_with("Forecast: "), "{resumed}");
+    assert!(
+        resumed["result"].as_str().unwrap().starts_with("Forecast: "),
+        "{resumed}"
+    );
     assert_eq!(resumed["pendingInterrupts"], serde_json::json!([]));
     assert_eq!(
         resumed["roles"],
