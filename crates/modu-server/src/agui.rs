@@ -8,26 +8,31 @@
 //! - When the agent keeps conversations (a conversation store), the thread's history is on the
 //!   server and the run's input is the messages after the last assistant or tool message;
 //!   otherwise the input is every message of the request.
-//! - Frontend tools (`tools`), `context` and `state` are not used yet; `resume` is refused.
+//! - A run that waits for approvals ends with `RUN_FINISHED` and an `interrupt` outcome, one
+//!   interrupt per waiting call (id `{runId}#{callId}`, `toolCallId` the call). The next
+//!   `RunAgentInput` of the thread answers them in `resume` (AG-UI 1.0's interrupt/resume):
+//!   an entry `{"interruptId", "status": "resolved", "payload": {"approved": true}}` approves
+//!   the call (`"always": true` also later calls of the tool), `{"approved": false,
+//!   "message"?}` rejects it, and `"status": "cancelled"` rejects it too. Every waiting call
+//!   must be answered; the paused run then continues and streams under the new `runId`.
+//! - Frontend tools (`tools`), `context` and `state` are not used yet.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use axum::response::Response;
 use modu_core::{Message, Role, ToolCall};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::AppState;
 use crate::agui_events::Translator;
-use crate::auth::Caller;
+use crate::auth::{Caller, Principal};
+use crate::control::{agui_stream, decide, owned_run};
 use crate::error::ServerError;
-use crate::mount::RunInput;
+use crate::mount::{Decision, RunInput, Served};
 
 /// An AG-UI `RunAgentInput` (the fields the server reads).
 #[derive(Debug, Deserialize)]
@@ -39,7 +44,17 @@ pub(crate) struct RunAgentInput {
     #[serde(default)]
     forwarded_props: Option<Value>,
     #[serde(default)]
-    resume: Option<Vec<Value>>,
+    resume: Option<Vec<ResumeEntry>>,
+}
+
+/// An AG-UI `ResumeEntry`: the answer to one interrupt.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeEntry {
+    interrupt_id: String,
+    status: String,
+    #[serde(default)]
+    payload: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,13 +195,14 @@ pub(crate) async fn run(
             "threadId and runId must be 1 to 200 letters, digits or -_.:",
         ));
     }
-    if input.resume.as_ref().is_some_and(|r| !r.is_empty()) {
-        return Err(ServerError::bad_request("resuming interrupts is not supported yet"));
+    if let Some(entries) = input.resume.filter(|r| !r.is_empty()) {
+        return resume(agent, &principal, input.thread_id, input.run_id, entries).await;
     }
     let mut metadata = serde_json::Map::new();
     if let Some(mcp) = mcp_selection(input.forwarded_props.as_ref())? {
         metadata.insert("mcp".into(), mcp);
     }
+    let metadata = state.run_metadata(&name, metadata);
     let mut messages = to_messages(input.messages)?;
     if agent.keeps_history() {
         let new_turn = messages
@@ -201,23 +217,92 @@ pub(crate) async fn run(
     if agent.has_run(&input.run_id).await {
         return Err(ServerError::RunIdInUse);
     }
-    let mut translator = Translator::new(input.thread_id.clone(), input.run_id.clone(), messages.len());
-    let opening = data(&translator.started());
+    let translator = Translator::new(input.thread_id.clone(), input.run_id.clone(), messages.len());
     let run = RunInput {
         messages,
         session_id: Some(input.thread_id),
         run_id: input.run_id,
         metadata,
     };
-    let events = agent
-        .stream(&principal, run)
-        .flat_map(move |item| futures::stream::iter(translator.on(item).iter().map(data).collect::<Vec<_>>()));
-    let body = futures::stream::once(async move { opening })
-        .chain(events)
-        .map(Ok::<Event, Infallible>);
-    Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
+    Ok(agui_stream(translator, agent.stream(&principal, run)))
 }
 
-fn data(value: &Value) -> Event {
-    Event::default().data(value.to_string())
+/// The decision a resume entry carries: `status: "cancelled"` rejects; a resolved entry's
+/// payload is `{"approved": bool, "always"?: bool, "message"?: string}` (or a bare boolean).
+fn decision(entry: &ResumeEntry) -> Result<Decision, ServerError> {
+    let invalid = || {
+        ServerError::bad_request(format!(
+            "resume entry {:?}: the payload must be {{\"approved\": true|false}}",
+            entry.interrupt_id
+        ))
+    };
+    match entry.status.as_str() {
+        "cancelled" => Ok(Decision::Reject { message: None }),
+        "resolved" => match &entry.payload {
+            Some(Value::Bool(true)) => Ok(Decision::Approve { always: false }),
+            Some(Value::Bool(false)) => Ok(Decision::Reject { message: None }),
+            Some(Value::Object(fields)) => match fields.get("approved").and_then(Value::as_bool) {
+                Some(true) => Ok(Decision::Approve {
+                    always: fields.get("always").and_then(Value::as_bool).unwrap_or(false),
+                }),
+                Some(false) => Ok(Decision::Reject {
+                    message: fields.get("message").and_then(Value::as_str).map(str::to_owned),
+                }),
+                None => Err(invalid()),
+            },
+            _ => Err(invalid()),
+        },
+        other => Err(ServerError::bad_request(format!(
+            "resume entry status {other:?}: expected \"resolved\" or \"cancelled\""
+        ))),
+    }
+}
+
+/// A `RunAgentInput` whose `resume` answers the interrupts of a paused run of the thread:
+/// records the decisions, then streams the continued run under the new run id.
+async fn resume(
+    agent: Arc<dyn Served>,
+    principal: &Principal,
+    thread_id: String,
+    run_id: String,
+    entries: Vec<ResumeEntry>,
+) -> Result<Response, ServerError> {
+    let mut paused_run: Option<&str> = None;
+    let mut answers = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        let Some((run, call)) = entry.interrupt_id.split_once('#') else {
+            return Err(ServerError::bad_request(format!(
+                "resume entry {:?} answers no interrupt of this server",
+                entry.interrupt_id
+            )));
+        };
+        if paused_run.is_some_and(|r| r != run) {
+            return Err(ServerError::bad_request(
+                "resume entries must answer the interrupts of one run",
+            ));
+        }
+        paused_run = Some(run);
+        answers.push((call, decision(entry)?));
+    }
+    let Some(paused_id) = paused_run.map(str::to_owned) else {
+        return Err(ServerError::bad_request("resume is empty"));
+    };
+    let paused = owned_run(&agent, &paused_id, principal).await?;
+    if paused.session_id.as_deref() != Some(thread_id.as_str()) {
+        return Err(ServerError::not_found("no paused run with this id in this thread"));
+    }
+    for waiting in &paused.approvals {
+        if !answers.iter().any(|(call, _)| *call == waiting.call_id) {
+            return Err(ServerError::bad_request(format!(
+                "interrupt {:?} is not answered",
+                crate::agui_events::interrupt_id(&paused_id, &waiting.call_id)
+            )));
+        }
+    }
+    for (call, decision) in answers {
+        decide(&agent, &paused_id, call, decision).await?;
+    }
+    let translator =
+        Translator::new(thread_id, run_id, paused.message_count).resuming(paused_id.clone(), paused.call_ids);
+    Ok(agui_stream(translator, agent.resume_stream(principal, &paused_id)))
 }

@@ -16,7 +16,10 @@ use crate::mount::{Finished, Item, public_error};
 /// Translates one run's items, in order.
 pub(crate) struct Translator {
     thread_id: String,
+    /// The AG-UI run id (the request's `runId`).
     run_id: String,
+    /// The modu run whose events these are: the run id, or the paused run a resume continues.
+    source_run_id: String,
     /// How many leading messages of the result are the run's input (not re-sent).
     input_len: usize,
     /// The assistant message of the current model call.
@@ -53,6 +56,7 @@ impl Translator {
     pub(crate) fn new(thread_id: String, run_id: String, input_len: usize) -> Self {
         Translator {
             thread_id,
+            source_run_id: run_id.clone(),
             run_id,
             input_len,
             message_id: None,
@@ -61,6 +65,14 @@ impl Translator {
             started: HashSet::new(),
             model: None,
         }
+    }
+
+    /// The translator of a run that continues the paused modu run `source_run_id`, whose
+    /// tool calls `call_ids` were announced already (their results are still sent).
+    pub(crate) fn resuming(mut self, source_run_id: String, call_ids: Vec<String>) -> Self {
+        self.source_run_id = source_run_id;
+        self.started.extend(call_ids);
+        self
     }
 
     /// `RUN_STARTED`, sent before anything else.
@@ -119,7 +131,7 @@ impl Translator {
     pub(crate) fn on(&mut self, item: Item) -> Vec<Value> {
         let mut out = Vec::new();
         match item {
-            Item::Event(event) if event.run_id() != self.run_id => {}
+            Item::Event(event) if event.run_id() != self.source_run_id => {}
             Item::Event(AgentEvent::ModelCallStarted { model, .. }) => {
                 self.close_text(&mut out);
                 self.message_id = None;
@@ -171,7 +183,11 @@ impl Translator {
         }
         let usage = self.usage(&finished.usage);
         if !finished.interruptions.is_empty() || matches!(finished.error, Some(AgentError::Interrupted { .. })) {
-            let interrupts: Vec<Value> = finished.interruptions.iter().map(interrupt).collect();
+            let interrupts: Vec<Value> = finished
+                .interruptions
+                .iter()
+                .map(|r| interrupt(&self.source_run_id, r))
+                .collect();
             if !interrupts.is_empty() {
                 out.push(event(
                     "RUN_FINISHED",
@@ -215,13 +231,28 @@ impl Translator {
     }
 }
 
-/// A call waiting for approval as an AG-UI interrupt (approving over AG-UI is not served yet).
-fn interrupt(request: &ApprovalRequest) -> Value {
+/// The id of the interrupt for a call of a paused run: `{run id}#{call id}` (a run id the
+/// AG-UI endpoint accepts has no `#`).
+pub(crate) fn interrupt_id(run_id: &str, call_id: &str) -> String {
+    format!("{run_id}#{call_id}")
+}
+
+/// A call waiting for approval as an AG-UI interrupt; a resume entry answers it by its id.
+fn interrupt(run_id: &str, request: &ApprovalRequest) -> Value {
     json!({
-        "id": request.call_id,
+        "id": interrupt_id(run_id, &request.call_id),
         "reason": "tool_approval",
         "message": format!("the tool {} waits for approval", request.tool_name),
         "toolCallId": request.call_id,
-        "metadata": {"tool": request.tool_name, "arguments": request.arguments},
+        "metadata": {"tool": request.tool_name, "arguments": request.arguments, "runId": run_id},
+        "responseSchema": {
+            "type": "object",
+            "properties": {
+                "approved": {"type": "boolean"},
+                "always": {"type": "boolean"},
+                "message": {"type": "string"}
+            },
+            "required": ["approved"]
+        },
     })
 }

@@ -29,6 +29,12 @@ pub enum ServerError {
         /// What is wrong, in the server's words.
         message: String,
     },
+    /// The thing asked for does not exist, or is not the caller's.
+    #[error("{message}")]
+    NotFound {
+        /// What was not found, in the server's words.
+        message: String,
+    },
     /// The body is larger than the server accepts.
     #[error("the request body is larger than the server accepts")]
     PayloadTooLarge,
@@ -56,6 +62,13 @@ impl ServerError {
         }
     }
 
+    /// A not-found error with this message.
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        ServerError::NotFound {
+            message: message.into(),
+        }
+    }
+
     /// The error of a failed run, logged in full here and answered by its kind.
     pub(crate) fn run_failed(error: &AgentError) -> Self {
         tracing::warn!(error = %error, "run failed");
@@ -68,6 +81,7 @@ impl ServerError {
         match self {
             ServerError::UnknownAgent { .. } => StatusCode::NOT_FOUND,
             ServerError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ServerError::NotFound { .. } => StatusCode::NOT_FOUND,
             ServerError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ServerError::RunIdInUse => StatusCode::CONFLICT,
             ServerError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -85,6 +99,7 @@ impl ServerError {
         match self {
             ServerError::UnknownAgent { .. } => ("invalid_request_error", "model_not_found"),
             ServerError::BadRequest { .. } => ("invalid_request_error", "invalid_request"),
+            ServerError::NotFound { .. } => ("invalid_request_error", "not_found"),
             ServerError::PayloadTooLarge => ("invalid_request_error", "payload_too_large"),
             ServerError::RunIdInUse => ("invalid_request_error", "run_id_in_use"),
             ServerError::Unauthorized => ("authentication_error", "invalid_api_key"),

@@ -1,9 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod a2a;
+mod a2a_tasks;
+mod a2a_wire;
 mod agui;
 mod agui_events;
 pub mod auth;
+mod control;
 mod error;
 mod mount;
 mod openai;
@@ -35,15 +39,31 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// |---|---|
 /// | `POST /v1/chat/completions` | OpenAI chat completions, streamed (`"stream": true`, SSE) or not; `model` names the agent |
 /// | `GET /v1/models` | the mounted agents, as OpenAI models |
-/// | `POST /agui/{agent}` | an AG-UI `RunAgentInput`, answered with an SSE stream of AG-UI events |
+/// | `POST /agui/{agent}` | an AG-UI `RunAgentInput`, answered with an SSE stream of AG-UI events; its `resume` answers a paused run's interrupts |
+/// | `POST /a2a/{agent}` | A2A 1.0 JSON-RPC: `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `CancelTask` |
+/// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served) |
+/// | `GET /agents/{agent}/runs/{run}/approvals` | a paused run's waiting calls |
+/// | `POST /agents/{agent}/runs/{run}/approve`, `/reject` | a decision on one call: `{"callId", "always"?}`, `{"callId", "message"?}` |
+/// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused run: JSON, or AG-UI events with `Accept: text/event-stream` |
+/// | `GET /agents/{agent}/sessions/{session}/approvals` | the session's paused runs and their waiting calls |
+/// | `GET /agents/{agent}/sessions/{session}/messages` | the session's stored history |
+///
+/// Paused runs, their approvals and A2A tasks are their owner's only: a run is the caller's
+/// when it runs for the principal's user (others get 404). Session history is not scoped by
+/// user: whoever knows a session id can read it (as they can continue it over AG-UI).
 ///
 /// Without [`ModuServer::auth`] every request runs as [`Principal::anonymous`] (no user, no
 /// roles), unless a layer of the application put a [`Principal`] in the request's extensions.
 pub struct ModuServer {
     agents: BTreeMap<String, Arc<dyn Served>>,
+    metadata: BTreeMap<String, Metadata>,
     auth: Option<AuthLayer>,
     body_limit: usize,
+    public_url: Option<String>,
 }
+
+/// Run metadata.
+pub(crate) type Metadata = serde_json::Map<String, serde_json::Value>;
 
 impl Default for ModuServer {
     fn default() -> Self {
@@ -64,11 +84,24 @@ impl fmt::Debug for ModuServer {
 /// What the handlers share.
 pub(crate) struct AppState {
     pub agents: BTreeMap<String, Arc<dyn Served>>,
+    /// Metadata each agent's runs start with, by agent name.
+    pub metadata: BTreeMap<String, Metadata>,
     /// When the router was built (the `created` of `/v1/models`), in Unix seconds.
     pub created: u64,
+    /// The A2A tasks of this server.
+    pub tasks: a2a::Tasks,
+    /// The URL the router is reachable at, for the A2A agent cards.
+    pub public_url: Option<String>,
 }
 
 impl AppState {
+    /// A new run's metadata: the agent's configured metadata, then the request's.
+    pub(crate) fn run_metadata(&self, name: &str, request: Metadata) -> Metadata {
+        let mut metadata = self.metadata.get(name).cloned().unwrap_or_default();
+        metadata.extend(request);
+        metadata
+    }
+
     pub(crate) fn agent(&self, name: &str) -> Result<&Arc<dyn Served>, ServerError> {
         self.agents
             .get(name)
@@ -89,8 +122,10 @@ impl ModuServer {
     pub fn new() -> Self {
         ModuServer {
             agents: BTreeMap::new(),
+            metadata: BTreeMap::new(),
             auth: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            public_url: None,
         }
     }
 
@@ -137,6 +172,21 @@ impl ModuServer {
         self
     }
 
+    /// Starts every run of the agent `name` with this metadata entry (for example the
+    /// `skills` to activate); a key the request sets itself (`mcp`) wins.
+    pub fn run_metadata(mut self, name: impl Into<String>, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.metadata.entry(name.into()).or_default().insert(key.into(), value);
+        self
+    }
+
+    /// The URL the router is reachable at from outside (`https://example.com/ai`), for the
+    /// A2A agent cards. Without it a card names the URL the request for it came to (its
+    /// `Host` header and path, over `http`).
+    pub fn public_url(mut self, url: impl Into<String>) -> Self {
+        self.public_url = Some(url.into().trim_end_matches('/').to_owned());
+        self
+    }
+
     /// The names of the mounted agents.
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {
         self.agents.keys().map(String::as_str)
@@ -146,12 +196,27 @@ impl ModuServer {
     pub fn router(self) -> Router {
         let state = Arc::new(AppState {
             agents: self.agents,
+            metadata: self.metadata,
             created: unix_now(),
+            tasks: a2a::Tasks::default(),
+            public_url: self.public_url,
         });
         let router = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/models", get(openai::models))
             .route("/agui/{agent}", post(agui::run))
+            .route("/a2a/{agent}", post(a2a::rpc))
+            .route("/a2a/{agent}/.well-known/agent-card.json", get(a2a::card))
+            .route("/.well-known/agent-card.json", get(a2a::root_card))
+            .route("/agents/{agent}/runs/{run_id}/approvals", get(control::approvals))
+            .route("/agents/{agent}/runs/{run_id}/approve", post(control::approve))
+            .route("/agents/{agent}/runs/{run_id}/reject", post(control::reject))
+            .route("/agents/{agent}/runs/{run_id}/resume", post(control::resume))
+            .route("/agents/{agent}/sessions/{session_id}/messages", get(control::history))
+            .route(
+                "/agents/{agent}/sessions/{session_id}/approvals",
+                get(control::session_approvals),
+            )
             .with_state(state)
             .layer(DefaultBodyLimit::max(self.body_limit));
         match self.auth {

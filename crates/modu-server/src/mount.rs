@@ -5,9 +5,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, Message, StreamItem, Usage,
+    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, CheckpointQuery, CheckpointStatus,
+    Message, Role, StreamItem, Usage, UserContext,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::auth::Principal;
 
@@ -44,8 +45,77 @@ pub(crate) enum Item {
     Done(Box<Finished>),
 }
 
+/// A paused (or failed) run as its checkpoint holds it: whose it is, and what it waits for.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PausedRun {
+    /// The user the run runs for (its owner).
+    pub user: Option<String>,
+    pub session_id: Option<String>,
+    /// How many messages the run has so far.
+    pub message_count: usize,
+    /// The ids of every tool call the run's messages hold.
+    pub call_ids: Vec<String>,
+    pub approvals: Vec<ApprovalRequest>,
+}
+
+impl PausedRun {
+    /// Whether `principal` may see and decide this run: the run's user is the principal's.
+    pub(crate) fn owned_by(&self, principal: &Principal) -> bool {
+        self.user == principal.user
+    }
+}
+
+/// The parts of an exported run state ([`Agent::export_state`]) the server reads.
+#[derive(Deserialize)]
+struct Exported {
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    user: UserContext,
+    state: ExportedState,
+}
+
+#[derive(Deserialize)]
+struct ExportedState {
+    #[serde(default)]
+    messages: Vec<Message>,
+    #[serde(default)]
+    interruptions: Vec<ApprovalRequest>,
+}
+
+/// A person's decision on one waiting call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Approve { always: bool },
+    Reject { message: Option<String> },
+}
+
 /// An agent the server can run.
 pub(crate) trait Served: Send + Sync {
+    /// The agent's name as it calls itself.
+    fn agent_name(&self) -> String;
+    /// The paused run `run_id` (a typed error when there is no such checkpoint).
+    fn paused(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<PausedRun, AgentError>>;
+    /// Records a decision on one waiting call of a paused run.
+    fn decide(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: Decision,
+    ) -> futures::future::BoxFuture<'static, Result<(), AgentError>>;
+    /// Resumes a paused run to its end (or its next pause).
+    fn resume(&self, principal: &Principal, run_id: &str) -> futures::future::BoxFuture<'static, Finished>;
+    /// Resumes a paused run, yielding events and then exactly one [`Item::Done`].
+    fn resume_stream(&self, principal: &Principal, run_id: &str) -> BoxStream<'static, Item>;
+    /// Drops a paused run's checkpoint, so it can no longer be resumed.
+    fn discard(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<(), AgentError>>;
+    /// A session's stored messages (`None` when the agent keeps no conversations).
+    fn history(
+        &self,
+        session_id: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Option<Vec<Message>>, AgentError>>;
+    /// The ids of the session's runs that wait for approvals.
+    fn paused_runs(&self, session_id: &str) -> futures::future::BoxFuture<'static, Result<Vec<String>, AgentError>>;
     /// Runs to the end, without streaming the model.
     fn run(&self, principal: &Principal, input: RunInput) -> futures::future::BoxFuture<'static, Finished>;
     /// Runs, yielding events and then exactly one [`Item::Done`].
@@ -129,6 +199,142 @@ where
         let agent = self.agent.clone();
         let run_id = run_id.to_owned();
         Box::pin(async move { agent.has_checkpoint(&run_id).await.unwrap_or(true) })
+    }
+
+    fn agent_name(&self) -> String {
+        self.agent.name().to_owned()
+    }
+
+    fn paused(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<PausedRun, AgentError>> {
+        let agent = self.agent.clone();
+        let run_id = run_id.to_owned();
+        Box::pin(async move {
+            let state = agent.export_state(&run_id).await?;
+            let exported: Exported = serde_json::from_value(state).map_err(|e| AgentError::CheckpointInvalid {
+                run_id: run_id.clone(),
+                message: e.to_string(),
+            })?;
+            let call_ids = exported
+                .state
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+                .collect();
+            Ok(PausedRun {
+                user: exported.user.user_id,
+                session_id: exported.session_id,
+                message_count: exported.state.messages.len(),
+                call_ids,
+                approvals: exported.state.interruptions,
+            })
+        })
+    }
+
+    fn decide(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: Decision,
+    ) -> futures::future::BoxFuture<'static, Result<(), AgentError>> {
+        let agent = self.agent.clone();
+        let (run_id, call_id) = (run_id.to_owned(), call_id.to_owned());
+        Box::pin(async move {
+            match decision {
+                Decision::Approve { always: false } => agent.approve(&run_id, &call_id).await,
+                Decision::Approve { always: true } => agent.approve_always(&run_id, &call_id).await,
+                Decision::Reject { message } => agent.reject(&run_id, &call_id, message).await,
+            }
+        })
+    }
+
+    fn resume(&self, principal: &Principal, run_id: &str) -> futures::future::BoxFuture<'static, Finished> {
+        let agent = self.agent.clone();
+        let context = Arc::new((self.context)(principal));
+        let run_id = run_id.to_owned();
+        Box::pin(async move { finished(agent.resume_arc(&run_id, context).await) })
+    }
+
+    fn resume_stream(&self, principal: &Principal, run_id: &str) -> BoxStream<'static, Item> {
+        self.agent
+            .resume_stream(run_id, (self.context)(principal))
+            .map(|item| match item {
+                StreamItem::Event(event) => Item::Event(event),
+                StreamItem::Completed(result) | StreamItem::Failed(result) => Item::Done(Box::new(finished(*result))),
+            })
+            .boxed()
+    }
+
+    fn discard(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<(), AgentError>> {
+        let store = self.agent.checkpoint_store().cloned();
+        let run_id = run_id.to_owned();
+        Box::pin(async move {
+            match store {
+                Some(store) => store
+                    .delete(&run_id)
+                    .await
+                    .map_err(|e| store_error("checkpoint.delete", &e)),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn history(
+        &self,
+        session_id: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Option<Vec<Message>>, AgentError>> {
+        let store = self.agent.conversation_store().cloned();
+        let session_id = session_id.to_owned();
+        Box::pin(async move {
+            match store {
+                Some(store) => store
+                    .load(&session_id)
+                    .await
+                    .map(Some)
+                    .map_err(|e| store_error("conversation.load", &e)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn paused_runs(&self, session_id: &str) -> futures::future::BoxFuture<'static, Result<Vec<String>, AgentError>> {
+        let store = self.agent.checkpoint_store().cloned();
+        let name = self.agent.name().to_owned();
+        let session_id = session_id.to_owned();
+        Box::pin(async move {
+            let Some(store) = store else {
+                return Ok(Vec::new());
+            };
+            let mut runs = Vec::new();
+            let mut query = CheckpointQuery::default();
+            loop {
+                let page = store
+                    .list(&query)
+                    .await
+                    .map_err(|e| store_error("checkpoint.list", &e))?;
+                runs.extend(
+                    page.items
+                        .into_iter()
+                        .filter(|s| {
+                            s.meta.status == CheckpointStatus::Paused
+                                && s.meta.agent == name
+                                && s.meta.session_id.as_deref() == Some(session_id.as_str())
+                        })
+                        .map(|s| s.run_id),
+                );
+                match page.next {
+                    Some(next) => query.after = Some(next),
+                    None => return Ok(runs),
+                }
+            }
+        })
+    }
+}
+
+fn store_error(operation: &str, err: &modu_core::StoreError) -> AgentError {
+    AgentError::Store {
+        operation: operation.to_owned(),
+        message: err.to_string(),
     }
 }
 

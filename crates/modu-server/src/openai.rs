@@ -171,7 +171,7 @@ pub(crate) async fn chat_completions(
         messages: to_messages(request.messages)?,
         session_id: None,
         run_id: run_id.clone(),
-        metadata: serde_json::Map::new(),
+        metadata: state.run_metadata(&request.model, serde_json::Map::new()),
     };
     let meta = Meta {
         id: format!("chatcmpl-{run_id}"),

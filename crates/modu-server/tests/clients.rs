@@ -1,7 +1,9 @@
-//! End to end with the real clients: the official OpenAI Python SDK and AG-UI's `HttpAgent`
-//! (`@ag-ui/client`, every event checked against `@ag-ui/core`'s schemas).
+//! End to end with the real clients: the official OpenAI Python SDK, the A2A Python SDK
+//! (`a2a-sdk`) and AG-UI's `HttpAgent` (`@ag-ui/client`, every event checked against
+//! `@ag-ui/core`'s schemas).
 //!
 //! - `MODU_TEST_PYTHON_OPENAI`: `1` (run `python3`) or the path of a Python that has `openai`.
+//! - `MODU_TEST_PYTHON_A2A`: the path of a Python that has `a2a-sdk` (1.x).
 //! - `MODU_TEST_AGUI_CLIENT`: the `node_modules` folder holding `@ag-ui/client` and
 //!   `@ag-ui/core` (or the folder that contains it); `MODU_TEST_NODE` names node (default `node`).
 //!
@@ -203,6 +205,88 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
     assert_eq!(paused["outcome"], "interrupt");
     assert_eq!(paused["pendingInterrupts"][0]["reason"], "tool_approval");
     assert_eq!(paused["pendingInterrupts"][0]["metadata"]["tool"], "get_weather");
+    // The next run answers the interrupt in `resume`: the paused run continues, streamed
+    // under the new run id, and the client has no pending interrupt left.
+    let resumed = &out["resumed"];
+    assert!(
+        resumed["events"].as_array().unwrap().iter().all(|e| e["valid"] == true),
+        "{resumed}"
+    );
+    assert_eq!(resumed["events"][0]["type"], "RUN_STARTED");
+    assert_eq!(resumed["events"][0]["runId"], "node-resumed");
+    assert_eq!(resumed["outcome"], "success");
+    assert!(
+        resumed["result"].as_str().unwrap().starts_with("Forecast: "),
+        "{resumed}"
+    );
+    assert_eq!(resumed["pendingInterrupts"], serde_json::json!([]));
+    assert_eq!(
+        resumed["roles"],
+        serde_json::json!(["user", "assistant", "tool", "assistant"]),
+        "the client's thread: the question, the approved call, its result, the answer"
+    );
     // The second run sent the whole thread; the server appended only its new turn.
     assert_eq!(store.load("node-thread").await.unwrap().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_a2a_sdk_client_sends_streams_and_answers_input_required() {
+    let Some(python) = modu_testing::service_env("MODU_TEST_PYTHON_A2A") else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs), Arc::default()).await;
+    let mut command = tokio::process::Command::new(python);
+    command.arg(script("a2a_client.py")).arg(&base).arg(TOKEN);
+    let out = run_client(command).await;
+
+    // The card at A2A's well-known path names the JSON-RPC endpoint the client then used.
+    let interface = &out["card"]["supportedInterfaces"][0];
+    assert_eq!(interface["url"], format!("{base}/a2a/weather"));
+    assert_eq!(interface["protocolBinding"], "JSONRPC");
+    assert_eq!(out["card"]["capabilities"]["streaming"], true);
+
+    // SendMessage: the task completes; the data part's mcp object reached the tool's run.
+    let send = &out["send"];
+    assert_eq!(send["kinds"], serde_json::json!(["task"]));
+    assert_eq!(send["state"], "TASK_STATE_COMPLETED");
+    let answer = send["answer"].as_str().unwrap();
+    assert!(answer.starts_with("Forecast: "), "{answer}");
+    assert!(answer.contains("\"user\":\"erin\""), "{answer}");
+    assert!(answer.contains("\"mcp\":{\"servers\":[]}"), "{answer}");
+    let got = &out["get"];
+    assert_eq!(got["id"], send["taskId"]);
+    assert_eq!(got["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(got["history"][0]["role"], "ROLE_USER");
+    assert_eq!(got["history"][1]["role"], "ROLE_AGENT");
+
+    // SendStreamingMessage: the task, a tool call, the answer streamed, the last status.
+    let stream = &out["stream"];
+    let kinds: Vec<&str> = stream["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"task"));
+    assert!(kinds.contains(&"artifactUpdate"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"statusUpdate"));
+    assert_eq!(stream["state"], "TASK_STATE_COMPLETED");
+    assert!(stream["answer"].as_str().unwrap().starts_with("Forecast: "));
+
+    // A run waiting for approval leaves its task input-required; "approve" resumes it.
+    assert_eq!(out["paused"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    let waiting = &out["pausedMessage"]["parts"][1]["data"]["approvals"][0];
+    assert_eq!(waiting["tool"], "get_weather");
+    assert_eq!(out["resumed"]["taskId"], out["paused"]["taskId"]);
+    assert_eq!(out["resumed"]["state"], "TASK_STATE_COMPLETED");
+    assert!(out["resumed"]["answer"].as_str().unwrap().starts_with("Forecast: "));
+    // A rejection: the tool does not run, the model answers with the rejection.
+    assert_eq!(out["rejected"]["state"], "TASK_STATE_COMPLETED");
+    assert!(!out["rejected"]["answer"].as_str().unwrap().contains("sunny"));
+    assert_eq!(out["cancelled"]["status"]["state"], "TASK_STATE_CANCELED");
+    assert_eq!(out["cancelEnded"], "TaskNotCancelableError");
+    assert_eq!(out["missing"], "TaskNotFoundError");
+    // weather: 2 runs; approval: the approved call only.
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod resume;
 pub mod run;
 pub mod runs;
+pub mod serve;
 pub mod sessions;
 pub mod skills;
 

@@ -45,6 +45,34 @@ async function main() {
     },
   );
   out.paused = { events: pausedEvents, outcome, pendingInterrupts: paused.pendingInterrupts };
+
+  // The next run answers the interrupt in `resume` (AG-UI 1.0's interrupt/resume).
+  const resumed = [];
+  let resumedOutcome;
+  const resumeEntries = paused.pendingInterrupts.map((i) => ({
+    interruptId: i.id,
+    status: "resolved",
+    payload: { approved: true },
+  }));
+  const { result: resumedResult } = await paused.runAgent(
+    { runId: "node-resumed", resume: resumeEntries },
+    {
+      onEvent({ event }) {
+        const parsed = EventSchema.safeParse(event);
+        resumed.push({ type: event.type, valid: parsed.success, runId: event.runId });
+      },
+      onRunFinishedEvent(params) {
+        resumedOutcome = params.outcome;
+      },
+    },
+  );
+  out.resumed = {
+    events: resumed,
+    outcome: resumedOutcome,
+    result: resumedResult,
+    pendingInterrupts: paused.pendingInterrupts,
+    roles: paused.messages.map((m) => m.role),
+  };
   console.log(JSON.stringify(out));
 }
 

@@ -1,0 +1,68 @@
+//! `modu serve`: the configured agent over HTTP (OpenAI-compatible, AG-UI, A2A and run
+//! control, from modu-server) until Ctrl-C.
+
+use std::path::Path;
+
+use clap::Args;
+use modu_server::{BearerTokens, ModuServer, Principal};
+
+use super::{CommandResult, Failure, load_config};
+use crate::build;
+
+/// The variable that holds the bearer token when `--token` is not given.
+const TOKEN_VAR: &str = "MODU_SERVE_TOKEN";
+
+/// Arguments of `modu serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free port).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    pub addr: String,
+    /// Require `Authorization: Bearer TOKEN` on every request (default: $MODU_SERVE_TOKEN;
+    /// neither: no authentication, every request runs as an anonymous user).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+}
+
+/// Serves the agent of the configuration under its `[agent] name`, and prints the URL.
+pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
+    let loaded = load_config(config)?;
+    let addr: std::net::SocketAddr = args
+        .addr
+        .parse()
+        .map_err(|e| Failure::Usage(format!("--addr {:?} is not HOST:PORT: {e}", args.addr)))?;
+    let built = build::agent(&loaded.config, None).await?;
+    let name = loaded.config.agent.name.clone();
+    let mut server = ModuServer::new().agent(name.clone(), built.agent);
+    if !built.active_skills.is_empty() {
+        server = server.run_metadata(name.clone(), "skills", serde_json::json!(built.active_skills));
+    }
+    let token = args
+        .token
+        .or_else(|| std::env::var(TOKEN_VAR).ok())
+        .filter(|t| !t.is_empty());
+    let authenticated = token.is_some();
+    if let Some(token) = token {
+        server = server.auth(BearerTokens::new().token(token, Principal::new("modu", Vec::<String>::new())));
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::Invalid(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::Invalid(format!("cannot read the address listened on: {e}")))?;
+    let url = format!("http://{local}");
+    println!("serving {name} on {url}");
+    println!("  OpenAI:  {url}/v1/chat/completions (model \"{name}\")");
+    println!("  AG-UI:   {url}/agui/{name}");
+    println!("  A2A:     {url}/a2a/{name} (card {url}/a2a/{name}/.well-known/agent-card.json)");
+    if !authenticated && !local.ip().is_loopback() {
+        eprintln!("warning: {local} is reachable from other machines and no token is set (--token)");
+    }
+    axum::serve(listener, server.router())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| Failure::Invalid(format!("the server stopped: {e}")))
+}

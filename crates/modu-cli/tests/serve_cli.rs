@@ -1,0 +1,104 @@
+//! `modu serve` as a process: the built binary serves the agent of a modu.toml (whose model is
+//! `MockOpenAiServer`, started in this process) and prints its URL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use modu_testing::{MockOpenAiServer, MockReply};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Starts `modu serve` in `dir`; returns the child and the URL it printed.
+async fn serve(dir: &std::path::Path, extra: &[&str]) -> (tokio::process::Child, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    cmd.current_dir(dir);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("MODU_") || k.starts_with("OPENAI_") || k.starts_with("OLLAMA_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.args(["serve", "--addr", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("modu serve printed no URL within 30 s")
+        .unwrap()
+        .expect("modu serve ended before printing its URL");
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{first}");
+    // Keep reading stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
+}
+
+fn config(mock: &MockOpenAiServer) -> String {
+    format!(
+        "[agent]\nname = \"helper\"\ninstructions = \"Be brief.\"\n\n[model]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n\n[store]\nkind = \"memory\"\n",
+        mock.base_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_serves_the_configured_agent_and_prints_its_url() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Text("Hello from the mock.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let (mut child, url) = serve(dir.path(), &[]).await;
+    let http = reqwest::Client::new();
+
+    let models: Value = http
+        .get(format!("{url}/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "helper");
+    let response = http
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({"model": "helper", "messages": [{"role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let completion: Value = response.json().await.unwrap();
+    assert_eq!(completion["choices"][0]["message"]["content"], "Hello from the mock.");
+    // The model got the configured instructions, then the user's message.
+    let sent = &mock.requests()[0]["messages"];
+    assert_eq!(sent[0]["content"], "Be brief.");
+    assert_eq!(sent[1]["content"], "Hi");
+    child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_with_a_token_refuses_requests_without_it() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let (mut child, url) = serve(dir.path(), &["--token", "s3cret"]).await;
+    let http = reqwest::Client::new();
+    let denied = http.get(format!("{url}/v1/models")).send().await.unwrap();
+    assert_eq!(denied.status().as_u16(), 401);
+    let allowed = http
+        .get(format!("{url}/v1/models"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed.status().as_u16(), 200);
+    child.kill().await.unwrap();
+}

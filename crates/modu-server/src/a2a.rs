@@ -1,0 +1,499 @@
+//! The A2A endpoint (protocol 1.0, JSON-RPC binding): `POST /a2a/{agent}` and the agent card
+//! at `/a2a/{agent}/.well-known/agent-card.json` (the path A2A names, under the agent's own
+//! URL; `/.well-known/agent-card.json` too when one agent is served).
+//!
+//! - `SendMessage` runs a task to its end (or its pause) and answers with the task;
+//!   `SendStreamingMessage` answers with an SSE stream: the task, the answer as artifact
+//!   updates while it streams, tool calls as working status updates, and a last status update.
+//! - A task is a run (`task id` = run id); `contextId` is the session.
+//! - A run that waits for approvals leaves its task `TASK_STATE_INPUT_REQUIRED`, its status
+//!   message listing the calls (`{"approvals": [...]}` in a data part). The next message on the
+//!   task (`taskId` set) carries the decision: the text `approve` or `reject`, or a data part
+//!   `{"approved": true|false, "callId"?, "always"?, "message"?}` (or `{"decisions": [...]}`);
+//!   every waiting call must be decided, and the run then continues.
+//! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
+//!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
+//! - `GetTask` reads a task; `CancelTask` cancels a task that waits for input (a running task
+//!   cannot be cancelled yet). Tasks are kept in memory, the newest 10,000, and only their
+//!   owner (the principal's user) sees them.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{OriginalUri, Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::{HeaderMap, StatusCode};
+use modu_core::{AgentEvent, Message};
+use serde_json::{Value, json};
+
+pub(crate) use crate::a2a_tasks::Tasks;
+use crate::a2a_tasks::{TaskGuard, TaskRecord, task_json};
+use crate::a2a_wire::{
+    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, artifact_update, code, failure, incoming,
+    status_update, success, text_decision, user_message,
+};
+use crate::auth::{Caller, Principal};
+use crate::control::{decide, owned_run};
+use crate::error::ServerError;
+use crate::mount::{Decision, Item, RunInput, Served};
+use crate::{AppState, Metadata};
+
+/// The URL of an agent's JSON-RPC endpoint, from the public URL or the request.
+fn rpc_url(state: &AppState, headers: &HeaderMap, card_path: &str, name: &str, root: bool) -> String {
+    if let Some(public) = &state.public_url {
+        return format!("{public}/a2a/{name}");
+    }
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    let base = card_path.trim_end_matches("/.well-known/agent-card.json");
+    if root {
+        format!("http://{host}{base}/a2a/{name}")
+    } else {
+        format!("http://{host}{base}")
+    }
+}
+
+fn card_json(name: &str, agent: &Arc<dyn Served>, url: String) -> Value {
+    let own = agent.agent_name();
+    let description = format!("The modu agent {own}, served as {name}");
+    json!({
+        "name": name,
+        "description": description,
+        "version": env!("CARGO_PKG_VERSION"),
+        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": true, "pushNotifications": false},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": [{"id": name, "name": name, "description": description, "tags": ["modu"]}],
+    })
+}
+
+/// `GET /a2a/{agent}/.well-known/agent-card.json`.
+pub(crate) async fn card(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    let url = rpc_url(&state, &headers, uri.path(), &name, false);
+    Ok(Json(card_json(&name, agent, url)))
+}
+
+/// `GET /.well-known/agent-card.json`: the card of the one agent served.
+pub(crate) async fn root_card(
+    State(state): State<Arc<AppState>>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ServerError> {
+    let mut names = state.agents.keys();
+    let (Some(name), None) = (names.next(), names.next()) else {
+        return Err(ServerError::not_found(
+            "several agents are served: each has its card at /a2a/{agent}/.well-known/agent-card.json",
+        ));
+    };
+    let url = rpc_url(&state, &headers, uri.path(), name, true);
+    Ok(Json(card_json(name, state.agent(name)?, url)))
+}
+
+fn rpc_response(id: &Value, result: Result<Value, RpcError>) -> Response {
+    let body = match result {
+        Ok(value) => success(id, value),
+        Err(error) => failure(id, &error),
+    };
+    Json(body).into_response()
+}
+
+/// `POST /a2a/{agent}`: one JSON-RPC request.
+pub(crate) async fn rpc(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Caller(principal): Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ServerError::PayloadTooLarge
+        } else {
+            ServerError::bad_request("the body could not be read")
+        }
+    })?;
+    let agent = Arc::clone(state.agent(&name)?);
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        let error = RpcError::new(code::PARSE_ERROR, "the body is not valid JSON");
+        return Ok(rpc_response(&Value::Null, Err(error)));
+    };
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    let (Some("2.0"), Some(method)) = (
+        request.get("jsonrpc").and_then(Value::as_str),
+        request.get("method").and_then(Value::as_str),
+    ) else {
+        let error = RpcError::new(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request");
+        return Ok(rpc_response(&id, Err(error)));
+    };
+    if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok())
+        && !version.trim().is_empty()
+        && !version.trim().starts_with("1.")
+        && version.trim() != "1"
+    {
+        let error = RpcError::new(code::VERSION_NOT_SUPPORTED, "this server speaks A2A 1.0");
+        return Ok(rpc_response(&id, Err(error)));
+    }
+    let params = request.get("params").cloned().unwrap_or(Value::Null);
+    let result = match method {
+        "SendMessage" => send(&state, &name, agent, &principal, params).await,
+        "SendStreamingMessage" => {
+            return Ok(
+                match stream(Arc::clone(&state), &name, agent, &principal, params, id.clone()).await {
+                    Ok(response) => response,
+                    Err(error) => rpc_response(&id, Err(error)),
+                },
+            );
+        }
+        "GetTask" => get_task(&state, &name, &principal, params),
+        "CancelTask" => cancel_task(&state, &name, agent, &principal, params).await,
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
+            code::PUSH_NOT_SUPPORTED,
+            "push notifications are not supported",
+        )),
+        "ListTasks" | "SubscribeToTask" | "GetExtendedAgentCard" => Err(RpcError::new(
+            code::UNSUPPORTED_OPERATION,
+            format!("{method} is not supported"),
+        )),
+        _ => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("no method {method:?}"))),
+    };
+    Ok(rpc_response(&id, result))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(e.to_string()))
+}
+
+/// A message ready to run: a new task or the continuation of a paused one.
+struct Prepared {
+    task_id: String,
+    context_id: String,
+    /// The new run's input; `None` to resume the paused run.
+    start: Option<RunInput>,
+}
+
+/// Checks a message and records its task (new, or moved from input-required to working).
+async fn prepare(
+    state: &AppState,
+    name: &str,
+    agent: &Arc<dyn Served>,
+    principal: &Principal,
+    params: Value,
+) -> Result<Prepared, RpcError> {
+    let params: SendParams = parse(params)?;
+    let message = params.message;
+    let incoming = incoming(&message)?;
+    if let Some(task_id) = message.task_id.clone().filter(|t| !t.is_empty()) {
+        return continuation(state, name, agent, principal, task_id, &message, incoming).await;
+    }
+    if !incoming.decisions.is_empty() {
+        return Err(RpcError::invalid_params(
+            "a decision answers a task: set the message's taskId",
+        ));
+    }
+    if incoming.text.trim().is_empty() {
+        return Err(RpcError::invalid_params("the message has no text"));
+    }
+    let task_id = uuid::Uuid::new_v4().simple().to_string();
+    let context_id = message
+        .context_id
+        .clone()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let mut metadata = Metadata::new();
+    if let Some(mcp) = incoming.mcp {
+        metadata.insert("mcp".into(), mcp);
+    }
+    let record = TaskRecord {
+        agent: name.to_owned(),
+        owner: principal.user.clone(),
+        context_id: context_id.clone(),
+        state: TaskState::Working,
+        status_message: None,
+        artifacts: Vec::new(),
+        history: vec![user_message(&task_id, &context_id, &message)],
+    };
+    state.tasks.insert(&task_id, record);
+    let start = RunInput {
+        messages: vec![Message::user(incoming.text)],
+        session_id: Some(context_id.clone()),
+        run_id: task_id.clone(),
+        metadata: state.run_metadata(name, metadata),
+    };
+    Ok(Prepared {
+        task_id,
+        context_id,
+        start: Some(start),
+    })
+}
+
+/// The next message on an input-required task: its decisions, recorded; the run is resumed.
+async fn continuation(
+    state: &AppState,
+    name: &str,
+    agent: &Arc<dyn Served>,
+    principal: &Principal,
+    task_id: String,
+    message: &WireMessage,
+    incoming: crate::a2a_wire::Incoming,
+) -> Result<Prepared, RpcError> {
+    let task = state.tasks.get(&task_id, name, principal)?;
+    if message
+        .context_id
+        .as_deref()
+        .is_some_and(|c| !c.is_empty() && c != task.context_id)
+    {
+        return Err(RpcError::invalid_params("the contextId is not the task's"));
+    }
+    match task.state {
+        TaskState::InputRequired => {}
+        TaskState::Working => return Err(RpcError::new(code::UNSUPPORTED_OPERATION, "the task is still working")),
+        _ => return Err(RpcError::new(code::UNSUPPORTED_OPERATION, "the task has ended")),
+    }
+    if incoming.mcp.is_some() {
+        return Err(RpcError::invalid_params(
+            "the MCP selection of a task is set by its first message",
+        ));
+    }
+    let paused = owned_run(agent, &task_id, principal)
+        .await
+        .map_err(|_| RpcError::task_not_found())?;
+    let mut decisions = incoming.decisions;
+    if decisions.is_empty() {
+        let decision = text_decision(&incoming.text)
+            .ok_or_else(|| RpcError::invalid_params("the task waits for approval: answer approve or reject"))?;
+        decisions.push((None, decision));
+    }
+    let mut chosen: Vec<(String, Decision)> = Vec::new();
+    for (call, decision) in &decisions {
+        if let Some(call) = call {
+            if !paused.approvals.iter().any(|r| &r.call_id == call) {
+                return Err(RpcError::invalid_params(format!("no call {call:?} waits for approval")));
+            }
+            chosen.push((call.clone(), decision.clone()));
+        }
+    }
+    let default = decisions
+        .iter()
+        .find(|(call, _)| call.is_none())
+        .map(|(_, d)| d.clone());
+    for waiting in &paused.approvals {
+        if chosen.iter().any(|(call, _)| *call == waiting.call_id) {
+            continue;
+        }
+        let Some(decision) = default.clone() else {
+            return Err(RpcError::invalid_params(format!(
+                "the call {:?} is not decided",
+                waiting.call_id
+            )));
+        };
+        chosen.push((waiting.call_id.clone(), decision));
+    }
+    if !state
+        .tasks
+        .transition(&task_id, TaskState::InputRequired, TaskState::Working)
+    {
+        return Err(RpcError::new(
+            code::UNSUPPORTED_OPERATION,
+            "the task is not waiting for input",
+        ));
+    }
+    for (call, decision) in chosen {
+        if let Err(error) = decide(agent, &task_id, &call, decision).await {
+            state
+                .tasks
+                .transition(&task_id, TaskState::Working, TaskState::InputRequired);
+            return Err(RpcError::new(code::INTERNAL, error.to_string()));
+        }
+    }
+    let user = user_message(&task_id, &task.context_id, message);
+    state.tasks.update(&task_id, |t| {
+        t.history.push(user);
+        t.status_message = None;
+    });
+    Ok(Prepared {
+        task_id,
+        context_id: task.context_id,
+        start: None,
+    })
+}
+
+/// `SendMessage`: runs the task to its end or pause; answers `{"task": ...}`.
+async fn send(
+    state: &Arc<AppState>,
+    name: &str,
+    agent: Arc<dyn Served>,
+    principal: &Principal,
+    params: Value,
+) -> Result<Value, RpcError> {
+    let prepared = prepare(state, name, &agent, principal, params).await?;
+    let mut guard = TaskGuard {
+        state: Arc::clone(state),
+        id: prepared.task_id.clone(),
+        armed: true,
+    };
+    let finished = match prepared.start {
+        Some(input) => agent.run(principal, input).await,
+        None => agent.resume(principal, &prepared.task_id).await,
+    };
+    guard.armed = false;
+    state.tasks.finish(&prepared.task_id, &finished);
+    let task = state.tasks.get(&prepared.task_id, name, principal)?;
+    Ok(json!({"task": task_json(&prepared.task_id, &task, None)}))
+}
+
+/// `SendStreamingMessage`: an SSE stream of JSON-RPC responses.
+async fn stream(
+    state: Arc<AppState>,
+    name: &str,
+    agent: Arc<dyn Served>,
+    principal: &Principal,
+    params: Value,
+    id: Value,
+) -> Result<Response, RpcError> {
+    let prepared = prepare(&state, name, &agent, principal, params).await?;
+    let task = state.tasks.get(&prepared.task_id, name, principal)?;
+    let opening = json!({"task": task_json(&prepared.task_id, &task, None)});
+    let items: BoxStream<'static, Item> = match prepared.start {
+        Some(input) => agent.stream(principal, input),
+        None => agent.resume_stream(principal, &prepared.task_id),
+    };
+    let mut translator = StreamTranslator {
+        guard: TaskGuard {
+            state,
+            id: prepared.task_id.clone(),
+            armed: true,
+        },
+        task_id: prepared.task_id,
+        context_id: prepared.context_id,
+        fresh: true,
+    };
+    let events = items.flat_map(move |item| futures::stream::iter(translator.on(item)));
+    let body = futures::stream::once(async move { opening })
+        .chain(events)
+        .map(move |value| Ok::<Event, Infallible>(Event::default().data(success(&id, value).to_string())));
+    Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// A run's items as A2A stream responses.
+struct StreamTranslator {
+    guard: TaskGuard,
+    task_id: String,
+    context_id: String,
+    /// Whether the next text starts the answer artifact over (a new model call).
+    fresh: bool,
+}
+
+impl StreamTranslator {
+    fn on(&mut self, item: Item) -> Vec<Value> {
+        match item {
+            Item::Event(event) if event.run_id() != self.task_id => Vec::new(),
+            Item::Event(AgentEvent::ModelCallStarted { .. } | AgentEvent::ModelCallFailed { .. }) => {
+                self.fresh = true;
+                Vec::new()
+            }
+            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. })
+                if !text.is_empty() =>
+            {
+                let append = !std::mem::replace(&mut self.fresh, false);
+                vec![artifact_update(
+                    &self.task_id,
+                    &self.context_id,
+                    vec![json!({"text": text})],
+                    append,
+                    false,
+                )]
+            }
+            Item::Event(AgentEvent::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            }) => {
+                let part = json!({"data": {"toolCall": {"id": call_id, "name": tool, "arguments": arguments}}});
+                let message = agent_message(&self.task_id, &self.context_id, vec![part]);
+                vec![status_update(
+                    &self.task_id,
+                    &self.context_id,
+                    TaskState::Working,
+                    Some(&message),
+                )]
+            }
+            Item::Event(_) => Vec::new(),
+            Item::Done(finished) => {
+                self.guard.armed = false;
+                let tasks = &self.guard.state.tasks;
+                let (state, message) = tasks.finish(&self.task_id, &finished);
+                let mut out = Vec::new();
+                if state == TaskState::Completed {
+                    // The whole answer, replacing what streamed, so the artifact is exactly it.
+                    let parts = crate::a2a_wire::output_parts(&finished);
+                    if !parts.is_empty() {
+                        out.push(artifact_update(&self.task_id, &self.context_id, parts, false, true));
+                    }
+                }
+                out.push(status_update(&self.task_id, &self.context_id, state, Some(&message)));
+                out
+            }
+        }
+    }
+}
+
+/// `GetTask`.
+fn get_task(state: &AppState, name: &str, principal: &Principal, params: Value) -> Result<Value, RpcError> {
+    let params: TaskParams = parse(params)?;
+    let task = state.tasks.get(&params.id, name, principal)?;
+    Ok(task_json(&params.id, &task, params.history_length))
+}
+
+/// `CancelTask`: a task waiting for input is cancelled (its paused run is dropped).
+async fn cancel_task(
+    state: &AppState,
+    name: &str,
+    agent: Arc<dyn Served>,
+    principal: &Principal,
+    params: Value,
+) -> Result<Value, RpcError> {
+    let params: TaskParams = parse(params)?;
+    let task = state.tasks.get(&params.id, name, principal)?;
+    if task.state == TaskState::Working {
+        return Err(RpcError::new(
+            code::TASK_NOT_CANCELABLE,
+            "a running task cannot be cancelled yet",
+        ));
+    }
+    if !state
+        .tasks
+        .transition(&params.id, TaskState::InputRequired, TaskState::Canceled)
+    {
+        return Err(RpcError::new(code::TASK_NOT_CANCELABLE, "the task has ended"));
+    }
+    if let Err(error) = agent.discard(&params.id).await {
+        tracing::warn!(error = %error, task = %params.id, "could not drop a cancelled task's checkpoint");
+    }
+    let message = agent_message(
+        &params.id,
+        &task.context_id,
+        vec![json!({"text": "The task was cancelled."})],
+    );
+    state.tasks.update(&params.id, |t| t.status_message = Some(message));
+    let task = state.tasks.get(&params.id, name, principal)?;
+    Ok(task_json(&params.id, &task, None))
+}

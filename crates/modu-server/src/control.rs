@@ -1,0 +1,249 @@
+//! Run control over HTTP: a paused run's pending approvals, approving and rejecting its
+//! calls, resuming it (streamed as AG-UI events, or answered as JSON), and a session's
+//! history.
+//!
+//! A run is the caller's when it runs for the caller's user (the principal's user id, the
+//! same for an anonymous caller and an anonymous run); any other run is answered with 404,
+//! as if it did not exist.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use http::HeaderMap;
+use modu_core::{AgentError, ApprovalRequest};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::agui_events::Translator;
+use crate::auth::{Caller, Principal};
+use crate::error::ServerError;
+use crate::mount::{Decision, Finished, PausedRun, Served};
+
+/// A waiting call as the wire shows it.
+pub(crate) fn approval_json(request: &ApprovalRequest) -> Value {
+    json!({
+        "callId": request.call_id,
+        "tool": request.tool_name,
+        "arguments": request.arguments,
+        "metadata": request.metadata,
+    })
+}
+
+/// The paused run `run_id`, if it is the caller's.
+pub(crate) async fn owned_run(
+    agent: &Arc<dyn Served>,
+    run_id: &str,
+    principal: &Principal,
+) -> Result<PausedRun, ServerError> {
+    match agent.paused(run_id).await {
+        Ok(run) if run.owned_by(principal) => Ok(run),
+        Ok(_) | Err(AgentError::CheckpointNotFound { .. }) => Err(ServerError::not_found("no paused run with this id")),
+        Err(AgentError::Configuration { .. }) => Err(ServerError::not_found(
+            "this agent keeps no checkpoints, so it has no paused runs",
+        )),
+        Err(error) => Err(ServerError::run_failed(&error)),
+    }
+}
+
+/// Records a decision, mapping an unknown call to 404.
+pub(crate) async fn decide(
+    agent: &Arc<dyn Served>,
+    run_id: &str,
+    call_id: &str,
+    decision: Decision,
+) -> Result<(), ServerError> {
+    match agent.decide(run_id, call_id, decision).await {
+        Ok(()) => Ok(()),
+        Err(AgentError::UnknownApproval { .. }) => {
+            Err(ServerError::not_found("no call with this id waits for approval"))
+        }
+        Err(error) => Err(ServerError::run_failed(&error)),
+    }
+}
+
+/// `GET /agents/{agent}/runs/{run_id}/approvals`.
+pub(crate) async fn approvals(
+    State(state): State<Arc<AppState>>,
+    Path((name, run_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    let run = owned_run(agent, &run_id, &principal).await?;
+    let approvals: Vec<Value> = run.approvals.iter().map(approval_json).collect();
+    Ok(Json(
+        json!({"runId": run_id, "sessionId": run.session_id, "approvals": approvals}),
+    ))
+}
+
+/// The body of `approve`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ApproveBody {
+    call_id: String,
+    /// Approve every later call of the same tool in this run too.
+    #[serde(default)]
+    always: bool,
+}
+
+/// The body of `reject`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RejectBody {
+    call_id: String,
+    /// Why, for the model.
+    #[serde(default)]
+    message: Option<String>,
+}
+
+async fn decided(
+    state: &AppState,
+    name: &str,
+    run_id: &str,
+    principal: &Principal,
+    call_id: &str,
+    decision: Decision,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(name)?;
+    owned_run(agent, run_id, principal).await?;
+    decide(agent, run_id, call_id, decision).await?;
+    Ok(Json(json!({"runId": run_id, "callId": call_id, "recorded": true})))
+}
+
+/// `POST /agents/{agent}/runs/{run_id}/approve` with `{"callId", "always"?}`.
+pub(crate) async fn approve(
+    State(state): State<Arc<AppState>>,
+    Path((name, run_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+    payload: Result<Json<ApproveBody>, JsonRejection>,
+) -> Result<Json<Value>, ServerError> {
+    let Json(body) = payload?;
+    let decision = Decision::Approve { always: body.always };
+    decided(&state, &name, &run_id, &principal, &body.call_id, decision).await
+}
+
+/// `POST /agents/{agent}/runs/{run_id}/reject` with `{"callId", "message"?}`.
+pub(crate) async fn reject(
+    State(state): State<Arc<AppState>>,
+    Path((name, run_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+    payload: Result<Json<RejectBody>, JsonRejection>,
+) -> Result<Json<Value>, ServerError> {
+    let Json(body) = payload?;
+    let decision = Decision::Reject { message: body.message };
+    decided(&state, &name, &run_id, &principal, &body.call_id, decision).await
+}
+
+/// Whether the client asked for an SSE stream.
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+/// A resumed run's end as JSON: `completed` with the output, or `paused` with the calls
+/// that wait; a failed run is an error response.
+pub(crate) fn finished_json(run_id: &str, finished: Finished) -> Result<Value, ServerError> {
+    if !finished.interruptions.is_empty() {
+        let approvals: Vec<Value> = finished.interruptions.iter().map(approval_json).collect();
+        return Ok(json!({"runId": run_id, "status": "paused", "approvals": approvals}));
+    }
+    if let Some(error) = &finished.error {
+        return Err(ServerError::run_failed(error));
+    }
+    Ok(json!({
+        "runId": run_id,
+        "status": "completed",
+        "output": finished.output,
+        "text": finished.text,
+        "usage": {"inputTokens": finished.usage.input_tokens, "outputTokens": finished.usage.output_tokens},
+    }))
+}
+
+/// `POST /agents/{agent}/runs/{run_id}/resume`: continues a paused run once its calls are
+/// decided. With `Accept: text/event-stream` the answer is an SSE stream of AG-UI events
+/// (`threadId` the run's session); otherwise JSON (see [`finished_json`]).
+pub(crate) async fn resume(
+    State(state): State<Arc<AppState>>,
+    Path((name, run_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+    headers: HeaderMap,
+) -> Result<Response, ServerError> {
+    let agent = Arc::clone(state.agent(&name)?);
+    let run = owned_run(&agent, &run_id, &principal).await?;
+    if !wants_stream(&headers) {
+        let finished = agent.resume(&principal, &run_id).await;
+        return Ok(Json(finished_json(&run_id, finished)?).into_response());
+    }
+    let thread = run.session_id.clone().unwrap_or_else(|| run_id.clone());
+    let translator = Translator::new(thread, run_id.clone(), run.message_count).resuming(run_id.clone(), run.call_ids);
+    Ok(agui_stream(translator, agent.resume_stream(&principal, &run_id)))
+}
+
+/// An SSE response of AG-UI events: `RUN_STARTED`, then the translated items.
+pub(crate) fn agui_stream(
+    mut translator: Translator,
+    items: futures::stream::BoxStream<'static, crate::mount::Item>,
+) -> Response {
+    let opening = data(&translator.started());
+    let events =
+        items.flat_map(move |item| futures::stream::iter(translator.on(item).iter().map(data).collect::<Vec<_>>()));
+    let body = futures::stream::once(async move { opening })
+        .chain(events)
+        .map(Ok::<Event, Infallible>);
+    Sse::new(body).keep_alive(KeepAlive::default()).into_response()
+}
+
+fn data(value: &Value) -> Event {
+    Event::default().data(value.to_string())
+}
+
+/// `GET /agents/{agent}/sessions/{session_id}/messages`: the session's stored messages.
+pub(crate) async fn history(
+    State(state): State<Arc<AppState>>,
+    Path((name, session_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    match agent.history(&session_id).await {
+        Ok(Some(messages)) => Ok(Json(json!({"sessionId": session_id, "messages": messages}))),
+        Ok(None) => Err(ServerError::not_found(
+            "this agent keeps no conversations, so it has no session history",
+        )),
+        Err(error) => Err(ServerError::run_failed(&error)),
+    }
+}
+
+/// `GET /agents/{agent}/sessions/{session_id}/approvals`: the caller's paused runs of the
+/// session, each with its waiting calls.
+pub(crate) async fn session_approvals(
+    State(state): State<Arc<AppState>>,
+    Path((name, session_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    let run_ids = agent
+        .paused_runs(&session_id)
+        .await
+        .map_err(|e| ServerError::run_failed(&e))?;
+    let mut runs = Vec::new();
+    for run_id in run_ids {
+        match agent.paused(&run_id).await {
+            Ok(run) if run.owned_by(&principal) => {
+                let approvals: Vec<Value> = run.approvals.iter().map(approval_json).collect();
+                runs.push(json!({"runId": run_id, "approvals": approvals}));
+            }
+            // Another user's run, or one that ended since it was listed.
+            Ok(_) | Err(AgentError::CheckpointNotFound { .. }) => {}
+            Err(error) => return Err(ServerError::run_failed(&error)),
+        }
+    }
+    Ok(Json(json!({"sessionId": session_id, "runs": runs})))
+}

@@ -1,0 +1,141 @@
+//! The A2A endpoint on the wire: JSON-RPC errors, the MCP selection of a data part, and tasks
+//! seen by their owner only.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{post, serve, sse_json, weather_agent};
+use modu_server::{BearerTokens, ModuServer, Principal};
+use serde_json::{Value, json};
+
+const ERIN: &str = "erin-token";
+const MALLORY: &str = "mallory-token";
+
+async fn server() -> String {
+    let tokens = BearerTokens::new()
+        .token(ERIN, Principal::new("erin", ["weather"]))
+        .token(MALLORY, Principal::new("mallory", ["weather"]));
+    serve(
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::default()))
+            .auth(tokens)
+            .router(),
+    )
+    .await
+}
+
+fn send(method: &str, parts: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 7, "method": method,
+           "params": {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": parts}}})
+}
+
+async fn rpc(base: &str, token: &str, body: &Value) -> Value {
+    let (status, text, _) = post(&format!("{base}/a2a/weather"), Some(token), body).await;
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn a_data_part_selects_the_mcp_servers_and_inline_stdio_is_refused() {
+    let base = server().await;
+    let answer = rpc(
+        &base,
+        ERIN,
+        &send(
+            "SendMessage",
+            json!([{"text": "Weather?"}, {"data": {"mcp": {"servers": ["time"]}}}]),
+        ),
+    )
+    .await;
+    assert_eq!(answer["id"], 7);
+    let task = &answer["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let text = task["artifacts"][0]["parts"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\"mcp\":{\"servers\":[\"time\"]}"), "{text}");
+
+    let stdio = json!([{"text": "Weather?"}, {"data": {"mcp": {"servers": [{"name": "sh", "transport": "stdio", "command": "sh"}]}}}]);
+    let refused = rpc(&base, ERIN, &send("SendMessage", stdio)).await;
+    assert_eq!(refused["error"]["code"], -32602);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("stdio"));
+    let twice = json!([{"text": "Weather?"}, {"data": {"mcp": {"servers": []}}}, {"data": {"mcp": {"servers": []}}}]);
+    assert_eq!(
+        rpc(&base, ERIN, &send("SendMessage", twice)).await["error"]["code"],
+        -32602
+    );
+}
+
+#[tokio::test]
+async fn json_rpc_errors_have_the_codes_a2a_names() {
+    let base = server().await;
+    let (status, text, _) = post(&format!("{base}/a2a/weather"), Some(ERIN), &json!("not an object")).await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], -32600);
+    let unknown = rpc(
+        &base,
+        ERIN,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "Nope", "params": {}}),
+    )
+    .await;
+    assert_eq!(unknown["error"]["code"], -32601);
+    let get = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "missing"}});
+    assert_eq!(rpc(&base, ERIN, &get).await["error"]["code"], -32001);
+    let push = json!({"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig", "params": {}});
+    assert_eq!(rpc(&base, ERIN, &push).await["error"]["code"], -32003);
+    let file = send("SendMessage", json!([{"url": "https://example.com/x.png"}]));
+    assert_eq!(rpc(&base, ERIN, &file).await["error"]["code"], -32005);
+    // Not authenticated: 401 before any JSON-RPC.
+    let (status, _, _) = post(&format!("{base}/a2a/weather"), None, &get).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn a_task_is_its_owners_only_and_streams_as_json_rpc_responses() {
+    let base = server().await;
+    let response = reqwest::Client::new()
+        .post(format!("{base}/a2a/weather"))
+        .bearer_auth(ERIN)
+        .json(&send("SendStreamingMessage", json!([{"text": "Weather?"}])))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let events = sse_json(&response.text().await.unwrap());
+    assert!(events.iter().all(|e| e["jsonrpc"] == "2.0" && e["id"] == 7));
+    let task_id = events[0]["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(events[0]["result"]["task"]["status"]["state"], "TASK_STATE_WORKING");
+    let tool = events
+        .iter()
+        .find_map(|e| e["result"]["statusUpdate"]["status"]["message"]["parts"][0]["data"]["toolCall"].as_object())
+        .expect("the tool call as a working status update");
+    assert_eq!(tool["name"], "get_weather");
+    let last = &events.last().unwrap()["result"]["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(last["taskId"], task_id.as_str());
+
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id, "historyLength": 1}});
+    let mine = rpc(&base, ERIN, &get).await;
+    assert_eq!(mine["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(mine["result"]["history"].as_array().unwrap().len(), 1);
+    assert_eq!(rpc(&base, MALLORY, &get).await["error"]["code"], -32001);
+    let cancel = json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": task_id}});
+    assert_eq!(rpc(&base, ERIN, &cancel).await["error"]["code"], -32002);
+
+    // The one agent's card is at the root as well, naming its endpoint.
+    let card: Value = reqwest::Client::new()
+        .get(format!("{base}/.well-known/agent-card.json"))
+        .bearer_auth(ERIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["supportedInterfaces"][0]["url"], format!("{base}/a2a/weather"));
+}

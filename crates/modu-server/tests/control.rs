@@ -1,0 +1,184 @@
+//! Run control over HTTP and AG-UI's interrupt/resume: a paused run's approvals are listed,
+//! decided and resumed by its owner only.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{post, serve, sse_json, weather_model, weather_tool};
+use modu_core::{Agent, InMemoryCheckpointStore, InMemoryConversationStore};
+use modu_server::{BearerTokens, ModuServer, Principal};
+use serde_json::{Value, json};
+
+const ERIN: &str = "erin-token";
+const MALLORY: &str = "mallory-token";
+
+async fn server(runs: Arc<AtomicUsize>) -> String {
+    let agent = Agent::builder(weather_model())
+        .tool(weather_tool(runs, true))
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .conversation_store(Arc::new(InMemoryConversationStore::new()))
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new()
+        .token(ERIN, Principal::new("erin", ["weather"]))
+        .token(MALLORY, Principal::new("mallory", ["weather"]));
+    serve(ModuServer::new().agent("approval", agent).auth(tokens).router()).await
+}
+
+fn input(thread: &str, run: &str) -> Value {
+    json!({"threadId": thread, "runId": run, "messages": [{"id": "u1", "role": "user", "content": "Weather?"}],
+           "tools": [], "context": [], "forwardedProps": {}})
+}
+
+/// Starts a run over AG-UI that pauses for approval; returns its interrupt.
+async fn paused(base: &str, thread: &str, run: &str) -> Value {
+    let (status, body, _) = post(&format!("{base}/agui/approval"), Some(ERIN), &input(thread, run)).await;
+    assert_eq!(status, 200, "{body}");
+    let events = sse_json(&body);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED", "{body}");
+    assert_eq!(last["outcome"]["type"], "interrupt");
+    last["outcome"]["interrupts"][0].clone()
+}
+
+async fn get(url: &str, token: &str) -> (u16, Value) {
+    let response = reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn an_ag_ui_resume_answers_the_interrupt_and_streams_the_rest_of_the_run() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs)).await;
+    let interrupt = paused(&base, "t1", "r1").await;
+    assert_eq!(interrupt["id"], "r1#call_0");
+    assert_eq!(interrupt["toolCallId"], "call_0");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran before the approval");
+
+    let url = format!("{base}/agui/approval");
+    // Answered by another user, from another thread, or without a decision: refused.
+    let mut resume = input("t1", "r2");
+    resume["resume"] = json!([{"interruptId": "r1#call_0", "status": "resolved", "payload": {"approved": true}}]);
+    assert_eq!(post(&url, Some(MALLORY), &resume).await.0, 404);
+    let mut elsewhere = resume.clone();
+    elsewhere["threadId"] = json!("t2");
+    assert_eq!(post(&url, Some(ERIN), &elsewhere).await.0, 404);
+    let mut undecided = resume.clone();
+    undecided["resume"][0]["payload"] = json!({"maybe": true});
+    assert_eq!(post(&url, Some(ERIN), &undecided).await.0, 400);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    let (status, body, _) = post(&url, Some(ERIN), &resume).await;
+    assert_eq!(status, 200, "{body}");
+    let events = sse_json(&body);
+    assert_eq!(
+        types(&events),
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "TOOL_CALL_RESULT",
+            "RUN_FINISHED"
+        ],
+        "{body}"
+    );
+    assert_eq!(events[0]["runId"], "r2");
+    assert_eq!(events[5]["toolCallId"], "call_0");
+    assert_eq!(events[6]["outcome"]["type"], "success");
+    assert!(events[6]["result"].as_str().unwrap().starts_with("Forecast: "));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+    // The run is over: answering again finds nothing to resume.
+    assert_eq!(post(&url, Some(ERIN), &resume).await.0, 404);
+
+    // The thread's history holds the whole run.
+    let (status, history) = get(&format!("{base}/agents/approval/sessions/t1/messages"), ERIN).await;
+    assert_eq!(status, 200);
+    let roles: Vec<&str> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+}
+
+#[tokio::test]
+async fn approvals_are_listed_decided_and_resumed_over_http_by_their_owner_only() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs)).await;
+    paused(&base, "s1", "a1").await;
+    paused(&base, "s1", "a2").await;
+
+    let (status, listed) = get(&format!("{base}/agents/approval/runs/a1/approvals"), ERIN).await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["sessionId"], "s1");
+    assert_eq!(listed["approvals"][0]["callId"], "call_0");
+    assert_eq!(listed["approvals"][0]["tool"], "get_weather");
+    assert_eq!(listed["approvals"][0]["arguments"], json!({"city": "Paris"}));
+    let (status, _) = get(&format!("{base}/agents/approval/runs/a1/approvals"), MALLORY).await;
+    assert_eq!(status, 404, "another user's run does not exist for them");
+    let (_, session) = get(&format!("{base}/agents/approval/sessions/s1/approvals"), ERIN).await;
+    let ids: Vec<&str> = session["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a1", "a2"]);
+    let (_, theirs) = get(&format!("{base}/agents/approval/sessions/s1/approvals"), MALLORY).await;
+    assert_eq!(theirs["runs"], json!([]));
+
+    // Approve a1 and resume it as JSON.
+    let approve = format!("{base}/agents/approval/runs/a1/approve");
+    assert_eq!(post(&approve, Some(MALLORY), &json!({"callId": "call_0"})).await.0, 404);
+    assert_eq!(post(&approve, Some(ERIN), &json!({"callId": "nope"})).await.0, 404);
+    let (status, body, _) = post(&approve, Some(ERIN), &json!({"callId": "call_0"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "deciding does not run the call");
+    let resume = format!("{base}/agents/approval/runs/a1/resume");
+    assert_eq!(post(&resume, Some(MALLORY), &json!({})).await.0, 404);
+    let (status, body, _) = post(&resume, Some(ERIN), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let done: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(done["status"], "completed");
+    assert!(done["text"].as_str().unwrap().contains("sunny"), "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Reject a2 and resume it as an SSE stream of AG-UI events.
+    let reject = format!("{base}/agents/approval/runs/a2/reject");
+    let (status, _, _) = post(
+        &reject,
+        Some(ERIN),
+        &json!({"callId": "call_1", "message": "not today"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let response = reqwest::Client::new()
+        .post(format!("{base}/agents/approval/runs/a2/resume"))
+        .bearer_auth(ERIN)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let events = sse_json(&response.text().await.unwrap());
+    assert_eq!(events[0]["type"], "RUN_STARTED");
+    assert_eq!(events[0]["threadId"], "s1");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED");
+    assert_eq!(last["outcome"]["type"], "success");
+    assert!(last["result"].as_str().unwrap().contains("not today"), "{last}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the rejected call did not run");
+    let (_, session) = get(&format!("{base}/agents/approval/sessions/s1/approvals"), ERIN).await;
+    assert_eq!(session["runs"], json!([]));
+}
