@@ -11,6 +11,7 @@ mod control;
 mod error;
 mod mount;
 mod openai;
+mod ui;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,6 +48,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused run: JSON, or AG-UI events with `Accept: text/event-stream` |
 /// | `GET /agents/{agent}/sessions/{session}/approvals` | the session's paused runs and their waiting calls |
 /// | `GET /agents/{agent}/sessions/{session}/messages` | the session's stored history |
+/// | `GET /` | the dev UI, with [`ModuServer::dev_ui`] |
 ///
 /// Paused runs, their approvals and A2A tasks are their owner's only: a run is the caller's
 /// when it runs for the principal's user (others get 404). Session history is not scoped by
@@ -60,6 +62,7 @@ pub struct ModuServer {
     auth: Option<AuthLayer>,
     body_limit: usize,
     public_url: Option<String>,
+    dev_ui: bool,
 }
 
 /// Run metadata.
@@ -126,6 +129,7 @@ impl ModuServer {
             auth: None,
             body_limit: DEFAULT_BODY_LIMIT,
             public_url: None,
+            dev_ui: false,
         }
     }
 
@@ -187,6 +191,14 @@ impl ModuServer {
         self
     }
 
+    /// Serves the dev UI at `/`: a page that chats with the agents over AG-UI, shows tool
+    /// calls as they happen and answers approvals (off by default; the page itself needs no
+    /// credentials, its requests carry the token typed into it).
+    pub fn dev_ui(mut self, on: bool) -> Self {
+        self.dev_ui = on;
+        self
+    }
+
     /// The names of the mounted agents.
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {
         self.agents.keys().map(String::as_str)
@@ -219,9 +231,14 @@ impl ModuServer {
             )
             .with_state(state)
             .layer(DefaultBodyLimit::max(self.body_limit));
-        match self.auth {
+        let router = match self.auth {
             Some(auth) => router.layer(auth),
             None => router,
+        };
+        if self.dev_ui {
+            Router::new().route("/", get(ui::index)).merge(router)
+        } else {
+            router
         }
     }
 }

@@ -183,3 +183,50 @@ async fn without_auth_a_principal_from_the_applications_own_layer_is_used() {
     assert_eq!(status, 200);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn the_dev_ui_is_served_only_when_enabled_and_its_page_needs_no_token() {
+    let tokens = || BearerTokens::new().token("good-token", Principal::new("alice", ["weather"]));
+    let with_ui = serve(
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::default()))
+            .auth(tokens())
+            .dev_ui(true)
+            .router(),
+    )
+    .await;
+    let page = reqwest::get(format!("{with_ui}/")).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("connect-src 'self'"), "{csp}");
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("agui/") && html.contains("resume"),
+        "the page runs AG-UI and resumes"
+    );
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "nothing comes from elsewhere"
+    );
+    // The API behind it still needs the token.
+    assert_eq!(
+        reqwest::get(format!("{with_ui}/v1/models"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+
+    let without = serve(
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::default()))
+            .auth(tokens())
+            .router(),
+    )
+    .await;
+    assert_ne!(
+        reqwest::get(format!("{without}/")).await.unwrap().status().as_u16(),
+        200
+    );
+}

@@ -33,7 +33,7 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
         .map_err(|e| Failure::Usage(format!("--addr {:?} is not HOST:PORT: {e}", args.addr)))?;
     let built = build::agent(&loaded.config, None).await?;
     let name = loaded.config.agent.name.clone();
-    let mut server = ModuServer::new().agent(name.clone(), built.agent);
+    let mut server = ModuServer::new().agent(name.clone(), built.agent).dev_ui(true);
     if !built.active_skills.is_empty() {
         server = server.run_metadata(name.clone(), "skills", serde_json::json!(built.active_skills));
     }
@@ -53,6 +53,7 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
         .map_err(|e| Failure::Invalid(format!("cannot read the address listened on: {e}")))?;
     let url = format!("http://{local}");
     println!("serving {name} on {url}");
+    println!("  dev UI:  {url}/");
     println!("  OpenAI:  {url}/v1/chat/completions (model \"{name}\")");
     println!("  AG-UI:   {url}/agui/{name}");
     println!("  A2A:     {url}/a2a/{name} (card {url}/a2a/{name}/.well-known/agent-card.json)");
