@@ -90,6 +90,7 @@ pub struct RunContext<C> {
 }
 
 /// What [`RunContext::for_run`] builds a run's context from.
+#[derive(Default)]
 pub(crate) struct RunParts {
     pub(crate) run_id: String,
     pub(crate) session_id: Option<String>,
@@ -150,20 +151,11 @@ impl<C> std::fmt::Debug for RunContext<C> {
 impl<C> RunContext<C> {
     /// A context for a run. The run loop builds these; tests and custom runners may too.
     pub fn new(context: Arc<C>, run_id: impl Into<String>) -> Self {
-        RunContext {
-            inner: Arc::new(Inner {
-                context,
-                run_id: Arc::from(run_id.into()),
-                session_id: None,
-                agent_name: String::new(),
-                user: UserContext::default(),
-                usage: Arc::new(Mutex::new(Usage::default())),
-                tool_input: None,
-                metadata: Arc::new(serde_json::Map::new()),
-                approvals: Arc::default(),
-            }),
-            call: None,
-        }
+        let parts = RunParts {
+            run_id: run_id.into(),
+            ..RunParts::default()
+        };
+        Self::for_run(context, parts)
     }
 
     /// A run's context, built in one allocation (the runner's way; `with_*` each rebuild it).

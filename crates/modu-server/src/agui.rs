@@ -32,7 +32,7 @@ use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
 use crate::control::{agui_stream, decide, owned_run};
 use crate::error::ServerError;
-use crate::mount::{Decision, RunInput, Served};
+use crate::mount::{Decision, RunInput, Served, called_tool};
 
 /// An AG-UI `RunAgentInput` (the fields the server reads).
 #[derive(Debug, Deserialize)]
@@ -128,12 +128,7 @@ fn to_messages(wire: Vec<AguiMessage>) -> Result<Vec<Message>, ServerError> {
                 let Some(call_id) = m.tool_call_id else {
                     return Err(ServerError::bad_request("a tool message needs a toolCallId"));
                 };
-                let name = out
-                    .iter()
-                    .flat_map(|m| &m.tool_calls)
-                    .find(|c| c.id == call_id)
-                    .map(|c| c.name.clone())
-                    .unwrap_or_default();
+                let name = called_tool(&out, &call_id);
                 let is_error = m.error.is_some();
                 let text = m.error.unwrap_or(text);
                 Message::tool_result(call_id, name, text, is_error)

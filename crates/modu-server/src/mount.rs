@@ -147,6 +147,17 @@ where
     }
 }
 
+/// The name of the tool an earlier assistant message called under `call_id` (empty when no
+/// message did): what a tool result sent by a client is filed under.
+pub(crate) fn called_tool(earlier: &[Message], call_id: &str) -> String {
+    earlier
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .find(|c| c.id == call_id)
+        .map(|c| c.name.clone())
+        .unwrap_or_default()
+}
+
 pub(crate) fn finished<O: Serialize>(result: AgentResult<O>) -> Finished {
     let output = result.output.as_ref().and_then(|o| serde_json::to_value(o).ok());
     let text = output.as_ref().map(|value| match value {

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::auth::Caller;
 use crate::error::ServerError;
-use crate::mount::{Finished, Item, RunInput};
+use crate::mount::{Finished, Item, RunInput, called_tool};
 use crate::{AppState, unix_now};
 
 /// A chat completion request (the fields the server reads; others are ignored).
@@ -123,12 +123,7 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
                 let Some(call_id) = m.tool_call_id else {
                     return Err(ServerError::bad_request("a tool message needs a tool_call_id"));
                 };
-                let name = out
-                    .iter()
-                    .flat_map(|m| &m.tool_calls)
-                    .find(|c| c.id == call_id)
-                    .map(|c| c.name.clone())
-                    .unwrap_or_default();
+                let name = called_tool(&out, &call_id);
                 Message::tool_result(call_id, name, text, false)
             }
             other => return Err(ServerError::bad_request(format!("unknown message role {other:?}"))),

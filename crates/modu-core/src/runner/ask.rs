@@ -171,18 +171,22 @@ where
         });
         if stage == Stage::Act {
             // The sets are rebuilt only when the offer changed since the last request.
-            let same = |o: &HashSet<String>| {
-                o.len() == context.tools.len() && context.tools.iter().all(|t| o.contains(&t.name))
-            };
-            if !self.offered.as_ref().is_some_and(same) {
+            let tools = &context.tools;
+            if !self
+                .offered
+                .as_ref()
+                .is_some_and(|o| offers_exactly(tools, o.len(), |n| o.contains(n)))
+            {
                 self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
             }
             self.allowed = context.allowed_identities.take();
             if self.state.strict().is_none() {
-                let same = |o: &std::collections::BTreeSet<String>| {
-                    o.len() == context.tools.len() && context.tools.iter().all(|t| o.contains(&t.name))
-                };
-                if !self.state.offered.as_ref().is_some_and(same) {
+                if !self
+                    .state
+                    .offered
+                    .as_ref()
+                    .is_some_and(|o| offers_exactly(tools, o.len(), |n| o.contains(n)))
+                {
                     self.state.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
                 }
                 self.state.admitted.clone_from(&self.allowed);
@@ -249,4 +253,9 @@ where
         }
         used
     }
+}
+
+/// Whether a recorded offer of `len` names, answering `contains`, names exactly `tools`.
+fn offers_exactly(tools: &[ToolDefinition], len: usize, contains: impl Fn(&str) -> bool) -> bool {
+    len == tools.len() && tools.iter().all(|t| contains(&t.name))
 }

@@ -365,7 +365,6 @@ struct CheckpointRef<'a> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
 
     use super::super::state::{Phase, PolicyState};
     use super::*;
@@ -374,20 +373,11 @@ mod tests {
     #[test]
     fn checkpoint_ref_and_owned_forms_agree() -> Result<(), serde_json::Error> {
         let state = RunState {
-            messages: vec![Message::user("hi")],
             policy: PolicyState::Standard(Phase::Finalize { draft: "d".into() }),
             usage: Usage::new(1, 2),
             model_calls: 1,
             turns: 1,
-            tool_calls: 0,
-            pending_results: BTreeMap::new(),
-            decisions: BTreeMap::new(),
-            always_approved: BTreeSet::new(),
-            interruptions: Vec::new(),
-            nested: BTreeMap::new(),
-            offered: None,
-            admitted: None,
-            active_agent: None,
+            ..RunState::new(vec![Message::user("hi")])
         };
         let user = UserContext::default();
         let meta = serde_json::Map::new();
