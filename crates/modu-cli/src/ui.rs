@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::StreamExt;
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, RunStream, SinkError,
-    StreamItem, ToolErrorKind,
+    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, InputRequest, RunStream,
+    SinkError, StreamItem, ToolErrorKind,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -261,6 +261,7 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
         metadata: serde_json::Map::new(),
         error: Some(AgentError::Cancelled),
         interruptions: Vec::new(),
+        input_requests: Vec::new(),
     }
 }
 
@@ -332,9 +333,104 @@ pub async fn settle(
                     .map_err(|e| e.to_string())?;
             }
         }
+        for request in &result.input_requests {
+            loop {
+                let Some(answer) = ask_input(request, input).await else {
+                    return Ok(result);
+                };
+                let recorded = match answer {
+                    Some(value) => agent.answer(&result.run_id, &request.call_id, value).await,
+                    None => {
+                        agent
+                            .decline(&result.run_id, &request.call_id, Some("the user declined".into()))
+                            .await
+                    }
+                };
+                match recorded {
+                    Ok(()) => break,
+                    Err(AgentError::InvalidInput { message, .. }) => {
+                        eprintln!("  that does not fit: {message}");
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
         result = show_run(agent, agent.resume_stream(&result.run_id, ()), show).await;
     }
     Ok(result)
+}
+
+/// Asks a person for the input a call waits for: each field of an object schema on its own
+/// line (`  seat (string): `), otherwise one value. A value that does not fit is asked again.
+/// `Some(None)`: declined (an empty answer to the first question); `None`: end of input.
+async fn ask_input(request: &InputRequest, input: &mut Input) -> Option<Option<serde_json::Value>> {
+    eprintln!("{} asks: {}", request.tool_name, request.prompt);
+    let fields = request.schema.get("properties").and_then(serde_json::Value::as_object);
+    let Some(fields) = fields.filter(|_| request.schema.get("type").is_none_or(|t| t == "object")) else {
+        return ask_value("answer", &request.schema, true, input).await;
+    };
+    let required: Vec<&str> = request
+        .schema
+        .get("required")
+        .and_then(serde_json::Value::as_array)
+        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    let mut answer = serde_json::Map::new();
+    for (name, schema) in fields {
+        let needed = required.contains(&name.as_str());
+        match ask_value(name, schema, needed || answer.is_empty(), input).await? {
+            Some(value) => {
+                answer.insert(name.clone(), value);
+            }
+            None if answer.is_empty() && needed => return Some(None),
+            None => {}
+        }
+    }
+    Some(Some(serde_json::Value::Object(answer)))
+}
+
+/// One value for `schema`, read as its type says (a string as typed, a number, yes/no for a
+/// boolean, JSON otherwise). `Some(None)` for an empty line, asked again when the value does
+/// not parse.
+async fn ask_value(
+    name: &str,
+    schema: &serde_json::Value,
+    empty_declines: bool,
+    input: &mut Input,
+) -> Option<Option<serde_json::Value>> {
+    let kind = schema.get("type").and_then(serde_json::Value::as_str).unwrap_or("json");
+    let hint = if kind == "boolean" { "y/n" } else { kind };
+    let description = schema
+        .get("description")
+        .or_else(|| schema.get("title"))
+        .and_then(serde_json::Value::as_str)
+        .map(|d| format!(", {d}"))
+        .unwrap_or_default();
+    let empty = if empty_declines {
+        "; empty declines"
+    } else {
+        "; empty skips"
+    };
+    loop {
+        eprint!("  {name} ({hint}{description}{empty}): ");
+        let _ = std::io::stderr().flush();
+        let line = input.answer().await?;
+        let line = line.trim();
+        if line.is_empty() {
+            return Some(None);
+        }
+        let value = match kind {
+            "string" => Some(serde_json::Value::String(line.to_owned())),
+            "boolean" => Some(serde_json::Value::Bool(
+                is_yes(line) || line.eq_ignore_ascii_case("true"),
+            )),
+            _ => serde_json::from_str(line).ok(),
+        };
+        match value {
+            Some(value) => return Some(Some(value)),
+            None => eprintln!("  not a {kind} value; try again"),
+        }
+    }
 }
 
 /// `time` as RFC 3339 in UTC, to the second (`2026-05-01T12:34:56Z`); times before 1970 show

@@ -111,16 +111,41 @@ pub(crate) struct CallScope {
     pub(crate) pause: Mutex<Option<crate::approval::NestedPause>>,
     /// How often the call's tool was called (the function stack's timeout layer counts).
     pub(crate) attempts: std::sync::atomic::AtomicU32,
+    /// The call's asks for a person's input: recorded answers and the ask waiting.
+    pub(crate) inputs: Mutex<crate::input::CallInputs>,
 }
 
 impl CallScope {
-    pub(crate) fn new(call_id: &str, resume: Option<crate::approval::NestedResume>) -> Self {
+    pub(crate) fn new(
+        call_id: &str,
+        resume: Option<crate::approval::NestedResume>,
+        answers: Vec<crate::input::InputAnswer>,
+    ) -> Self {
         CallScope {
             call_id: call_id.to_owned(),
             resume,
             pause: Mutex::new(None),
             attempts: std::sync::atomic::AtomicU32::new(0),
+            inputs: Mutex::new(crate::input::CallInputs {
+                answers,
+                ..Default::default()
+            }),
         }
+    }
+
+    /// The ask waiting for a person, if the call made one it had no answer for.
+    pub(crate) fn take_input(&self) -> Option<(u32, crate::input::InputSpec)> {
+        self.inputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .waiting
+            .take()
+    }
+
+    /// Starts an execution of the call (a retry re-reads the answers from the first).
+    pub(crate) fn restart_inputs(&self) {
+        let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
+        inputs.asked = 0;
     }
 
     pub(crate) fn take_pause(&self) -> Option<crate::approval::NestedPause> {
@@ -211,6 +236,16 @@ impl<C> RunContext<C> {
     /// stable key for a tool's own idempotency, the same on a retry and on a resume.
     pub fn call_id(&self) -> Option<&str> {
         self.call.as_deref().map(|c| c.call_id.as_str())
+    }
+
+    /// Asks a person for input: the recorded answer of this ask, or `None` when there is none
+    /// yet, in which case the ask is recorded and the run pauses once the call returns (with
+    /// whatever result: it is discarded, and the call runs again on resume). The low-level
+    /// form of [`RunContext::ask_user`], for code that cannot return a [`crate::ToolError`]
+    /// (an MCP elicitation handler). `None` too outside a tool call, without recording.
+    pub fn request_input(&self, spec: crate::input::InputSpec) -> Option<crate::input::InputAnswer> {
+        let scope = self.call.as_ref()?;
+        scope.inputs.lock().unwrap_or_else(PoisonError::into_inner).next(spec)
     }
 
     /// The same context with a session id.

@@ -126,6 +126,22 @@ pub enum AgentError {
         /// The call.
         call_id: String,
     },
+    /// An answer names a call that is not waiting for input.
+    #[error("call {call_id} of run {run_id} is not waiting for input")]
+    UnknownInput {
+        /// The run.
+        run_id: String,
+        /// The call.
+        call_id: String,
+    },
+    /// An answer does not fit the schema the call asked with; nothing was recorded.
+    #[error("the answer for call {call_id} does not fit the requested schema: {message}")]
+    InvalidInput {
+        /// The call.
+        call_id: String,
+        /// What does not fit.
+        message: String,
+    },
     /// A strict Plan-and-Execute policy ended the run (see `metadata["failure"]`; the fields
     /// are sanitised identifiers, never a tool's raw error).
     #[error("the plan failed in step {}: {cause}", step_id.as_deref().unwrap_or("-"))]

@@ -140,6 +140,25 @@ pub enum AgentEvent {
         /// Approved (`true`) or rejected.
         approved: bool,
     },
+    /// A tool call asked a person for input; the run pauses after its batch.
+    InputRequested {
+        /// The run.
+        run_id: String,
+        /// What is asked.
+        request: crate::input::InputRequest,
+    },
+    /// A person answered (or declined) a call's ask for input. The answer itself is not in
+    /// the event.
+    InputAnswered {
+        /// The run.
+        run_id: String,
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool_name: String,
+        /// Answered (`true`) or declined.
+        answered: bool,
+    },
     /// A memory policy shaped the history the model sees (only when it left something out).
     MemoryApplied {
         /// The run.
@@ -308,6 +327,8 @@ impl AgentEvent {
             | AgentEvent::ApprovalRequested { run_id, .. }
             | AgentEvent::Handoff { run_id, .. }
             | AgentEvent::ApprovalResolved { run_id, .. }
+            | AgentEvent::InputRequested { run_id, .. }
+            | AgentEvent::InputAnswered { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
             | AgentEvent::StoreFailed { run_id, .. }
             | AgentEvent::PlanCreated { run_id, .. }
@@ -339,6 +360,8 @@ impl AgentEvent {
             AgentEvent::ApprovalRequested { .. } => "approval_requested",
             AgentEvent::Handoff { .. } => "handoff",
             AgentEvent::ApprovalResolved { .. } => "approval_resolved",
+            AgentEvent::InputRequested { .. } => "input_requested",
+            AgentEvent::InputAnswered { .. } => "input_answered",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
             AgentEvent::StoreFailed { .. } => "store_failed",
             AgentEvent::PlanCreated { .. } => "plan_created",

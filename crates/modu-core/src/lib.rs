@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod approval;
+mod asking;
 mod canonical;
 /// Composing agents: an agent as another agent's tool, and handoffs.
 pub mod compose {
@@ -12,6 +13,7 @@ pub mod compose {
 pub mod context;
 pub mod error;
 pub mod event;
+pub mod input;
 pub mod memory;
 pub mod message;
 pub mod middleware;
@@ -36,6 +38,7 @@ pub use compose::{AgentTool, Handoff};
 pub use context::{RunContext, UserContext};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
+pub use input::{InputAnswer, InputRequest, InputSpec};
 pub use memory::{
     ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
     RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,

@@ -206,6 +206,9 @@ pub enum ToolErrorKind {
     Rejected,
     /// A run limit stopped the call.
     LimitExceeded,
+    /// The call asked a person for input ([`crate::RunContext::ask_user`]); the run pauses
+    /// and the call runs again once they answered.
+    InputRequired,
 }
 
 impl ToolErrorKind {
@@ -219,6 +222,7 @@ impl ToolErrorKind {
             ToolErrorKind::NotFound => "not_found",
             ToolErrorKind::Rejected => "rejected",
             ToolErrorKind::LimitExceeded => "limit_exceeded",
+            ToolErrorKind::InputRequired => "input_required",
         }
     }
 }

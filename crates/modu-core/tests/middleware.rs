@@ -153,6 +153,7 @@ impl Service<AgentRequest<()>> for RefuseService {
             metadata: serde_json::Map::new(),
             error: None,
             interruptions: Vec::new(),
+            input_requests: Vec::new(),
         }))
     }
 }

@@ -1,5 +1,5 @@
-//! Run-level scenarios over a real checkpoint store: what approvals promise when the process
-//! that pauses a run is not the one that decides and resumes it.
+//! Run-level scenarios over a real checkpoint store: what approvals and asks for input promise
+//! when the process that pauses a run is not the one that decides and resumes it.
 //!
 //! [`approvals_across_processes`] takes a factory that opens a new handle on the *same* backing
 //! store each time (for SQLite: a new pool on the same file; for Redis: a new connection with the
@@ -66,6 +66,74 @@ where
     repeated_ids_get_one_decision_each(&open).await;
     a_rejection_binds_in_another_process(&open).await;
     a_nested_pause_resumes_in_another_process(&open).await;
+    an_ask_for_input_is_answered_in_another_process(&open).await;
+}
+
+/// A tool that asks a person for a seat before it books one.
+fn book(booked: Arc<Mutex<Vec<String>>>) -> FunctionTool<()> {
+    FunctionTool::new(
+        ToolSpec::new("book", "Book a seat", json!({"type": "object"})),
+        move |ctx: modu_core::RunContext<()>, _args| {
+            let booked = Arc::clone(&booked);
+            async move {
+                let seat = ctx.ask_user(
+                    "Which seat?",
+                    json!({"type": "object", "properties": {"seat": {"type": "string"}}, "required": ["seat"]}),
+                )?;
+                let seat = seat["seat"].as_str().unwrap_or_default().to_owned();
+                booked.lock().expect("lock").push(seat.clone());
+                Ok(json!(format!("booked {seat}")))
+            }
+        },
+    )
+}
+
+async fn an_ask_for_input_is_answered_in_another_process<F, Fut>(open: &F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn CheckpointStore>>,
+{
+    let booked_a = Arc::new(Mutex::new(Vec::new()));
+    let a = Agent::<()>::builder(ScriptedModel::new().tool_call("book", json!({})))
+        .tool(book(Arc::clone(&booked_a)))
+        .checkpoint_store(open().await)
+        .build()
+        .expect("agent A");
+    let paused = a.run("book me a seat").await;
+    assert!(paused.is_interrupted(), "input: {:?}", paused.error);
+    let request = paused.input_requests.first().expect("an input request");
+    assert_eq!(request.prompt, "Which seat?");
+
+    // Process B knows the run only by its id: it answers from the store, and resumes.
+    let booked_b = Arc::new(Mutex::new(Vec::new()));
+    let b = Agent::<()>::builder(ScriptedModel::new().text("booked"))
+        .tool(book(Arc::clone(&booked_b)))
+        .checkpoint_store(open().await)
+        .build()
+        .expect("agent B");
+    let pending = b.pending_inputs(&paused.run_id).await.expect("pending inputs");
+    assert_eq!(pending, paused.input_requests, "the request survives in the store");
+    let refused = b.answer(&paused.run_id, &request.call_id, json!({"seat": 12})).await;
+    assert!(
+        matches!(refused, Err(modu_core::AgentError::InvalidInput { .. })),
+        "input: an answer off the schema is refused: {refused:?}"
+    );
+    b.answer(&paused.run_id, &request.call_id, json!({"seat": "12A"}))
+        .await
+        .expect("answer");
+    let done = b.resume(&paused.run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("booked"), "input: {:?}", done.error);
+    assert_eq!(*booked_b.lock().expect("lock"), ["12A"], "the tool got the answer");
+    assert!(
+        booked_a.lock().expect("lock").is_empty(),
+        "nothing booked before the answer"
+    );
+    assert!(
+        done.messages
+            .iter()
+            .any(|m| m.role == Role::Tool && m.text() == "booked 12A"),
+        "the model sees the result"
+    );
 }
 
 async fn repeated_ids_get_one_decision_each<F, Fut>(open: &F)

@@ -127,6 +127,7 @@ where
                 metadata: serde_json::Map::new(),
                 error: Some(error),
                 interruptions: Vec::new(),
+                input_requests: Vec::new(),
             },
         }
     }
@@ -160,6 +161,7 @@ where
                 metadata: serde_json::Map::new(),
                 error: Some(error),
                 interruptions: Vec::new(),
+                input_requests: Vec::new(),
             },
         }
     }

@@ -136,6 +136,12 @@ where
         ctx.add_usage(result.usage - earlier);
         match (result.output, result.error) {
             (Some(output), None) => Ok(self.agent.inner.codec.to_json(&output)),
+            (_, Some(AgentError::Interrupted { .. })) if !result.input_requests.is_empty() => {
+                Err(ToolError::execution("nested_input_unsupported").with_message(format!(
+                    "the nested agent {} asked a person for input, which a nested run cannot do",
+                    self.agent.name()
+                )))
+            }
             (_, Some(AgentError::Interrupted { .. })) => {
                 let state = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
                 if let (Some(scope), Some(state)) = (&scope, state) {

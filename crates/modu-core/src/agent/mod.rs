@@ -21,6 +21,7 @@ use crate::tool::{Tool, ToolSpec};
 mod api;
 mod build;
 pub(crate) mod compose;
+mod input;
 pub(crate) mod request;
 mod settings;
 

@@ -212,18 +212,23 @@ pub struct AgentResult<O = String> {
     pub usage: Usage,
     /// Counters and policy data (`model_calls`, `tool_calls`, `turns`, `resumed`, …).
     pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Why the run failed, if it did. A run paused for approvals has
-    /// [`AgentError::Interrupted`] here and lists the calls in `interruptions`.
+    /// Why the run failed, if it did. A run paused for approvals or input has
+    /// [`AgentError::Interrupted`] here and lists the calls in `interruptions` and
+    /// `input_requests`.
     pub error: Option<AgentError>,
     /// Tool calls waiting for a person's approval (empty unless the run is paused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interruptions: Vec<crate::approval::ApprovalRequest>,
+    /// Tool calls waiting for a person's input ([`crate::input`]; empty unless the run is
+    /// paused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_requests: Vec<crate::input::InputRequest>,
 }
 
 impl<O> AgentResult<O> {
-    /// Whether the run is paused, waiting for approvals.
+    /// Whether the run is paused, waiting for approvals or input.
     pub fn is_interrupted(&self) -> bool {
-        !self.interruptions.is_empty()
+        !self.interruptions.is_empty() || !self.input_requests.is_empty()
     }
 
     /// Whether the run succeeded.

@@ -58,6 +58,8 @@ where
     fn call(&mut self, invocation: ToolInvocation<C>) -> Self::Future {
         if let Some(scope) = invocation.ctx.call_scope() {
             scope.attempts.fetch_add(1, Ordering::Relaxed);
+            // Each attempt asks from the first answer on.
+            scope.restart_inputs();
         }
         let limit = invocation.tool.spec().timeout;
         let deadline = invocation.extensions.deadline;

@@ -19,6 +19,7 @@ use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause, NestedResu
 use crate::context::CallScope;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
+use crate::input::{InputAnswer, InputRequest};
 use crate::message::Message;
 use crate::middleware::ToolInvocation;
 use crate::tool::{ToolError, ToolErrorKind};
@@ -33,6 +34,8 @@ pub(super) struct ApprovalGate<'a> {
     pub(super) nested: &'a BTreeMap<String, NestedPause>,
     /// The tool identities admitted this turn (`None`: every offered tool).
     pub(super) allowed: Option<&'a BTreeSet<String>>,
+    /// People's answers to the calls' asks for input (by call id).
+    pub(super) inputs: &'a BTreeMap<String, Vec<InputAnswer>>,
 }
 
 /// Why a call did not run.
@@ -47,6 +50,15 @@ pub(super) enum RawToolRun {
     NeedsApproval(ApprovalRequest),
     /// The call's nested run (agent-as-tool) paused for approvals.
     Nested(NestedPause),
+    /// The call asked a person for input it has no answer for.
+    NeedsInput(InputRequest),
+}
+
+/// What a batch waits for before the run can go on.
+#[derive(Default)]
+struct Waiting {
+    approvals: Vec<(usize, ApprovalRequest)>,
+    inputs: Vec<(usize, InputRequest)>,
 }
 
 impl<C, O> Run<C, O>
@@ -146,11 +158,13 @@ where
         F: FnMut(&Env<C, O>, &mut RunState, &crate::message::ToolCall, CallReport) -> Message,
     {
         self.state.interruptions.clear();
+        self.state.input_requests.clear();
         // The gate reads decisions while `finished` writes the state: it gets its own copies.
         let decisions = self.state.decisions.clone();
         let always_approved = self.state.always_approved.clone();
         let nested = self.state.nested.clone();
-        let mut waiting = Vec::new();
+        let inputs = self.state.inputs.clone();
+        let mut waiting = Waiting::default();
         {
             let env = &self.env;
             let state = &mut self.state;
@@ -160,6 +174,7 @@ where
                 always_approved: &always_approved,
                 nested: &nested,
                 allowed: self.allowed.as_ref(),
+                inputs: &inputs,
             };
             let mut pending = calls
                 .iter()
@@ -198,12 +213,23 @@ where
             // writes); the aborted ones run again on resume.
             return Err(AgentError::Cancelled);
         }
-        if waiting.is_empty() {
+        if waiting.approvals.is_empty() && waiting.inputs.is_empty() {
             return Ok(());
         }
-        waiting.sort_by_key(|(index, _)| *index);
-        let requests: Vec<ApprovalRequest> = waiting.into_iter().map(|(_, r)| r).collect();
+        waiting.approvals.sort_by_key(|(index, _)| *index);
+        waiting.inputs.sort_by_key(|(index, _)| *index);
+        let requests: Vec<ApprovalRequest> = waiting.approvals.into_iter().map(|(_, r)| r).collect();
+        let input_requests: Vec<InputRequest> = waiting.inputs.into_iter().map(|(_, r)| r).collect();
         if self.env.emitter.active() {
+            for r in &input_requests {
+                self.env
+                    .emitter
+                    .emit(AgentEvent::InputRequested {
+                        run_id: self.env.ctx.run_id().to_owned(),
+                        request: r.clone(),
+                    })
+                    .await;
+            }
             for r in &requests {
                 let mut shown = r.clone();
                 if sanitized {
@@ -224,9 +250,10 @@ where
             }
         }
         self.state.interruptions = requests;
+        self.state.input_requests = input_requests;
         self.checkpoint().await?;
         Err(AgentError::Interrupted {
-            pending: self.state.interruptions.len(),
+            pending: self.state.interruptions.len() + self.state.input_requests.len(),
         })
     }
 }
@@ -240,7 +267,7 @@ fn record<C, O, F>(
     index: usize,
     result: Result<RawToolRun, AgentError>,
     finished: &mut F,
-    waiting: &mut Vec<(usize, ApprovalRequest)>,
+    waiting: &mut Waiting,
 ) -> Result<bool, AgentError>
 where
     F: FnMut(&Env<C, O>, &mut RunState, &crate::message::ToolCall, CallReport) -> Message,
@@ -255,12 +282,16 @@ where
             Ok(true)
         }
         RawToolRun::NeedsApproval(request) => {
-            waiting.push((index, request));
+            waiting.approvals.push((index, request));
+            Ok(false)
+        }
+        RawToolRun::NeedsInput(request) => {
+            waiting.inputs.push((index, request));
             Ok(false)
         }
         RawToolRun::Nested(pause) => {
             for request in pause.parent_requests(&call.id) {
-                waiting.push((index, request));
+                waiting.approvals.push((index, request));
             }
             state.nested.insert(call.id.clone(), pause);
             Ok(false)
@@ -446,10 +477,22 @@ where
                         .await;
                 }
                 let effective = crate::canonical::effective_arguments(&tool.entry.tool.spec().parameters, &args);
-                let scope = Arc::new(CallScope::new(&call.id, nested_resume));
+                let answers = gate.inputs.get(&call.id).cloned().unwrap_or_default();
+                let scope = Arc::new(CallScope::new(&call.id, nested_resume, answers));
                 let (outcome, attempts) = self.execute(&scope, tool, args).await?;
                 if let Some(pause) = scope.take_pause() {
                     return Ok(RawToolRun::Nested(pause));
+                }
+                if let Some((index, spec)) = scope.take_input() {
+                    // Whatever the call returned is discarded: it runs again once answered.
+                    return Ok(RawToolRun::NeedsInput(InputRequest {
+                        call_id: call.id.clone(),
+                        tool_name: identity,
+                        index,
+                        prompt: spec.prompt,
+                        schema: spec.schema,
+                        metadata: spec.metadata,
+                    }));
                 }
                 (outcome, attempts, Some(effective), identity)
             }

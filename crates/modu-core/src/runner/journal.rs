@@ -85,7 +85,7 @@ where
                 }
             }
         }
-        let interruptions = if matches!(error, Some(AgentError::Interrupted { .. })) {
+        let (interruptions, input_requests) = if matches!(error, Some(AgentError::Interrupted { .. })) {
             metadata.insert("status".into(), "interrupted".into());
             if let Some(slot) = &env.nested_pause {
                 // The parent keeps the nested run's state in its own checkpoint.
@@ -94,9 +94,9 @@ where
                     Err(e) => tracing::warn!(error = %e, "could not hand the nested run's state to its parent"),
                 }
             }
-            self.state.interruptions.clone()
+            (self.state.interruptions.clone(), self.state.input_requests.clone())
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         if let Some(store) = &agent.checkpoints {
             // A strict run's terminal DONE state stays, so that resuming it again does not
@@ -179,6 +179,7 @@ where
             metadata,
             error,
             interruptions,
+            input_requests,
         }
     }
 }

@@ -153,6 +153,7 @@ where
                         message: "the agent was dropped while its middleware still held a run".into(),
                     }),
                     interruptions: Vec::new(),
+                    input_requests: Vec::new(),
                 },
             })
         })

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause};
 use crate::context::UserContext;
+use crate::input::{InputAnswer, InputRequest};
 use crate::message::{Message, Role, ToolCall, Usage};
 use crate::plan::state::StrictState;
 use crate::store::CheckpointStatus;
@@ -56,6 +57,12 @@ pub(crate) struct RunState {
     /// Calls waiting for a decision (the run is paused while this is not empty).
     #[serde(default)]
     pub(crate) interruptions: Vec<ApprovalRequest>,
+    /// Calls waiting for a person's input (the run is paused while this is not empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) input_requests: Vec<InputRequest>,
+    /// People's answers to the calls' asks, in the order asked (by call id).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) inputs: BTreeMap<String, Vec<InputAnswer>>,
     /// Nested runs (agent-as-tool) paused for approvals, by the parent's call id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) nested: BTreeMap<String, NestedPause>,
@@ -133,7 +140,7 @@ impl RunState {
     pub(crate) fn status(&self) -> CheckpointStatus {
         if self.strict().is_some_and(|s| s.is_done()) {
             CheckpointStatus::Done
-        } else if self.interruptions.is_empty() {
+        } else if self.interruptions.is_empty() && self.input_requests.is_empty() {
             CheckpointStatus::Running
         } else {
             CheckpointStatus::Paused
@@ -155,6 +162,8 @@ impl RunState {
             decisions: BTreeMap::new(),
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
+            input_requests: Vec::new(),
+            inputs: BTreeMap::new(),
             nested: BTreeMap::new(),
             offered: None,
             admitted: None,

@@ -108,6 +108,7 @@ impl<O> Stream for RunStream<O> {
                             }
                         }),
                         interruptions: Vec::new(),
+                        input_requests: Vec::new(),
                     }));
                 }
             }
