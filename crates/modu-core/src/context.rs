@@ -113,6 +113,8 @@ pub(crate) struct CallScope {
     pub(crate) attempts: std::sync::atomic::AtomicU32,
     /// The call's asks for a person's input: recorded answers and the ask waiting.
     pub(crate) inputs: Mutex<crate::input::CallInputs>,
+    /// The tool guardrails' checks of the call, in order.
+    pub(crate) guardrails: Mutex<Vec<crate::tripwire::Checked>>,
 }
 
 impl CallScope {
@@ -130,7 +132,21 @@ impl CallScope {
                 answers,
                 ..Default::default()
             }),
+            guardrails: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records a tool guardrail's check of the call.
+    pub(crate) fn record_guardrail(&self, checked: crate::tripwire::Checked) {
+        self.guardrails
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(checked);
+    }
+
+    /// The tool guardrails' checks of the call so far.
+    pub(crate) fn take_guardrails(&self) -> Vec<crate::tripwire::Checked> {
+        std::mem::take(&mut *self.guardrails.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The ask waiting for a person, if the call made one it had no answer for.

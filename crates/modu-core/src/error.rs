@@ -160,6 +160,16 @@ pub enum AgentError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
+    /// A guardrail fired its tripwire ([`crate::guardrail`]); never resumable.
+    #[error("the {kind:?} guardrail {guardrail} tripped: {}", tripwire.code)]
+    GuardrailTripped {
+        /// The guardrail's name.
+        guardrail: String,
+        /// Which check it made.
+        kind: crate::guardrail::GuardrailKind,
+        /// Its tripwire.
+        tripwire: crate::guardrail::Tripwire,
+    },
 }
 
 impl AgentError {

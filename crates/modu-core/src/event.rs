@@ -140,6 +140,25 @@ pub enum AgentEvent {
         /// Approved (`true`) or rejected.
         approved: bool,
     },
+    /// A guardrail made a check ([`crate::guardrail`]).
+    GuardrailChecked {
+        /// The run.
+        run_id: String,
+        /// The guardrail's name.
+        guardrail: String,
+        /// Which check.
+        kind: crate::guardrail::GuardrailKind,
+        /// The tool call checked (tool guardrails).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// Whether it fired its tripwire (the run ends).
+        tripped: bool,
+        /// Whether it replaced the call's result (tool guardrails).
+        replaced: bool,
+        /// The tripwire's code, when it tripped.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+    },
     /// A tool call asked a person for input; the run pauses after its batch.
     InputRequested {
         /// The run.
@@ -328,6 +347,7 @@ impl AgentEvent {
             | AgentEvent::Handoff { run_id, .. }
             | AgentEvent::ApprovalResolved { run_id, .. }
             | AgentEvent::InputRequested { run_id, .. }
+            | AgentEvent::GuardrailChecked { run_id, .. }
             | AgentEvent::InputAnswered { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
             | AgentEvent::StoreFailed { run_id, .. }
@@ -361,6 +381,7 @@ impl AgentEvent {
             AgentEvent::Handoff { .. } => "handoff",
             AgentEvent::ApprovalResolved { .. } => "approval_resolved",
             AgentEvent::InputRequested { .. } => "input_requested",
+            AgentEvent::GuardrailChecked { .. } => "guardrail_checked",
             AgentEvent::InputAnswered { .. } => "input_answered",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",
             AgentEvent::StoreFailed { .. } => "store_failed",

@@ -13,6 +13,7 @@ pub mod compose {
 pub mod context;
 pub mod error;
 pub mod event;
+pub mod guardrail;
 pub mod input;
 pub mod memory;
 pub mod message;
@@ -28,10 +29,11 @@ pub mod sinks;
 pub mod store;
 pub mod tokens;
 pub mod tool;
+mod tripwire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentRequest, AgentResult, FinalizationMode, Instructions, ModelSettings, RetryConfig,
-    RunLimits,
+    Agent, AgentBuilder, AgentGuardrail, AgentRequest, AgentResult, FinalizationMode, Instructions, ModelSettings,
+    RetryConfig, RunLimits,
 };
 pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use compose::{AgentTool, Handoff};

@@ -52,7 +52,8 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 .map(|model| crate::runner::chat::stack(model, &self.chat_layers, &self.retry)),
             _ => None,
         };
-        let function_service = crate::runner::function::stack(&self.function_layers, &self.retry);
+        let function_service =
+            crate::runner::function::stack(&self.function_layers, &self.guardrails.tool, &self.retry);
         if let crate::plan::DecisionPolicy::PlanAndExecute(p) = &self.policy {
             if self.finalization == FinalizationMode::Disabled {
                 return Err(AgentError::Configuration {
@@ -108,6 +109,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 planner_chat,
                 function_service,
                 handoffs: self.handoffs,
+                guardrails: self.guardrails,
             }),
         })
     }

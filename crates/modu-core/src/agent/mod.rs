@@ -20,6 +20,8 @@ use crate::tool::{Tool, ToolSpec};
 
 mod api;
 mod build;
+mod guard;
+pub use guard::AgentGuardrail;
 pub(crate) mod compose;
 mod input;
 pub(crate) mod request;
@@ -123,6 +125,7 @@ pub(crate) struct AgentInner<C, O> {
     /// The agent stack (agent layers around one run), built once; `None` without layers.
     pub(crate) agent_service: Option<AgentService<C, O>>,
     pub(crate) handoffs: Vec<compose::Handoff<C, O>>,
+    pub(crate) guardrails: crate::guardrail::Guardrails<C>,
 }
 
 /// An agent: a model, instructions, tools and the policies that drive a run.
@@ -210,6 +213,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             agent_layers: Vec::new(),
             layers_lost: false,
             handoffs: Vec::new(),
+            guardrails: crate::guardrail::Guardrails::default(),
         }
     }
 }
@@ -266,6 +270,7 @@ pub struct AgentBuilder<C, O> {
     agent_layers: Vec<AgentLayerFn<C, O>>,
     layers_lost: bool,
     handoffs: Vec<compose::Handoff<C, O>>,
+    guardrails: crate::guardrail::Guardrails<C>,
 }
 
 impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
@@ -414,6 +419,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             layers_lost: self.layers_lost || !self.agent_layers.is_empty() || !self.handoffs.is_empty(),
             agent_layers: Vec::new(),
             handoffs: Vec::new(),
+            guardrails: self.guardrails,
         }
     }
 

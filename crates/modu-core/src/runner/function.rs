@@ -18,12 +18,15 @@ use tower::{Layer, Service};
 
 use super::chat::retry_wait;
 use crate::agent::RetryConfig;
+use crate::guardrail::{GuardrailKind, ToolGuardrail, ToolVerdict};
 use crate::middleware::{CallTool, FunctionLayerFn, FunctionService, ToolInvocation};
 use crate::tool::{RecoveryAction, ToolError, ToolErrorKind};
+use crate::tripwire::Checked;
 
 /// Builds the function stack.
 pub(crate) fn stack<C: Send + Sync + 'static>(
     user_layers: &[FunctionLayerFn<C>],
+    guardrails: &[Arc<dyn ToolGuardrail<C>>],
     retry: &RetryConfig,
 ) -> FunctionService<C> {
     let retry = tower::retry::RetryLayer::new(ToolRetry {
@@ -31,7 +34,96 @@ pub(crate) fn stack<C: Send + Sync + 'static>(
         attempt: 1,
     });
     let inner = retry.layer(ToolTimeout { inner: CallTool });
-    crate::middleware::apply(FunctionService::new(inner), user_layers)
+    let guarded = if guardrails.is_empty() {
+        FunctionService::new(inner)
+    } else {
+        FunctionService::new(ToolGuard {
+            guardrails: guardrails.into(),
+            inner: FunctionService::new(inner),
+        })
+    };
+    crate::middleware::apply(guarded, user_layers)
+}
+
+/// The tool guardrails: the arguments are checked before the call's attempts, the result after
+/// them; every check is recorded in the call's scope (the gate emits them and ends the run on a
+/// tripwire).
+struct ToolGuard<C: Send + Sync + 'static> {
+    guardrails: Arc<[Arc<dyn ToolGuardrail<C>>]>,
+    inner: FunctionService<C>,
+}
+
+impl<C: Send + Sync + 'static> Clone for ToolGuard<C> {
+    fn clone(&self) -> Self {
+        ToolGuard {
+            guardrails: Arc::clone(&self.guardrails),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// What one check decided for the call: go on, or answer with this result now.
+fn judge(
+    scope: Option<&Arc<crate::context::CallScope>>,
+    guardrail: &str,
+    kind: GuardrailKind,
+    verdict: ToolVerdict,
+) -> Option<Result<serde_json::Value, ToolError>> {
+    let (tripped, replaced, answer) = match verdict {
+        ToolVerdict::Pass => (None, false, None),
+        ToolVerdict::Trip(tripwire) => {
+            let refusal = ToolError::new(ToolErrorKind::Rejected, "guardrail_tripped")
+                .with_message(format!("the guardrail {guardrail} stopped this call"));
+            (Some(tripwire), false, Some(Err(refusal)))
+        }
+        ToolVerdict::Replace(text) => (None, true, Some(Ok(serde_json::Value::String(text)))),
+    };
+    if let Some(scope) = scope {
+        scope.record_guardrail(Checked {
+            guardrail: guardrail.to_owned(),
+            kind,
+            tripped,
+            replaced,
+        });
+    }
+    answer
+}
+
+impl<C: Send + Sync + 'static> Service<ToolInvocation<C>> for ToolGuard<C> {
+    type Response = serde_json::Value;
+    type Error = ToolError;
+    type Future = BoxFuture<'static, Result<serde_json::Value, ToolError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, invocation: ToolInvocation<C>) -> Self::Future {
+        // The ready service answers this call; a fresh clone waits for the next one.
+        let fresh = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, fresh);
+        let guardrails = Arc::clone(&self.guardrails);
+        Box::pin(async move {
+            let ctx = invocation.ctx.clone();
+            let scope = ctx.call_scope();
+            let tool = invocation.tool_name.clone();
+            for g in guardrails.iter() {
+                let verdict = g.check_arguments(&ctx, &tool, &invocation.arguments).await;
+                if let Some(answer) = judge(scope, g.name(), GuardrailKind::ToolArguments, verdict) {
+                    return answer;
+                }
+            }
+            let mut inner = inner;
+            let value = inner.call(invocation).await?;
+            for g in guardrails.iter() {
+                let verdict = g.check_result(&ctx, &tool, &value).await;
+                if let Some(answer) = judge(scope, g.name(), GuardrailKind::ToolResult, verdict) {
+                    return answer;
+                }
+            }
+            Ok(value)
+        })
+    }
 }
 
 /// Applies the tool's own timeout, unless the run's deadline comes first (then the run's

@@ -23,6 +23,7 @@ use crate::input::{InputAnswer, InputRequest};
 use crate::message::Message;
 use crate::middleware::ToolInvocation;
 use crate::tool::{ToolError, ToolErrorKind};
+use crate::tripwire::Checked;
 
 /// What the tool loop knows about approvals when it runs a batch.
 #[derive(Clone, Copy)]
@@ -480,6 +481,7 @@ where
                 let answers = gate.inputs.get(&call.id).cloned().unwrap_or_default();
                 let scope = Arc::new(CallScope::new(&call.id, nested_resume, answers));
                 let (outcome, attempts) = self.execute(&scope, tool, args).await?;
+                self.guardrails_checked(&scope, &call.id).await?;
                 if let Some(pause) = scope.take_pause() {
                     return Ok(RawToolRun::Nested(pause));
                 }
@@ -528,6 +530,35 @@ where
             identity,
             duration_ms,
         }))
+    }
+
+    /// Emits the tool guardrails' checks of a call; a tripwire ends the run.
+    async fn guardrails_checked(&self, scope: &CallScope, call_id: &str) -> Result<(), AgentError> {
+        let checks = scope.take_guardrails();
+        if checks.is_empty() {
+            return Ok(());
+        }
+        self.settle(&checks, Some(call_id)).await
+    }
+
+    /// One `GuardrailChecked` event per check.
+    pub(super) async fn guardrail_events(&self, checks: &[Checked], call_id: Option<&str>) {
+        if !self.emitter.active() {
+            return;
+        }
+        for c in checks {
+            self.emitter
+                .emit(AgentEvent::GuardrailChecked {
+                    run_id: self.ctx.run_id().to_owned(),
+                    guardrail: c.guardrail.clone(),
+                    kind: c.kind,
+                    call_id: call_id.map(str::to_owned),
+                    tripped: c.tripped.is_some(),
+                    replaced: c.replaced,
+                    code: c.tripped.as_ref().map(|t| t.code.clone()),
+                })
+                .await;
+        }
     }
 
     /// Runs an admitted call through the function stack within the run's deadline; returns

@@ -41,6 +41,7 @@ pub(crate) mod chat;
 mod emitter;
 pub(crate) mod function;
 mod gate;
+mod guard;
 mod journal;
 pub(crate) mod policy;
 mod standard;
@@ -158,6 +159,7 @@ where
     async fn steps<P: Policy>(&mut self, policy: &mut P, out: &mut Out) -> Result<O, AgentError> {
         let mut fed = Fed::Start;
         let mut accepted = None;
+        let mut input_check = self.input_check();
         loop {
             let next = policy.next(&mut self.state, &self.env, fed, out);
             self.emit_all(out).await;
@@ -167,14 +169,7 @@ where
             fed = match next {
                 Next::Ask(ask) => {
                     self.refresh_tools().await?;
-                    let answer = match self.env.cancel.clone() {
-                        None => self.ask(ask).await?,
-                        Some(token) => tokio::select! {
-                            answer = self.ask(ask) => answer?,
-                            () = token.cancelled() => return Err(AgentError::Cancelled),
-                        },
-                    };
-                    Fed::Answer(answer)
+                    Fed::Answer(self.ask_checked(ask, input_check.take()).await?)
                 }
                 Next::RunTools { calls, allowed: None } => {
                     self.run_tools(calls).await?;
@@ -233,6 +228,7 @@ where
     ) -> Result<O, AgentError> {
         let first = match self.env.agent.codec.parse(&answer.text()) {
             Ok(output) => {
+                self.check_output(&output).await?;
                 self.state.messages.push(answer);
                 return Ok(output);
             }
@@ -252,6 +248,7 @@ where
         let message = self.ask(ask).await?.response.message;
         match self.env.agent.codec.parse(&message.text()) {
             Ok(output) => {
+                self.check_output(&output).await?;
                 self.state.messages.push(message);
                 Ok(output)
             }

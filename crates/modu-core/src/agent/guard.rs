@@ -1,0 +1,123 @@
+//! Guardrails on the builder, and an agent as a model-backed guardrail.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{Agent, AgentBuilder, AgentRequest};
+use crate::context::RunContext;
+use crate::guardrail::{
+    GuardrailDecision, GuardrailMode, InputGuardrail, OutputGuardrail, ToolGuardrail, Tripwire, Verdict,
+};
+use crate::message::{Message, Role};
+
+impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
+    /// Adds a guardrail on a fresh run's input ([`crate::guardrail`]).
+    pub fn input_guardrail(mut self, guardrail: impl InputGuardrail<C> + 'static) -> Self {
+        self.guardrails.input.push(Arc::new(guardrail));
+        self
+    }
+
+    /// Whether input guardrails run with the first model request (the default) or before it.
+    pub fn guardrail_mode(mut self, mode: GuardrailMode) -> Self {
+        self.guardrails.mode = mode;
+        self
+    }
+
+    /// Adds a guardrail on the final output.
+    pub fn output_guardrail(mut self, guardrail: impl OutputGuardrail<C> + 'static) -> Self {
+        self.guardrails.output.push(Arc::new(guardrail));
+        self
+    }
+
+    /// Adds a guardrail on tool calls' arguments and results (a layer of the function stack,
+    /// below the function layers).
+    pub fn tool_guardrail(mut self, guardrail: impl ToolGuardrail<C> + 'static) -> Self {
+        self.guardrails.tool.push(Arc::new(guardrail));
+        self
+    }
+}
+
+impl Agent<(), GuardrailDecision> {
+    /// This agent as a model-backed guardrail named `name`: it is asked with the checked text
+    /// (the input's user messages, or the output as JSON) and its structured
+    /// [`GuardrailDecision`] decides. A check whose run fails trips `guardrail_unavailable`
+    /// (a guardrail fails closed).
+    ///
+    /// ```
+    /// use modu_core::{Agent, guardrail::GuardrailDecision};
+    /// # use modu_testing::ScriptedModel;
+    /// let checker = Agent::<()>::builder(ScriptedModel::new().text(r#"{"tripped":false,"reason":"fine"}"#))
+    ///     .instructions("Decide whether the text asks for something illegal.")
+    ///     .output::<GuardrailDecision>()
+    ///     .build()?;
+    /// let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+    ///     .input_guardrail(checker.as_guardrail("legality"))
+    ///     .build()?;
+    /// # Ok::<(), modu_core::AgentError>(())
+    /// ```
+    pub fn as_guardrail(&self, name: impl Into<String>) -> AgentGuardrail {
+        AgentGuardrail {
+            name: name.into(),
+            agent: self.clone(),
+        }
+    }
+}
+
+/// A guardrail backed by an agent ([`Agent::as_guardrail`]); usable on input and output.
+#[derive(Clone)]
+pub struct AgentGuardrail {
+    name: String,
+    agent: Agent<(), GuardrailDecision>,
+}
+
+impl std::fmt::Debug for AgentGuardrail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentGuardrail").field("name", &self.name).finish()
+    }
+}
+
+impl AgentGuardrail {
+    async fn decide(&self, text: String) -> Verdict {
+        let result = self.agent.run(AgentRequest::new((), text)).await;
+        match result.into_output() {
+            Ok(GuardrailDecision { tripped: false, .. }) => Verdict::Pass,
+            Ok(GuardrailDecision { tripped: true, reason }) => Verdict::Trip(Tripwire::new("tripped", reason)),
+            Err(e) => Verdict::Trip(Tripwire::new(
+                "guardrail_unavailable",
+                format!("the guardrail's check did not finish: {e}"),
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> InputGuardrail<C> for AgentGuardrail {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn check(&self, _ctx: &RunContext<C>, input: &[Message]) -> Verdict {
+        let text: Vec<String> = input
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(Message::text)
+            .collect();
+        self.decide(text.join("\n\n")).await
+    }
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> OutputGuardrail<C> for AgentGuardrail {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn check(&self, _ctx: &RunContext<C>, output: &serde_json::Value) -> Verdict {
+        let text = match output {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        self.decide(text).await
+    }
+}
