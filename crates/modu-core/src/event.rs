@@ -178,6 +178,19 @@ pub enum AgentEvent {
         /// Answered (`true`) or declined.
         answered: bool,
     },
+    /// A request of the run was compacted to fit its token budget ([`crate::compaction`]).
+    RunCompacted {
+        /// The run.
+        run_id: String,
+        /// Tool results cut.
+        trimmed: usize,
+        /// Tool rounds replaced by the run's summary.
+        summarized_rounds: usize,
+        /// The request's tokens before.
+        tokens_before: u64,
+        /// And after.
+        tokens_after: u64,
+    },
     /// A memory policy shaped the history the model sees (only when it left something out).
     MemoryApplied {
         /// The run.
@@ -347,6 +360,7 @@ impl AgentEvent {
             | AgentEvent::Handoff { run_id, .. }
             | AgentEvent::ApprovalResolved { run_id, .. }
             | AgentEvent::InputRequested { run_id, .. }
+            | AgentEvent::RunCompacted { run_id, .. }
             | AgentEvent::GuardrailChecked { run_id, .. }
             | AgentEvent::InputAnswered { run_id, .. }
             | AgentEvent::CheckpointSaved { run_id }
@@ -381,6 +395,7 @@ impl AgentEvent {
             AgentEvent::Handoff { .. } => "handoff",
             AgentEvent::ApprovalResolved { .. } => "approval_resolved",
             AgentEvent::InputRequested { .. } => "input_requested",
+            AgentEvent::RunCompacted { .. } => "run_compacted",
             AgentEvent::GuardrailChecked { .. } => "guardrail_checked",
             AgentEvent::InputAnswered { .. } => "input_answered",
             AgentEvent::CheckpointSaved { .. } => "checkpoint_saved",

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod approval;
 mod asking;
 mod canonical;
+pub mod compaction;
 /// Composing agents: an agent as another agent's tool, and handoffs.
 pub mod compose {
     pub use crate::agent::compose::{AgentTool, Handoff};

@@ -110,6 +110,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 function_service,
                 handoffs: self.handoffs,
                 guardrails: self.guardrails,
+                compaction: self.compaction,
             }),
         })
     }

@@ -1,4 +1,4 @@
-//! Guardrails on the builder, and an agent as a model-backed guardrail.
+//! Guardrails and run compaction on the builder, and an agent as a model-backed guardrail.
 
 use std::sync::Arc;
 
@@ -27,6 +27,13 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
     /// Adds a guardrail on the final output.
     pub fn output_guardrail(mut self, guardrail: impl OutputGuardrail<C> + 'static) -> Self {
         self.guardrails.output.push(Arc::new(guardrail));
+        self
+    }
+
+    /// Compacts the run's own messages in each request that would exceed the compaction's
+    /// token budget ([`crate::compaction`]); off by default.
+    pub fn run_compaction(mut self, compaction: crate::compaction::RunCompaction) -> Self {
+        self.compaction = Some(compaction);
         self
     }
 

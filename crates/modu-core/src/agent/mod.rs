@@ -126,6 +126,7 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) agent_service: Option<AgentService<C, O>>,
     pub(crate) handoffs: Vec<compose::Handoff<C, O>>,
     pub(crate) guardrails: crate::guardrail::Guardrails<C>,
+    pub(crate) compaction: Option<crate::compaction::RunCompaction>,
 }
 
 /// An agent: a model, instructions, tools and the policies that drive a run.
@@ -214,6 +215,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             layers_lost: false,
             handoffs: Vec::new(),
             guardrails: crate::guardrail::Guardrails::default(),
+            compaction: None,
         }
     }
 }
@@ -271,6 +273,7 @@ pub struct AgentBuilder<C, O> {
     layers_lost: bool,
     handoffs: Vec<compose::Handoff<C, O>>,
     guardrails: crate::guardrail::Guardrails<C>,
+    compaction: Option<crate::compaction::RunCompaction>,
 }
 
 impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
@@ -420,6 +423,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             agent_layers: Vec::new(),
             handoffs: Vec::new(),
             guardrails: self.guardrails,
+            compaction: self.compaction,
         }
     }
 

@@ -202,7 +202,41 @@ where
         if let Some(system) = system {
             messages.insert(0, Message::system(system));
         }
+        self.compact(&mut messages, &context.tools).await?;
         Ok((messages, context.tools))
+    }
+
+    /// Fits the request into the run compaction's budget, if the agent has one.
+    async fn compact(&mut self, messages: &mut Vec<Message>, tools: &[ToolDefinition]) -> Result<(), AgentError> {
+        let agent = Arc::clone(&self.env.agent);
+        let Some(compaction) = &agent.compaction else {
+            return Ok(());
+        };
+        let run_calls: HashSet<&str> = self
+            .state
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()))
+            .collect();
+        let Some(done) = compaction.apply(messages, tools, &run_calls, &mut self.summary).await? else {
+            return Ok(());
+        };
+        if done.usage != Usage::default() {
+            self.env.ctx.add_usage(done.usage);
+        }
+        if self.env.emitter.active() {
+            self.env
+                .emitter
+                .emit(AgentEvent::RunCompacted {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    trimmed: done.trimmed,
+                    summarized_rounds: done.summarized_rounds,
+                    tokens_before: done.tokens_before,
+                    tokens_after: done.tokens_after,
+                })
+                .await;
+        }
+        Ok(())
     }
 
     /// Tells every context provider about the model's new message.

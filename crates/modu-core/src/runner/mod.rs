@@ -96,6 +96,8 @@ struct Run<C, O> {
     /// The tool providers' sessions of this run, with the provider's name.
     sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
     resumed: bool,
+    /// The run's summary of its oldest tool rounds (summarizing compaction).
+    summary: crate::compaction::RunSummary,
 }
 
 impl<C, O> Run<C, O>

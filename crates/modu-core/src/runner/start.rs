@@ -252,6 +252,7 @@ where
         state,
         sessions: Vec::new(),
         resumed,
+        summary: Default::default(),
     };
     run.execute().await
 }
