@@ -133,11 +133,13 @@ impl McpConnector {
             .sampling
             .clone()
             .map(|config| Arc::new(Sampler::new(config, options.sampling_usage.clone())));
+        let elicitations = Arc::new(crate::elicitation::Elicitations::default());
         let results = join_all(servers.into_iter().map(|server| {
             let sampler = sampler.clone();
+            let elicitations = Arc::clone(&elicitations);
             async move {
                 let name = server.name.clone();
-                match tokio::time::timeout(timeout, self.open_server(server, sampler)).await {
+                match tokio::time::timeout(timeout, self.open_server(server, sampler, elicitations)).await {
                     Ok(result) => result,
                     Err(_) => Err(McpError::Transport(McpTransportError {
                         server: name,
@@ -165,7 +167,9 @@ impl McpConnector {
             join_all(opened.into_iter().map(|(c, _)| async move { c.close().await })).await;
             return Err(e);
         }
-        Ok(McpSession::new(opened, sampler, options.progress))
+        let mut session = McpSession::new(opened, sampler, options.progress);
+        session.elicitations = elicitations;
+        Ok(session)
     }
 
     fn token_source(&self, oauth: &OAuthClientCredentialsConfig) -> Arc<OAuthTokenSource> {
@@ -187,13 +191,14 @@ impl McpConnector {
         &self,
         config: McpServerConfig,
         sampler: Option<Arc<Sampler>>,
+        elicitations: Arc<crate::elicitation::Elicitations>,
     ) -> Result<(ServerConnection, Vec<rmcp::model::Tool>), McpError> {
         let name = config.name.clone();
         let mut secrets = config.inline_secrets();
         let mut credentials = config.inline_credentials();
         let decode_failures = Arc::new(DecodeFailures::default());
         let signals = Arc::new(ServerSignals::default());
-        let handler = ModuClientHandler::new(&name, sampler);
+        let handler = ModuClientHandler::new(&name, sampler, elicitations);
         let (service, child_pid, oauth) = match config.transport {
             McpTransport::Stdio => {
                 let (service, pid) = self

@@ -1,4 +1,4 @@
-//! [`ModuClientHandler`]: the client side of every connection.
+//! [`ModuClientHandler`]: the client side of every connection (sampling, elicitation).
 
 // Sampling is deprecated by SEP-2577 in rmcp; servers still send it.
 #![allow(deprecated)]
@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ErrorData, Implementation,
-    SamplingCapability,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, ElicitationCapability, ErrorData, Implementation, SamplingCapability,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, RoleClient};
 
+use crate::elicitation::Elicitations;
 use crate::sampling::Sampler;
 
 /// The client side of every connection: announces itself as `modu-mcp`, and declares and
@@ -20,6 +21,7 @@ use crate::sampling::Sampler;
 pub struct ModuClientHandler {
     server: Arc<str>,
     sampler: Option<Arc<Sampler>>,
+    elicitations: Arc<Elicitations>,
 }
 
 impl std::fmt::Debug for ModuClientHandler {
@@ -32,10 +34,11 @@ impl std::fmt::Debug for ModuClientHandler {
 }
 
 impl ModuClientHandler {
-    pub(crate) fn new(server: &str, sampler: Option<Arc<Sampler>>) -> Self {
+    pub(crate) fn new(server: &str, sampler: Option<Arc<Sampler>>, elicitations: Arc<Elicitations>) -> Self {
         ModuClientHandler {
             server: Arc::from(server),
             sampler,
+            elicitations,
         }
     }
 }
@@ -46,7 +49,17 @@ impl ClientHandler for ModuClientHandler {
         if self.sampler.is_some() {
             capabilities.sampling = Some(SamplingCapability::default());
         }
+        // Form elicitation goes through the run's asks for input (`crate::elicitation`).
+        capabilities.elicitation = Some(ElicitationCapability::default());
         ClientConfig::new(capabilities, Implementation::new("modu-mcp", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(self.elicitations.answer(&self.server, request))
     }
 
     async fn create_message(

@@ -5,6 +5,7 @@ mod auth;
 mod client;
 pub mod config;
 mod describe;
+mod elicitation;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -97,6 +97,8 @@ pub struct McpSession {
     pub(crate) default_max_result_bytes: usize,
     sampler: Option<Arc<Sampler>>,
     progress: Option<McpProgressListener>,
+    /// The run calls in flight that a server's elicitation may ask through.
+    pub(crate) elicitations: Arc<crate::elicitation::Elicitations>,
 }
 
 impl std::fmt::Debug for McpSession {
@@ -145,6 +147,7 @@ impl McpSession {
             default_max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             sampler,
             progress,
+            elicitations: Arc::default(),
         }
     }
 

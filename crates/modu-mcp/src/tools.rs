@@ -217,6 +217,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
             return Err(unknown_tool(tool_name).to_tool_error());
         }
         let tool_arguments = arguments.get("arguments").cloned().unwrap_or(Value::Null);
+        let _asking = self.session.elicitations.register(ctx);
         self.session
             .call_in(tool_name, tool_arguments, scope(ctx))
             .await
@@ -329,6 +330,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
         if !visible(&self.filter, ctx, &self.descriptor) {
             return Err(unknown_tool(&self.descriptor.external_name).to_tool_error());
         }
+        let _asking = self.session.elicitations.register(ctx);
         self.session
             .call_in(&self.descriptor.external_name, arguments, scope(ctx))
             .await
