@@ -7,15 +7,27 @@ use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ErrorData, Implementation,
-    SamplingCapability,
+    ProtocolVersion, SamplingCapability,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, RoleClient};
 
 use crate::sampling::Sampler;
 
-/// The client side of every connection: announces itself as `modu-mcp`, and declares and
-/// serves sampling when the session was opened with [`crate::McpSampling`].
+/// The MCP revision the client asks for in `initialize`: the latest one that has the
+/// `initialize` handshake. rmcp's own default is a draft without it (`2026-07-28`), which
+/// servers of the current revisions refuse or answer oddly.
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Whether the client speaks `version`, one a server answered `initialize` with: a
+/// published revision up to [`PROTOCOL_VERSION`].
+pub(crate) fn speaks(version: &ProtocolVersion) -> bool {
+    ProtocolVersion::known_up_to(&PROTOCOL_VERSION).contains(version)
+}
+
+/// The client side of every connection: announces itself as `modu-mcp`, asks for protocol
+/// revision [`PROTOCOL_VERSION`], and declares and serves sampling when the session was
+/// opened with [`crate::McpSampling`].
 #[derive(Clone, Default)]
 pub struct ModuClientHandler {
     server: Arc<str>,
@@ -47,6 +59,7 @@ impl ClientHandler for ModuClientHandler {
             capabilities.sampling = Some(SamplingCapability::default());
         }
         ClientConfig::new(capabilities, Implementation::new("modu-mcp", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(PROTOCOL_VERSION)
     }
 
     async fn create_message(

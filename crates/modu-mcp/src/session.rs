@@ -179,6 +179,17 @@ impl McpSession {
         self.servers.iter().map(|s| s.name.as_str()).collect()
     }
 
+    /// The MCP protocol revision a server answered `initialize` with (the client asks for
+    /// [`crate::PROTOCOL_VERSION`]; a server may choose an older one). `None` for a server not
+    /// in the session.
+    pub fn protocol_version(&self, server: &str) -> Option<String> {
+        let connection = &self.servers[*self.by_name.get(server)?];
+        connection
+            .peer
+            .peer_info()
+            .map(|info| info.protocol_version.to_string())
+    }
+
     /// The process ids of the stdio servers.
     pub fn child_pids(&self) -> Vec<u32> {
         self.servers.iter().filter_map(|s| s.child_pid).collect()
