@@ -314,7 +314,9 @@ impl McpSession {
     /// Calls a tool by its external name (`<server>__<tool>`): validates the arguments against
     /// its input schema, sends `tools/call` with the server's call timeout and normalises the
     /// result (`structuredContent` as is, otherwise the text contents: one text as a string,
-    /// several as an array; non-text blocks as their JSON).
+    /// several as an array; non-text blocks as their JSON). A plain value the server's SDK
+    /// wrapped as `structuredContent: {"result": …}` (FastMCP, the official Python SDK) comes
+    /// back as that value, when the tool declares no output schema or only the wrapper's.
     ///
     /// The result is what the model may see: the server's credentials (bearer token, OAuth
     /// tokens and client secret, header values, environment values under secret-looking
@@ -496,8 +498,14 @@ impl McpSession {
         let error_secrets = server.with_tokens(&server.secrets);
         let result_secrets = server.with_tokens(&server.credentials);
         let max = server.max_result_bytes.unwrap_or(self.default_max_result_bytes);
-        tool_output(result, &error_secrets, &result_secrets, max)
-            .map_err(|message| invocation(InvocationFailure::ToolError, message))
+        tool_output(
+            result,
+            descriptor.output_schema.as_ref(),
+            &error_secrets,
+            &result_secrets,
+            max,
+        )
+        .map_err(|message| invocation(InvocationFailure::ToolError, message))
     }
 
     /// Closes every server concurrently (stdio servers: stdin closed, then SIGTERM, then kill,
@@ -541,10 +549,14 @@ fn is_stale(server: &ServerConnection) -> bool {
 
 /// The descriptor of a listed tool.
 fn descriptor(server: &str, tool: &rmcp::model::Tool) -> McpToolDescriptor {
-    McpToolDescriptor::new(
+    let descriptor = McpToolDescriptor::new(
         server,
         tool.name.to_string(),
         tool.description.as_deref().unwrap_or_default(),
         Value::Object((*tool.input_schema).clone()),
-    )
+    );
+    match &tool.output_schema {
+        Some(schema) => descriptor.with_output_schema(Value::Object((**schema).clone())),
+        None => descriptor,
+    }
 }
