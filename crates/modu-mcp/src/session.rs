@@ -468,7 +468,14 @@ impl McpSession {
                 },
             )
         });
+        // Dropped before the answer (the run was cancelled, or its tool timeout fired): tell the
+        // server, which rmcp does only for its own timeout.
+        let mut abandoned = CancelOnDrop {
+            peer: server.peer.clone(),
+            request_id: Some(request_id.clone()),
+        };
         let response = handle.await_response().await;
+        abandoned.request_id = None;
         // An error the stdio transport made up for an answer it could not decode.
         if let Err(ServiceError::McpError(_)) = &response
             && let Some(failure) = server.decode_failures.take(&request_id)
@@ -540,6 +547,34 @@ fn http_decode_failure(error: &rmcp::transport::DynamicTransportError) -> Option
             })
         }
         _ => None,
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose caller stopped waiting (the call's
+/// future was dropped), unless disarmed (`request_id` taken) once the answer arrived.
+struct CancelOnDrop {
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    request_id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(request_id) = self.request_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let params = rmcp::model::CancelledNotificationParam::new(
+                Some(request_id),
+                Some("the client stopped waiting for this call".to_owned()),
+            );
+            if let Err(e) = peer.notify_cancelled(params).await {
+                tracing::debug!(error = %e, "sending notifications/cancelled failed");
+            }
+        });
     }
 }
 

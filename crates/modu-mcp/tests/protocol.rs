@@ -102,3 +102,41 @@ async fn server_everything_negotiates_2025_11_25() {
     assert_eq!(session.protocol_version("everything").as_deref(), Some("2025-11-25"));
     session.close().await;
 }
+
+/// Waits (up to 5 s) until the recorded messages satisfy `done`.
+async fn wait_recorded(path: &std::path::Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let messages = recorded(path);
+        if done(&messages) || std::time::Instant::now() > deadline {
+            return messages;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_call_is_cancelled_on_the_server_with_its_request_id() {
+    let Some(python) = support::python() else { return };
+    let record = record_file("protocol-cancel");
+    let server = support::misbehaving_stdio("slowpoke", &python, &["--record", record.to_str().unwrap()]);
+    let session = connector(server).open_session(None).await.unwrap();
+    // The caller gives up (a run cancelled, a tool timeout in the run loop): the future drops.
+    let call = session.call_tool("slowpoke__slow", json!({"seconds": 10}));
+    assert!(tokio::time::timeout(Duration::from_millis(500), call).await.is_err());
+    let cancelled = |m: &Value| m["method"] == "notifications/cancelled";
+    let messages = wait_recorded(&record, |ms| ms.iter().any(cancelled)).await;
+    let call = messages.iter().find(|m| m["method"] == "tools/call").unwrap();
+    let notice = messages
+        .iter()
+        .find(|m| cancelled(m))
+        .expect("no notifications/cancelled");
+    assert_eq!(notice["params"]["requestId"], call["id"], "{notice}");
+    // A call that is answered sends none.
+    let out = session.call_tool("slowpoke__ok", json!({"text": "x"})).await.unwrap();
+    assert_eq!(out, json!("ok: x"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(recorded(&record).iter().filter(|m| cancelled(m)).count(), 1);
+    session.close().await;
+    let _ = std::fs::remove_file(record);
+}
