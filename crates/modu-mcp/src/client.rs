@@ -20,7 +20,7 @@ use crate::describe::{self, Cause, Described};
 use crate::error::{
     McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError, McpTransportError, redact,
 };
-use crate::handler::ModuClientHandler;
+use crate::handler::{self, ModuClientHandler};
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
 use crate::sampling::Sampler;
 use crate::session::{McpSession, McpSessionOptions};
@@ -214,6 +214,21 @@ impl McpConnector {
             }
         };
         let peer = service.peer().clone();
+        // A server must answer with the revision asked for or an older one it prefers; one
+        // the client does not speak ends the connection (the lifecycle's "SHOULD disconnect").
+        let answered = peer.peer_info().map(|info| info.protocol_version.clone());
+        if let Some(version) = answered
+            && !handler::speaks(&version)
+        {
+            let _ = service.cancel().await;
+            return Err(McpError::Transport(McpTransportError {
+                server: name,
+                message: format!(
+                    "initialize failed: the server answered with protocol version {version}, which this client does not speak (it speaks {} and older)",
+                    handler::PROTOCOL_VERSION
+                ),
+            }));
+        }
         peer.set_response_cache_config(ClientCacheConfig::disabled()).await;
         // The generation before the listing: a change announced while listing lists again.
         let listed = signals.tools_generation();

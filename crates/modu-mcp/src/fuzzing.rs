@@ -18,5 +18,5 @@ pub fn normalise_tool_result(result: &[u8], secrets: &[String]) -> Result<Value,
         ServerResult::EmptyResult(_) => CallToolResult::success(Vec::new()),
         _ => return Err(None),
     };
-    tool_output(result, secrets, secrets, crate::config::DEFAULT_MAX_RESULT_BYTES).map_err(Some)
+    tool_output(result, None, secrets, secrets, crate::config::DEFAULT_MAX_RESULT_BYTES).map_err(Some)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ElicitationCapability, ErrorData, Implementation, SamplingCapability,
+    ElicitResult, ElicitationCapability, ErrorData, Implementation, ProtocolVersion, SamplingCapability,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, RoleClient};
@@ -15,8 +15,20 @@ use rmcp::{ClientHandler, RoleClient};
 use crate::elicitation::Elicitations;
 use crate::sampling::Sampler;
 
-/// The client side of every connection: announces itself as `modu-mcp`, and declares and
-/// serves sampling when the session was opened with [`crate::McpSampling`].
+/// The MCP revision the client asks for in `initialize`: the latest one that has the
+/// `initialize` handshake. rmcp's own default is a draft without it (`2026-07-28`), which
+/// servers of the current revisions refuse or answer oddly.
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Whether the client speaks `version`, one a server answered `initialize` with: a
+/// published revision up to [`PROTOCOL_VERSION`].
+pub(crate) fn speaks(version: &ProtocolVersion) -> bool {
+    ProtocolVersion::known_up_to(&PROTOCOL_VERSION).contains(version)
+}
+
+/// The client side of every connection: announces itself as `modu-mcp`, asks for protocol
+/// revision [`PROTOCOL_VERSION`], and declares and serves sampling when the session was
+/// opened with [`crate::McpSampling`].
 #[derive(Clone, Default)]
 pub struct ModuClientHandler {
     server: Arc<str>,
@@ -52,6 +64,7 @@ impl ClientHandler for ModuClientHandler {
         // Form elicitation goes through the run's asks for input (`crate::elicitation`).
         capabilities.elicitation = Some(ElicitationCapability::default());
         ClientConfig::new(capabilities, Implementation::new("modu-mcp", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(PROTOCOL_VERSION)
     }
 
     async fn create_elicitation(

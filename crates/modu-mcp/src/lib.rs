@@ -29,7 +29,7 @@ pub use error::{
     InvocationFailure, McpAuthError, McpError, McpRequestError, McpServerConfigurationError, McpToolDiscoveryError,
     McpToolInvocationError, McpTransportError, RequestFailure,
 };
-pub use handler::ModuClientHandler;
+pub use handler::{ModuClientHandler, PROTOCOL_VERSION};
 pub use provider::{McpToolProvider, McpToolSession};
 pub use registry::{McpToolDescriptor, McpToolRegistry};
 pub use resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest, selection_from_metadata};

@@ -7,11 +7,13 @@ use crate::client::MAX_ERROR_TEXT;
 use crate::error::{InvocationFailure, McpError, McpToolInvocationError, redact, redact_value};
 use crate::registry::split_external_name;
 
-/// A tool result as the model gets it: `structuredContent` as is, else the normalised
-/// contents, with `result_secrets` masked and capped at `max` bytes; an `isError` result is its
-/// message (capped at [`MAX_ERROR_TEXT`], `error_secrets` masked) as the `Err`.
+/// A tool result as the model gets it: `structuredContent` as is (a wrapped plain value
+/// unwrapped, see [`unwrap_plain`]), else the normalised contents, with `result_secrets`
+/// masked and capped at `max` bytes; an `isError` result is its message (capped at
+/// [`MAX_ERROR_TEXT`], `error_secrets` masked) as the `Err`.
 pub(crate) fn tool_output(
     result: CallToolResult,
+    output_schema: Option<&Value>,
     error_secrets: &[String],
     result_secrets: &[String],
     max: usize,
@@ -34,11 +36,34 @@ pub(crate) fn tool_output(
         return Err(redact(&message, error_secrets));
     }
     let mut value = match result.structured_content {
-        Some(structured) => structured,
+        Some(structured) => unwrap_plain(structured, output_schema),
         None => normalise_content(result.content),
     };
     redact_value(&mut value, result_secrets);
     Ok(cap_result(value, max))
+}
+
+/// The key FastMCP and the official Python SDK wrap a plain (non-object) return value under.
+const WRAPPED_RESULT: &str = "result";
+
+/// `structuredContent` of the form `{"result": v}` as `v`, when the tool declares no output
+/// schema or the schema the SDKs generate for a wrapped value (an object whose only property
+/// is `result`): the wrapper is the SDK's, not the tool's, and the model reads the value
+/// better without it. Anything else is returned unchanged.
+fn unwrap_plain(structured: Value, output_schema: Option<&Value>) -> Value {
+    let wrapper_schema = match output_schema {
+        None => true,
+        Some(schema) => schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.len() == 1 && properties.contains_key(WRAPPED_RESULT)),
+    };
+    match structured {
+        Value::Object(mut map) if wrapper_schema && map.len() == 1 && map.contains_key(WRAPPED_RESULT) => {
+            map.remove(WRAPPED_RESULT).unwrap_or(Value::Null)
+        }
+        other => other,
+    }
 }
 
 pub(crate) fn unknown_tool(external_name: &str) -> McpError {
@@ -91,5 +116,61 @@ pub(crate) fn cap_result(value: Value, max: usize) -> Value {
                 Value::String(modu_core::tool::truncate_result(text, Some(max)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn structured(value: Value) -> CallToolResult {
+        let mut result = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+        result.structured_content = Some(value);
+        result
+    }
+
+    fn output(value: Value, schema: Option<Value>) -> Value {
+        tool_output(structured(value), schema.as_ref(), &[], &[], 1 << 20).unwrap()
+    }
+
+    #[test]
+    fn a_wrapped_plain_value_is_unwrapped_without_an_output_schema() {
+        assert_eq!(output(json!({"result": "HI"}), None), json!("HI"));
+        assert_eq!(output(json!({"result": 42}), None), json!(42));
+        assert_eq!(output(json!({"result": ["a", "b"]}), None), json!(["a", "b"]));
+    }
+
+    #[test]
+    fn a_wrapped_plain_value_is_unwrapped_under_the_generated_wrapper_schema() {
+        let schema = json!({"type": "object", "title": "shoutOutput",
+            "properties": {"result": {"type": "string"}}, "required": ["result"]});
+        assert_eq!(output(json!({"result": "HI"}), Some(schema)), json!("HI"));
+    }
+
+    #[test]
+    fn a_declared_object_schema_keeps_the_structured_content() {
+        let schema = json!({"type": "object",
+            "properties": {"result": {"type": "string"}, "count": {"type": "integer"}}});
+        assert_eq!(output(json!({"result": "HI"}), Some(schema)), json!({"result": "HI"}));
+        // More keys than the wrapper: the tool's own object.
+        assert_eq!(
+            output(json!({"result": "HI", "count": 1}), None),
+            json!({"result": "HI", "count": 1})
+        );
+        assert_eq!(output(json!({"answer": "HI"}), None), json!({"answer": "HI"}));
+    }
+
+    #[test]
+    fn an_unwrapped_value_is_still_redacted_and_capped() {
+        let out = tool_output(
+            structured(json!({"result": "token s3cret here"})),
+            None,
+            &[],
+            &["s3cret".to_owned()],
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(out, json!("token [redacted] here"));
     }
 }

@@ -46,6 +46,8 @@ pub struct McpToolDescriptor {
     pub description: String,
     /// The tool's input schema.
     pub input_schema: Value,
+    /// The tool's output schema, when it declares one.
+    pub output_schema: Option<Value>,
     validator: Option<modu_core::ArgumentValidator>,
 }
 
@@ -84,8 +86,15 @@ impl McpToolDescriptor {
             external_name,
             description,
             input_schema,
+            output_schema: None,
             validator,
         }
+    }
+
+    /// The same descriptor with the output schema the tool declares.
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
     }
 
     /// Whether the input schema compiled (a schema that does not is left to the server).

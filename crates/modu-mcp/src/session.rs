@@ -182,6 +182,17 @@ impl McpSession {
         self.servers.iter().map(|s| s.name.as_str()).collect()
     }
 
+    /// The MCP protocol revision a server answered `initialize` with (the client asks for
+    /// [`crate::PROTOCOL_VERSION`]; a server may choose an older one). `None` for a server not
+    /// in the session.
+    pub fn protocol_version(&self, server: &str) -> Option<String> {
+        let connection = &self.servers[*self.by_name.get(server)?];
+        connection
+            .peer
+            .peer_info()
+            .map(|info| info.protocol_version.to_string())
+    }
+
     /// The process ids of the stdio servers.
     pub fn child_pids(&self) -> Vec<u32> {
         self.servers.iter().filter_map(|s| s.child_pid).collect()
@@ -306,7 +317,9 @@ impl McpSession {
     /// Calls a tool by its external name (`<server>__<tool>`): validates the arguments against
     /// its input schema, sends `tools/call` with the server's call timeout and normalises the
     /// result (`structuredContent` as is, otherwise the text contents: one text as a string,
-    /// several as an array; non-text blocks as their JSON).
+    /// several as an array; non-text blocks as their JSON). A plain value the server's SDK
+    /// wrapped as `structuredContent: {"result": …}` (FastMCP, the official Python SDK) comes
+    /// back as that value, when the tool declares no output schema or only the wrapper's.
     ///
     /// The result is what the model may see: the server's credentials (bearer token, OAuth
     /// tokens and client secret, header values, environment values under secret-looking
@@ -458,7 +471,14 @@ impl McpSession {
                 },
             )
         });
+        // Dropped before the answer (the run was cancelled, or its tool timeout fired): tell the
+        // server, which rmcp does only for its own timeout.
+        let mut abandoned = CancelOnDrop {
+            peer: server.peer.clone(),
+            request_id: Some(request_id.clone()),
+        };
         let response = handle.await_response().await;
+        abandoned.request_id = None;
         // An error the stdio transport made up for an answer it could not decode.
         if let Err(ServiceError::McpError(_)) = &response
             && let Some(failure) = server.decode_failures.take(&request_id)
@@ -488,8 +508,14 @@ impl McpSession {
         let error_secrets = server.with_tokens(&server.secrets);
         let result_secrets = server.with_tokens(&server.credentials);
         let max = server.max_result_bytes.unwrap_or(self.default_max_result_bytes);
-        tool_output(result, &error_secrets, &result_secrets, max)
-            .map_err(|message| invocation(InvocationFailure::ToolError, message))
+        tool_output(
+            result,
+            descriptor.output_schema.as_ref(),
+            &error_secrets,
+            &result_secrets,
+            max,
+        )
+        .map_err(|message| invocation(InvocationFailure::ToolError, message))
     }
 
     /// Closes every server concurrently (stdio servers: stdin closed, then SIGTERM, then kill,
@@ -527,16 +553,48 @@ fn http_decode_failure(error: &rmcp::transport::DynamicTransportError) -> Option
     }
 }
 
+/// Sends `notifications/cancelled` for a request whose caller stopped waiting (the call's
+/// future was dropped), unless disarmed (`request_id` taken) once the answer arrived.
+struct CancelOnDrop {
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    request_id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(request_id) = self.request_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let params = rmcp::model::CancelledNotificationParam::new(
+                Some(request_id),
+                Some("the client stopped waiting for this call".to_owned()),
+            );
+            if let Err(e) = peer.notify_cancelled(params).await {
+                tracing::debug!(error = %e, "sending notifications/cancelled failed");
+            }
+        });
+    }
+}
+
 fn is_stale(server: &ServerConnection) -> bool {
     server.signals.tools_generation() != server.tools_listed.load(Ordering::Acquire)
 }
 
 /// The descriptor of a listed tool.
 fn descriptor(server: &str, tool: &rmcp::model::Tool) -> McpToolDescriptor {
-    McpToolDescriptor::new(
+    let descriptor = McpToolDescriptor::new(
         server,
         tool.name.to_string(),
         tool.description.as_deref().unwrap_or_default(),
         Value::Object((*tool.input_schema).clone()),
-    )
+    );
+    match &tool.output_schema {
+        Some(schema) => descriptor.with_output_schema(Value::Object((**schema).clone())),
+        None => descriptor,
+    }
 }

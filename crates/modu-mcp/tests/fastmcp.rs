@@ -1,5 +1,6 @@
 //! Against a Python MCPServer (PyPI `mcp` 2.x, formerly FastMCP) written for these tests:
-//! structuredContent, text only, isError, raising, and a call outliving its timeout.
+//! structuredContent, text only, a wrapped plain value, isError, raising, and a call outliving
+//! its timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -25,6 +26,17 @@ async fn exercise(session: &McpSession, s: &str) {
         .await
         .unwrap();
     assert_eq!(out, json!("QUIET"));
+    // A plain return value the SDK wraps as structuredContent {"result": …} → the value.
+    let out = session
+        .call_tool(&name("plain_upper"), json!({"text": "quiet"}))
+        .await
+        .unwrap();
+    assert_eq!(out, json!("QUIET"));
+    let out = session
+        .call_tool(&name("plain_count"), json!({"items": ["a", "b", "c"]}))
+        .await
+        .unwrap();
+    assert_eq!(out, json!(3));
     // isError → a typed invocation error carrying the server's text.
     let e = session
         .call_tool(&name("fail_softly"), json!({"reason": "closed on sundays"}))

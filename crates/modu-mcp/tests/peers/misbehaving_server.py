@@ -2,7 +2,8 @@
 
 Usage:
   python misbehaving_server.py stdio [--delay-initialize SECONDS] [--fail-initialize]
-                                     [--log FILE] [MARKER...]
+                                     [--log FILE] [--record FILE] [--answer-version V]
+                                     [MARKER...]
   python misbehaving_server.py http PORT TOKEN
   python misbehaving_server.py http-raw PORT json|sse
 
@@ -24,7 +25,9 @@ raw lines to stdout, which the SDKs would refuse to produce. Tools:
 
 `id_last` puts "id" after "result", as the TypeScript SDK orders its answers.
 --delay-initialize waits before answering initialize; --fail-initialize then exits instead
-of answering; --log appends "PID METHOD" to FILE for every message received.
+of answering; --log appends "PID METHOD" to FILE for every message received; --record
+appends every message received to FILE, one JSON line each; --answer-version answers
+initialize with protocol version V (else with the version the client asked for).
 
 http-raw: the tools ok, invalid_utf8, deep_nesting, big_structured and big_text over a
 hand-written streamable-HTTP endpoint at /mcp, each answer one JSON body or one SSE event.
@@ -145,6 +148,8 @@ def serve_stdio(argv: list) -> None:
     delay = 0.0
     fail_initialize = False
     log = None
+    record = None
+    answer_version = None
     i = 0
     while i < len(argv):
         if argv[i] == "--delay-initialize":
@@ -154,6 +159,12 @@ def serve_stdio(argv: list) -> None:
             fail_initialize = True
         elif argv[i] == "--log":
             log = argv[i + 1]
+            i += 1
+        elif argv[i] == "--record":
+            record = argv[i + 1]
+            i += 1
+        elif argv[i] == "--answer-version":
+            answer_version = argv[i + 1]
             i += 1
         i += 1
     for raw in sys.stdin.buffer:
@@ -165,6 +176,9 @@ def serve_stdio(argv: list) -> None:
         if log:
             with open(log, "a") as f:
                 f.write(f"{os.getpid()} {method}\n")
+        if record:
+            with open(record, "a") as f:
+                f.write(json.dumps(message) + "\n")
         if request_id is None:
             continue  # a notification
         if method == "initialize":
@@ -172,7 +186,7 @@ def serve_stdio(argv: list) -> None:
             if fail_initialize:
                 sys.exit(3)
             send({"jsonrpc": "2.0", "id": request_id, "result": {
-                "protocolVersion": message["params"]["protocolVersion"],
+                "protocolVersion": answer_version or message["params"]["protocolVersion"],
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "misbehaving", "version": "1.0.0"},
             }})

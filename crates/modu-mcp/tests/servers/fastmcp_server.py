@@ -5,6 +5,9 @@ Usage: python fastmcp_server.py [stdio | http PORT]
 Tools:
 - weather_forecast(city, days=1) -> dict          (structuredContent)
 - shout(text) -> str (structured_output=False)     (text only)
+- plain_upper(text) -> str                         (SDK default: structuredContent
+                                                    {"result": ...} and a wrapper outputSchema)
+- plain_count(items) -> int                        (the same, an integer)
 - fail_softly(reason)                              (a ToolError → isError result)
 - explode()                                        (an unexpected exception → isError result)
 - slow(seconds)                                    (sleeps; for call timeouts)
@@ -31,6 +34,16 @@ def weather_forecast(city: str, days: int = 1) -> dict[str, Any]:
 @server.tool(description="Repeat the text in upper case.", structured_output=False)
 def shout(text: str) -> str:
     return text.upper()
+
+
+@server.tool(description="Repeat the text in upper case (the SDK wraps the string).")
+def plain_upper(text: str) -> str:
+    return text.upper()
+
+
+@server.tool(description="Count the items (the SDK wraps the integer).")
+def plain_count(items: list[str]) -> int:
+    return len(items)
 
 
 @server.tool(description="Always fails with a tool error carrying the reason.")
