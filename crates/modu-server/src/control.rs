@@ -221,6 +221,28 @@ pub(crate) async fn history(
     }
 }
 
+/// `GET /agents/{agent}/sessions`: the stored sessions, most recently used first.
+pub(crate) async fn sessions(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    match agent.sessions().await {
+        Ok(Some(mut sessions)) => {
+            sessions.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            let sessions: Vec<Value> = sessions
+                .into_iter()
+                .map(|(id, last_used)| json!({"sessionId": id, "lastUsedMs": last_used}))
+                .collect();
+            Ok(Json(json!({"sessions": sessions})))
+        }
+        Ok(None) => Err(ServerError::not_found(
+            "this agent keeps no conversations, so it has no sessions",
+        )),
+        Err(error) => Err(ServerError::run_failed(&error)),
+    }
+}
+
 /// `GET /agents/{agent}/sessions/{session_id}/approvals`: the caller's paused runs of the
 /// session, each with its waiting calls.
 pub(crate) async fn session_approvals(

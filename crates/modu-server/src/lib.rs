@@ -46,6 +46,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | `GET /agents/{agent}/runs/{run}/approvals` | a paused run's waiting calls |
 /// | `POST /agents/{agent}/runs/{run}/approve`, `/reject` | a decision on one call: `{"callId", "always"?}`, `{"callId", "message"?}` |
 /// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused run: JSON, or AG-UI events with `Accept: text/event-stream` |
+/// | `GET /agents/{agent}/sessions` | the stored sessions, most recently used first |
 /// | `GET /agents/{agent}/sessions/{session}/approvals` | the session's paused runs and their waiting calls |
 /// | `GET /agents/{agent}/sessions/{session}/messages` | the session's stored history |
 /// | `GET /` | the dev UI, with [`ModuServer::dev_ui`] |
@@ -224,6 +225,7 @@ impl ModuServer {
             .route("/agents/{agent}/runs/{run_id}/approve", post(control::approve))
             .route("/agents/{agent}/runs/{run_id}/reject", post(control::reject))
             .route("/agents/{agent}/runs/{run_id}/resume", post(control::resume))
+            .route("/agents/{agent}/sessions", get(control::sessions))
             .route("/agents/{agent}/sessions/{session_id}/messages", get(control::history))
             .route(
                 "/agents/{agent}/sessions/{session_id}/approvals",

@@ -83,6 +83,9 @@ struct ExportedState {
     interruptions: Vec<ApprovalRequest>,
 }
 
+/// A stored session: its id and when it was last appended to, in Unix milliseconds.
+pub(crate) type Session = (String, u64);
+
 /// A person's decision on one waiting call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -114,6 +117,9 @@ pub(crate) trait Served: Send + Sync {
         &self,
         session_id: &str,
     ) -> futures::future::BoxFuture<'static, Result<Option<Vec<Message>>, AgentError>>;
+    /// The stored sessions, each with the time of its last append in Unix milliseconds
+    /// (`None` when the agent keeps no conversations).
+    fn sessions(&self) -> futures::future::BoxFuture<'static, Result<Option<Vec<Session>>, AgentError>>;
     /// The ids of the session's runs that wait for approvals.
     fn paused_runs(&self, session_id: &str) -> futures::future::BoxFuture<'static, Result<Vec<String>, AgentError>>;
     /// Runs to the end, without streaming the model.
@@ -305,6 +311,31 @@ where
                     .map_err(|e| store_error("conversation.load", &e)),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn sessions(&self) -> futures::future::BoxFuture<'static, Result<Option<Vec<Session>>, AgentError>> {
+        let store = self.agent.conversation_store().cloned();
+        Box::pin(async move {
+            let Some(store) = store else {
+                return Ok(None);
+            };
+            let sessions = store
+                .list_sessions()
+                .await
+                .map_err(|e| store_error("conversation.list_sessions", &e))?;
+            Ok(Some(
+                sessions
+                    .into_iter()
+                    .map(|s| {
+                        let millis = s
+                            .last_used
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                        (s.session_id, millis)
+                    })
+                    .collect(),
+            ))
         })
     }
 
