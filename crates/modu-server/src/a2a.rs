@@ -5,7 +5,8 @@
 //! - `SendMessage` runs a task to its end (or its pause) and answers with the task;
 //!   `SendStreamingMessage` answers with an SSE stream: the task, the answer as artifact
 //!   updates while it streams, tool calls as working status updates, and a last status update.
-//! - A task is a run (`task id` = run id); `contextId` is the session.
+//! - A task is a run (`task id` = run id); `contextId` is the session, bound to the principal
+//!   that first used it (anyone else's message naming it is refused).
 //! - A run that waits for approvals leaves its task `TASK_STATE_INPUT_REQUIRED`, its status
 //!   message listing the calls (`{"approvals": [...]}` in a data part). The next message on the
 //!   task (`taskId` set) carries the decision: the text `approve` or `reject`, or a data part
@@ -219,6 +220,12 @@ async fn prepare(
         .clone()
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    if !state.sessions.claim(&context_id, principal) {
+        // Another caller's session: refused without saying whose.
+        return Err(RpcError::invalid_params(
+            "this contextId cannot be used; choose another",
+        ));
+    }
     let mut metadata = Metadata::new();
     if let Some(mcp) = incoming.mcp {
         metadata.insert("mcp".into(), mcp);

@@ -1,7 +1,8 @@
 //! The AG-UI endpoint: `POST /agui/{agent}` takes a `RunAgentInput` and answers with an SSE
 //! stream of AG-UI events (`data: {event}` lines).
 //!
-//! - `threadId` is the run's session; `runId` its run id (a run id that already has a
+//! - `threadId` is the run's session, bound to the principal that first used it (anyone else
+//!   gets 404); `runId` its run id (a run id that already has a
 //!   checkpoint is refused with 409, so a request cannot overwrite another run's state).
 //! - `forwardedProps.mcp` becomes the run's `mcp` metadata, the MCP server selection that
 //!   modu-mcp reads (`{"servers": [...]}`); inline stdio servers are refused from the network.
@@ -191,6 +192,9 @@ pub(crate) async fn run(
         return Err(ServerError::bad_request(
             "threadId and runId must be 1 to 200 letters, digits or -_.:",
         ));
+    }
+    if !state.sessions.claim(&input.thread_id, &principal) {
+        return Err(ServerError::not_found("no thread with this id"));
     }
     // A client reconnecting to its run: the events after the last one it saw.
     if let Some(after) = last_event_id(&headers)

@@ -298,12 +298,17 @@ pub(crate) async fn events(
     follow_sse(&live, last_event_id(&headers), |event| event.to_string())
 }
 
-/// `GET /agents/{agent}/sessions/{session_id}/messages`: the session's stored messages.
+/// `GET /agents/{agent}/sessions/{session_id}/messages`: the stored messages of a session
+/// of the caller's (404 for anyone else's).
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
     Path((name, session_id)): Path<(String, String)>,
+    Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
+    if !state.sessions.owned_by(&session_id, &principal) {
+        return Err(ServerError::not_found("no session with this id"));
+    }
     match agent.history(&session_id).await {
         Ok(Some(messages)) => Ok(Json(json!({"sessionId": session_id, "messages": messages}))),
         Ok(None) => Err(ServerError::not_found(
@@ -313,14 +318,16 @@ pub(crate) async fn history(
     }
 }
 
-/// `GET /agents/{agent}/sessions`: the stored sessions, most recently used first.
+/// `GET /agents/{agent}/sessions`: the caller's stored sessions, most recently used first.
 pub(crate) async fn sessions(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
     match agent.sessions().await {
         Ok(Some(mut sessions)) => {
+            sessions.retain(|(id, _)| state.sessions.owned_by(id, &principal));
             sessions.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             let sessions: Vec<Value> = sessions
                 .into_iter()
@@ -343,6 +350,9 @@ pub(crate) async fn session_approvals(
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
+    if !state.sessions.owned_by(&session_id, &principal) {
+        return Err(ServerError::not_found("no session with this id"));
+    }
     let run_ids = agent
         .paused_runs(&session_id)
         .await

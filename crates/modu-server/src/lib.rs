@@ -12,6 +12,7 @@ mod error;
 mod live;
 mod mount;
 mod openai;
+mod owners;
 mod ui;
 
 use std::collections::BTreeMap;
@@ -50,14 +51,17 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused or cancelled run: JSON, or AG-UI events with `Accept: text/event-stream` |
 /// | `POST /agents/{agent}/runs/{run}/cancel` | cancels a running run (it stops at its next boundary, its checkpoint kept) |
 /// | `GET /agents/{agent}/runs/{run}/events` | follows a streamed run: its buffered events after `Last-Event-ID`, then the rest live |
-/// | `GET /agents/{agent}/sessions` | the stored sessions, most recently used first |
+/// | `GET /agents/{agent}/sessions` | the caller's stored sessions, most recently used first |
 /// | `GET /agents/{agent}/sessions/{session}/approvals` | the session's paused runs and their waiting calls |
 /// | `GET /agents/{agent}/sessions/{session}/messages` | the session's stored history |
 /// | `GET /` | the dev UI, with [`ModuServer::dev_ui`] |
 ///
-/// Paused runs, their approvals and A2A tasks are their owner's only: a run is the caller's
-/// when it runs for the principal's user (others get 404). Session history is not scoped by
-/// user: whoever knows a session id can read it (as they can continue it over AG-UI).
+/// Runs (paused or running), their approvals and events, and A2A tasks are their owner's
+/// only: a run is the caller's when it runs for the principal's user (others get 404). A
+/// session (AG-UI `threadId`, A2A `contextId`) belongs to the principal that first used it:
+/// anyone else gets 404 for its history and its approvals and cannot continue it, and the
+/// session list shows the caller's sessions only. The bindings are kept in the server's
+/// memory (see the crate docs for what a restart does).
 ///
 /// Without [`ModuServer::auth`] every request runs as [`Principal::anonymous`] (no user, no
 /// roles), unless a layer of the application put a [`Principal`] in the request's extensions.
@@ -105,6 +109,8 @@ pub(crate) struct AppState {
     pub live: live::LiveRuns,
     /// Whether a run whose last client went away is cancelled.
     pub cancel_on_disconnect: bool,
+    /// Who each session belongs to.
+    pub sessions: owners::SessionOwners,
 }
 
 impl AppState {
@@ -234,6 +240,7 @@ impl ModuServer {
             public_url: self.public_url,
             live: live::LiveRuns::default(),
             cancel_on_disconnect: self.cancel_on_disconnect,
+            sessions: owners::SessionOwners::default(),
         });
         let router = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
