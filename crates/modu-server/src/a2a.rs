@@ -5,7 +5,8 @@
 //! - `SendMessage` runs a task to its end (or its pause) and answers with the task;
 //!   `SendStreamingMessage` answers with an SSE stream: the task, the answer as artifact
 //!   updates while it streams, tool calls as working status updates, and a last status update.
-//! - A task is a run (`task id` = run id); `contextId` is the session.
+//! - A task is a run (`task id` = run id); `contextId` is the session, bound to the principal
+//!   that first used it (anyone else's message naming it is refused).
 //! - A run that waits for approvals leaves its task `TASK_STATE_INPUT_REQUIRED`, its status
 //!   message listing the calls (`{"approvals": [...]}` in a data part). The next message on the
 //!   task (`taskId` set) carries the decision: the text `approve` or `reject`, or a data part
@@ -13,18 +14,19 @@
 //!   every waiting call must be decided, and the run then continues.
 //! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
 //!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
-//! - `GetTask` reads a task; `CancelTask` cancels a task that waits for input (a running task
-//!   cannot be cancelled yet). Tasks are kept in memory, the newest 10,000, and only their
+//! - `GetTask` reads a task; `CancelTask` cancels a task: a running one stops at its next
+//!   boundary (its checkpoint kept, so run control's `resume` can continue it), one waiting
+//!   for input has its paused run dropped. Either way the task reads `TASK_STATE_CANCELED`.
+//! - A task's run goes on when its client goes away; a streamed task can be followed again
+//!   (`GET /agents/{agent}/runs/{task}/events`, with `Last-Event-ID`). Tasks are kept in memory, the newest 10,000, and only their
 //!   owner (the principal's user) sees them.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{OriginalUri, Path, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -39,8 +41,9 @@ use crate::a2a_wire::{
     status_update, success, text_decision, user_message,
 };
 use crate::auth::{Caller, Principal};
-use crate::control::{decide, owned_run};
+use crate::control::{decide, follow_sse, owned_run, start_live};
 use crate::error::ServerError;
+use crate::live::run_detached;
 use crate::mount::{Decision, Item, RunInput, Served};
 use crate::{AppState, Metadata};
 
@@ -217,6 +220,12 @@ async fn prepare(
         .clone()
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    if !state.sessions.claim(&context_id, principal) {
+        // Another caller's session: refused without saying whose.
+        return Err(RpcError::invalid_params(
+            "this contextId cannot be used; choose another",
+        ));
+    }
     let mut metadata = Metadata::new();
     if let Some(mcp) = incoming.mcp {
         metadata.insert("mcp".into(), mcp);
@@ -236,6 +245,7 @@ async fn prepare(
         session_id: Some(context_id.clone()),
         run_id: task_id.clone(),
         metadata: state.run_metadata(name, metadata),
+        cancel: tokio_util::sync::CancellationToken::new(),
     };
     Ok(Prepared {
         task_id,
@@ -344,17 +354,24 @@ async fn send(
     params: Value,
 ) -> Result<Value, RpcError> {
     let prepared = prepare(state, name, &agent, principal, params).await?;
+    let live = live_task(state, name, &prepared.task_id, principal)?;
     let mut guard = TaskGuard {
         state: Arc::clone(state),
         id: prepared.task_id.clone(),
         armed: true,
     };
-    let finished = match prepared.start {
-        Some(input) => agent.run(principal, input).await,
-        None => agent.resume(principal, &prepared.task_id).await,
+    let run = match prepared.start {
+        Some(mut input) => {
+            input.cancel = live.cancel.clone();
+            agent.run(principal, input)
+        }
+        None => agent.resume(principal, &prepared.task_id, live.cancel.clone()),
     };
+    let finished = run_detached(Arc::clone(state), name.to_owned(), prepared.task_id.clone(), live, run).await;
     guard.armed = false;
-    state.tasks.finish(&prepared.task_id, &finished);
+    if let Some(finished) = finished {
+        state.tasks.finish(&prepared.task_id, &finished);
+    }
     let task = state.tasks.get(&prepared.task_id, name, principal)?;
     Ok(json!({"task": task_json(&prepared.task_id, &task, None)}))
 }
@@ -369,27 +386,49 @@ async fn stream(
     id: Value,
 ) -> Result<Response, RpcError> {
     let prepared = prepare(&state, name, &agent, principal, params).await?;
+    let live = live_task(&state, name, &prepared.task_id, principal)?;
     let task = state.tasks.get(&prepared.task_id, name, principal)?;
     let opening = json!({"task": task_json(&prepared.task_id, &task, None)});
     let items: BoxStream<'static, Item> = match prepared.start {
-        Some(input) => agent.stream(principal, input),
-        None => agent.resume_stream(principal, &prepared.task_id),
+        Some(mut input) => {
+            input.cancel = live.cancel.clone();
+            agent.stream(principal, input)
+        }
+        None => agent.resume_stream(principal, &prepared.task_id, live.cancel.clone()),
     };
     let mut translator = StreamTranslator {
         guard: TaskGuard {
-            state,
+            state: Arc::clone(&state),
             id: prepared.task_id.clone(),
             armed: true,
         },
-        task_id: prepared.task_id,
+        task_id: prepared.task_id.clone(),
         context_id: prepared.context_id,
         fresh: true,
     };
-    let events = items.flat_map(move |item| futures::stream::iter(translator.on(item)));
-    let body = futures::stream::once(async move { opening })
-        .chain(events)
-        .map(move |value| Ok::<Event, Infallible>(Event::default().data(success(&id, value).to_string())));
-    Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
+    let events = futures::stream::once(async move { opening })
+        .chain(items.flat_map(move |item| futures::stream::iter(translator.on(item))))
+        .boxed();
+    crate::live::drive(
+        Arc::clone(&state),
+        name.to_owned(),
+        prepared.task_id,
+        Arc::clone(&live),
+        events,
+    );
+    follow_sse(&live, None, move |value| success(&id, value).to_string())
+        .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
+}
+
+/// Registers a task's run as in flight.
+fn live_task(
+    state: &AppState,
+    name: &str,
+    task_id: &str,
+    principal: &Principal,
+) -> Result<Arc<crate::live::LiveRun>, RpcError> {
+    start_live(state, name, task_id, principal)
+        .map_err(|_| RpcError::new(code::UNSUPPORTED_OPERATION, "the task is running already"))
 }
 
 /// A run's items as A2A stream responses.
@@ -474,10 +513,27 @@ async fn cancel_task(
     let params: TaskParams = parse(params)?;
     let task = state.tasks.get(&params.id, name, principal)?;
     if task.state == TaskState::Working {
-        return Err(RpcError::new(
-            code::TASK_NOT_CANCELABLE,
-            "a running task cannot be cancelled yet",
-        ));
+        // A running task: its run stops at its next boundary, its checkpoint kept.
+        let live = state
+            .live
+            .get(name, &params.id, principal)
+            .filter(|live| !live.is_done())
+            .ok_or_else(|| RpcError::new(code::TASK_NOT_CANCELABLE, "the task has ended"))?;
+        if !state
+            .tasks
+            .transition(&params.id, TaskState::Working, TaskState::Canceled)
+        {
+            return Err(RpcError::new(code::TASK_NOT_CANCELABLE, "the task has ended"));
+        }
+        live.cancel.cancel();
+        let message = agent_message(
+            &params.id,
+            &task.context_id,
+            vec![json!({"text": "The task was cancelled."})],
+        );
+        state.tasks.update(&params.id, |t| t.status_message = Some(message));
+        let task = state.tasks.get(&params.id, name, principal)?;
+        return Ok(task_json(&params.id, &task, None));
     }
     if !state
         .tasks

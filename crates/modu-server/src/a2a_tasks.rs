@@ -93,6 +93,11 @@ impl Tasks {
     pub(crate) fn finish(&self, id: &str, finished: &Finished) -> (TaskState, Value) {
         let mut result = (TaskState::Failed, Value::Null);
         self.update(id, |task| {
+            if task.state == TaskState::Canceled {
+                // Cancelled while it ran: it stays cancelled, whatever the run's end.
+                result = (TaskState::Canceled, task.status_message.clone().unwrap_or(Value::Null));
+                return;
+            }
             let end = outcome(id, &task.context_id, finished);
             task.state = end.state;
             task.history.push(end.message.clone());

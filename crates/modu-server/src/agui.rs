@@ -1,7 +1,8 @@
 //! The AG-UI endpoint: `POST /agui/{agent}` takes a `RunAgentInput` and answers with an SSE
 //! stream of AG-UI events (`data: {event}` lines).
 //!
-//! - `threadId` is the run's session; `runId` its run id (a run id that already has a
+//! - `threadId` is the run's session, bound to the principal that first used it (anyone else
+//!   gets 404); `runId` its run id (a run id that already has a
 //!   checkpoint is refused with 409, so a request cannot overwrite another run's state).
 //! - `forwardedProps.mcp` becomes the run's `mcp` metadata, the MCP server selection that
 //!   modu-mcp reads (`{"servers": [...]}`); inline stdio servers are refused from the network.
@@ -23,6 +24,7 @@ use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
+use http::HeaderMap;
 use modu_core::{Message, Role, ToolCall};
 use serde::Deserialize;
 use serde_json::Value;
@@ -30,7 +32,7 @@ use serde_json::Value;
 use crate::AppState;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
-use crate::control::{agui_stream, decide, owned_run};
+use crate::control::{agui_stream, decide, follow_sse, last_event_id, owned_run, start_live};
 use crate::error::ServerError;
 use crate::mount::{Decision, RunInput, Served, called_tool};
 
@@ -181,6 +183,7 @@ pub(crate) async fn run(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     Caller(principal): Caller,
+    headers: HeaderMap,
     payload: Result<Json<RunAgentInput>, JsonRejection>,
 ) -> Result<Response, ServerError> {
     let Json(input) = payload?;
@@ -190,8 +193,20 @@ pub(crate) async fn run(
             "threadId and runId must be 1 to 200 letters, digits or -_.:",
         ));
     }
+    if !state.sessions.claim(&input.thread_id, &principal) {
+        return Err(ServerError::not_found("no thread with this id"));
+    }
+    // A client reconnecting to its run: the events after the last one it saw.
+    if let Some(after) = last_event_id(&headers)
+        && let Some(live) = state.live.get(&name, &input.run_id, &principal)
+    {
+        return follow_sse(&live, Some(after), |event| event.to_string());
+    }
+    if state.live.running(&name, &input.run_id) {
+        return Err(ServerError::RunIdInUse);
+    }
     if let Some(entries) = input.resume.filter(|r| !r.is_empty()) {
-        return resume(agent, &principal, input.thread_id, input.run_id, entries).await;
+        return resume(&state, &name, agent, &principal, input.thread_id, input.run_id, entries).await;
     }
     let mut metadata = serde_json::Map::new();
     if let Some(mcp) = mcp_selection(input.forwarded_props.as_ref())? {
@@ -212,14 +227,18 @@ pub(crate) async fn run(
     if agent.has_run(&input.run_id).await {
         return Err(ServerError::RunIdInUse);
     }
+    let live = start_live(&state, &name, &input.run_id, &principal)?;
     let translator = Translator::new(input.thread_id.clone(), input.run_id.clone(), messages.len());
+    let run_id = input.run_id.clone();
     let run = RunInput {
         messages,
         session_id: Some(input.thread_id),
         run_id: input.run_id,
         metadata,
+        cancel: live.cancel.clone(),
     };
-    Ok(agui_stream(translator, agent.stream(&principal, run)))
+    let items = agent.stream(&principal, run);
+    agui_stream(&state, &name, &run_id, live, translator, items)
 }
 
 /// The decision a resume entry carries: `status: "cancelled"` rejects; a resolved entry's
@@ -256,6 +275,8 @@ fn decision(entry: &ResumeEntry) -> Result<Decision, ServerError> {
 /// A `RunAgentInput` whose `resume` answers the interrupts of a paused run of the thread:
 /// records the decisions, then streams the continued run under the new run id.
 async fn resume(
+    state: &Arc<AppState>,
+    name: &str,
     agent: Arc<dyn Served>,
     principal: &Principal,
     thread_id: String,
@@ -294,10 +315,15 @@ async fn resume(
             )));
         }
     }
+    let live = start_live(state, name, &run_id, principal)?;
     for (call, decision) in answers {
-        decide(&agent, &paused_id, call, decision).await?;
+        if let Err(error) = decide(&agent, &paused_id, call, decision).await {
+            state.live.remove(name, &run_id, &live);
+            return Err(error);
+        }
     }
     let translator =
-        Translator::new(thread_id, run_id, paused.message_count).resuming(paused_id.clone(), paused.call_ids);
-    Ok(agui_stream(translator, agent.resume_stream(principal, &paused_id)))
+        Translator::new(thread_id, run_id.clone(), paused.message_count).resuming(paused_id.clone(), paused.call_ids);
+    let items = agent.resume_stream(principal, &paused_id, live.cancel.clone());
+    agui_stream(state, name, &run_id, live, translator, items)
 }

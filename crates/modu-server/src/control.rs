@@ -24,6 +24,7 @@ use crate::AppState;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
 use crate::error::ServerError;
+use crate::live::LiveRun;
 use crate::mount::{Decision, Finished, PausedRun, Served};
 
 /// A waiting call as the wire shows it.
@@ -169,7 +170,7 @@ pub(crate) fn finished_json(run_id: &str, finished: Finished) -> Result<Value, S
 }
 
 /// `POST /agents/{agent}/runs/{run_id}/resume`: continues a paused run once its calls are
-/// decided. With `Accept: text/event-stream` the answer is an SSE stream of AG-UI events
+/// decided, or a cancelled one. With `Accept: text/event-stream` the answer is an SSE stream of AG-UI events
 /// (`threadId` the run's session); otherwise JSON (see [`finished_json`]).
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
@@ -179,43 +180,163 @@ pub(crate) async fn resume(
 ) -> Result<Response, ServerError> {
     let agent = Arc::clone(state.agent(&name)?);
     let run = owned_run(&agent, &run_id, &principal).await?;
+    let live = start_live(&state, &name, &run_id, &principal)?;
     if !wants_stream(&headers) {
-        let finished = agent.resume(&principal, &run_id).await;
+        let resumed = agent.resume(&principal, &run_id, live.cancel.clone());
+        let finished = crate::live::run_detached(Arc::clone(&state), name, run_id.clone(), live, resumed)
+            .await
+            .ok_or_else(|| ServerError::run_failed(&AgentError::Cancelled))?;
         return Ok(Json(finished_json(&run_id, finished)?).into_response());
     }
     let thread = run.session_id.clone().unwrap_or_else(|| run_id.clone());
     let translator = Translator::new(thread, run_id.clone(), run.message_count).resuming(run_id.clone(), run.call_ids);
-    Ok(agui_stream(translator, agent.resume_stream(&principal, &run_id)))
+    let items = agent.resume_stream(&principal, &run_id, live.cancel.clone());
+    agui_stream(&state, &name, &run_id, live, translator, items)
 }
 
-/// An SSE response of AG-UI events: `RUN_STARTED`, then the translated items.
+/// Registers a run about to start under `run_id`; 409 when one with this id is in flight.
+pub(crate) fn start_live(
+    state: &AppState,
+    agent: &str,
+    run_id: &str,
+    principal: &Principal,
+) -> Result<Arc<LiveRun>, ServerError> {
+    state
+        .live
+        .start(agent, run_id, principal, state.cancel_on_disconnect)
+        .ok_or(ServerError::RunIdInUse)
+}
+
+/// The `Last-Event-ID` header, when it holds an event id.
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// An SSE response following `live` from `after`: each event with its id, its data the
+/// event as `wrap` writes it.
+pub(crate) fn follow_sse(
+    live: &Arc<LiveRun>,
+    after: Option<u64>,
+    wrap: impl Fn(Value) -> String + Send + 'static,
+) -> Result<Response, ServerError> {
+    let events = live.follow(after).map_err(|evicted| ServerError::Gone {
+        message: format!(
+            "the events before {} are no longer kept (a run keeps its newest {})",
+            evicted.oldest,
+            crate::live::EVENT_BUFFER
+        ),
+    })?;
+    let body =
+        events.map(move |(id, event)| Ok::<Event, Infallible>(Event::default().id(id.to_string()).data(wrap(event))));
+    Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// Starts an AG-UI run on its own task (`RUN_STARTED`, then the translated items, into the
+/// run's log) and answers with an SSE stream following it.
 pub(crate) fn agui_stream(
+    state: &Arc<AppState>,
+    agent: &str,
+    run_id: &str,
+    live: Arc<LiveRun>,
     mut translator: Translator,
     items: futures::stream::BoxStream<'static, crate::mount::Item>,
-) -> Response {
-    let opening = data(&translator.started());
-    let events =
-        items.flat_map(move |item| futures::stream::iter(translator.on(item).iter().map(data).collect::<Vec<_>>()));
-    let body = futures::stream::once(async move { opening })
-        .chain(events)
-        .map(Ok::<Event, Infallible>);
-    Sse::new(body).keep_alive(KeepAlive::default()).into_response()
+) -> Result<Response, ServerError> {
+    let opening = translator.started();
+    let events = futures::stream::once(async move { opening })
+        .chain(items.flat_map(move |item| futures::stream::iter(translator.on(item))))
+        .boxed();
+    crate::live::drive(
+        Arc::clone(state),
+        agent.to_owned(),
+        run_id.to_owned(),
+        Arc::clone(&live),
+        events,
+    );
+    follow_sse(&live, None, |event| event.to_string())
 }
 
-fn data(value: &Value) -> Event {
-    Event::default().data(value.to_string())
+/// `POST /agents/{agent}/runs/{run_id}/cancel`: cancels a running run of the caller's. The run
+/// stops at its next boundary (a model call in flight is abandoned, tools in flight finish)
+/// with the error `cancelled`; its checkpoint is kept, so `resume` can continue it.
+pub(crate) async fn cancel(
+    State(state): State<Arc<AppState>>,
+    Path((name, run_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+) -> Result<Response, ServerError> {
+    state.agent(&name)?;
+    match state.live.get(&name, &run_id, &principal) {
+        Some(live) if !live.is_done() => {
+            live.cancel.cancel();
+            Ok((
+                http::StatusCode::ACCEPTED,
+                Json(json!({"runId": run_id, "status": "cancelling"})),
+            )
+                .into_response())
+        }
+        _ => Err(ServerError::not_found("no running run with this id")),
+    }
 }
 
-/// `GET /agents/{agent}/sessions/{session_id}/messages`: the session's stored messages.
+/// `GET /agents/{agent}/runs/{run_id}/events`: follows a streamed run of the caller's (AG-UI
+/// events; A2A stream responses for a task): the events after `Last-Event-ID` (all the run
+/// still keeps without it), then the rest as they come. A run can be followed while it runs
+/// and for [`KEEP_FINISHED`](crate::KEEP_FINISHED) after its end.
+pub(crate) async fn events(
+    State(state): State<Arc<AppState>>,
+    Path((name, run_id)): Path<(String, String)>,
+    Caller(principal): Caller,
+    headers: HeaderMap,
+) -> Result<Response, ServerError> {
+    state.agent(&name)?;
+    let live = state
+        .live
+        .get(&name, &run_id, &principal)
+        .ok_or_else(|| ServerError::not_found("no streamed run with this id"))?;
+    follow_sse(&live, last_event_id(&headers), |event| event.to_string())
+}
+
+/// `GET /agents/{agent}/sessions/{session_id}/messages`: the stored messages of a session
+/// of the caller's (404 for anyone else's).
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
     Path((name, session_id)): Path<(String, String)>,
+    Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
+    if !state.sessions.owned_by(&session_id, &principal) {
+        return Err(ServerError::not_found("no session with this id"));
+    }
     match agent.history(&session_id).await {
         Ok(Some(messages)) => Ok(Json(json!({"sessionId": session_id, "messages": messages}))),
         Ok(None) => Err(ServerError::not_found(
             "this agent keeps no conversations, so it has no session history",
+        )),
+        Err(error) => Err(ServerError::run_failed(&error)),
+    }
+}
+
+/// `GET /agents/{agent}/sessions`: the caller's stored sessions, most recently used first.
+pub(crate) async fn sessions(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Caller(principal): Caller,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    match agent.sessions().await {
+        Ok(Some(mut sessions)) => {
+            sessions.retain(|(id, _)| state.sessions.owned_by(id, &principal));
+            sessions.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            let sessions: Vec<Value> = sessions
+                .into_iter()
+                .map(|(id, last_used)| json!({"sessionId": id, "lastUsedMs": last_used}))
+                .collect();
+            Ok(Json(json!({"sessions": sessions})))
+        }
+        Ok(None) => Err(ServerError::not_found(
+            "this agent keeps no conversations, so it has no sessions",
         )),
         Err(error) => Err(ServerError::run_failed(&error)),
     }
@@ -229,6 +350,9 @@ pub(crate) async fn session_approvals(
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
+    if !state.sessions.owned_by(&session_id, &principal) {
+        return Err(ServerError::not_found("no session with this id"));
+    }
     let run_ids = agent
         .paused_runs(&session_id)
         .await

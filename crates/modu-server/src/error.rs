@@ -41,6 +41,13 @@ pub enum ServerError {
     /// The run id is taken: a run with this id has a checkpoint.
     #[error("a run with this runId exists already")]
     RunIdInUse,
+    /// The events asked for are no longer kept (a `Last-Event-ID` older than the run's
+    /// replay buffer).
+    #[error("{message}")]
+    Gone {
+        /// What is gone, in the server's words.
+        message: String,
+    },
     /// The request carries no valid credentials.
     #[error("the request is not authenticated")]
     Unauthorized,
@@ -84,6 +91,7 @@ impl ServerError {
             ServerError::NotFound { .. } => StatusCode::NOT_FOUND,
             ServerError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ServerError::RunIdInUse => StatusCode::CONFLICT,
+            ServerError::Gone { .. } => StatusCode::GONE,
             ServerError::Unauthorized => StatusCode::UNAUTHORIZED,
             ServerError::RunFailed { code, .. } => match *code {
                 "model_error" => StatusCode::BAD_GATEWAY,
@@ -102,6 +110,7 @@ impl ServerError {
             ServerError::NotFound { .. } => ("invalid_request_error", "not_found"),
             ServerError::PayloadTooLarge => ("invalid_request_error", "payload_too_large"),
             ServerError::RunIdInUse => ("invalid_request_error", "run_id_in_use"),
+            ServerError::Gone { .. } => ("invalid_request_error", "events_gone"),
             ServerError::Unauthorized => ("authentication_error", "invalid_api_key"),
             ServerError::RunFailed { code, .. } => ("server_error", code),
         }

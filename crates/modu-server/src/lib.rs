@@ -9,8 +9,10 @@ mod agui_events;
 pub mod auth;
 mod control;
 mod error;
+mod live;
 mod mount;
 mod openai;
+mod owners;
 mod ui;
 
 use std::collections::BTreeMap;
@@ -26,6 +28,7 @@ use serde::Serialize;
 
 pub use auth::{AuthError, AuthLayer, Authenticator, BearerTokens, Principal};
 pub use error::ServerError;
+pub use live::{EVENT_BUFFER, KEEP_FINISHED};
 
 use mount::{Mounted, Served};
 
@@ -45,14 +48,20 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served) |
 /// | `GET /agents/{agent}/runs/{run}/approvals` | a paused run's waiting calls |
 /// | `POST /agents/{agent}/runs/{run}/approve`, `/reject` | a decision on one call: `{"callId", "always"?}`, `{"callId", "message"?}` |
-/// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused run: JSON, or AG-UI events with `Accept: text/event-stream` |
+/// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused or cancelled run: JSON, or AG-UI events with `Accept: text/event-stream` |
+/// | `POST /agents/{agent}/runs/{run}/cancel` | cancels a running run (it stops at its next boundary, its checkpoint kept) |
+/// | `GET /agents/{agent}/runs/{run}/events` | follows a streamed run: its buffered events after `Last-Event-ID`, then the rest live |
+/// | `GET /agents/{agent}/sessions` | the caller's stored sessions, most recently used first |
 /// | `GET /agents/{agent}/sessions/{session}/approvals` | the session's paused runs and their waiting calls |
 /// | `GET /agents/{agent}/sessions/{session}/messages` | the session's stored history |
 /// | `GET /` | the dev UI, with [`ModuServer::dev_ui`] |
 ///
-/// Paused runs, their approvals and A2A tasks are their owner's only: a run is the caller's
-/// when it runs for the principal's user (others get 404). Session history is not scoped by
-/// user: whoever knows a session id can read it (as they can continue it over AG-UI).
+/// Runs (paused or running), their approvals and events, and A2A tasks are their owner's
+/// only: a run is the caller's when it runs for the principal's user (others get 404). A
+/// session (AG-UI `threadId`, A2A `contextId`) belongs to the principal that first used it:
+/// anyone else gets 404 for its history and its approvals and cannot continue it, and the
+/// session list shows the caller's sessions only. The bindings are kept in the server's
+/// memory (see the crate docs for what a restart does).
 ///
 /// Without [`ModuServer::auth`] every request runs as [`Principal::anonymous`] (no user, no
 /// roles), unless a layer of the application put a [`Principal`] in the request's extensions.
@@ -63,6 +72,7 @@ pub struct ModuServer {
     body_limit: usize,
     public_url: Option<String>,
     dev_ui: bool,
+    cancel_on_disconnect: bool,
 }
 
 /// Run metadata.
@@ -95,6 +105,12 @@ pub(crate) struct AppState {
     pub tasks: a2a::Tasks,
     /// The URL the router is reachable at, for the A2A agent cards.
     pub public_url: Option<String>,
+    /// The runs in flight.
+    pub live: live::LiveRuns,
+    /// Whether a run whose last client went away is cancelled.
+    pub cancel_on_disconnect: bool,
+    /// Who each session belongs to.
+    pub sessions: owners::SessionOwners,
 }
 
 impl AppState {
@@ -130,6 +146,7 @@ impl ModuServer {
             body_limit: DEFAULT_BODY_LIMIT,
             public_url: None,
             dev_ui: false,
+            cancel_on_disconnect: false,
         }
     }
 
@@ -199,6 +216,15 @@ impl ModuServer {
         self
     }
 
+    /// Cancels a run when the last client following it goes away before it ended (off by
+    /// default: a run is driven by its own task and goes on without its client, which can
+    /// reconnect with `Last-Event-ID`). A cancelled run stops at its next boundary, its
+    /// checkpoint kept when the agent has a checkpoint store.
+    pub fn cancel_on_disconnect(mut self, on: bool) -> Self {
+        self.cancel_on_disconnect = on;
+        self
+    }
+
     /// The names of the mounted agents.
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {
         self.agents.keys().map(String::as_str)
@@ -212,6 +238,9 @@ impl ModuServer {
             created: unix_now(),
             tasks: a2a::Tasks::default(),
             public_url: self.public_url,
+            live: live::LiveRuns::default(),
+            cancel_on_disconnect: self.cancel_on_disconnect,
+            sessions: owners::SessionOwners::default(),
         });
         let router = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
@@ -224,6 +253,9 @@ impl ModuServer {
             .route("/agents/{agent}/runs/{run_id}/approve", post(control::approve))
             .route("/agents/{agent}/runs/{run_id}/reject", post(control::reject))
             .route("/agents/{agent}/runs/{run_id}/resume", post(control::resume))
+            .route("/agents/{agent}/runs/{run_id}/cancel", post(control::cancel))
+            .route("/agents/{agent}/runs/{run_id}/events", get(control::events))
+            .route("/agents/{agent}/sessions", get(control::sessions))
             .route("/agents/{agent}/sessions/{session_id}/messages", get(control::history))
             .route(
                 "/agents/{agent}/sessions/{session_id}/approvals",

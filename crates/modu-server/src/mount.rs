@@ -10,6 +10,8 @@ use modu_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::auth::Principal;
 
 /// Builds the application context of one run from the caller's principal.
@@ -23,6 +25,8 @@ pub(crate) struct RunInput {
     pub session_id: Option<String>,
     pub run_id: String,
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Cancels the run at its next boundary.
+    pub cancel: CancellationToken,
 }
 
 /// A run's end, with the output already turned into text and JSON.
@@ -83,6 +87,9 @@ struct ExportedState {
     interruptions: Vec<ApprovalRequest>,
 }
 
+/// A stored session: its id and when it was last appended to, in Unix milliseconds.
+pub(crate) type Session = (String, u64);
+
 /// A person's decision on one waiting call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -103,10 +110,19 @@ pub(crate) trait Served: Send + Sync {
         call_id: &str,
         decision: Decision,
     ) -> futures::future::BoxFuture<'static, Result<(), AgentError>>;
-    /// Resumes a paused run to its end (or its next pause).
-    fn resume(&self, principal: &Principal, run_id: &str) -> futures::future::BoxFuture<'static, Finished>;
-    /// Resumes a paused run, yielding events and then exactly one [`Item::Done`].
-    fn resume_stream(&self, principal: &Principal, run_id: &str) -> BoxStream<'static, Item>;
+    /// Resumes a paused (or cancelled) run to its end (or its next pause); `cancel` stops it
+    /// at its next boundary.
+    fn resume(
+        &self,
+        principal: &Principal,
+        run_id: &str,
+        cancel: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, Finished>;
+    /// Resumes a paused run, yielding events and then exactly one [`Item::Done`]. `cancel`
+    /// stops it at once (modu-core has no cancellable `resume_stream` yet, so the resumed
+    /// run's task is aborted: a tool in flight is dropped; the checkpoint stays as last saved).
+    fn resume_stream(&self, principal: &Principal, run_id: &str, cancel: CancellationToken)
+    -> BoxStream<'static, Item>;
     /// Drops a paused run's checkpoint, so it can no longer be resumed.
     fn discard(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<(), AgentError>>;
     /// A session's stored messages (`None` when the agent keeps no conversations).
@@ -114,6 +130,9 @@ pub(crate) trait Served: Send + Sync {
         &self,
         session_id: &str,
     ) -> futures::future::BoxFuture<'static, Result<Option<Vec<Message>>, AgentError>>;
+    /// The stored sessions, each with the time of its last append in Unix milliseconds
+    /// (`None` when the agent keeps no conversations).
+    fn sessions(&self) -> futures::future::BoxFuture<'static, Result<Option<Vec<Session>>, AgentError>>;
     /// The ids of the session's runs that wait for approvals.
     fn paused_runs(&self, session_id: &str) -> futures::future::BoxFuture<'static, Result<Vec<String>, AgentError>>;
     /// Runs to the end, without streaming the model.
@@ -140,7 +159,8 @@ where
         let mut request = AgentRequest::with_context_arc(Arc::new((self.context)(principal)), String::new())
             .messages(input.messages)
             .user(principal.user_context())
-            .run_id(input.run_id);
+            .run_id(input.run_id)
+            .cancel_token(input.cancel);
         request.session_id = input.session_id;
         request.metadata = input.metadata;
         request
@@ -156,6 +176,18 @@ pub(crate) fn called_tool(earlier: &[Message], call_id: &str) -> String {
         .find(|c| c.id == call_id)
         .map(|c| c.name.clone())
         .unwrap_or_default()
+}
+
+/// The end of a run cancelled from outside.
+fn cancelled() -> Finished {
+    Finished {
+        text: None,
+        output: None,
+        error: Some(AgentError::Cancelled),
+        usage: Usage::default(),
+        messages: Vec::new(),
+        interruptions: Vec::new(),
+    }
 }
 
 pub(crate) fn finished<O: Serialize>(result: AgentResult<O>) -> Finished {
@@ -259,21 +291,43 @@ where
         })
     }
 
-    fn resume(&self, principal: &Principal, run_id: &str) -> futures::future::BoxFuture<'static, Finished> {
+    fn resume(
+        &self,
+        principal: &Principal,
+        run_id: &str,
+        cancel: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, Finished> {
         let agent = self.agent.clone();
         let context = Arc::new((self.context)(principal));
         let run_id = run_id.to_owned();
-        Box::pin(async move { finished(agent.resume_arc(&run_id, context).await) })
+        Box::pin(async move { finished(agent.resume_cancellable(&run_id, context, cancel).await) })
     }
 
-    fn resume_stream(&self, principal: &Principal, run_id: &str) -> BoxStream<'static, Item> {
-        self.agent
+    fn resume_stream(
+        &self,
+        principal: &Principal,
+        run_id: &str,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Item> {
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&ended);
+        let items = self
+            .agent
             .resume_stream(run_id, (self.context)(principal))
-            .map(|item| match item {
+            .map(move |item| match item {
                 StreamItem::Event(event) => Item::Event(event),
-                StreamItem::Completed(result) | StreamItem::Failed(result) => Item::Done(Box::new(finished(*result))),
+                StreamItem::Completed(result) | StreamItem::Failed(result) => {
+                    seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Item::Done(Box::new(finished(*result)))
+                }
             })
-            .boxed()
+            .take_until(cancel.cancelled_owned());
+        // Cancelled before its end: the run's end is a cancellation.
+        let end = futures::stream::once(async move {
+            (!ended.load(std::sync::atomic::Ordering::SeqCst)).then(|| Item::Done(Box::new(cancelled())))
+        })
+        .filter_map(futures::future::ready);
+        items.chain(end).boxed()
     }
 
     fn discard(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<(), AgentError>> {
@@ -305,6 +359,31 @@ where
                     .map_err(|e| store_error("conversation.load", &e)),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn sessions(&self) -> futures::future::BoxFuture<'static, Result<Option<Vec<Session>>, AgentError>> {
+        let store = self.agent.conversation_store().cloned();
+        Box::pin(async move {
+            let Some(store) = store else {
+                return Ok(None);
+            };
+            let sessions = store
+                .list_sessions()
+                .await
+                .map_err(|e| store_error("conversation.list_sessions", &e))?;
+            Ok(Some(
+                sessions
+                    .into_iter()
+                    .map(|s| {
+                        let millis = s
+                            .last_used
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                        (s.session_id, millis)
+                    })
+                    .collect(),
+            ))
         })
     }
 

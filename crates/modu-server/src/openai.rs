@@ -167,6 +167,8 @@ pub(crate) async fn chat_completions(
         session_id: None,
         run_id: run_id.clone(),
         metadata: state.run_metadata(&request.model, serde_json::Map::new()),
+        // Not cancellable over the wire: an OpenAI client ends its run by going away.
+        cancel: tokio_util::sync::CancellationToken::new(),
     };
     let meta = Meta {
         id: format!("chatcmpl-{run_id}"),

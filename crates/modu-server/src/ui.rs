@@ -2,6 +2,8 @@
 //! static page embedded in the binary, no build step, nothing fetched from the internet. It
 //! chats with a mounted agent over the AG-UI endpoint (the answer streams in, tool calls show
 //! as they happen) and answers approvals with Approve / Reject buttons, which resume the run.
+//! A side panel lists the agent's sessions (choosing one loads its history and continues the
+//! thread) and the runs the page started, with each run's AG-UI events as they came.
 //!
 //! The page itself is served without authentication (it holds no data); every request it
 //! makes carries the bearer token typed into it.

@@ -15,6 +15,7 @@
 //! | `mcp` | MCP connector (rmcp) | `modu-mcp` |
 //! | `skills` | Agent Skills | `modu-skills` |
 //! | `otel` | OpenTelemetry GenAI traces and metrics | `modu-otel` |
+//! | `server` | serving agents over HTTP: AG-UI, A2A, OpenAI-compatible, dev UI (axum) | `modu-server` |
 //!
 //! The in-memory stores, the scripted test model and the run loop are always there.
 //!
@@ -76,3 +77,7 @@ pub use modu_skills as skills;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub use modu_otel as otel;
+
+#[cfg(feature = "server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
+pub use modu_server as server;
