@@ -405,7 +405,8 @@ async fn doctor_reports_each_check_and_a_broken_server() {
     );
     assert_eq!(lines[2], "✓ store: sqlite .modu/modu.db (0 sessions)");
     assert_eq!(lines[3], "✓ agent: builds (policy standard)");
-    assert_eq!(lines[4], "✓ mcp everything: 13 tools");
+    // 14: server-everything registers trigger-elicitation-request for a client that declares elicitation.
+    assert_eq!(lines[4], "✓ mcp everything: 14 tools");
     assert_eq!(
         lines[5],
         "✗ mcp broken: MCP transport error (server broken): could not start \"/nonexistent/modu-mcp-server\": No such file or directory (os error 2)"
