@@ -275,24 +275,30 @@ pub struct GuardrailDecision {
     pub reason: String,
 }
 
+/// One input or output check as the run records it.
+fn checked(guardrail: &str, kind: GuardrailKind, verdict: Verdict) -> Checked {
+    Checked {
+        guardrail: guardrail.to_owned(),
+        kind,
+        tripped: match verdict {
+            Verdict::Pass => None,
+            Verdict::Trip(t) => Some(t),
+        },
+        replaced: false,
+    }
+}
+
 /// The input guardrails of an agent, checked together (concurrently).
 pub(crate) async fn check_input<C: Send + Sync + 'static>(
     guardrails: &[Arc<dyn InputGuardrail<C>>],
     ctx: &RunContext<C>,
     input: &[Message],
 ) -> Vec<Checked> {
-    futures::future::join_all(guardrails.iter().map(|g| async move {
-        let verdict = g.check(ctx, input).await;
-        Checked {
-            guardrail: g.name().to_owned(),
-            kind: GuardrailKind::Input,
-            tripped: match verdict {
-                Verdict::Pass => None,
-                Verdict::Trip(t) => Some(t),
-            },
-            replaced: false,
-        }
-    }))
+    futures::future::join_all(
+        guardrails
+            .iter()
+            .map(|g| async move { checked(g.name(), GuardrailKind::Input, g.check(ctx, input).await) }),
+    )
     .await
 }
 
@@ -302,18 +308,11 @@ pub(crate) async fn check_output<C: Send + Sync + 'static>(
     ctx: &RunContext<C>,
     output: &serde_json::Value,
 ) -> Vec<Checked> {
-    futures::future::join_all(guardrails.iter().map(|g| async move {
-        let verdict = g.check(ctx, output).await;
-        Checked {
-            guardrail: g.name().to_owned(),
-            kind: GuardrailKind::Output,
-            tripped: match verdict {
-                Verdict::Pass => None,
-                Verdict::Trip(t) => Some(t),
-            },
-            replaced: false,
-        }
-    }))
+    futures::future::join_all(
+        guardrails
+            .iter()
+            .map(|g| async move { checked(g.name(), GuardrailKind::Output, g.check(ctx, output).await) }),
+    )
     .await
 }
 
