@@ -53,6 +53,21 @@ pub enum AgentError {
         /// The error's text.
         message: String,
     },
+    /// Another worker holds the session's lease ([`crate::lease`]), and it stayed busy for
+    /// as long as the run was configured to wait.
+    #[error("session {session_id} is busy: another worker holds its lease")]
+    SessionBusy {
+        /// The session.
+        session_id: String,
+    },
+    /// The run lost its session's lease (it expired, or another worker took the session
+    /// over), so its store writes were refused. The worker that holds the lease now owns the
+    /// run; this worker must not continue it.
+    #[error("the run lost the lease on session {session_id}; its writes were refused")]
+    LeaseLost {
+        /// The session.
+        session_id: String,
+    },
     /// No checkpoint exists for the run.
     #[error("no checkpoint for run {run_id}")]
     CheckpointNotFound {
@@ -193,6 +208,11 @@ impl AgentError {
     }
 
     pub(crate) fn from_store(operation: &str, err: &StoreError) -> Self {
+        if let StoreError::Fenced { key, .. } = err {
+            return AgentError::LeaseLost {
+                session_id: key.clone(),
+            };
+        }
         AgentError::Store {
             operation: operation.to_owned(),
             message: err.to_string(),

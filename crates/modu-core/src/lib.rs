@@ -16,6 +16,7 @@ pub mod error;
 pub mod event;
 pub mod guardrail;
 pub mod input;
+pub mod lease;
 pub mod memory;
 pub mod message;
 pub mod middleware;
@@ -42,6 +43,7 @@ pub use context::{RunContext, UserContext};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
 pub use input::{InputAnswer, InputRequest, InputSpec};
+pub use lease::{InMemoryLeaseStore, Lease, LeaseOptions, LeaseStore};
 pub use memory::{
     ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
     RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
@@ -60,8 +62,8 @@ pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
 pub use runtime::AgentRuntime;
 pub use store::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
-    ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore, MemoryStateStore,
-    SessionSummary, StoreError,
+    ConversationStore, Fence, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore,
+    MemoryStateStore, SessionSummary, StoreError,
 };
 pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{

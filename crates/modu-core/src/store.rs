@@ -33,6 +33,20 @@ pub enum StoreError {
     /// The operation did not finish in time.
     #[error("store operation timed out")]
     Timeout,
+    /// A fenced write was refused: its lease expired or another worker took the key over.
+    #[error("the lease on {key:?} (token {token}) is no longer held; the write was refused")]
+    Fenced {
+        /// The leased key (a session id).
+        key: String,
+        /// The token the refused write carried.
+        token: u64,
+    },
+    /// The store does not implement this operation (fenced writes, for a store without leases).
+    #[error("this store does not support {operation}")]
+    Unsupported {
+        /// The operation, such as `conversation.append_fenced`.
+        operation: &'static str,
+    },
 }
 
 impl StoreError {
@@ -44,6 +58,26 @@ impl StoreError {
         }
     }
 }
+
+/// The proof a write carries that its writer holds a key's lease.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Fence {
+    /// The leased key (a session id).
+    pub key: String,
+    /// The lease's token: larger than the token of every earlier take of this key.
+    pub token: u64,
+}
+
+impl Fence {
+    /// A fence (for store implementations and tests).
+    pub fn new(key: impl Into<String>, token: u64) -> Self {
+        Fence { key: key.into(), token }
+    }
+}
+
+/// Checks a fenced write against leases (built by `InMemoryLeaseStore`) and runs it if allowed.
+pub(crate) type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> Result<(), StoreError> + Send + Sync>;
 
 /// Keeps the messages of conversations (sessions).
 ///
@@ -61,6 +95,15 @@ pub trait ConversationStore: Send + Sync {
     async fn delete(&self, session_id: &str) -> Result<(), StoreError>;
     /// The sessions stored, sorted by id, each with the time of its last append.
     async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError>;
+    /// [`append`](Self::append), only while `fence` is the live lease of its key, checked
+    /// atomically with the write ([`StoreError::Fenced`] otherwise, and nothing is written).
+    /// Stores without leases answer [`StoreError::Unsupported`].
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        let _ = (session_id, messages, fence);
+        Err(StoreError::Unsupported {
+            operation: "conversation.append_fenced",
+        })
+    }
 }
 
 /// One stored session, as [`ConversationStore::list_sessions`] shows it.
@@ -258,6 +301,28 @@ pub trait CheckpointStore: Send + Sync {
     /// returns how many it removed (call again while it returns more than 0). A store whose
     /// backend expires keys by itself (Redis) removes only what its index still names.
     async fn purge_expired(&self) -> Result<u64, StoreError>;
+    /// [`save`](Self::save), only while `fence` is the live lease of its key, checked
+    /// atomically with the write ([`StoreError::Fenced`] otherwise, and nothing is written).
+    /// Stores without leases answer [`StoreError::Unsupported`].
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: &Fence,
+    ) -> Result<(), StoreError> {
+        let _ = (run_id, meta, state, fence);
+        Err(StoreError::Unsupported {
+            operation: "checkpoint.save_fenced",
+        })
+    }
+    /// [`delete`](Self::delete), only while `fence` is the live lease of its key.
+    async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        let _ = (run_id, fence);
+        Err(StoreError::Unsupported {
+            operation: "checkpoint.delete_fenced",
+        })
+    }
 }
 
 /// Keeps derived memory state, such as cached conversation summaries, by key.
@@ -312,6 +377,7 @@ impl<T> TtlMap<T> {
 /// Conversations in process memory. Lost when the process ends.
 pub struct InMemoryConversationStore {
     inner: TtlMap<(Vec<Message>, SystemTime)>,
+    fence_check: Option<FenceCheck>,
 }
 
 impl InMemoryConversationStore {
@@ -319,6 +385,7 @@ impl InMemoryConversationStore {
     pub fn new() -> Self {
         InMemoryConversationStore {
             inner: TtlMap::new(None),
+            fence_check: None,
         }
     }
 
@@ -326,7 +393,13 @@ impl InMemoryConversationStore {
     pub fn with_ttl(ttl: Duration) -> Self {
         InMemoryConversationStore {
             inner: TtlMap::new(Some(ttl)),
+            fence_check: None,
         }
+    }
+
+    pub(crate) fn with_fence_check(mut self, check: FenceCheck) -> Self {
+        self.fence_check = Some(check);
+        self
     }
 }
 
@@ -339,16 +412,17 @@ impl Default for InMemoryConversationStore {
 #[async_trait]
 impl ConversationStore for InMemoryConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
-        self.inner.with(|m| {
-            let e = m.entry(session_id.to_owned()).or_insert_with(|| Entry {
-                value: (Vec::new(), SystemTime::now()),
-                touched: Instant::now(),
-            });
-            e.value.0.extend_from_slice(messages);
-            e.value.1 = SystemTime::now();
-            e.touched = Instant::now();
-        });
+        self.append_now(session_id, messages);
         Ok(())
+    }
+
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        match &self.fence_check {
+            Some(check) => check(fence, &mut || self.append_now(session_id, messages)),
+            None => Err(StoreError::Unsupported {
+                operation: "conversation.append_fenced",
+            }),
+        }
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
@@ -377,9 +451,24 @@ impl ConversationStore for InMemoryConversationStore {
     }
 }
 
+impl InMemoryConversationStore {
+    fn append_now(&self, session_id: &str, messages: &[Message]) {
+        self.inner.with(|m| {
+            let e = m.entry(session_id.to_owned()).or_insert_with(|| Entry {
+                value: (Vec::new(), SystemTime::now()),
+                touched: Instant::now(),
+            });
+            e.value.0.extend_from_slice(messages);
+            e.value.1 = SystemTime::now();
+            e.touched = Instant::now();
+        });
+    }
+}
+
 /// Checkpoints in process memory.
 pub struct InMemoryCheckpointStore {
     inner: TtlMap<StoredCheckpoint>,
+    fence_check: Option<FenceCheck>,
 }
 
 struct StoredCheckpoint {
@@ -393,6 +482,7 @@ impl InMemoryCheckpointStore {
     pub fn new() -> Self {
         InMemoryCheckpointStore {
             inner: TtlMap::new(None),
+            fence_check: None,
         }
     }
 
@@ -400,19 +490,16 @@ impl InMemoryCheckpointStore {
     pub fn with_ttl(ttl: Duration) -> Self {
         InMemoryCheckpointStore {
             inner: TtlMap::new(Some(ttl)),
+            fence_check: None,
         }
     }
-}
 
-impl Default for InMemoryCheckpointStore {
-    fn default() -> Self {
-        Self::new()
+    pub(crate) fn with_fence_check(mut self, check: FenceCheck) -> Self {
+        self.fence_check = Some(check);
+        self
     }
-}
 
-#[async_trait]
-impl CheckpointStore for InMemoryCheckpointStore {
-    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+    fn save_now(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) {
         self.inner.with(|m| {
             m.insert(
                 run_id.to_owned(),
@@ -426,7 +513,45 @@ impl CheckpointStore for InMemoryCheckpointStore {
                 },
             )
         });
+    }
+
+    fn fenced(&self, fence: &Fence, operation: &'static str, write: &mut dyn FnMut()) -> Result<(), StoreError> {
+        match &self.fence_check {
+            Some(check) => check(fence, write),
+            None => Err(StoreError::Unsupported { operation }),
+        }
+    }
+}
+
+impl Default for InMemoryCheckpointStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for InMemoryCheckpointStore {
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        self.save_now(run_id, meta, state);
         Ok(())
+    }
+
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: &Fence,
+    ) -> Result<(), StoreError> {
+        self.fenced(fence, "checkpoint.save_fenced", &mut || {
+            self.save_now(run_id, meta, state)
+        })
+    }
+
+    async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        self.fenced(fence, "checkpoint.delete_fenced", &mut || {
+            self.inner.with(|m| m.remove(run_id));
+        })
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -62,6 +62,9 @@ macro_rules! check_eq {
     }};
 }
 
+mod lease;
+pub use lease::{FencedStores, LEASE_TTL_UNDER_TEST, lease_store_suite};
+
 /// Debug text of a value, cut to a readable length (large-message cases).
 fn short<T: std::fmt::Debug>(v: &T) -> String {
     let s = format!("{v:?}");

@@ -103,6 +103,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 conversations: self.conversations,
                 memory: self.memory,
                 checkpoints: self.checkpoints,
+                leases: self.leases,
                 authorizer: self.authorizer,
                 fingerprint,
                 chat,

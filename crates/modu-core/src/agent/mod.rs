@@ -24,6 +24,7 @@ mod guard;
 pub use guard::AgentGuardrail;
 pub(crate) mod compose;
 mod input;
+mod recover;
 pub(crate) mod request;
 mod settings;
 
@@ -114,6 +115,7 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
     pub(crate) memory: Arc<dyn ConversationMemoryPolicy>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    pub(crate) leases: Option<crate::lease::SessionLeases>,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
     pub(crate) fingerprint: String,
     /// The agent model's chat stack (user chat layers, retry, per-attempt events, the model).
@@ -208,6 +210,7 @@ impl<C: Send + Sync + 'static> Agent<C, String> {
             conversations: None,
             memory: Arc::new(KeepAll),
             checkpoints: None,
+            leases: None,
             authorizer: Arc::new(AllowAllAuthorizer),
             chat_layers: Vec::new(),
             function_layers: Vec::new(),
@@ -266,6 +269,7 @@ pub struct AgentBuilder<C, O> {
     conversations: Option<Arc<dyn ConversationStore>>,
     memory: Arc<dyn ConversationMemoryPolicy>,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
+    leases: Option<crate::lease::SessionLeases>,
     authorizer: Arc<dyn ToolAuthorizer>,
     chat_layers: Vec<ChatLayerFn>,
     function_layers: Vec<FunctionLayerFn<C>>,
@@ -416,6 +420,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
             conversations: self.conversations,
             memory: self.memory,
             checkpoints: self.checkpoints,
+            leases: self.leases,
             authorizer: self.authorizer,
             chat_layers: self.chat_layers,
             function_layers: self.function_layers,
@@ -486,6 +491,23 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
     /// Checkpoints runs in this store, so that `Agent::resume` can finish them.
     pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.checkpoints = Some(store);
+        self
+    }
+
+    /// Runs each session on one worker at a time, across processes ([`crate::lease`]): a run
+    /// with a session takes the session's lease before it reads the conversation, renews it
+    /// while it runs, and writes its conversation and checkpoints fenced by it. The stores must
+    /// share the leases' backend (`append_fenced`, `save_fenced`); a store without fenced
+    /// writes fails the run's first write with [`crate::StoreError::Unsupported`].
+    pub fn session_leases(
+        mut self,
+        leases: impl crate::lease::LeaseStore + 'static,
+        options: crate::lease::LeaseOptions,
+    ) -> Self {
+        self.leases = Some(crate::lease::SessionLeases {
+            store: Arc::new(leases),
+            options,
+        });
         self
     }
 

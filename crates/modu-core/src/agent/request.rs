@@ -36,6 +36,9 @@ pub struct AgentRequest<C> {
     /// For a resumed run: its checkpoint (the request's session, user and metadata start as
     /// the checkpoint's).
     pub(crate) resume: Option<Box<crate::runner::state::Resume>>,
+    /// A resume that claims an orphaned run ([`crate::Agent::recover_orphans`]): it does not
+    /// wait for the session's lease, and runs only a checkpoint still marked running.
+    pub(crate) claim: bool,
 }
 
 /// Where a nested run leaves its exported state when it pauses.
@@ -57,6 +60,7 @@ impl<C> Clone for AgentRequest<C> {
             approvals: self.approvals.clone(),
             nested_pause: self.nested_pause.clone(),
             resume: self.resume.clone(),
+            claim: self.claim,
         }
     }
 }
@@ -95,6 +99,7 @@ impl<C> AgentRequest<C> {
             approvals: None,
             nested_pause: None,
             resume: None,
+            claim: false,
         }
     }
 
@@ -226,6 +231,21 @@ pub struct AgentResult<O = String> {
 }
 
 impl<O> AgentResult<O> {
+    /// The result of a run that ended with `error` before it did anything.
+    pub(crate) fn failed(run_id: impl Into<String>, agent: impl Into<String>, error: AgentError) -> Self {
+        AgentResult {
+            run_id: run_id.into(),
+            agent: agent.into(),
+            output: None,
+            messages: Vec::new(),
+            usage: crate::message::Usage::default(),
+            metadata: serde_json::Map::new(),
+            error: Some(error),
+            interruptions: Vec::new(),
+            input_requests: Vec::new(),
+        }
+    }
+
     /// Whether the run is paused, waiting for approvals or input.
     pub fn is_interrupted(&self) -> bool {
         !self.interruptions.is_empty() || !self.input_requests.is_empty()

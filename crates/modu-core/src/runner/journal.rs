@@ -63,11 +63,12 @@ where
             && !already_stored
             && let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id())
         {
-            let appended = match with_deadline(
-                env.deadline,
-                agent.limits.timeout,
-                store.append(session, &self.state.messages),
-            )
+            let appended = match with_deadline(env.deadline, agent.limits.timeout, async {
+                match &env.fence {
+                    Some(fence) => store.append_fenced(session, &self.state.messages, fence).await,
+                    None => store.append(session, &self.state.messages).await,
+                }
+            })
             .await
             {
                 Ok(Ok(())) => Ok(()),
@@ -124,7 +125,13 @@ where
                 tracing::debug!(error = %e, "could not mark the checkpoint as failed");
             }
             if !keep {
-                match with_deadline(env.deadline, agent.limits.timeout, store.delete(&run_id)).await {
+                let delete = async {
+                    match &env.fence {
+                        Some(fence) => store.delete_fenced(&run_id, fence).await,
+                        None => store.delete(&run_id).await,
+                    }
+                };
+                match with_deadline(env.deadline, agent.limits.timeout, delete).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => self.store_failed("checkpoint.delete", &e.to_string()).await,
                     Err(timeout) => {
@@ -278,17 +285,14 @@ pub(super) async fn save_checkpoint_as<C, O>(
         operation: "checkpoint.encode".into(),
         message: e.to_string(),
     })?;
-    match with_deadline(
-        env.deadline,
-        env.agent.limits.timeout,
-        store.save(
-            env.ctx.run_id(),
-            &CheckpointMeta::new(env.agent.name.clone(), status).with_session(env.ctx.session_id()),
-            &bytes,
-        ),
-    )
-    .await?
-    {
+    let meta = CheckpointMeta::new(env.agent.name.clone(), status).with_session(env.ctx.session_id());
+    let save = async {
+        match &env.fence {
+            Some(fence) => store.save_fenced(env.ctx.run_id(), &meta, &bytes, fence).await,
+            None => store.save(env.ctx.run_id(), &meta, &bytes).await,
+        }
+    };
+    match with_deadline(env.deadline, env.agent.limits.timeout, save).await? {
         Ok(()) => {
             if env.emitter.active() {
                 env.emitter

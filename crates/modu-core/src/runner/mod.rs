@@ -43,6 +43,7 @@ pub(crate) mod function;
 mod gate;
 mod guard;
 mod journal;
+mod lease;
 pub(crate) mod policy;
 mod standard;
 pub(crate) mod start;
@@ -84,6 +85,8 @@ struct Env<C, O> {
     parent_run_id: Option<String>,
     /// A nested run leaves its state here when it pauses (agent-as-tool).
     nested_pause: Option<crate::agent::PauseSlot>,
+    /// The session lease's fence its store writes carry, when the agent uses leases.
+    fence: Option<crate::lease::Fence>,
 }
 
 struct Run<C, O> {

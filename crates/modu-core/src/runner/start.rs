@@ -8,14 +8,17 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 use super::emitter::Emitter;
+use super::lease;
 use super::state::RunState;
 use super::state::{Checkpoint, Resume};
 use super::{Env, Run, chat};
 use crate::agent::{AgentInner, AgentRequest, AgentResult};
 use crate::context::{RunContext, RunParts};
 use crate::error::AgentError;
+use crate::lease::Fence;
 use crate::message::Usage;
 use crate::middleware::AgentService;
+use crate::store::CheckpointStatus;
 
 pub(super) enum Start<C> {
     Fresh(Box<AgentRequest<C>>),
@@ -75,8 +78,62 @@ where
         sink: inner.sink.clone(),
         stream: request.stream.take(),
     };
+    let held = match (&inner.leases, request.session_id.as_deref()) {
+        (Some(leases), Some(session)) => {
+            let run_id = request
+                .run_id
+                .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
+                .clone();
+            match lease::take(leases, session, !request.claim).await {
+                Ok(held) => Some(held),
+                Err(e) => return AgentResult::failed(run_id, inner.name.clone(), e),
+            }
+        }
+        _ => None,
+    };
+    if let Some(held) = held {
+        // Under the lease, a resume reads its checkpoint again: the last holder may have
+        // moved the run on since it was loaded.
+        if let Some(resume) = request.resume.as_mut() {
+            let run_id = resume.checkpoint.run_id.clone();
+            let agent = crate::agent::Agent {
+                inner: Arc::clone(&inner),
+            };
+            let fresh = match agent.load_checkpoint(&run_id).await {
+                Ok(fresh) if !request.claim || fresh.state.status() == CheckpointStatus::Running => Ok(fresh),
+                // Another claimer finished, paused or failed it: not an orphan any more.
+                Ok(_) => Err(AgentError::CheckpointNotFound { run_id: run_id.clone() }),
+                Err(e) => Err(e),
+            };
+            match fresh {
+                Ok(fresh) => resume.checkpoint = fresh,
+                Err(e) => {
+                    held.release().await;
+                    return AgentResult::failed(run_id, inner.name.clone(), e);
+                }
+            }
+        }
+        let fence = held.fence();
+        let result = start(inner, request, emitter, Some(fence)).await;
+        held.release().await;
+        return result;
+    }
+    start(inner, request, emitter, None).await
+}
+
+/// A run whose lease (if any) is held: fresh, or resuming the checkpoint the request carries.
+async fn start<C, O>(
+    inner: Arc<AgentInner<C, O>>,
+    mut request: AgentRequest<C>,
+    emitter: Emitter,
+    fence: Option<Fence>,
+) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
     match request.resume.take() {
-        None => execute(inner, Start::Fresh(Box::new(request)), emitter).await,
+        None => execute_from(inner, Start::Fresh(Box::new(request)), emitter, Instant::now(), fence).await,
         Some(resume) => {
             let Resume {
                 mut checkpoint,
@@ -93,7 +150,7 @@ where
                 cancel: request.cancel,
                 nested,
             };
-            execute_from(inner, start, emitter, started).await
+            execute_from(inner, start, emitter, started, fence).await
         }
     }
 }
@@ -142,39 +199,27 @@ where
             Ok(match inner {
                 Some(inner) => run_raw(inner, request).await,
                 // Only reachable by a layer that keeps the stack after the agent was dropped.
-                None => AgentResult {
-                    run_id: request.run_id.unwrap_or_default(),
-                    agent: String::new(),
-                    output: None,
-                    messages: Vec::new(),
-                    usage: Usage::default(),
-                    metadata: serde_json::Map::new(),
-                    error: Some(AgentError::Configuration {
+                None => AgentResult::failed(
+                    request.run_id.unwrap_or_default(),
+                    String::new(),
+                    AgentError::Configuration {
                         message: "the agent was dropped while its middleware still held a run".into(),
-                    }),
-                    interruptions: Vec::new(),
-                    input_requests: Vec::new(),
-                },
+                    },
+                ),
             })
         })
     }
 }
 
-pub(super) async fn execute<C, O>(agent: Arc<AgentInner<C, O>>, start: Start<C>, emitter: Emitter) -> AgentResult<O>
-where
-    C: Send + Sync + 'static,
-    O: Send + 'static,
-{
-    execute_from(agent, start, emitter, Instant::now()).await
-}
-
-/// [`execute`] with the run's clock started at `started` (a resume starts it before it loads
-/// the checkpoint, so the load counts toward the run's one timeout).
+/// A run, with its clock started at `started` (a resume starts it before it loads the
+/// checkpoint, so the load counts toward the run's one timeout) and its writes fenced by the
+/// session's lease when it holds one.
 pub(super) async fn execute_from<C, O>(
     agent: Arc<AgentInner<C, O>>,
     start: Start<C>,
     emitter: Emitter,
     started: Instant,
+    fence: Option<Fence>,
 ) -> AgentResult<O>
 where
     C: Send + Sync + 'static,
@@ -246,6 +291,7 @@ where
             history: Vec::new(),
             parent_run_id,
             nested_pause,
+            fence,
         },
         offered: state.offered.as_ref().map(|o| o.iter().cloned().collect()),
         allowed: state.admitted.clone(),
