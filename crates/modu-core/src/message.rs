@@ -221,6 +221,18 @@ pub struct Usage {
     /// Model requests made.
     #[serde(default)]
     pub requests: u64,
+    /// Of `input_tokens`, how many the server read from its prompt cache (OpenAI
+    /// `prompt_tokens_details.cached_tokens`; 0 when the server does not say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+    /// Of `output_tokens`, how many were reasoning (OpenAI
+    /// `completion_tokens_details.reasoning_tokens`; 0 when the server does not say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -231,6 +243,8 @@ impl Usage {
             output_tokens,
             total_tokens: input_tokens.saturating_add(output_tokens),
             requests: 1,
+            cached_input_tokens: 0,
+            reasoning_tokens: 0,
         }
     }
 }
@@ -244,6 +258,8 @@ impl std::ops::Add for Usage {
             output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
             total_tokens: self.total_tokens.saturating_add(rhs.total_tokens),
             requests: self.requests.saturating_add(rhs.requests),
+            cached_input_tokens: self.cached_input_tokens.saturating_add(rhs.cached_input_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_add(rhs.reasoning_tokens),
         }
     }
 }
@@ -257,6 +273,8 @@ impl std::ops::Sub for Usage {
             output_tokens: self.output_tokens.saturating_sub(rhs.output_tokens),
             total_tokens: self.total_tokens.saturating_sub(rhs.total_tokens),
             requests: self.requests.saturating_sub(rhs.requests),
+            cached_input_tokens: self.cached_input_tokens.saturating_sub(rhs.cached_input_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_sub(rhs.reasoning_tokens),
         }
     }
 }
@@ -295,6 +313,7 @@ mod tests {
     #[test]
     fn usage_adds() {
         let mut u = Usage::new(10, 5);
+        u.cached_input_tokens = 4;
         u += Usage::new(1, 2);
         assert_eq!(
             u,
@@ -302,8 +321,15 @@ mod tests {
                 input_tokens: 11,
                 output_tokens: 7,
                 total_tokens: 18,
-                requests: 2
+                requests: 2,
+                cached_input_tokens: 4,
+                reasoning_tokens: 0,
             }
         );
+        // Stored usage without the detail fields reads, and writes none of them.
+        let old: Usage = serde_json::from_str(r#"{"input_tokens":1,"output_tokens":2,"total_tokens":3,"requests":1}"#)
+            .unwrap_or_default();
+        assert_eq!(old, Usage::new(1, 2));
+        assert!(!serde_json::to_string(&old).unwrap_or_default().contains("cached"));
     }
 }

@@ -335,6 +335,24 @@ pub(crate) struct WireUsage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<WirePromptDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+/// `usage.prompt_tokens_details` (OpenAI, vLLM with prefix caching).
+#[derive(Deserialize, Default)]
+pub(crate) struct WirePromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+/// `usage.completion_tokens_details` (OpenAI reasoning models, some vLLM builds).
+#[derive(Deserialize, Default)]
+pub(crate) struct WireCompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -343,6 +361,16 @@ impl WireUsage {
         if self.total_tokens > 0 {
             u.total_tokens = self.total_tokens;
         }
+        u.cached_input_tokens = self
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0);
+        u.reasoning_tokens = self
+            .completion_tokens_details
+            .as_ref()
+            .and_then(|d| d.reasoning_tokens)
+            .unwrap_or(0);
         u
     }
 }
