@@ -249,6 +249,18 @@ pub enum AgentEvent {
         /// The step-result attempt, from 1.
         attempt: u32,
     },
+    /// A piece of the model's reasoning, before its answer. In a strict Plan-and-Execute run it
+    /// names the step (`plan`, a step id, or `finalize`) and is internal: only
+    /// [`crate::Agent::stream_all`] and event sinks see it.
+    ReasoningDelta {
+        /// The run.
+        run_id: String,
+        /// The text.
+        text: String,
+        /// The strict step the reasoning belongs to (`None` in a standard run).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step_id: Option<String>,
+    },
     /// Plan-and-Execute: text the model produced inside a step (PLAN, ACT, STEP_RESULT). Only
     /// [`crate::Agent::stream_all`] and event sinks see it.
     StepModelDelta {
@@ -351,6 +363,7 @@ impl AgentEvent {
             AgentEvent::RunStarted { run_id, .. }
             | AgentEvent::ModelCallStarted { run_id, .. }
             | AgentEvent::ModelDelta { run_id, .. }
+            | AgentEvent::ReasoningDelta { run_id, .. }
             | AgentEvent::ModelCallFinished { run_id, .. }
             | AgentEvent::ModelCallFailed { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }
@@ -386,6 +399,7 @@ impl AgentEvent {
             AgentEvent::RunStarted { .. } => "run_started",
             AgentEvent::ModelCallStarted { .. } => "model_call_started",
             AgentEvent::ModelDelta { .. } => "model_delta",
+            AgentEvent::ReasoningDelta { .. } => "reasoning_delta",
             AgentEvent::ModelCallFinished { .. } => "model_call_finished",
             AgentEvent::ModelCallFailed { .. } => "model_call_failed",
             AgentEvent::ToolCallStarted { .. } => "tool_call_started",

@@ -51,7 +51,7 @@ pub use memory::{
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
 pub use model::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, FinishReason, ModelError,
-    ResponseFormat, ToolChoice, ToolDefinition,
+    ReasoningEffort, ReasoningReplay, ResponseFormat, ToolChoice, ToolDefinition,
 };
 pub use output::{JsonCodec, OutputCodec, OutputError, TextCodec};
 pub use provider::{

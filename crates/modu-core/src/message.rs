@@ -41,8 +41,8 @@ impl Role {
     }
 }
 
-/// One part of a message's content. Only text exists today; the enum leaves room for images
-/// and other media without changing the JSON of existing messages.
+/// One part of a message's content: text, or a model's reasoning. The enum leaves room for
+/// images and other media without changing the JSON of existing messages.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -50,6 +50,13 @@ pub enum ContentPart {
     /// Plain text.
     Text {
         /// The text.
+        text: String,
+    },
+    /// What a reasoning model thought before it answered (vLLM and llama.cpp
+    /// `reasoning_content`, Ollama `thinking`). Kept with the stored message; not part of
+    /// [`Message::text`]. Providers send it back to the server only when configured to.
+    Reasoning {
+        /// The reasoning text.
         text: String,
     },
 }
@@ -64,6 +71,15 @@ impl ContentPart {
     pub fn as_text(&self) -> Option<&str> {
         match self {
             ContentPart::Text { text } => Some(text),
+            ContentPart::Reasoning { .. } => None,
+        }
+    }
+
+    /// The reasoning of this part, if it is reasoning.
+    pub fn as_reasoning(&self) -> Option<&str> {
+        match self {
+            ContentPart::Reasoning { text } => Some(text),
+            ContentPart::Text { .. } => None,
         }
     }
 }
@@ -189,7 +205,21 @@ impl Message {
         }
     }
 
-    /// All text parts joined together.
+    /// The reasoning parts joined together (`None` when the message has none).
+    pub fn reasoning(&self) -> Option<String> {
+        let mut parts = self.content.iter().filter_map(ContentPart::as_reasoning).peekable();
+        parts.peek()?;
+        Some(parts.collect())
+    }
+
+    /// The same message with its reasoning parts removed.
+    pub fn without_reasoning(&self) -> Message {
+        let mut m = self.clone();
+        m.content.retain(|p| p.as_reasoning().is_none());
+        m
+    }
+
+    /// All text parts joined together (reasoning is not text).
     pub fn text(&self) -> String {
         let mut out = String::new();
         for part in &self.content {

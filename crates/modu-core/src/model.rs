@@ -72,6 +72,69 @@ pub struct ResponseFormat {
     pub strict: bool,
 }
 
+/// How much a reasoning model should think before it answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ReasoningEffort {
+    /// No reasoning (Ollama `think: false`; OpenAI `"none"`).
+    None,
+    /// The least reasoning a model supports.
+    Minimal,
+    /// Little.
+    Low,
+    /// The usual.
+    Medium,
+    /// Much.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The name OpenAI-compatible servers take (`"none"`, `"minimal"`, `"low"`, `"medium"`, `"high"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+}
+
+/// Which assistant messages a provider sends back to its server with their reasoning (a
+/// provider setting: `OpenAiClientBuilder::reasoning_replay`, `OllamaClientBuilder::reasoning_replay`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReasoningReplay {
+    /// None (the default). Servers that reject reasoning in their input, as DeepSeek-style
+    /// servers do with HTTP 400, accept every request, and vLLM and llama.cpp drop it anyway.
+    #[default]
+    Never,
+    /// The tool-call turns of the current exchange (the assistant messages with tool calls
+    /// after the last user message): what interleaved-thinking models (gpt-oss, Kimi K2
+    /// Thinking, DeepSeek V3.2 with tools) need to continue their reasoning across tool calls.
+    ToolCallTurns,
+    /// Every assistant message that has reasoning.
+    Always,
+}
+
+impl ReasoningReplay {
+    /// For `messages`, whether the message at an index is sent with its reasoning.
+    pub fn replayed(self, messages: &[Message]) -> impl Fn(usize) -> bool + '_ {
+        let current = messages.iter().rposition(|m| m.role == Role::User).unwrap_or(0);
+        move |i| {
+            let Some(m) = messages.get(i) else { return false };
+            m.role == Role::Assistant
+                && match self {
+                    ReasoningReplay::Never => false,
+                    ReasoningReplay::ToolCallTurns => i > current && !m.tool_calls.is_empty(),
+                    ReasoningReplay::Always => true,
+                }
+        }
+    }
+}
+
 /// One request to a model.
 ///
 /// Tools and a response format are never sent together by the run loop: tool-using requests
@@ -106,6 +169,10 @@ pub struct ChatRequest {
     /// A seed for reproducible sampling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// How hard a reasoning model should think (OpenAI `reasoning_effort`; Ollama `think`,
+    /// off for [`ReasoningEffort::None`]). `None` leaves it to the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Provider-specific fields passed through as they are (for example vLLM's
     /// `guided_json`, or Ollama's `options`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -183,6 +250,7 @@ impl ChatRequest {
             max_tokens: None,
             stop: Vec::new(),
             seed: None,
+            reasoning_effort: None,
             extras: BTreeMap::new(),
             extensions: Extensions::default(),
         }
@@ -213,6 +281,12 @@ impl ChatRequest {
     /// Sets the temperature.
     pub fn with_temperature(mut self, t: f32) -> Self {
         self.temperature = Some(t);
+        self
+    }
+
+    /// Sets how hard a reasoning model should think.
+    pub fn with_reasoning_effort(mut self, effort: ReasoningEffort) -> Self {
+        self.reasoning_effort = Some(effort);
         self
     }
 
@@ -258,6 +332,11 @@ pub enum FinishReason {
 pub enum ChatEvent {
     /// A piece of the answer's text.
     TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A piece of the model's reasoning (it comes before the answer).
+    ReasoningDelta {
         /// The text.
         text: String,
     },
@@ -483,6 +562,7 @@ struct PartialCall {
 #[derive(Default, Debug)]
 pub struct ChatResponseBuilder {
     text: String,
+    reasoning: String,
     calls: BTreeMap<usize, PartialCall>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
@@ -493,6 +573,7 @@ impl ChatResponseBuilder {
     pub fn push(&mut self, event: ChatEvent) {
         match event {
             ChatEvent::TextDelta { text } => self.text.push_str(&text),
+            ChatEvent::ReasoningDelta { text } => self.reasoning.push_str(&text),
             ChatEvent::ToolCallDelta {
                 index,
                 id,
@@ -543,11 +624,16 @@ impl ChatResponseBuilder {
             };
             tool_calls.push(ToolCall { id, name, arguments });
         }
-        let message = if tool_calls.is_empty() {
+        let mut message = if tool_calls.is_empty() {
             crate::Message::assistant(self.text)
         } else {
             crate::Message::assistant_tool_calls(self.text, tool_calls)
         };
+        if !self.reasoning.is_empty() {
+            message
+                .content
+                .insert(0, crate::message::ContentPart::Reasoning { text: self.reasoning });
+        }
         debug_assert_eq!(message.role, Role::Assistant);
         let mut usage = self.usage.unwrap_or_default();
         usage.requests = 1;

@@ -45,6 +45,9 @@ impl ApproximateTokenCounter {
         for m in messages {
             total += self.per_message_overhead;
             total += self.estimate_text(&m.text());
+            if let Some(reasoning) = m.reasoning() {
+                total += self.estimate_text(&reasoning);
+            }
             for call in &m.tool_calls {
                 total += self.estimate_text(&call.name) + self.estimate_text(&call.arguments) + 2;
             }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, ModelError};
+use modu_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, ModelError, ReasoningReplay,
+};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -54,6 +56,7 @@ struct Inner {
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
     always_stream: bool,
+    reasoning_replay: ReasoningReplay,
     redactor: Arc<Redactor>,
 }
 
@@ -90,6 +93,7 @@ pub struct OllamaClientBuilder {
     request_timeout: Option<Duration>,
     http: Option<reqwest::Client>,
     always_stream: bool,
+    reasoning_replay: ReasoningReplay,
 }
 
 impl std::fmt::Debug for OllamaClientBuilder {
@@ -156,6 +160,13 @@ impl OllamaClientBuilder {
     /// seconds, `0` to unload at once or `-1` to keep it forever.
     pub fn keep_alive(mut self, keep_alive: impl Into<Value>) -> Self {
         self.keep_alive = Some(keep_alive.into());
+        self
+    }
+
+    /// Which assistant messages send their reasoning back as `thinking` (default
+    /// [`ReasoningReplay::Never`]; Ollama's templates drop earlier thinking anyway).
+    pub fn reasoning_replay(mut self, replay: ReasoningReplay) -> Self {
+        self.reasoning_replay = replay;
         self
     }
 
@@ -246,6 +257,7 @@ impl OllamaClientBuilder {
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
                 always_stream: self.always_stream,
+                reasoning_replay: self.reasoning_replay,
                 redactor: Arc::new(redactor),
             }),
         })
@@ -330,6 +342,7 @@ impl OllamaClient {
             request_timeout: None,
             http: None,
             always_stream: false,
+            reasoning_replay: ReasoningReplay::default(),
         }
     }
 
@@ -394,7 +407,14 @@ impl OllamaClient {
 
     async fn post_chat(&self, request: &ChatRequest, stream: bool) -> Result<reqwest::Response, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, request, stream, &i.options, i.keep_alive.as_ref())?;
+        let body = wire::encode_request(
+            &i.model,
+            request,
+            stream,
+            &i.options,
+            i.keep_alive.as_ref(),
+            i.reasoning_replay,
+        )?;
         let mut rb = i
             .http
             .post(&i.chat_url)

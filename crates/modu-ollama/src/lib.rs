@@ -13,6 +13,7 @@ mod wire;
 
 pub use client::{DEFAULT_BASE_URL, OllamaClient, OllamaClientBuilder, OllamaModel, OllamaModelDetails};
 pub use error::OllamaConfigError;
+pub use modu_core::ReasoningReplay;
 
 /// The HTTP client crate, for [`OllamaClientBuilder::http_client`].
 pub use reqwest;

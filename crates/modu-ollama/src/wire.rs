@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use modu_core::{ChatEvent, ChatRequest, FinishReason, Message, ModelError, Role, ToolDefinition, Usage};
+use modu_core::{
+    ChatEvent, ChatRequest, FinishReason, Message, ModelError, ReasoningEffort, ReasoningReplay, Role, ToolDefinition,
+    Usage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -18,6 +21,9 @@ pub(crate) struct WireRequest<'a> {
     pub options: Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_alive: Option<&'a Value>,
+    /// Thinking on or off (`ChatRequest::reasoning_effort`; absent: the model's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub think: Option<bool>,
     pub stream: bool,
 }
 
@@ -29,6 +35,8 @@ pub(crate) struct WireMessage<'a> {
     pub tool_calls: Vec<WireToolCallOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -57,10 +65,13 @@ pub(crate) struct WireFunctionDef<'a> {
     pub parameters: &'a Value,
 }
 
-pub(crate) fn wire_messages(messages: &[Message]) -> Vec<WireMessage<'_>> {
+pub(crate) fn wire_messages(messages: &[Message], replay: ReasoningReplay) -> Vec<WireMessage<'_>> {
+    let replayed = replay.replayed(messages);
     messages
         .iter()
-        .map(|m| WireMessage {
+        .enumerate()
+        .map(|(i, m)| WireMessage {
+            thinking: if replayed(i) { m.reasoning() } else { None },
             role: m.role.as_str(),
             content: m.text(),
             tool_calls: m
@@ -101,6 +112,7 @@ pub(crate) fn encode_request(
     stream: bool,
     default_options: &Map<String, Value>,
     keep_alive: Option<&Value>,
+    replay: ReasoningReplay,
 ) -> Result<Vec<u8>, ModelError> {
     let mut options = default_options.clone();
     if let Some(t) = request.temperature {
@@ -122,11 +134,12 @@ pub(crate) fn encode_request(
     }
     let body = WireRequest {
         model,
-        messages: wire_messages(&request.messages),
+        messages: wire_messages(&request.messages, replay),
         tools: wire_tools(&request.tools),
         format: request.response_format.as_ref().map(|f| &f.schema),
         options,
         keep_alive,
+        think: request.reasoning_effort.map(|e| e != ReasoningEffort::None),
         stream,
     };
     let extras: BTreeMap<&String, &Value> = request.extras.iter().filter(|(k, _)| k.as_str() != "options").collect();
@@ -167,6 +180,8 @@ pub(crate) struct WireMessageIn {
     #[serde(default)]
     pub content: Option<String>,
     #[serde(default)]
+    pub thinking: Option<String>,
+    #[serde(default)]
     pub tool_calls: Option<Vec<WireToolCallIn>>,
 }
 
@@ -198,6 +213,9 @@ pub(crate) struct LineState {
 /// `function.index` Ollama sends) and its object arguments as JSON text.
 pub(crate) fn line_events(line: WireLine, st: &mut LineState, out: &mut Vec<ChatEvent>) {
     if let Some(message) = line.message {
+        if let Some(text) = message.thinking.filter(|t| !t.is_empty()) {
+            out.push(ChatEvent::ReasoningDelta { text });
+        }
         if let Some(text) = message.content.filter(|t| !t.is_empty()) {
             out.push(ChatEvent::TextDelta { text });
         }

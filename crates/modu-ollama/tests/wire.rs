@@ -392,3 +392,64 @@ fn configuration() {
     assert_eq!(c.base_url(), "http://127.0.0.1:11434");
     assert_eq!(c.model_name(), "m");
 }
+
+/// A thinking model's stream (`"think": true`), in Ollama's documented shape: `thinking`
+/// fragments first, then `content`.
+#[tokio::test]
+async fn thinking_is_read_as_reasoning_and_think_is_sent() {
+    let server = MockOllamaServer::start().await.unwrap();
+    let think = |t: &str| {
+        json!({"model": "qwen3:14b", "created_at": "2025-05-29T09:35:56.836222Z",
+               "message": {"role": "assistant", "content": "", "thinking": t}, "done": false})
+    };
+    server.push(lines(&[think("Count the "), think("r's."), delta("3"), done("stop")]));
+    let request = hi().with_reasoning_effort(modu_core::ReasoningEffort::High);
+    let (events, response) = stream_fold(&client(&server), request).await;
+    let response = response.unwrap();
+    assert_eq!(
+        events[..2],
+        [
+            ChatEvent::ReasoningDelta {
+                text: "Count the ".into()
+            },
+            ChatEvent::ReasoningDelta { text: "r's.".into() }
+        ]
+    );
+    assert_eq!(response.message.reasoning().as_deref(), Some("Count the r's."));
+    assert_eq!(response.message.text(), "3");
+    assert_eq!(server.requests()[0]["think"], true);
+
+    // Thinking off, and the earlier thinking is not sent back by default.
+    server.push(OllamaReply::Text("ok".into()));
+    let follow_up = ChatRequest::new(vec![
+        Message::user("hi"),
+        response.message.clone(),
+        Message::user("again"),
+    ])
+    .with_reasoning_effort(modu_core::ReasoningEffort::None);
+    client(&server).complete(follow_up).await.unwrap();
+    let sent = &server.requests()[1];
+    assert_eq!(sent["think"], false);
+    assert!(sent["messages"][1].get("thinking").is_none(), "{sent}");
+    assert_eq!(sent["messages"][1]["content"], "3");
+
+    // Replayed when configured.
+    server.push(OllamaReply::Text("ok".into()));
+    let replaying = OllamaClient::builder()
+        .base_url(server.base_url())
+        .model("qwen3:14b")
+        .reasoning_replay(modu_ollama::ReasoningReplay::Always)
+        .build()
+        .unwrap();
+    replaying
+        .complete(ChatRequest::new(vec![
+            Message::user("hi"),
+            response.message,
+            Message::user("again"),
+        ]))
+        .await
+        .unwrap();
+    let sent = &server.requests()[2];
+    assert_eq!(sent["messages"][1]["thinking"], "Count the r's.");
+    assert!(sent.get("think").is_none(), "no effort set: the model's default");
+}

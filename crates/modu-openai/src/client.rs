@@ -14,7 +14,8 @@ use serde::Deserialize;
 
 use crate::error::{OpenAiConfigError, status_error, stream_error, transport_error};
 use crate::sse::{Flow, SseDecoder};
-use crate::wire::{self, EmptyToolCallContent, WireChunk, WireCompletion};
+use crate::wire::{self, EmptyToolCallContent, MessageOptions, WireChunk, WireCompletion};
+use modu_core::ReasoningReplay;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
 
 /// The default time allowed to open a TCP connection.
@@ -61,7 +62,7 @@ pub(crate) struct Inner {
     sse_headers: HeaderMap,
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
-    pub(crate) empty_content: EmptyToolCallContent,
+    pub(crate) message_options: MessageOptions,
     always_stream: bool,
     redactor: Arc<Redactor>,
 }
@@ -95,6 +96,7 @@ pub struct OpenAiClientBuilder {
     request_timeout: Option<Duration>,
     http: Option<reqwest::Client>,
     empty_content: EmptyToolCallContent,
+    reasoning_replay: ReasoningReplay,
     always_stream: bool,
 }
 
@@ -126,6 +128,7 @@ impl Default for OpenAiClientBuilder {
             request_timeout: None,
             http: None,
             empty_content: EmptyToolCallContent::default(),
+            reasoning_replay: ReasoningReplay::default(),
             always_stream: false,
         }
     }
@@ -191,6 +194,13 @@ impl OpenAiClientBuilder {
     /// How an assistant turn that only calls tools sends its empty content (default `""`).
     pub fn empty_tool_call_content(mut self, mode: EmptyToolCallContent) -> Self {
         self.empty_content = mode;
+        self
+    }
+
+    /// Which assistant messages send their reasoning back as `reasoning_content` (default
+    /// [`ReasoningReplay::Never`]: DeepSeek-style servers answer HTTP 400 to it).
+    pub fn reasoning_replay(mut self, replay: ReasoningReplay) -> Self {
+        self.reasoning_replay = replay;
         self
     }
 
@@ -265,7 +275,10 @@ impl OpenAiClientBuilder {
                 sse_headers,
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
-                empty_content: self.empty_content,
+                message_options: MessageOptions {
+                    empty_content: self.empty_content,
+                    reasoning: self.reasoning_replay,
+                },
                 always_stream: self.always_stream,
                 redactor: Arc::new(redactor),
             }),
@@ -414,7 +427,7 @@ impl OpenAiClient {
                 sse_headers: i.sse_headers.clone(),
                 request_timeout: i.request_timeout,
                 read_timeout: i.read_timeout,
-                empty_content: i.empty_content,
+                message_options: i.message_options,
                 always_stream: i.always_stream,
                 redactor: Arc::clone(&i.redactor),
             }),
@@ -529,7 +542,7 @@ impl ChatModel for OpenAiClient {
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, true, i.empty_content).map_err(|e| self.redact(e))?;
+        let body = wire::encode_request(&i.model, &request, true, i.message_options).map_err(|e| self.redact(e))?;
         let resp = self.post_chat(body, true).await.map_err(|e| self.redact(e))?;
         Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone())))
     }
@@ -551,7 +564,7 @@ impl ChatModel for OpenAiClient {
 impl OpenAiClient {
     async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, false, i.empty_content)?;
+        let body = wire::encode_request(&i.model, &request, false, i.message_options)?;
         let resp = self.post_chat(body, false).await?;
         let bytes = resp
             .bytes()

@@ -13,6 +13,7 @@ mod wire;
 
 pub use client::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, ModelInfo, OpenAiClient, OpenAiClientBuilder};
 pub use error::{OpenAiConfigError, is_context_length_error, parse_retry_after};
+pub use modu_core::ReasoningReplay;
 /// The estimate for servers without a tokenizer endpoint (re-exported from `modu_core`).
 pub use modu_core::tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tokens::{TokenizeApi, VllmTokenCounter};

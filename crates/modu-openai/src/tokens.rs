@@ -155,7 +155,7 @@ impl VllmTokenCounter {
         let inner = self.client.inner();
         let body = VllmTokenize {
             model: &inner.model,
-            messages: wire::wire_messages(messages, inner.empty_content),
+            messages: wire::wire_messages(messages, inner.message_options),
             tools: wire::wire_tools(tools),
             add_generation_prompt: true,
         };
@@ -172,7 +172,7 @@ impl VllmTokenCounter {
     async fn count_llama(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<u64, ModelError> {
         let inner = self.client.inner();
         let body = ApplyTemplate {
-            messages: wire::wire_messages(messages, inner.empty_content),
+            messages: wire::wire_messages(messages, inner.message_options),
             tools: wire::wire_tools(tools),
         };
         let prompt = match self.post::<_, ApplyTemplateResponse>("/apply-template", &body).await {

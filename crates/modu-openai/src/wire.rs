@@ -4,8 +4,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use modu_core::{
-    ChatEvent, ChatRequest, ChatResponse, FinishReason, Message, ModelError, ResponseFormat, Role, ToolCall,
-    ToolChoice, ToolDefinition, Usage,
+    ChatEvent, ChatRequest, ChatResponse, ContentPart, FinishReason, Message, ModelError, ReasoningEffort,
+    ReasoningReplay, ResponseFormat, Role, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,6 +24,13 @@ pub enum EmptyToolCallContent {
     EmptyString,
     /// `"content": null`.
     Null,
+}
+
+/// How messages go on the wire.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MessageOptions {
+    pub empty_content: EmptyToolCallContent,
+    pub reasoning: ReasoningReplay,
 }
 
 #[derive(Serialize)]
@@ -46,6 +53,8 @@ pub(crate) struct WireRequest<'a> {
     pub stop: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<&'static str>,
     pub stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,
@@ -61,12 +70,18 @@ pub(crate) struct StreamOptions {
 #[derive(Clone, Copy)]
 pub(crate) struct WireMessages<'a> {
     messages: &'a [Message],
-    empty_content: EmptyToolCallContent,
+    options: MessageOptions,
 }
 
 impl Serialize for WireMessages<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.messages.iter().map(|m| wire_message(m, self.empty_content)))
+        let replay = self.options.reasoning.replayed(self.messages);
+        serializer.collect_seq(
+            self.messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| wire_message(m, self.options.empty_content, replay(i))),
+        )
     }
 }
 
@@ -79,6 +94,8 @@ pub(crate) struct WireMessage<'a> {
     pub tool_calls: WireToolCallsOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// An assistant message's tool calls, serialised from modu's [`ToolCall`]s.
@@ -177,7 +194,7 @@ fn message_text(m: &Message) -> Cow<'_, str> {
     }
 }
 
-fn wire_message(m: &Message, empty_content: EmptyToolCallContent) -> WireMessage<'_> {
+fn wire_message(m: &Message, empty_content: EmptyToolCallContent, replay: bool) -> WireMessage<'_> {
     let text = message_text(m);
     let content = if text.is_empty() && !m.tool_calls.is_empty() && empty_content == EmptyToolCallContent::Null {
         None
@@ -193,14 +210,16 @@ fn wire_message(m: &Message, empty_content: EmptyToolCallContent) -> WireMessage
         } else {
             None
         },
+        reasoning_content: if replay && m.role == Role::Assistant {
+            m.reasoning()
+        } else {
+            None
+        },
     }
 }
 
-pub(crate) fn wire_messages(messages: &[Message], empty_content: EmptyToolCallContent) -> WireMessages<'_> {
-    WireMessages {
-        messages,
-        empty_content,
-    }
+pub(crate) fn wire_messages(messages: &[Message], options: MessageOptions) -> WireMessages<'_> {
+    WireMessages { messages, options }
 }
 
 pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> WireTools<'_> {
@@ -263,11 +282,11 @@ pub(crate) fn encode_request(
     model: &str,
     request: &ChatRequest,
     stream: bool,
-    empty_content: EmptyToolCallContent,
+    options: MessageOptions,
 ) -> Result<Vec<u8>, ModelError> {
     let body = WireRequest {
         model,
-        messages: wire_messages(&request.messages, empty_content),
+        messages: wire_messages(&request.messages, options),
         tools: wire_tools(&request.tools),
         tool_choice: request.tool_choice.as_ref().map(wire_tool_choice),
         parallel_tool_calls: request.parallel_tool_calls,
@@ -276,6 +295,7 @@ pub(crate) fn encode_request(
         max_tokens: request.max_tokens,
         stop: &request.stop,
         seed: request.seed,
+        reasoning_effort: request.reasoning_effort.map(ReasoningEffort::as_str),
         stream,
         stream_options: stream.then_some(StreamOptions { include_usage: true }),
     };
@@ -415,6 +435,12 @@ pub(crate) struct WireToolCallIn {
 pub(crate) struct WireDelta {
     #[serde(default)]
     pub content: Option<String>,
+    /// vLLM (before 0.10), llama.cpp `--reasoning-format deepseek`, DeepSeek.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    /// vLLM 0.10 and later, OpenRouter.
+    #[serde(default)]
+    pub reasoning: Option<String>,
     #[serde(default)]
     pub tool_calls: Option<Vec<WireToolCallIn>>,
 }
@@ -541,6 +567,10 @@ pub(crate) struct WireMessageIn {
     #[serde(default)]
     pub content: Option<String>,
     #[serde(default)]
+    pub reasoning_content: Option<String>,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
     pub tool_calls: Option<Vec<WireToolCallIn>>,
 }
 
@@ -575,6 +605,9 @@ pub(crate) fn finish_reason(s: &str) -> FinishReason {
 pub(crate) fn chunk_events(chunk: WireChunk, out: &mut impl Extend<ChatEvent>, saw_finish: &mut bool) {
     for choice in chunk.choices {
         if let Some(delta) = choice.delta {
+            if let Some(text) = delta.reasoning_content.or(delta.reasoning).filter(|t| !t.is_empty()) {
+                out.extend(Some(ChatEvent::ReasoningDelta { text }));
+            }
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                 out.extend(Some(ChatEvent::TextDelta { text }));
             }
@@ -614,6 +647,11 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
         .find(|c| c.index == 0)
         .ok_or_else(|| ModelError::invalid_response("the completion has no choices"))?;
     let text = choice.message.content.unwrap_or_default();
+    let reasoning = choice
+        .message
+        .reasoning_content
+        .or(choice.message.reasoning)
+        .filter(|r| !r.is_empty());
     let calls: Vec<ToolCall> = choice
         .message
         .tool_calls
@@ -644,11 +682,14 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
             })
         })
         .collect::<Result<_, ModelError>>()?;
-    let message = if calls.is_empty() {
+    let mut message = if calls.is_empty() {
         Message::assistant(text)
     } else {
         Message::assistant_tool_calls(text, calls)
     };
+    if let Some(text) = reasoning {
+        message.content.insert(0, ContentPart::Reasoning { text });
+    }
     let mut usage = completion.usage.map(|u| u.to_usage()).unwrap_or_default();
     usage.requests = 1;
     Ok(ChatResponse {
@@ -669,9 +710,16 @@ mod tests {
             "",
             vec![ToolCall::new("c1", "add", "{}")],
         )];
-        let empty = serde_json::to_value(wire_messages(&msgs, EmptyToolCallContent::EmptyString)).unwrap();
+        let empty = serde_json::to_value(wire_messages(&msgs, MessageOptions::default())).unwrap();
         assert_eq!(empty[0]["content"], Value::from(""));
-        let null = serde_json::to_value(wire_messages(&msgs, EmptyToolCallContent::Null)).unwrap();
+        let null = serde_json::to_value(wire_messages(
+            &msgs,
+            MessageOptions {
+                empty_content: EmptyToolCallContent::Null,
+                ..MessageOptions::default()
+            },
+        ))
+        .unwrap();
         assert_eq!(null[0]["content"], Value::Null);
         assert_eq!(null[0]["tool_calls"][0]["type"], "function");
     }

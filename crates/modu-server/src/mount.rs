@@ -44,6 +44,8 @@ pub(crate) struct Finished {
 
 /// One item of a served run's stream.
 #[derive(Debug)]
+// Events are nearly every item; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Item {
     Event(AgentEvent),
     Done(Box<Finished>),

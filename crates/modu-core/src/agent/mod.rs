@@ -470,6 +470,12 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
         self
     }
 
+    /// How hard a reasoning model should think, in every request ([`crate::model::ReasoningEffort`]).
+    pub fn reasoning_effort(mut self, effort: crate::model::ReasoningEffort) -> Self {
+        self.settings.reasoning_effort = Some(effort);
+        self
+    }
+
     /// Sends every event to this sink.
     pub fn event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
         self.sink = Some(sink);

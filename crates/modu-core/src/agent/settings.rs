@@ -197,4 +197,7 @@ pub struct ModelSettings {
     pub stop: Vec<String>,
     /// Let the model call several tools at once.
     pub parallel_tool_calls: Option<bool>,
+    /// How hard a reasoning model should think (`None`: the server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<crate::model::ReasoningEffort>,
 }

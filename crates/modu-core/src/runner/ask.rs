@@ -266,6 +266,7 @@ where
         request.temperature = s.temperature;
         request.max_tokens = s.max_tokens;
         request.seed = s.seed;
+        request.reasoning_effort = s.reasoning_effort;
         request.stop = s.stop.clone();
         if has_tools {
             request.parallel_tool_calls = s.parallel_tool_calls;

@@ -155,10 +155,16 @@ impl Service<ChatRequest> for ModelService {
             let mut builder = ChatResponseBuilder::default();
             while let Some(event) = stream.next().await {
                 let event = event?;
-                if let ChatEvent::TextDelta { text } = &event
-                    && !text.is_empty()
-                {
-                    sink.emitter.emit(sink.route.event(&sink.run_id, text.clone())).await;
+                match &event {
+                    ChatEvent::TextDelta { text } if !text.is_empty() => {
+                        sink.emitter.emit(sink.route.event(&sink.run_id, text.clone())).await;
+                    }
+                    ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
+                        sink.emitter
+                            .emit(sink.route.reasoning(&sink.run_id, text.clone()))
+                            .await;
+                    }
+                    _ => {}
                 }
                 builder.push(event);
             }

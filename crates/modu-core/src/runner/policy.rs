@@ -262,6 +262,19 @@ impl DeltaRoute {
             DeltaRoute::Final => AgentEvent::FinalDelta { run_id, text },
         }
     }
+
+    pub(crate) fn reasoning(&self, run_id: &str, text: String) -> AgentEvent {
+        let step_id = match self {
+            DeltaRoute::Answer => None,
+            DeltaRoute::Step(step_id) => Some(step_id.clone()),
+            DeltaRoute::Final => Some("finalize".to_owned()),
+        };
+        AgentEvent::ReasoningDelta {
+            run_id: run_id.to_owned(),
+            text,
+            step_id,
+        }
+    }
 }
 
 pub(crate) type ToolCallOutcome = Result<serde_json::Value, ToolError>;

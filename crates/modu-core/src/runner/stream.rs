@@ -36,6 +36,8 @@ fn is_public(event: &AgentEvent) -> bool {
 
 /// One item of a [`RunStream`].
 #[derive(Debug)]
+// Events are nearly every item; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 pub enum StreamItem<O> {
     /// An event of the run.
     Event(AgentEvent),
