@@ -83,6 +83,8 @@ pub struct Show {
     pub text: bool,
     /// Draw the progress indicator until the first token.
     pub progress: bool,
+    /// Print a reasoning model's reasoning to stderr as it arrives (dimmed on a terminal).
+    pub reasoning: bool,
 }
 
 /// The tool's name, or the external tool's for MCP calls.
@@ -194,6 +196,13 @@ pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> AgentResult<
     show_run(agent, agent.resume_stream(run_id, ()), show).await
 }
 
+/// Ends a reasoning line on stderr (and its dimming).
+fn end_reasoning(dim: bool) {
+    let mut stderr = std::io::stderr();
+    let _ = stderr.write_all(if dim { b"\x1b[0m\n".as_slice() } else { b"\n".as_slice() });
+    let _ = stderr.flush();
+}
+
 /// Shows a streaming run (new or resumed) until its result.
 async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> AgentResult<String> {
     let mut spinner = Spinner::start(show.progress);
@@ -201,10 +210,30 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
     // Text of the current model call is on screen (a retry after a failure restarts it).
     let mut partial = false;
     let mut at_line_start = true;
+    // Reasoning is on stderr now, its line not ended yet.
+    let mut thinking = false;
+    let dim = std::io::stderr().is_terminal();
     // Tool calls are printed by ToolCallPrinter, the agent's event sink.
     let mut stdout = std::io::stdout();
     while let Some(item) = stream.next().await {
+        if thinking && !matches!(item, StreamItem::Event(AgentEvent::ReasoningDelta { .. })) {
+            end_reasoning(dim);
+            thinking = false;
+        }
         match item {
+            // A standard run's reasoning (a strict run's `stream` keeps it internal).
+            StreamItem::Event(AgentEvent::ReasoningDelta { text, .. }) => {
+                spinner.stop();
+                if show.reasoning && show.text && !text.is_empty() {
+                    let mut stderr = std::io::stderr();
+                    if !thinking && dim {
+                        let _ = stderr.write_all(b"\x1b[2m");
+                    }
+                    let _ = stderr.write_all(text.as_bytes());
+                    let _ = stderr.flush();
+                    thinking = true;
+                }
+            }
             // The answer's text: every delta of a standard run, the FINALIZE deltas of a strict
             // Plan-and-Execute run (its `stream` hides the internal steps).
             StreamItem::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. }) => {

@@ -169,6 +169,47 @@ async fn run_streams_the_answer_and_names_a_new_session() {
     assert_eq!(mock.requests()[0]["stream"], json!(true));
 }
 
+/// A reasoning model's stream as vLLM sends it: `reasoning_content` deltas, then the answer.
+fn reasoning_reply() -> MockReply {
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string()
+    };
+    MockReply::RawSse {
+        events: vec![
+            chunk(json!({"role": "assistant", "reasoning_content": "Weighing "}), None),
+            chunk(json!({"reasoning_content": "the greeting."}), None),
+            chunk(json!({"content": "Hello."}), None),
+            chunk(json!({}), Some("stop")),
+            "[DONE]".into(),
+        ],
+        drop_after: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_shows_reasoning_on_stderr_unless_hidden() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    mock.push(reasoning_reply());
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "hi"])).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Hello.\n", "the answer alone on stdout");
+    assert!(stderr.contains("Weighing the greeting.\n"), "{stderr}");
+    assert!(
+        !stderr.contains('\x1b'),
+        "no escape codes when stderr is not a terminal: {stderr:?}"
+    );
+
+    mock.push(reasoning_reply());
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "--hide-reasoning", "hi"])).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout, "Hello.\n");
+    assert!(!stderr.contains("Weighing"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_prints_the_agent_result() {
     let mock = MockOpenAiServer::start().await.unwrap();

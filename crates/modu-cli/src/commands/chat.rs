@@ -17,6 +17,9 @@ pub struct ChatArgs {
     /// Continue this session (default: a new one, whose id is printed on stderr).
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
+    /// Do not print a reasoning model's reasoning (shown dimmed on stderr by default).
+    #[arg(long)]
+    pub hide_reasoning: bool,
 }
 
 /// Reads one message per line until end of input or `/exit`; answers stream to stdout, tool
@@ -32,6 +35,7 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
     let show = Show {
         text: true,
         progress: ui::progress_enabled(),
+        reasoning: !args.hide_reasoning,
     };
     let mut input = Input::stdin();
     loop {

@@ -20,6 +20,9 @@ pub struct ResumeArgs {
     /// Print the whole AgentResult as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Do not print a reasoning model's reasoning (shown dimmed on stderr by default).
+    #[arg(long)]
+    pub hide_reasoning: bool,
 }
 
 /// Asks about the calls waiting for approval (if any), then resumes the run.
@@ -58,6 +61,7 @@ pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
     let show = ui::Show {
         text: !args.json,
         progress: ui::progress_enabled(),
+        reasoning: !args.hide_reasoning,
     };
     let result = ui::resume(agent, &args.run_id, show).await;
     let result = ui::settle(agent, result, &mut input, show)

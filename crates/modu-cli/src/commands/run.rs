@@ -23,6 +23,9 @@ pub struct RunArgs {
     /// Continue this session (default: a new one, whose id is printed on stderr).
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
+    /// Do not print a reasoning model's reasoning (shown dimmed on stderr by default).
+    #[arg(long)]
+    pub hide_reasoning: bool,
 }
 
 /// Runs the agent once.
@@ -50,6 +53,7 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     let show = Show {
         text: !json,
         progress: ui::progress_enabled(),
+        reasoning: !args.hide_reasoning,
     };
     let first = ui::stream(&built.agent, built.request(&prompt, &session), show).await;
     let result = if first.is_interrupted() {
