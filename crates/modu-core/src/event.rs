@@ -84,6 +84,24 @@ pub enum AgentEvent {
         /// Whether the run loop will try again.
         will_retry: bool,
     },
+    /// A fragment of a tool call while the model streams it (standard runs; for UIs that show
+    /// arguments as they arrive).
+    ToolCallDelta {
+        /// The run.
+        run_id: String,
+        /// The call's position in the model's answer (fragments with one index are one call).
+        index: usize,
+        /// The call's id as the server sent it, on the fragment that carries it. The run keeps
+        /// it unless an earlier call of the run had the same id; then [`AgentEvent::ToolCallStarted`]
+        /// names it `{id}_2` (and so on).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The tool's name, on the fragment that carries it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        /// A piece of the arguments' JSON text.
+        arguments: String,
+    },
     /// A tool call is about to run.
     ToolCallStarted {
         /// The run.
@@ -366,6 +384,7 @@ impl AgentEvent {
             | AgentEvent::ReasoningDelta { run_id, .. }
             | AgentEvent::ModelCallFinished { run_id, .. }
             | AgentEvent::ModelCallFailed { run_id, .. }
+            | AgentEvent::ToolCallDelta { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }
             | AgentEvent::ToolCallFinished { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
@@ -399,6 +418,7 @@ impl AgentEvent {
             AgentEvent::RunStarted { .. } => "run_started",
             AgentEvent::ModelCallStarted { .. } => "model_call_started",
             AgentEvent::ModelDelta { .. } => "model_delta",
+            AgentEvent::ToolCallDelta { .. } => "tool_call_delta",
             AgentEvent::ReasoningDelta { .. } => "reasoning_delta",
             AgentEvent::ModelCallFinished { .. } => "model_call_finished",
             AgentEvent::ModelCallFailed { .. } => "model_call_failed",

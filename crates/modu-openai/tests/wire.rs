@@ -1067,3 +1067,62 @@ async fn a_run_streams_and_keeps_reasoning() {
     assert_eq!(last.reasoning().as_deref(), Some("short thought"));
     assert_eq!(server.requests()[0]["reasoning_effort"], "medium");
 }
+
+/// A streamed run shows a tool call's arguments as they arrive (`ToolCallDelta`), before the
+/// call starts; the fragments add up to the arguments the tool runs with.
+#[tokio::test]
+async fn a_streamed_run_emits_tool_call_argument_deltas() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    let args = r#"{"city": "Seoul", "days": 3}"#;
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_w", "type": "function", "function": {"name": "weather", "arguments": ""}}]}),
+        None,
+    )];
+    for piece in args.as_bytes().chunks(5) {
+        let piece = std::str::from_utf8(piece).unwrap();
+        events.push(chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+            None,
+        ));
+    }
+    events.push(chunk(json!({}), Some("tool_calls")));
+    events.push("[DONE]".into());
+    server.push(sse(events));
+    server.push(MockReply::Text("Sunny.".into()));
+    let weather = FunctionTool::<()>::new(
+        modu_core::ToolSpec::new("weather", "Weather", json!({"type": "object"})),
+        |_ctx, args| async move { Ok(json!({"days": args["days"]})) },
+    );
+    let agent = Agent::<()>::builder(client(&server)).tool(weather).build().unwrap();
+    let mut stream = agent.stream("weather?");
+    let (mut fragments, mut started, mut first_id) = (String::new(), None, None);
+    while let Some(item) = stream.next().await {
+        match item {
+            modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallDelta {
+                index,
+                id,
+                tool,
+                arguments,
+                ..
+            }) => {
+                assert_eq!(index, 0);
+                assert!(started.is_none(), "deltas come before the call starts");
+                if first_id.is_none() {
+                    first_id = id;
+                    assert_eq!(tool.as_deref(), Some("weather"));
+                }
+                fragments.push_str(&arguments);
+            }
+            modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallStarted { call_id, arguments, .. }) => {
+                started = Some((call_id, arguments));
+            }
+            modu_core::StreamItem::Completed(r) => assert_eq!(r.output.as_deref(), Some("Sunny.")),
+            modu_core::StreamItem::Failed(r) => panic!("{:?}", r.error),
+            _ => {}
+        }
+    }
+    assert_eq!(fragments, args);
+    let (call_id, arguments) = started.unwrap();
+    assert_eq!(first_id.as_deref(), Some(call_id.as_str()));
+    assert_eq!(arguments["days"], 3);
+}

@@ -164,6 +164,21 @@ impl Service<ChatRequest> for ModelService {
                             .emit(sink.route.reasoning(&sink.run_id, text.clone()))
                             .await;
                     }
+                    ChatEvent::ToolCallDelta {
+                        index,
+                        id,
+                        name,
+                        arguments,
+                    } if matches!(sink.route, DeltaRoute::Answer) => {
+                        let event = AgentEvent::ToolCallDelta {
+                            run_id: sink.run_id.to_string(),
+                            index: *index,
+                            id: id.clone(),
+                            tool: name.clone(),
+                            arguments: arguments.clone(),
+                        };
+                        sink.emitter.emit(event).await;
+                    }
                     _ => {}
                 }
                 builder.push(event);
