@@ -60,6 +60,12 @@ const LEASE_CASES: &[LeaseCase] = &[
     ("fenced_checkpoint_writes_follow_the_lease", |s| {
         Box::pin(checkpoints(s))
     }),
+    ("a_fenced_write_after_release_is_refused", |s| {
+        Box::pin(after_release(s))
+    }),
+    ("a_renewed_lease_is_not_taken_by_its_holder_again", |s| {
+        Box::pin(renewed_not_reentrant(s))
+    }),
 ];
 
 async fn take(s: &FencedStores, key: &str, holder: &str) -> Result<Lease, String> {
@@ -279,5 +285,38 @@ async fn checkpoints(s: Arc<FencedStores>) -> Result<(), String> {
         None,
         "state after the new holder deleted it"
     );
+    Ok(())
+}
+
+async fn after_release(s: Arc<FencedStores>) -> Result<(), String> {
+    let a = take(&s, "s1", "a").await?;
+    store("release", s.leases.release(&a).await)?;
+    let late = s
+        .conversations
+        .append_fenced("s1", &[Message::user("after release")], &a.fence())
+        .await;
+    fenced("append after release", late)?;
+    let meta = CheckpointMeta::new("agent", CheckpointStatus::Running).with_session(Some("s1"));
+    fenced(
+        "save after release",
+        s.checkpoints.save_fenced("r1", &meta, b"late", &a.fence()).await,
+    )?;
+    check!(
+        store("load", s.conversations.load("s1").await)?.is_empty(),
+        "a refused append wrote"
+    );
+    check_eq!(
+        store("load", s.checkpoints.load("r1").await)?,
+        None,
+        "a refused save wrote"
+    );
+    Ok(())
+}
+
+async fn renewed_not_reentrant(s: Arc<FencedStores>) -> Result<(), String> {
+    let a = take(&s, "s1", "a").await?;
+    store("renew", s.leases.renew(&a).await)?;
+    let again = store("acquire", s.leases.acquire("s1", "a", LEASE_TTL_UNDER_TEST).await)?;
+    check!(again.is_none(), "the holder took its renewed lease again: {again:?}");
     Ok(())
 }
