@@ -7,11 +7,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use modu_core::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
-    ConversationStore, MemoryStateStore, Message, SessionSummary, StoreError,
+    ConversationStore, Fence, MemoryStateStore, Message, SessionSummary, StoreError,
 };
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+mod lease;
+
+pub use lease::RedisLeaseStore;
+use lease::{FENCED_REPLY, HELD_FUNCTION, lease_key};
 pub use redis;
 
 /// The default key prefix.
@@ -229,18 +233,25 @@ fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-/// Appends a batch once per batch id. KEYS: list, last-append key, batch-id key. ARGV: TTL ms
-/// (0: none), batch-id TTL ms, now ms, messages…. Returns 1 when applied, 0 when the batch id
-/// was seen before (nothing done). An empty batch only refreshes an existing session.
-const APPEND_SCRIPT: &str = r#"
-if not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[2]) then
+/// Appends a batch once per batch id. KEYS: list, last-append key, batch-id key, and for a
+/// fenced append the lease key. ARGV: TTL ms (0: none), batch-id TTL ms, now ms, the fence's
+/// token ('' when not fenced), messages…. Returns 1 when applied, 0 when the batch id was seen
+/// before (nothing done), -1 when the fence is not the live lease (nothing done). The batch id
+/// is checked first: the retry of a fenced batch that was applied answers 0 even when the
+/// lease ended in between. An empty batch only refreshes an existing session.
+const APPEND_SCRIPT_BODY: &str = r#"
+if redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
+if KEYS[4] and not held(KEYS[4], ARGV[4]) then
+  return -1
+end
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
 local n = #ARGV
-if n < 4 and redis.call('EXISTS', KEYS[1]) == 0 then
+if n < 5 and redis.call('EXISTS', KEYS[1]) == 0 then
   return 1
 end
-local i = 4
+local i = 5
 while i <= n do
   local j = math.min(i + 999, n)
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
@@ -280,9 +291,14 @@ local function prune(index, expiry, data_prefix, meta_prefix, now, n)
 end
 "#;
 
-/// KEYS: data, meta, index, expiry. ARGV: state, run id, TTL ms (0: none), now ms, agent,
-/// status, has session ('1'/'0'), session, data key prefix, meta key prefix, prune batch.
+/// KEYS: data, meta, index, expiry, and for a fenced save the lease key. ARGV: state, run id,
+/// TTL ms (0: none), now ms, agent, status, has session ('1'/'0'), session, data key prefix,
+/// meta key prefix, prune batch, and for a fenced save the fence's token. Returns how many
+/// expired entries it pruned, or -1 (nothing done) when the fence is not the live lease.
 const SAVE_SCRIPT_BODY: &str = r#"
+if KEYS[5] and not held(KEYS[5], ARGV[12]) then
+  return -1
+end
 local ttl = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
 if ttl > 0 then
@@ -303,6 +319,18 @@ if ttl > 0 then
 end
 redis.call('ZREM', KEYS[4], ARGV[2])
 return 0
+"#;
+
+/// A fenced delete. KEYS: data, meta, index, expiry, lease. ARGV: run id, the fence's token.
+/// Returns 1 when done, -1 (nothing done) when the fence is not the live lease.
+const DELETE_FENCED_SCRIPT_BODY: &str = r#"
+if not held(KEYS[5], ARGV[2]) then
+  return -1
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return 1
 "#;
 
 /// KEYS: index, expiry. ARGV: data key prefix, meta key prefix, now ms, batch.
@@ -384,7 +412,8 @@ return out
 /// [`APPEND_BATCH_TTL`]) and refuses to apply twice: when the connection breaks after the
 /// batch was sent, the retry on a new connection cannot store it a second time. With a TTL,
 /// every append and load sets the keys' expiry again: sessions expire after `ttl` without
-/// access.
+/// access. [`ConversationStore::append_fenced`] is the same script with the lease check of a
+/// [`RedisLeaseStore`] with the same prefix first.
 #[derive(Clone)]
 pub struct RedisConversationStore {
     conn: ConnectionManager,
@@ -456,6 +485,30 @@ impl RedisConversationStore {
         batch_id: &str,
         messages: &[Message],
     ) -> Result<bool, StoreError> {
+        self.append_batch(session_id, batch_id, messages, None).await
+    }
+
+    /// [`append_with_batch_id`](Self::append_with_batch_id), only while `fence` is the live
+    /// lease of its key ([`StoreError::Fenced`] otherwise): the lease check, the batch-id check
+    /// and the push are one script. The lease is looked up under this store's prefix, so the
+    /// [`RedisLeaseStore`] must use the same one.
+    pub async fn append_fenced_with_batch_id(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        messages: &[Message],
+        fence: &Fence,
+    ) -> Result<bool, StoreError> {
+        self.append_batch(session_id, batch_id, messages, Some(fence)).await
+    }
+
+    async fn append_batch(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        messages: &[Message],
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         let mut encoded = Vec::with_capacity(messages.len());
         for m in messages {
             encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
@@ -468,17 +521,31 @@ impl RedisConversationStore {
             self.used_key(session_id),
             self.batch_key(batch_id),
         );
-        let mut cmd = eval(APPEND_SCRIPT, &[&key, &used, &batch]);
+        let script = format!("{HELD_FUNCTION}{APPEND_SCRIPT_BODY}");
+        let (mut cmd, operation) = match fence {
+            Some(fence) => {
+                let lease = lease_key(&self.prefix, &fence.key);
+                (
+                    eval(&script, &[&key, &used, &batch, &lease]),
+                    "conversation.append_fenced",
+                )
+            }
+            None => (eval(&script, &[&key, &used, &batch]), "conversation.append"),
+        };
         cmd.arg(script_ttl(self.ttl))
             .arg(ttl_ms(APPEND_BATCH_TTL))
             .arg(now_ms())
+            .arg(fence.map_or(String::new(), |f| f.token.to_string()))
             .arg(&encoded);
-        let applied: i64 = with_retry(&self.conn, "conversation.append", |mut conn| {
+        let applied: i64 = with_retry(&self.conn, operation, |mut conn| {
             let cmd = &cmd;
             async move { cmd.query_async(&mut conn).await }
         })
         .await?;
-        Ok(applied == 1)
+        match (applied, fence) {
+            (FENCED_REPLY, Some(fence)) => Err(lease::fenced(fence)),
+            (applied, _) => Ok(applied == 1),
+        }
     }
 }
 
@@ -487,6 +554,13 @@ impl ConversationStore for RedisConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
         let batch_id = uuid::Uuid::new_v4().to_string();
         self.append_with_batch_id(session_id, &batch_id, messages).await?;
+        Ok(())
+    }
+
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        let batch_id = uuid::Uuid::new_v4().to_string();
+        self.append_fenced_with_batch_id(session_id, &batch_id, messages, fence)
+            .await?;
         Ok(())
     }
 
@@ -597,8 +671,10 @@ impl ConversationStore for RedisConversationStore {
 /// later save (at most [`SAVE_PRUNE_BATCH`] entries) removes it; [`CheckpointStore::list`]
 /// never shows it, because it checks every entry against the live key in the same script.
 ///
-/// Save, load with a TTL, list and purge are Lua scripts and delete is a `MULTI` transaction,
-/// so index, metadata and bytes always agree. The scripts name keys that are not declared
+/// Save, load with a TTL, list, purge and fenced delete are Lua scripts and delete is a `MULTI`
+/// transaction, so index, metadata and bytes always agree. The fenced writes
+/// ([`CheckpointStore::save_fenced`], [`CheckpointStore::delete_fenced`]) check the lease of
+/// a [`RedisLeaseStore`] with the same prefix in the same script. The scripts name keys that are not declared
 /// (the index names them): this store needs a standalone Redis (or a cluster where one prefix
 /// maps to one slot, with a `{hash tag}` in the prefix).
 #[derive(Clone)]
@@ -668,6 +744,56 @@ impl RedisCheckpointStore {
     fn expiry_key(&self) -> String {
         format!("{}:checkpoints-expiry", self.prefix)
     }
+
+    /// A save, fenced when `fence` is given (the lease key is then the script's fifth key).
+    async fn save_checked(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let (key, meta_key, index, expiry) = (
+            self.key(run_id),
+            self.meta_key(run_id),
+            self.index_key(),
+            self.expiry_key(),
+        );
+        let script = format!("{HELD_FUNCTION}{PRUNE_FUNCTION}{SAVE_SCRIPT_BODY}");
+        let (mut cmd, operation) = match fence {
+            Some(fence) => {
+                let lease = lease_key(&self.prefix, &fence.key);
+                (
+                    eval(&script, &[&key, &meta_key, &index, &expiry, &lease]),
+                    "checkpoint.save_fenced",
+                )
+            }
+            None => (eval(&script, &[&key, &meta_key, &index, &expiry]), "checkpoint.save"),
+        };
+        cmd.arg(state)
+            .arg(run_id)
+            .arg(script_ttl(self.ttl))
+            .arg(now_ms())
+            .arg(&meta.agent)
+            .arg(meta.status.as_str())
+            .arg(if meta.session_id.is_some() { "1" } else { "0" })
+            .arg(meta.session_id.as_deref().unwrap_or(""))
+            .arg(self.data_prefix())
+            .arg(self.meta_prefix())
+            .arg(SAVE_PRUNE_BATCH);
+        if let Some(fence) = fence {
+            cmd.arg(fence.token);
+        }
+        let pruned: i64 = with_retry(&self.conn, operation, |mut conn| {
+            let cmd = &cmd;
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await?;
+        match fence {
+            Some(fence) if pruned == FENCED_REPLY => Err(lease::fenced(fence)),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// One checkpoint of a list script's reply: run id, agent, status, session, saved ms.
@@ -697,30 +823,38 @@ fn summary_of(fields: &[Option<Vec<u8>>]) -> Result<CheckpointSummary, StoreErro
 #[async_trait]
 impl CheckpointStore for RedisCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
-        let (key, meta_key, index, expiry) = (
+        self.save_checked(run_id, meta, state, None).await
+    }
+
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: &Fence,
+    ) -> Result<(), StoreError> {
+        self.save_checked(run_id, meta, state, Some(fence)).await
+    }
+
+    async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        let (key, meta_key, index, expiry, lease) = (
             self.key(run_id),
             self.meta_key(run_id),
             self.index_key(),
             self.expiry_key(),
+            lease_key(&self.prefix, &fence.key),
         );
-        let script = format!("{PRUNE_FUNCTION}{SAVE_SCRIPT_BODY}");
-        let mut cmd = eval(&script, &[&key, &meta_key, &index, &expiry]);
-        cmd.arg(state)
-            .arg(run_id)
-            .arg(script_ttl(self.ttl))
-            .arg(now_ms())
-            .arg(&meta.agent)
-            .arg(meta.status.as_str())
-            .arg(if meta.session_id.is_some() { "1" } else { "0" })
-            .arg(meta.session_id.as_deref().unwrap_or(""))
-            .arg(self.data_prefix())
-            .arg(self.meta_prefix())
-            .arg(SAVE_PRUNE_BATCH);
-        let _: i64 = with_retry(&self.conn, "checkpoint.save", |mut conn| {
+        let script = format!("{HELD_FUNCTION}{DELETE_FENCED_SCRIPT_BODY}");
+        let mut cmd = eval(&script, &[&key, &meta_key, &index, &expiry, &lease]);
+        cmd.arg(run_id).arg(fence.token);
+        let done: i64 = with_retry(&self.conn, "checkpoint.delete_fenced", |mut conn| {
             let cmd = &cmd;
             async move { cmd.query_async(&mut conn).await }
         })
         .await?;
+        if done == FENCED_REPLY {
+            return Err(lease::fenced(fence));
+        }
         Ok(())
     }
 

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use modu_core::{CheckpointMeta, CheckpointStatus, CheckpointStore, ConversationStore, MemoryStateStore};
 use modu_redis::redis::aio::ConnectionManager;
-use modu_redis::{RedisCheckpointStore, RedisConversationStore, RedisMemoryStateStore};
+use modu_redis::{RedisCheckpointStore, RedisConversationStore, RedisLeaseStore, RedisMemoryStateStore};
+use modu_testing::conformance::FencedStores;
 use modu_testing::{conformance, service_env, unique_prefix};
 
 async fn conn() -> Option<ConnectionManager> {
@@ -100,6 +101,47 @@ async fn redis_memory_state_store_ttl_conforms() {
                     .with_prefix(unique_prefix("mem-ttl"))
                     .with_ttl(ttl),
             ) as Arc<dyn MemoryStateStore>
+        }
+    })
+    .await;
+}
+
+/// Leases and the fenced writes of the stores on one prefix, a fresh prefix per case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lease_store_conforms() {
+    let Some(conn) = conn().await else { return };
+    conformance::lease_store_suite(|| {
+        let conn = conn.clone();
+        async move {
+            let prefix = unique_prefix("lease");
+            FencedStores {
+                leases: Arc::new(RedisLeaseStore::new(conn.clone()).with_prefix(&prefix)),
+                conversations: Arc::new(RedisConversationStore::new(conn.clone()).with_prefix(&prefix)),
+                checkpoints: Arc::new(RedisCheckpointStore::new(conn).with_prefix(&prefix)),
+            }
+        }
+    })
+    .await;
+}
+
+/// The same with TTLs on the stores (the fenced scripts carry the expiry arguments too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lease_store_with_store_ttls_conforms() {
+    let Some(conn) = conn().await else { return };
+    let ttl = std::time::Duration::from_secs(60);
+    conformance::lease_store_suite(|| {
+        let conn = conn.clone();
+        async move {
+            let prefix = unique_prefix("lease-ttl");
+            FencedStores {
+                leases: Arc::new(RedisLeaseStore::new(conn.clone()).with_prefix(&prefix)),
+                conversations: Arc::new(
+                    RedisConversationStore::new(conn.clone())
+                        .with_prefix(&prefix)
+                        .with_ttl(ttl),
+                ),
+                checkpoints: Arc::new(RedisCheckpointStore::new(conn).with_prefix(&prefix).with_ttl(ttl)),
+            }
         }
     })
     .await;

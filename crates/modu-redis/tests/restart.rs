@@ -21,10 +21,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use modu_core::{
     Agent, AgentRequest, CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore,
-    MemoryStateStore, Message, RetryConfig,
+    LeaseStore, MemoryStateStore, Message, RetryConfig,
 };
 use modu_redis::redis::{self, aio::ConnectionManager};
-use modu_redis::{APPEND_BATCH_TTL, RedisCheckpointStore, RedisConversationStore, RedisMemoryStateStore};
+use modu_redis::{
+    APPEND_BATCH_TTL, RedisCheckpointStore, RedisConversationStore, RedisLeaseStore, RedisMemoryStateStore,
+};
 use modu_testing::ScriptedModel;
 use support::{CuttingProxy, RedisServer, command_calls};
 
@@ -275,4 +277,43 @@ async fn append_retried_after_an_ambiguous_failure_is_not_duplicated() {
     assert_eq!(proxy_ckpt.cuts(), 1);
     assert_eq!(ckpt.load("run").await.unwrap(), Some(b"state".to_vec()));
     assert_eq!(ckpt.list(&CheckpointQuery::default()).await.unwrap().items.len(), 1);
+}
+
+/// The same ambiguous failure for leases: a take whose reply was lost is retried and returns
+/// the lease the server made (not "busy": without the take id the retry would find its own
+/// lease and leave the key held by nobody for a whole ttl), and a fenced append whose reply
+/// was lost is retried and stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_take_and_fenced_append_retried_after_an_ambiguous_failure() {
+    let Some(server) = RedisServer::try_start() else { return };
+    let ttl = Duration::from_secs(60);
+    let proxy = CuttingProxy::start(server.port, b"cut-lease:lease-take:");
+    let leases = RedisLeaseStore::new(modu_redis::connect(&proxy.url()).await.unwrap()).with_prefix("cut-lease");
+    proxy.arm();
+    let lease = leases
+        .acquire("s", "w1", ttl)
+        .await
+        .unwrap()
+        .expect("the retried take returns the lease the first attempt took");
+    assert_eq!(
+        proxy.cuts(),
+        1,
+        "the proxy cut the connection after the server took the lease"
+    );
+    assert_eq!(lease.token, 1, "one take happened");
+    assert!(
+        leases.acquire("s", "w2", ttl).await.unwrap().is_none(),
+        "the key is held"
+    );
+    leases.renew(&lease).await.expect("the lease is the live one");
+
+    let proxy_append = CuttingProxy::start(server.port, b"cut-lease:append-batch:");
+    let conv =
+        RedisConversationStore::new(modu_redis::connect(&proxy_append.url()).await.unwrap()).with_prefix("cut-lease");
+    proxy_append.arm();
+    conv.append_fenced("s", &turn(1), &lease.fence())
+        .await
+        .expect("the fenced append whose reply was lost is retried and succeeds");
+    assert_eq!(proxy_append.cuts(), 1);
+    assert_eq!(conv.load("s").await.unwrap(), turn(1), "stored once");
 }
