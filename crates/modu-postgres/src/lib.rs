@@ -7,18 +7,25 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use modu_core::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
-    ConversationStore, MemoryStateStore, Message, SessionSummary, StoreError,
+    ConversationStore, Fence, MemoryStateStore, Message, SessionSummary, StoreError,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 
+mod lease;
+
+pub use lease::PostgresLeaseStore;
+use lease::check_fence;
 pub use sqlx;
 
 /// The schema migrations, embedded in the binary: `(version, description, SQL)`. They are
 /// applied in order by [`migrate`] and recorded in the table `modu_schema_migrations` of the
 /// store's schema (not sqlx's `_sqlx_migrations`, so an application's own sqlx migrations on
 /// the same database and schema do not collide with these).
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (2, "session leases", include_str!("../migrations/0002_leases.sql")),
+];
 
 /// The most expired checkpoints one [`CheckpointStore::purge_expired`] call deletes.
 pub const PURGE_BATCH: u32 = 500;
@@ -320,7 +327,7 @@ async fn begin(pool: &PgPool, operation: &'static str) -> Result<Transaction<'st
     pool.begin().await.map_err(query_err(operation))
 }
 
-/// The three stores on one pool, as [`PostgresStores::connect`] opens them.
+/// The stores and the session leases on one pool, as [`PostgresStores::connect`] opens them.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), modu_core::StoreError> {
@@ -339,6 +346,8 @@ pub struct PostgresStores {
     pub checkpoints: PostgresCheckpointStore,
     /// Memory state.
     pub memory: PostgresMemoryStateStore,
+    /// Session leases, checked by the fenced writes of `conversations` and `checkpoints`.
+    pub leases: PostgresLeaseStore,
 }
 
 impl PostgresStores {
@@ -368,16 +377,22 @@ impl PostgresStores {
                 pool: pool.clone(),
                 ttl: None,
             },
-            memory: PostgresMemoryStateStore { pool, ttl: None },
+            memory: PostgresMemoryStateStore {
+                pool: pool.clone(),
+                ttl: None,
+            },
+            leases: PostgresLeaseStore { pool },
         }
     }
 
-    /// The same TTL for all three stores (set them one by one for different ones).
+    /// The same TTL for all three stores (set them one by one for different ones; leases
+    /// have the ttl each run asks for).
     pub fn with_ttl(self, ttl: Duration) -> Self {
         PostgresStores {
             conversations: self.conversations.with_ttl(ttl),
             checkpoints: self.checkpoints.with_ttl(ttl),
             memory: self.memory.with_ttl(ttl),
+            leases: self.leases,
         }
     }
 
@@ -428,6 +443,63 @@ impl PostgresConversationStore {
     /// The pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// An append, fenced when `fence` is given: the lease check comes first in the append's
+    /// transaction.
+    async fn append_checked(
+        &self,
+        session_id: &str,
+        messages: &[Message],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = if fence.is_some() {
+            "conversation.append_fenced"
+        } else {
+            "conversation.append"
+        };
+        let err = query_err(op);
+        let mut encoded = Vec::with_capacity(messages.len());
+        for m in messages {
+            encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
+                message: format!("cannot encode a message: {e}"),
+                source: Some(Box::new(e)),
+            })?);
+        }
+        let count = i64::try_from(encoded.len()).unwrap_or(i64::MAX);
+        let mut tx = begin(&self.pool, op).await?;
+        if let Some(fence) = fence {
+            check_fence(&mut tx, fence, op).await?;
+        }
+        let now = now_ms();
+        if let Some(ttl) = self.ttl {
+            drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), op).await?;
+        }
+        let next: i64 = sqlx::query_scalar(
+            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES ($1, $2, $3, $3)
+             ON CONFLICT (session_id) DO UPDATE SET next_seq = modu_sessions.next_seq + EXCLUDED.next_seq,
+                touched_ms = EXCLUDED.touched_ms, appended_ms = EXCLUDED.appended_ms
+             RETURNING next_seq",
+        )
+        .bind(session_id)
+        .bind(count)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&err)?;
+        if !encoded.is_empty() {
+            sqlx::query(
+                "INSERT INTO modu_messages (session_id, seq, message)
+                 SELECT $1, $2 + t.ord - 1, t.message FROM UNNEST($3::text[]) WITH ORDINALITY AS t(message, ord)",
+            )
+            .bind(session_id)
+            .bind(next - count)
+            .bind(&encoded)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)
     }
 
     /// Deletes every expired session now; returns how many. A no-op without a TTL.
@@ -486,46 +558,11 @@ async fn drop_session(
 #[async_trait]
 impl ConversationStore for PostgresConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
-        const OP: &str = "conversation.append";
-        let err = query_err(OP);
-        let mut encoded = Vec::with_capacity(messages.len());
-        for m in messages {
-            encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
-                message: format!("cannot encode a message: {e}"),
-                source: Some(Box::new(e)),
-            })?);
-        }
-        let count = i64::try_from(encoded.len()).unwrap_or(i64::MAX);
-        let now = now_ms();
-        let mut tx = begin(&self.pool, OP).await?;
-        if let Some(ttl) = self.ttl {
-            drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), OP).await?;
-        }
-        let next: i64 = sqlx::query_scalar(
-            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES ($1, $2, $3, $3)
-             ON CONFLICT (session_id) DO UPDATE SET next_seq = modu_sessions.next_seq + EXCLUDED.next_seq,
-                touched_ms = EXCLUDED.touched_ms, appended_ms = EXCLUDED.appended_ms
-             RETURNING next_seq",
-        )
-        .bind(session_id)
-        .bind(count)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(&err)?;
-        if !encoded.is_empty() {
-            sqlx::query(
-                "INSERT INTO modu_messages (session_id, seq, message)
-                 SELECT $1, $2 + t.ord - 1, t.message FROM UNNEST($3::text[]) WITH ORDINALITY AS t(message, ord)",
-            )
-            .bind(session_id)
-            .bind(next - count)
-            .bind(&encoded)
-            .execute(&mut *tx)
-            .await
-            .map_err(&err)?;
-        }
-        tx.commit().await.map_err(&err)
+        self.append_checked(session_id, messages, None).await
+    }
+
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        self.append_checked(session_id, messages, Some(fence)).await
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
@@ -653,6 +690,66 @@ impl PostgresCheckpointStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// A save, fenced when `fence` is given: the lease check comes first in the save's
+    /// transaction.
+    async fn save_checked(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = if fence.is_some() {
+            "checkpoint.save_fenced"
+        } else {
+            "checkpoint.save"
+        };
+        let err = query_err(op);
+        if fence.is_none() && self.ttl.is_none() {
+            // One statement: no transaction needed.
+            upsert_checkpoint(run_id, meta, state, now_ms())
+                .execute(&self.pool)
+                .await
+                .map_err(&err)?;
+            return Ok(());
+        }
+        let mut tx = begin(&self.pool, op).await?;
+        if let Some(fence) = fence {
+            check_fence(&mut tx, fence, op).await?;
+        }
+        let now = now_ms();
+        upsert_checkpoint(run_id, meta, state, now)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+        if let Some(ttl) = self.ttl {
+            delete_expired_checkpoints(&mut tx, cutoff(now, ttl), SAVE_PRUNE_BATCH, op).await?;
+        }
+        tx.commit().await.map_err(&err)
+    }
+}
+
+/// The upsert of a checkpoint's row.
+fn upsert_checkpoint<'q>(
+    run_id: &'q str,
+    meta: &'q CheckpointMeta,
+    state: &'q [u8],
+    now: i64,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(
+        "INSERT INTO modu_checkpoints (run_id, state, touched_ms, agent, status, session_id, saved_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $3)
+         ON CONFLICT (run_id) DO UPDATE SET state = EXCLUDED.state, touched_ms = EXCLUDED.touched_ms,
+            agent = EXCLUDED.agent, status = EXCLUDED.status, session_id = EXCLUDED.session_id,
+            saved_ms = EXCLUDED.saved_ms",
+    )
+    .bind(run_id)
+    .bind(state)
+    .bind(now)
+    .bind(meta.agent.as_str())
+    .bind(meta.status.as_str())
+    .bind(meta.session_id.as_deref())
 }
 
 /// Deletes at most `limit` checkpoints last touched before `cut` (oldest first, through the
@@ -679,34 +776,30 @@ async fn delete_expired_checkpoints(
 #[async_trait]
 impl CheckpointStore for PostgresCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
-        const OP: &str = "checkpoint.save";
+        self.save_checked(run_id, meta, state, None).await
+    }
+
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: &Fence,
+    ) -> Result<(), StoreError> {
+        self.save_checked(run_id, meta, state, Some(fence)).await
+    }
+
+    async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        const OP: &str = "checkpoint.delete_fenced";
         let err = query_err(OP);
-        let now = now_ms();
-        let upsert = sqlx::query(
-            "INSERT INTO modu_checkpoints (run_id, state, touched_ms, agent, status, session_id, saved_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $3)
-             ON CONFLICT (run_id) DO UPDATE SET state = EXCLUDED.state, touched_ms = EXCLUDED.touched_ms,
-                agent = EXCLUDED.agent, status = EXCLUDED.status, session_id = EXCLUDED.session_id,
-                saved_ms = EXCLUDED.saved_ms",
-        )
-        .bind(run_id)
-        .bind(state)
-        .bind(now)
-        .bind(meta.agent.as_str())
-        .bind(meta.status.as_str())
-        .bind(meta.session_id.as_deref());
-        match self.ttl {
-            None => {
-                upsert.execute(&self.pool).await.map_err(&err)?;
-                Ok(())
-            }
-            Some(ttl) => {
-                let mut tx = begin(&self.pool, OP).await?;
-                upsert.execute(&mut *tx).await.map_err(&err)?;
-                delete_expired_checkpoints(&mut tx, cutoff(now, ttl), SAVE_PRUNE_BATCH, OP).await?;
-                tx.commit().await.map_err(&err)
-            }
-        }
+        let mut tx = begin(&self.pool, OP).await?;
+        check_fence(&mut tx, fence, OP).await?;
+        sqlx::query("DELETE FROM modu_checkpoints WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+        tx.commit().await.map_err(&err)
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {

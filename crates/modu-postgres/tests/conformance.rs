@@ -7,12 +7,14 @@ mod support;
 use std::sync::Arc;
 
 use modu_core::{
-    CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore, MemoryStateStore, Message,
-    StoreError,
+    CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore, LeaseStore,
+    MemoryStateStore, Message, StoreError,
 };
 use modu_postgres::sqlx;
-use modu_postgres::{PostgresCheckpointStore, PostgresConversationStore, PostgresMemoryStateStore, PostgresStores};
-use modu_testing::conformance;
+use modu_postgres::{
+    PostgresCheckpointStore, PostgresConversationStore, PostgresLeaseStore, PostgresMemoryStateStore, PostgresStores,
+};
+use modu_testing::conformance::{self, FencedStores};
 use support::{fresh_pool, schema, url};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,6 +95,134 @@ async fn postgres_memory_state_store_ttl_conforms() {
         }
     })
     .await;
+}
+
+/// Leases and the fenced writes of the stores on one pool, a fresh schema per case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_lease_store_conforms() {
+    let Some(url) = url() else { return };
+    conformance::lease_store_suite(|| {
+        let url = url.clone();
+        async move {
+            let pool = fresh_pool(&url, "lease").await;
+            FencedStores {
+                leases: Arc::new(PostgresLeaseStore::from_pool(pool.clone()).await.unwrap()),
+                conversations: Arc::new(PostgresConversationStore::from_pool(pool.clone()).await.unwrap()),
+                checkpoints: Arc::new(PostgresCheckpointStore::from_pool(pool).await.unwrap()),
+            }
+        }
+    })
+    .await;
+}
+
+/// The same through `PostgresStores`, with TTLs on the stores (the fenced writes run the TTL
+/// bookkeeping too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_lease_store_bundle_with_store_ttls_conforms() {
+    let Some(url) = url() else { return };
+    conformance::lease_store_suite(|| {
+        let url = url.clone();
+        async move {
+            let stores = PostgresStores::connect_in_schema(&url, &schema("lease-ttl"))
+                .await
+                .unwrap()
+                .with_ttl(std::time::Duration::from_secs(60));
+            FencedStores {
+                leases: Arc::new(stores.leases),
+                conversations: Arc::new(stores.conversations),
+                checkpoints: Arc::new(stores.checkpoints),
+            }
+        }
+    })
+    .await;
+}
+
+/// A take-over waits for a fenced write in flight. The write checked the lease while it was
+/// live and holds the lease row `FOR SHARE` until it commits, so the new holder's take is
+/// ordered after the write, even when the old lease expires by the clock meanwhile; the old
+/// holder's next write is refused. The write is held mid-transaction by a lock on its session
+/// row, and every wait is observed through `pg_blocking_pids`, not guessed with sleeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_take_over_waits_for_a_fenced_write_in_flight() {
+    use std::time::Duration;
+    let Some(url) = url() else { return };
+    let stores = PostgresStores::connect_in_schema(&url, &schema("in-flight"))
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(300);
+    let a = stores.leases.acquire("s", "a", ttl).await.unwrap().unwrap();
+    stores
+        .conversations
+        .append_fenced("s", &[Message::user("first")], &a.fence())
+        .await
+        .unwrap();
+
+    let mut blocker = stores.pool().begin().await.unwrap();
+    let blocker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *blocker)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM modu_sessions WHERE session_id = 's' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let (conversations, fence) = (stores.conversations.clone(), a.fence());
+    let write = tokio::spawn(async move {
+        conversations
+            .append_fenced("s", &[Message::user("under a")], &fence)
+            .await
+    });
+    // The write passed its lease check and waits for the session row.
+    let writer_pid = blocked_by(stores.pool(), blocker_pid).await;
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let leases = stores.leases.clone();
+    let take = tokio::spawn(async move { leases.acquire("s", "b", Duration::from_secs(60)).await });
+    // The take-over waits for the writer's share lock on the lease row.
+    blocked_by(stores.pool(), writer_pid).await;
+    assert!(!take.is_finished() && !write.is_finished());
+
+    blocker.rollback().await.unwrap();
+    write
+        .await
+        .unwrap()
+        .expect("the write checked a live lease: it is applied");
+    let b = take
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("after the write, b takes the expired lease");
+    assert!(b.token > a.token);
+    let late = stores
+        .conversations
+        .append_fenced("s", &[Message::user("late")], &a.fence())
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    let texts: Vec<String> = stores
+        .conversations
+        .load("s")
+        .await
+        .unwrap()
+        .iter()
+        .map(Message::text)
+        .collect();
+    assert_eq!(texts, vec!["first", "under a"]);
+}
+
+/// The pid of a backend waiting for a lock `pid` holds (polls for up to 10 s).
+async fn blocked_by(pool: &sqlx::PgPool, pid: i32) -> i32 {
+    for _ in 0..400 {
+        let waiting: Option<i32> =
+            sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) LIMIT 1")
+                .bind(pid)
+                .fetch_optional(pool)
+                .await
+                .unwrap();
+        if let Some(waiting) = waiting {
+            return waiting;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no backend waited for a lock of backend {pid}");
 }
 
 /// `PostgresStores` (one pool, three stores) passes the suites too.

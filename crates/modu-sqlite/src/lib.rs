@@ -8,11 +8,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use modu_core::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
-    ConversationStore, MemoryStateStore, Message, SessionSummary, StoreError,
+    ConversationStore, Fence, MemoryStateStore, Message, SessionSummary, StoreError,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, Transaction};
 
+mod lease;
+
+pub use lease::SqliteLeaseStore;
+use lease::check_fence;
 pub use sqlx;
 
 /// The schema migrations, embedded in the binary: `(version, description, SQL)`. They are
@@ -26,6 +30,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "checkpoint metadata, session last append, expiry indexes",
         include_str!("../migrations/0002_list_and_expiry.sql"),
     ),
+    (3, "session leases", include_str!("../migrations/0003_leases.sql")),
 ];
 
 /// The most expired checkpoints one [`CheckpointStore::purge_expired`] call deletes.
@@ -239,6 +244,60 @@ impl SqliteConversationStore {
         &self.pool
     }
 
+    /// An append, fenced when `fence` is given: the lease check and the writes are one
+    /// `BEGIN IMMEDIATE` transaction.
+    async fn append_checked(
+        &self,
+        session_id: &str,
+        messages: &[Message],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = if fence.is_some() {
+            "conversation.append_fenced"
+        } else {
+            "conversation.append"
+        };
+        let err = query_err(op);
+        let mut encoded = Vec::with_capacity(messages.len());
+        for m in messages {
+            encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
+                message: format!("cannot encode a message: {e}"),
+                source: Some(Box::new(e)),
+            })?);
+        }
+        let count = i64::try_from(encoded.len()).unwrap_or(i64::MAX);
+        let mut tx = write_tx(&self.pool, op).await?;
+        if let Some(fence) = fence {
+            check_fence(&mut tx, fence, op).await?;
+        }
+        let now = now_ms();
+        if let Some(ttl) = self.ttl {
+            drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), op).await?;
+        }
+        let next: i64 = sqlx::query_scalar(
+            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3, appended_ms = ?3
+             RETURNING next_seq",
+        )
+        .bind(session_id)
+        .bind(count)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&err)?;
+        let start = next - count;
+        for (i, message) in encoded.iter().enumerate() {
+            sqlx::query("INSERT INTO modu_messages (session_id, seq, message) VALUES (?1, ?2, ?3)")
+                .bind(session_id)
+                .bind(start + i as i64)
+                .bind(message)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)
+    }
+
     /// Deletes every expired session now; returns how many. A no-op without a TTL.
     pub async fn purge_expired(&self) -> Result<u64, StoreError> {
         let Some(ttl) = self.ttl else { return Ok(0) };
@@ -294,43 +353,11 @@ async fn drop_session(
 #[async_trait]
 impl ConversationStore for SqliteConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
-        const OP: &str = "conversation.append";
-        let err = query_err(OP);
-        let mut encoded = Vec::with_capacity(messages.len());
-        for m in messages {
-            encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
-                message: format!("cannot encode a message: {e}"),
-                source: Some(Box::new(e)),
-            })?);
-        }
-        let count = i64::try_from(encoded.len()).unwrap_or(i64::MAX);
-        let now = now_ms();
-        let mut tx = write_tx(&self.pool, OP).await?;
-        if let Some(ttl) = self.ttl {
-            drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), OP).await?;
-        }
-        let next: i64 = sqlx::query_scalar(
-            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES (?1, ?2, ?3, ?3)
-             ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3, appended_ms = ?3
-             RETURNING next_seq",
-        )
-        .bind(session_id)
-        .bind(count)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(&err)?;
-        let start = next - count;
-        for (i, message) in encoded.iter().enumerate() {
-            sqlx::query("INSERT INTO modu_messages (session_id, seq, message) VALUES (?1, ?2, ?3)")
-                .bind(session_id)
-                .bind(start + i as i64)
-                .bind(message)
-                .execute(&mut *tx)
-                .await
-                .map_err(&err)?;
-        }
-        tx.commit().await.map_err(&err)
+        self.append_checked(session_id, messages, None).await
+    }
+
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        self.append_checked(session_id, messages, Some(fence)).await
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
@@ -455,6 +482,66 @@ impl SqliteCheckpointStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+
+    /// A save, fenced when `fence` is given: the lease check and the writes are one
+    /// `BEGIN IMMEDIATE` transaction.
+    async fn save_checked(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = if fence.is_some() {
+            "checkpoint.save_fenced"
+        } else {
+            "checkpoint.save"
+        };
+        let err = query_err(op);
+        if fence.is_none() && self.ttl.is_none() {
+            // One statement: no transaction needed.
+            upsert_checkpoint(run_id, meta, state, now_ms())
+                .execute(&self.pool)
+                .await
+                .map_err(&err)?;
+            return Ok(());
+        }
+        let mut tx = write_tx(&self.pool, op).await?;
+        if let Some(fence) = fence {
+            check_fence(&mut tx, fence, op).await?;
+        }
+        let now = now_ms();
+        upsert_checkpoint(run_id, meta, state, now)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+        if let Some(ttl) = self.ttl {
+            delete_expired_checkpoints(&mut tx, cutoff(now, ttl), SAVE_PRUNE_BATCH, op).await?;
+        }
+        tx.commit().await.map_err(&err)
+    }
+}
+
+/// The upsert of a checkpoint's row.
+fn upsert_checkpoint<'q>(
+    run_id: &'q str,
+    meta: &'q CheckpointMeta,
+    state: &'q [u8],
+    now: i64,
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query(
+        "INSERT INTO modu_checkpoints (run_id, state, touched_ms, agent, status, session_id, saved_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?3)
+         ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, touched_ms = excluded.touched_ms,
+            agent = excluded.agent, status = excluded.status, session_id = excluded.session_id,
+            saved_ms = excluded.saved_ms",
+    )
+    .bind(run_id)
+    .bind(state)
+    .bind(now)
+    .bind(meta.agent.as_str())
+    .bind(meta.status.as_str())
+    .bind(meta.session_id.as_deref())
 }
 
 /// Deletes at most `limit` checkpoints last touched before `cut` (oldest first, through the
@@ -480,34 +567,30 @@ async fn delete_expired_checkpoints(
 #[async_trait]
 impl CheckpointStore for SqliteCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
-        const OP: &str = "checkpoint.save";
+        self.save_checked(run_id, meta, state, None).await
+    }
+
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: &Fence,
+    ) -> Result<(), StoreError> {
+        self.save_checked(run_id, meta, state, Some(fence)).await
+    }
+
+    async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        const OP: &str = "checkpoint.delete_fenced";
         let err = query_err(OP);
-        let now = now_ms();
-        let upsert = sqlx::query(
-            "INSERT INTO modu_checkpoints (run_id, state, touched_ms, agent, status, session_id, saved_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?3)
-             ON CONFLICT (run_id) DO UPDATE SET state = excluded.state, touched_ms = excluded.touched_ms,
-                agent = excluded.agent, status = excluded.status, session_id = excluded.session_id,
-                saved_ms = excluded.saved_ms",
-        )
-        .bind(run_id)
-        .bind(state)
-        .bind(now)
-        .bind(meta.agent.as_str())
-        .bind(meta.status.as_str())
-        .bind(meta.session_id.as_deref());
-        match self.ttl {
-            None => {
-                upsert.execute(&self.pool).await.map_err(&err)?;
-                Ok(())
-            }
-            Some(ttl) => {
-                let mut tx = write_tx(&self.pool, OP).await?;
-                upsert.execute(&mut *tx).await.map_err(&err)?;
-                delete_expired_checkpoints(&mut tx, cutoff(now, ttl), SAVE_PRUNE_BATCH, OP).await?;
-                tx.commit().await.map_err(&err)
-            }
-        }
+        let mut tx = write_tx(&self.pool, OP).await?;
+        check_fence(&mut tx, fence, OP).await?;
+        sqlx::query("DELETE FROM modu_checkpoints WHERE run_id = ?1")
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?;
+        tx.commit().await.map_err(&err)
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use modu_core::{CheckpointStore, ConversationStore, MemoryStateStore};
-use modu_sqlite::{SqliteCheckpointStore, SqliteConversationStore, SqliteMemoryStateStore};
-use modu_testing::conformance;
+use modu_sqlite::{SqliteCheckpointStore, SqliteConversationStore, SqliteLeaseStore, SqliteMemoryStateStore};
+use modu_testing::conformance::{self, FencedStores};
 
 /// Fresh database paths in one temporary folder (nested, to check that folders are created).
 struct Files {
@@ -93,6 +93,48 @@ async fn sqlite_memory_state_store_ttl_conforms() {
     .await;
 }
 
+/// Leases and the fenced writes of the stores on one pool, a fresh file per case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lease_store_conforms() {
+    let files = Files::new();
+    conformance::lease_store_suite(|| {
+        let path = files.next();
+        async move { fenced_stores(modu_sqlite::open(path).await.unwrap(), None).await }
+    })
+    .await;
+}
+
+/// The same with TTLs on the stores (the fenced writes run the TTL bookkeeping too), and on an
+/// in-memory database (one connection: every lease operation waits for the one before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lease_store_with_store_ttls_and_in_memory_conforms() {
+    let files = Files::new();
+    let ttl = std::time::Duration::from_secs(60);
+    conformance::lease_store_suite(|| {
+        let path = files.next();
+        async move { fenced_stores(modu_sqlite::open(path).await.unwrap(), Some(ttl)).await }
+    })
+    .await;
+    conformance::lease_store_suite(|| async {
+        fenced_stores(modu_sqlite::open_in_memory().await.unwrap(), None).await
+    })
+    .await;
+}
+
+async fn fenced_stores(pool: sqlx::SqlitePool, ttl: Option<std::time::Duration>) -> FencedStores {
+    let mut conversations = SqliteConversationStore::from_pool(pool.clone()).await.unwrap();
+    let mut checkpoints = SqliteCheckpointStore::from_pool(pool.clone()).await.unwrap();
+    if let Some(ttl) = ttl {
+        conversations = conversations.with_ttl(ttl);
+        checkpoints = checkpoints.with_ttl(ttl);
+    }
+    FencedStores {
+        leases: Arc::new(SqliteLeaseStore::from_pool(pool).await.unwrap()),
+        conversations: Arc::new(conversations),
+        checkpoints: Arc::new(checkpoints),
+    }
+}
+
 /// The in-memory database variant passes the suite too (one connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_in_memory_database_conforms() {
@@ -131,6 +173,45 @@ async fn sqlite_two_pools_on_one_file_share_and_persist() {
         let want: Vec<String> = (0..5).map(|i| format!("{t}:{i}")).collect();
         assert_eq!(chunk.iter().map(|m| m.text()).collect::<Vec<_>>(), want);
     }
+}
+
+/// Leases are shared by pools on one file (as by processes) and outlive them: of takers on two
+/// pools exactly one gets the key, a fenced write through the other pool checks the same
+/// lease, and a take after the file was closed and reopened gets a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_leases_are_shared_between_pools_and_survive_reopening() {
+    use modu_core::{LeaseStore, StoreError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let a = SqliteLeaseStore::open(&path).await.unwrap();
+    let b = SqliteLeaseStore::open(&path).await.unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    let mut takers = Vec::new();
+    for i in 0..8 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        takers.push(tokio::spawn(async move { s.acquire("s", &format!("w{i}"), ttl).await }));
+    }
+    let mut won = Vec::new();
+    for t in takers {
+        won.extend(t.await.unwrap().unwrap());
+    }
+    assert_eq!(won.len(), 1, "of 8 takers on two pools one wins: {won:?}");
+    let lease = won.remove(0);
+    let conversations = SqliteConversationStore::from_pool(b.pool().clone()).await.unwrap();
+    conversations
+        .append_fenced("s", &[modu_core::Message::user("mine")], &lease.fence())
+        .await
+        .unwrap();
+    a.release(&lease).await.unwrap();
+    let refused = conversations
+        .append_fenced("s", &[modu_core::Message::user("late")], &lease.fence())
+        .await;
+    assert!(matches!(refused, Err(StoreError::Fenced { .. })), "{refused:?}");
+    a.pool().close().await;
+    b.pool().close().await;
+    let reopened = SqliteLeaseStore::open(&path).await.unwrap();
+    let next = reopened.acquire("s", "w9", ttl).await.unwrap().unwrap();
+    assert!(next.token > lease.token, "{} after {}", next.token, lease.token);
 }
 
 /// A database migrated by a newer build is refused with a typed error.
