@@ -99,9 +99,14 @@ impl Stores {
                     leases: Arc::new(modu_redis::RedisLeaseStore::new(conn).with_prefix(prefix)),
                 })
             }
-            Backend::Postgres => Err(StoreError::Unsupported {
-                operation: "postgres leases (not built yet)",
-            }),
+            Backend::Postgres => {
+                let stores = modu_postgres::PostgresStores::connect_in_schema(url, prefix).await?;
+                Ok(Stores {
+                    conversations: Arc::new(stores.conversations),
+                    checkpoints: Arc::new(stores.checkpoints),
+                    leases: Arc::new(stores.leases),
+                })
+            }
         }
     }
 }

@@ -62,3 +62,21 @@ async fn redis_leases_keep_contended_sessions_whole_while_workers_are_killed() {
     let _serial = SERIAL.lock().await;
     support::chaos(Backend::Redis, &url, contended()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_leases_keep_sessions_whole_while_workers_are_killed() {
+    let Some(url) = modu_testing::service_env("MODU_POSTGRES_URL") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    support::chaos(Backend::Postgres, &url, Chaos::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_leases_keep_contended_sessions_whole_while_workers_are_killed() {
+    let Some(url) = modu_testing::service_env("MODU_POSTGRES_URL") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    support::chaos(Backend::Postgres, &url, contended()).await;
+}

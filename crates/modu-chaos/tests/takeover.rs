@@ -15,3 +15,11 @@ async fn redis_a_taken_over_worker_cannot_write() {
     };
     support::taken_over_lease_cannot_write(Backend::Redis, &url).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_taken_over_worker_cannot_write() {
+    let Some(url) = modu_testing::service_env("MODU_POSTGRES_URL") else {
+        return;
+    };
+    support::taken_over_lease_cannot_write(Backend::Postgres, &url).await;
+}

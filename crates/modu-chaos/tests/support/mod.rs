@@ -213,6 +213,11 @@ async fn in_history(stores: &Stores, session: usize, run: &str) -> bool {
         .any(|m| m.role == Role::User && m.text() == run)
 }
 
+/// The session of a run id (`s<n>-r<m>`).
+fn session_of(run: &str) -> String {
+    run.split('-').next().unwrap_or_default().to_owned()
+}
+
 /// One execution of `record`, from the ledger.
 struct Execution {
     exec: String,
@@ -531,6 +536,8 @@ pub async fn chaos(backend: Backend, url: &str, config: Chaos) {
     let mut replies: HashMap<(String, String), Vec<String>> = HashMap::new();
     let mut writes: HashMap<String, Vec<(u128, u32)>> = HashMap::new();
     let mut claims: HashMap<String, Vec<(u128, u32)>> = HashMap::new();
+    // Fresh run starts per session (the run took the session's lease).
+    let mut fresh: HashMap<String, Vec<u128>> = HashMap::new();
     for line in std::fs::read_to_string(fleet.events()).unwrap().lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let (at, pid, kind, run) = (f[0].parse::<u128>().unwrap(), f[1].parse::<u32>().unwrap(), f[2], f[3]);
@@ -541,6 +548,7 @@ pub async fn chaos(backend: Backend, url: &str, config: Chaos) {
                 .push(f[5].to_owned()),
             "save" | "append" | "delete" => writes.entry(run.to_owned()).or_default().push((at, pid)),
             "started" if f[4] == "resumed=true" => claims.entry(run.to_owned()).or_default().push((at, pid)),
+            "started" => fresh.entry(session_of(run)).or_default().push(at),
             _ => {}
         }
     }
@@ -566,8 +574,38 @@ pub async fn chaos(backend: Backend, url: &str, config: Chaos) {
     // another worker claims it).
     let mut recovery_ms = Vec::new();
     let mut claim_ms = Vec::new();
+    // Orphans claimed more than once before their first write (the recoverer died too), and
+    // orphans whose session's lease went to later runs first (the claim never waits).
+    let (mut reclaimed, mut overtaken, mut most_overtaking) = (0, 0, 0);
     for kill in &kills {
         for run in &kill.orphans {
+            let first_write = writes.get(run).and_then(|v| {
+                v.iter()
+                    .filter(|(at, pid)| *at > kill.at_us && *pid != kill.pid)
+                    .map(|(at, _)| *at)
+                    .min()
+            });
+            let claimed: Vec<u128> = claims
+                .get(run)
+                .map(|v| {
+                    v.iter()
+                        .filter(|(at, pid)| *at > kill.at_us && *pid != kill.pid)
+                        .map(|(at, _)| *at)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if claimed.iter().filter(|at| Some(**at) < first_write).count() > 1 {
+                reclaimed += 1;
+            }
+            if let Some(first_claim) = claimed.iter().min() {
+                let before = fresh.get(&session_of(run)).map_or(0, |v| {
+                    v.iter().filter(|at| **at > kill.at_us && *at < first_claim).count()
+                });
+                if before > 0 {
+                    overtaken += 1;
+                    most_overtaking = most_overtaking.max(before);
+                }
+            }
             let after = |events: Option<&Vec<(u128, u32)>>| {
                 events.and_then(|v| {
                     v.iter()
@@ -625,7 +663,8 @@ pub async fn chaos(backend: Backend, url: &str, config: Chaos) {
     println!(
         "chaos ({name}): {orphans} orphans recovered, {resubmits} runs given out again (killed before their \
          first checkpoint), {lease_lost} lease losses; tool calls run twice: {dup_killed} (killed mid-call) + \
-         {dup_lease_lost} (lease lost); model calls sent again: {model_repeats}"
+         {dup_lease_lost} (lease lost); model calls sent again: {model_repeats}; orphans claimed again after their \
+         recoverer died: {reclaimed}; orphans whose session first ran later runs: {overtaken} (at most {most_overtaking} runs)"
     );
     assert!(
         kills.len() >= 5,
