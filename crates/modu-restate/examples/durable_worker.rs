@@ -4,11 +4,14 @@
 //! Environment:
 //! - `PORT`: where to listen (HTTP/2, as Restate calls deployments).
 //! - `OPENAI_BASE_URL`: the OpenAI-compatible server the agent's model talks to.
-//! - `LEDGER`: a file every tool call appends `<run id> <call id> <tool> <phase>` to.
+//! - `LEDGER`: a file every tool call appends `<run id> <call id> <tool> <phase> <exec>
+//!   <unix µs>` to, where `<exec>` (`<pid>.<n>`) names this execution of the call.
 //! - `SLOW_MS`: how long the `slow` tool works (default 2000).
+//! - `RECORD_MS`: how long `record` works after its effect (default 0).
 //!
-//! Tools: `record` appends one `done` line; `slow` appends `start`, works `SLOW_MS`, then
-//! appends `done`. `approve_me` needs approval and appends `done`.
+//! Tools: `record` appends one `done` line (its effect), works `RECORD_MS`, and returns
+//! `{"recorded": true, "exec": <exec>}`; `slow` appends `start`, works `SLOW_MS`, then appends
+//! `done`. `approve_me` needs approval and appends `done`.
 //!
 //! ```text
 //! PORT=9080 OPENAI_BASE_URL=http://127.0.0.1:8000/v1 LEDGER=/tmp/ledger \
@@ -24,7 +27,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use modu_core::{Agent, FunctionTool, InMemoryCheckpointStore, RetryConfig, RunContext, ToolError, ToolSpec};
 use modu_openai::OpenAiClient;
@@ -35,10 +39,23 @@ use modu_restate::{DurableSession, Retries, durable};
 struct Worker {
     ledger: PathBuf,
     slow: Duration,
+    record: Duration,
 }
 
-fn append(ledger: &PathBuf, ctx: &RunContext<Worker>, tool: &str, phase: &str) -> Result<(), ToolError> {
-    let line = format!("{} {} {tool} {phase}\n", ctx.run_id(), ctx.call_id().unwrap_or("-"));
+/// Tool executions in this process (the `<n>` of an execution's `<pid>.<n>`).
+static EXECUTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Appends a ledger line (O_APPEND, synced); returns the execution's name.
+fn append(ledger: &PathBuf, ctx: &RunContext<Worker>, tool: &str, phase: &str) -> Result<String, ToolError> {
+    let exec = format!("{}.{}", std::process::id(), EXECUTIONS.fetch_add(1, Ordering::SeqCst));
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let line = format!(
+        "{} {} {tool} {phase} {exec} {micros}\n",
+        ctx.run_id(),
+        ctx.call_id().unwrap_or("-")
+    );
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -46,7 +63,12 @@ fn append(ledger: &PathBuf, ctx: &RunContext<Worker>, tool: &str, phase: &str) -
         .map_err(|_| ToolError::execution("ledger_unwritable"))?;
     file.write_all(line.as_bytes())
         .and_then(|()| file.sync_data())
-        .map_err(|_| ToolError::execution("ledger_unwritable"))
+        .map_err(|_| ToolError::execution("ledger_unwritable"))?;
+    Ok(exec)
+}
+
+fn millis(var: &str, default: u64) -> Duration {
+    Duration::from_millis(std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
 }
 
 fn schema() -> serde_json::Value {
@@ -58,20 +80,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let port: u16 = std::env::var("PORT")?.parse()?;
     let base_url = std::env::var("OPENAI_BASE_URL")?;
     let ledger = PathBuf::from(std::env::var("LEDGER")?);
-    let slow = Duration::from_millis(
-        std::env::var("SLOW_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2000),
-    );
+    let slow = millis("SLOW_MS", 2000);
+    let record_work = millis("RECORD_MS", 0);
 
     let model = OpenAiClient::new(base_url, "mock-model")?;
     let record = FunctionTool::new(
         ToolSpec::new("record", "Records a note.", schema()),
         |ctx: RunContext<Worker>, _args| async move {
             let ledger = ctx.context().ledger.clone();
-            append(&ledger, &ctx, "record", "done")?;
-            Ok(serde_json::json!({"recorded": true}))
+            let exec = append(&ledger, &ctx, "record", "done")?;
+            tokio::time::sleep(ctx.context().record).await;
+            Ok(serde_json::json!({"recorded": true, "exec": exec}))
         },
     );
     let slow_tool = FunctionTool::new(
@@ -103,7 +122,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(approve_me)
         .build()?;
 
-    let session = DurableSession::new(agent, Arc::new(Worker { ledger, slow }));
+    let session = DurableSession::new(
+        agent,
+        Arc::new(Worker {
+            ledger,
+            slow,
+            record: record_work,
+        }),
+    );
     let endpoint = Endpoint::builder()
         .bind(session.definition(Duration::from_millis(50), Duration::from_millis(250)))
         .build();

@@ -153,12 +153,25 @@ pub struct Worker {
 
 impl Worker {
     pub async fn start(port: u16, openai: &str, ledger: &Path, slow_ms: u64, log: &Path) -> Worker {
+        Self::start_with(port, openai, ledger, slow_ms, log, &[]).await
+    }
+
+    /// [`Worker::start`] with more environment variables (`RECORD_MS`).
+    pub async fn start_with(
+        port: u16,
+        openai: &str,
+        ledger: &Path,
+        slow_ms: u64,
+        log: &Path,
+        env: &[(&str, String)],
+    ) -> Worker {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
         let child = Command::new(worker_bin())
             .env("PORT", port.to_string())
             .env("OPENAI_BASE_URL", openai)
             .env("LEDGER", ledger)
             .env("SLOW_MS", slow_ms.to_string())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -172,6 +185,11 @@ impl Worker {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Worker { child, port }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL (std's `Child::kill` sends SIGKILL on Unix), and reap it.
