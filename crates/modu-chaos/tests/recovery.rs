@@ -7,8 +7,8 @@
 //! second time. This test holds the checkpoint removal back (as a SIGKILL at that point would),
 //! drops the run, and recovers it on another agent: the session must hold the run once.
 //!
-//! Ignored: it fails on modu-core as of f7f35d5 (the run is appended twice). See the report of
-//! the chaos branch (hw/chaos) for the fix; un-ignore it with the fix.
+//! The claim sees the run's messages where the run started (`history_len` in its checkpoint),
+//! removes the checkpoint and continues nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -58,7 +58,6 @@ impl CheckpointStore for StuckDelete {
 }
 
 #[tokio::test]
-#[ignore = "modu-core bug: a worker killed between the final append and the checkpoint's removal gets its run appended twice by recover_orphans"]
 async fn a_run_killed_between_its_append_and_its_checkpoint_removal_is_stored_once() {
     let leases = InMemoryLeaseStore::new();
     let conversations: Arc<dyn modu_core::ConversationStore> =

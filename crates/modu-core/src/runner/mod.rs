@@ -269,6 +269,9 @@ where
         };
         match with_deadline(self.env.deadline, self.env.agent.limits.timeout, store.load(session)).await? {
             Ok(history) => {
+                if !self.resumed {
+                    self.state.history_len = Some(history.len());
+                }
                 self.env.history = history;
                 Ok(())
             }

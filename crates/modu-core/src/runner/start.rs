@@ -105,6 +105,10 @@ where
                 Ok(_) => Err(AgentError::CheckpointNotFound { run_id: run_id.clone() }),
                 Err(e) => Err(e),
             };
+            let fresh = match fresh {
+                Ok(fresh) => already_stored(&inner, fresh, &held.fence()).await,
+                Err(e) => Err(e),
+            };
             match fresh {
                 Ok(fresh) => resume.checkpoint = fresh,
                 Err(e) => {
@@ -119,6 +123,45 @@ where
         return result;
     }
     start(inner, request, emitter, None).await
+}
+
+/// A leased run that died after it appended its messages and before it removed its checkpoint
+/// is complete: the session holds its messages where it started. Then its checkpoint is
+/// removed and `CheckpointNotFound` answered; otherwise the checkpoint comes back to resume.
+/// (No other run wrote to the session between that run's load and its append: it held the
+/// lease.)
+async fn already_stored<C, O>(
+    inner: &Arc<AgentInner<C, O>>,
+    checkpoint: Checkpoint,
+    fence: &Fence,
+) -> Result<Checkpoint, AgentError> {
+    let (Some(at), Some(session), Some(conversations), Some(checkpoints)) = (
+        checkpoint.state.history_len,
+        checkpoint.session_id.as_deref(),
+        &inner.conversations,
+        &inner.checkpoints,
+    ) else {
+        return Ok(checkpoint);
+    };
+    if checkpoint.state.status() != CheckpointStatus::Running {
+        // A paused or failed run stopped on purpose; it appended nothing.
+        return Ok(checkpoint);
+    }
+    let stored = conversations
+        .load(session)
+        .await
+        .map_err(|e| AgentError::from_store("conversation.load", &e))?;
+    let mine = &checkpoint.state.messages;
+    if mine.is_empty() || stored.get(at..at + mine.len()) != Some(mine.as_slice()) {
+        return Ok(checkpoint);
+    }
+    checkpoints
+        .delete_fenced(&checkpoint.run_id, fence)
+        .await
+        .map_err(|e| AgentError::from_store("checkpoint.delete", &e))?;
+    Err(AgentError::CheckpointNotFound {
+        run_id: checkpoint.run_id,
+    })
 }
 
 /// A run whose lease (if any) is held: fresh, or resuming the checkpoint the request carries.

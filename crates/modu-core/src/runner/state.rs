@@ -39,6 +39,11 @@ pub(crate) enum Phase {
 pub(crate) struct RunState {
     /// The run's messages: input, tool calls, tool results, answer.
     pub(crate) messages: Vec<Message>,
+    /// How many messages the session held when the run started (a leased run appends its
+    /// messages right there, so a claim can tell whether a dead worker's run was already
+    /// stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) history_len: Option<usize>,
     /// The decision policy's own state: `{"id": "standard/1" | "plan_and_execute/1", "state"}`.
     pub(crate) policy: PolicyState,
     pub(crate) usage: Usage,
@@ -153,6 +158,7 @@ impl RunState {
     pub(crate) fn new(messages: Vec<Message>) -> Self {
         RunState {
             messages,
+            history_len: None,
             policy: PolicyState::Standard(Phase::Act),
             usage: Usage::default(),
             model_calls: 0,
