@@ -85,7 +85,10 @@ pub enum AgentEvent {
         will_retry: bool,
     },
     /// A fragment of a tool call while the model streams it (standard runs; for UIs that show
-    /// arguments as they arrive).
+    /// arguments as they arrive). Only the caller's [`crate::RunStream`] gets it, never an
+    /// event sink: the fragments are the model's raw text, and masking secrets needs the whole
+    /// JSON (a fragment can split a key from its value). `ToolCallStarted` carries the whole,
+    /// masked by the sinks that mask.
     ToolCallDelta {
         /// The run.
         run_id: String,

@@ -177,7 +177,7 @@ impl Service<ChatRequest> for ModelService {
                             tool: name.clone(),
                             arguments: arguments.clone(),
                         };
-                        sink.emitter.emit(event).await;
+                        sink.emitter.emit_to_stream(event).await;
                     }
                     _ => {}
                 }

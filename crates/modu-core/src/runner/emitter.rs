@@ -24,6 +24,14 @@ impl Emitter {
         self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
     }
 
+    /// Sends an event to the caller's stream only. For raw fragments no sink may see: secret
+    /// masking needs whole JSON, and a fragment can split a key from its value.
+    pub(crate) async fn emit_to_stream(&self, event: AgentEvent) {
+        if let Some(tx) = &self.stream {
+            let _ = tx.send(event).await;
+        }
+    }
+
     pub(crate) async fn emit(&self, event: AgentEvent) {
         if let Some(sink) = &self.sink
             && let Err(err) = sink.publish(&event).await
