@@ -105,6 +105,18 @@ pub enum AgentEvent {
         /// A piece of the arguments' JSON text.
         arguments: String,
     },
+    /// What the run's structured output holds so far, while its JSON arrives (the final
+    /// answer of a run with [`crate::AgentBuilder::output`]; see [`crate::partial`]): complete
+    /// members, the string being written, open objects and arrays closed. Sent each time the
+    /// snapshot grows. Like [`AgentEvent::ToolCallDelta`], only the caller's
+    /// [`crate::RunStream`] gets it: the snapshot is the model's raw text, and masking needs the
+    /// whole answer. Read it as a type of your own with [`AgentEvent::partial_output`].
+    OutputPartial {
+        /// The run.
+        run_id: String,
+        /// The value so far.
+        snapshot: serde_json::Value,
+    },
     /// A tool call is about to run.
     ToolCallStarted {
         /// The run.
@@ -388,6 +400,7 @@ impl AgentEvent {
             | AgentEvent::ModelCallFinished { run_id, .. }
             | AgentEvent::ModelCallFailed { run_id, .. }
             | AgentEvent::ToolCallDelta { run_id, .. }
+            | AgentEvent::OutputPartial { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }
             | AgentEvent::ToolCallFinished { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
@@ -422,6 +435,7 @@ impl AgentEvent {
             AgentEvent::ModelCallStarted { .. } => "model_call_started",
             AgentEvent::ModelDelta { .. } => "model_delta",
             AgentEvent::ToolCallDelta { .. } => "tool_call_delta",
+            AgentEvent::OutputPartial { .. } => "output_partial",
             AgentEvent::ReasoningDelta { .. } => "reasoning_delta",
             AgentEvent::ModelCallFinished { .. } => "model_call_finished",
             AgentEvent::ModelCallFailed { .. } => "model_call_failed",
@@ -449,6 +463,35 @@ impl AgentEvent {
             AgentEvent::FinalDelta { .. } => "final_delta",
             AgentEvent::RunCompleted { .. } => "run_completed",
             AgentEvent::RunFailed { .. } => "run_failed",
+        }
+    }
+}
+
+impl AgentEvent {
+    /// For [`AgentEvent::OutputPartial`]: the snapshot read as `P`, a type whose fields may be
+    /// missing (`Option`s or `#[serde(default)]`); `None` for other events or a snapshot that
+    /// does not fit `P` yet.
+    ///
+    /// ```
+    /// use modu_core::AgentEvent;
+    ///
+    /// #[derive(serde::Deserialize, Debug, PartialEq)]
+    /// struct PartialAnswer {
+    ///     result: Option<i64>,
+    ///     explanation: Option<String>,
+    /// }
+    ///
+    /// let event = AgentEvent::OutputPartial {
+    ///     run_id: "r1".into(),
+    ///     snapshot: serde_json::json!({"result": 5, "explanation": "2 + 3"}),
+    /// };
+    /// let partial: Option<PartialAnswer> = event.partial_output();
+    /// assert_eq!(partial, Some(PartialAnswer { result: Some(5), explanation: Some("2 + 3".into()) }));
+    /// ```
+    pub fn partial_output<P: serde::de::DeserializeOwned>(&self) -> Option<P> {
+        match self {
+            AgentEvent::OutputPartial { snapshot, .. } => P::deserialize(snapshot).ok(),
+            _ => None,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod message;
 pub mod middleware;
 pub mod model;
 pub mod output;
+pub mod partial;
 pub mod plan;
 pub mod provider;
 pub mod redact;

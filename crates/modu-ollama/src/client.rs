@@ -29,7 +29,9 @@ pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";
 /// Tool calls arrive whole (one line each) with object arguments, which become
 /// [`ToolCall::arguments`](modu_core::ToolCall) JSON text. `response_format` becomes
 /// `format` (the JSON schema); `max_tokens` becomes `options.num_predict`. Ollama has no
-/// `tool_choice` or `parallel_tool_calls`: they are not sent.
+/// `tool_choice`: `none` sends no tools, a named tool is sent alone, and `auto` and
+/// `required` send them all (Ollama cannot be made to call one). It has no
+/// `parallel_tool_calls` either: that is not sent.
 ///
 /// Cheap to clone: clones share the configuration and the connection pool.
 ///

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use modu_core::{
-    ChatEvent, ChatRequest, FinishReason, Message, ModelError, ReasoningEffort, ReasoningReplay, Role, ToolDefinition,
-    Usage,
+    ChatEvent, ChatRequest, FinishReason, Message, ModelError, ReasoningEffort, ReasoningReplay, Role, ToolChoice,
+    ToolDefinition, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -104,6 +104,21 @@ pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> Vec<WireTool<'_>> {
         .collect()
 }
 
+/// The tools the request offers, as far as Ollama can express `tool_choice` (it has no such
+/// field): `none` offers no tool, a named tool is offered alone, `auto` and `required` offer
+/// them all (Ollama cannot be made to call one).
+pub(crate) fn offered_tools(request: &ChatRequest) -> &[ToolDefinition] {
+    match &request.tool_choice {
+        Some(ToolChoice::None) => &[],
+        Some(ToolChoice::Named(name)) => request
+            .tools
+            .iter()
+            .position(|t| &t.name == name)
+            .map_or(&request.tools[..], |i| std::slice::from_ref(&request.tools[i])),
+        _ => &request.tools,
+    }
+}
+
 /// The request body. Options are built from the client's defaults, then the request's
 /// sampling fields, then `extras["options"]`; the other extras are merged at the top level.
 pub(crate) fn encode_request(
@@ -135,7 +150,7 @@ pub(crate) fn encode_request(
     let body = WireRequest {
         model,
         messages: wire_messages(&request.messages, replay),
-        tools: wire_tools(&request.tools),
+        tools: wire_tools(offered_tools(request)),
         format: request.response_format.as_ref().map(|f| &f.schema),
         options,
         keep_alive,

@@ -453,3 +453,37 @@ async fn thinking_is_read_as_reasoning_and_think_is_sent() {
     assert_eq!(sent["messages"][1]["thinking"], "Count the r's.");
     assert!(sent.get("think").is_none(), "no effort set: the model's default");
 }
+
+#[tokio::test]
+async fn tool_choice_narrows_the_offered_tools() {
+    // Ollama's /api/chat has no tool_choice: `none` sends no tools, a named tool goes alone,
+    // and the field itself is never sent.
+    let server = MockOllamaServer::start().await.unwrap();
+    let c = client(&server);
+    let tool = |name: &str| ToolDefinition::new(name, "a tool", json!({"type": "object", "properties": {}}));
+    let tools = vec![tool("add"), tool("weather")];
+    let cases = [
+        (modu_core::ToolChoice::Auto, json!(["add", "weather"])),
+        (modu_core::ToolChoice::Required, json!(["add", "weather"])),
+        (modu_core::ToolChoice::None, json!(null)),
+        (modu_core::ToolChoice::Named("weather".into()), json!(["weather"])),
+        (
+            modu_core::ToolChoice::Named("missing".into()),
+            json!(["add", "weather"]),
+        ),
+    ];
+    for (choice, names) in cases {
+        server.push(OllamaReply::Text("ok".into()));
+        c.complete(hi().with_tools(tools.clone()).with_tool_choice(choice.clone()))
+            .await
+            .unwrap();
+        let body = server.requests().pop().unwrap();
+        let sent: Value = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|t| t.iter().map(|t| t["function"]["name"].clone()).collect())
+            .unwrap_or(Value::Null);
+        assert_eq!(sent, names, "{choice:?}");
+        assert!(body.get("tool_choice").is_none());
+    }
+}

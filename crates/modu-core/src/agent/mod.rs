@@ -26,7 +26,7 @@ pub(crate) mod compose;
 mod input;
 mod recover;
 pub(crate) mod request;
-mod settings;
+pub(crate) mod settings;
 
 pub(crate) use request::PauseSlot;
 pub use request::{AgentRequest, AgentResult};
@@ -473,6 +473,14 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
     /// How hard a reasoning model should think, in every request ([`crate::model::ReasoningEffort`]).
     pub fn reasoning_effort(mut self, effort: crate::model::ReasoningEffort) -> Self {
         self.settings.reasoning_effort = Some(effort);
+        self
+    }
+
+    /// Whether and which tool the model must call ([`ModelSettings::tool_choice`]): sent with
+    /// the run's acting requests until the model's first tool call, then reset to the
+    /// server's default unless [`ModelSettings::keep_tool_choice`] is set.
+    pub fn tool_choice(mut self, choice: crate::model::ToolChoice) -> Self {
+        self.settings.tool_choice = Some(choice);
         self
     }
 

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::context::UserContext;
 use crate::error::AgentError;
 use crate::message::{Message, Usage};
+use crate::model::ToolChoice;
+
+use super::settings::ModelSettings;
 
 /// One run's input: the new messages, the application context and run options.
 pub struct AgentRequest<C> {
@@ -27,6 +30,9 @@ pub struct AgentRequest<C> {
     pub tool_input: Option<serde_json::Value>,
     /// For a run nested in another: the parent run's id.
     pub parent_run_id: Option<String>,
+    /// Sampling settings for this run, over the agent's ([`ModelSettings::over`]): a field set
+    /// here wins. Kept in the run's checkpoint, so a resumed run uses them too.
+    pub model_settings: Option<ModelSettings>,
     pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
     /// Cancels the run at its next boundary ([`AgentRequest::cancel_token`]).
     pub(crate) cancel: Option<tokio_util::sync::CancellationToken>,
@@ -55,6 +61,7 @@ impl<C> Clone for AgentRequest<C> {
             run_id: self.run_id.clone(),
             tool_input: self.tool_input.clone(),
             parent_run_id: self.parent_run_id.clone(),
+            model_settings: self.model_settings.clone(),
             stream: self.stream.clone(),
             cancel: self.cancel.clone(),
             approvals: self.approvals.clone(),
@@ -94,6 +101,7 @@ impl<C> AgentRequest<C> {
             run_id: None,
             tool_input: None,
             parent_run_id: None,
+            model_settings: None,
             stream: None,
             cancel: None,
             approvals: None,
@@ -151,6 +159,28 @@ impl<C> AgentRequest<C> {
     /// ```
     pub fn cancel_token(mut self, token: tokio_util::sync::CancellationToken) -> Self {
         self.cancel = Some(token);
+        self
+    }
+
+    /// Sampling settings for this run, over the agent's ([`AgentRequest::model_settings`]).
+    pub fn model_settings(mut self, settings: ModelSettings) -> Self {
+        self.model_settings = Some(settings);
+        self
+    }
+
+    /// Whether and which tool the model must call in this run, over the agent's setting
+    /// ([`ModelSettings::tool_choice`]; reset after the model's first tool call unless
+    /// [`ModelSettings::keep_tool_choice`]).
+    ///
+    /// ```
+    /// use modu_core::{AgentRequest, ToolChoice};
+    ///
+    /// let request = AgentRequest::new((), "What is 2 + 3?").tool_choice(ToolChoice::Named("add".into()));
+    /// assert_eq!(request.model_settings.and_then(|s| s.tool_choice), Some(ToolChoice::Named("add".into())));
+    /// ```
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        let settings = self.model_settings.take().unwrap_or_default();
+        self.model_settings = Some(settings.tool_choice(choice));
         self
     }
 

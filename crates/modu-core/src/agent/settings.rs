@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
 
 /// Retries of model calls (on transient errors) and of idempotent tools (on retryable errors).
@@ -200,4 +201,98 @@ pub struct ModelSettings {
     /// How hard a reasoning model should think (`None`: the server's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<crate::model::ReasoningEffort>,
+    /// Whether and which tool the model must call (`None`: the server's default, `auto`).
+    /// Sent only with requests that offer tools; a [`ToolChoice::Named`] tool that the
+    /// request does not offer is not sent. After the model's first tool call in a run, later
+    /// requests of the run go back to the server's default unless
+    /// [`ModelSettings::keep_tool_choice`] is set, so `required` cannot loop forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Keep sending [`ModelSettings::tool_choice`] after the model has called a tool
+    /// (default `false`: reset to the server's default after the first tool call of a run,
+    /// as the OpenAI Agents SDK does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_tool_choice: bool,
+}
+
+impl ModelSettings {
+    /// Settings that leave everything to the server's defaults.
+    ///
+    /// ```
+    /// use modu_core::{ModelSettings, ReasoningEffort, ToolChoice};
+    ///
+    /// let settings = ModelSettings::new()
+    ///     .temperature(0.2)
+    ///     .max_tokens(512)
+    ///     .seed(7)
+    ///     .stop(["END"])
+    ///     .parallel_tool_calls(false)
+    ///     .reasoning_effort(ReasoningEffort::Low)
+    ///     .tool_choice(ToolChoice::Required);
+    /// assert_eq!(settings.tool_choice, Some(ToolChoice::Required));
+    /// assert!(!settings.keep_tool_choice);
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the temperature.
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.temperature = Some(t);
+        self
+    }
+    /// Sets the most tokens per answer.
+    pub fn max_tokens(mut self, n: u32) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+    /// Sets the stop sequences (replacing any set before).
+    pub fn stop<S: Into<String>>(mut self, stop: impl IntoIterator<Item = S>) -> Self {
+        self.stop = stop.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Lets the model call several tools at once, or not.
+    pub fn parallel_tool_calls(mut self, allow: bool) -> Self {
+        self.parallel_tool_calls = Some(allow);
+        self
+    }
+    /// Sets how hard a reasoning model should think.
+    pub fn reasoning_effort(mut self, effort: crate::model::ReasoningEffort) -> Self {
+        self.reasoning_effort = Some(effort);
+        self
+    }
+    /// Sets whether and which tool the model must call ([`ModelSettings::tool_choice`]).
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+    /// Keeps the tool choice after the model's first tool call
+    /// ([`ModelSettings::keep_tool_choice`]).
+    pub fn keep_tool_choice(mut self, keep: bool) -> Self {
+        self.keep_tool_choice = keep;
+        self
+    }
+
+    /// These settings over `base`: every field set here wins, the rest comes from `base`
+    /// (a run's own settings over its agent's, [`crate::AgentRequest::model_settings`]).
+    pub fn over(&self, base: &ModelSettings) -> ModelSettings {
+        ModelSettings {
+            temperature: self.temperature.or(base.temperature),
+            max_tokens: self.max_tokens.or(base.max_tokens),
+            seed: self.seed.or(base.seed),
+            stop: if self.stop.is_empty() {
+                base.stop.clone()
+            } else {
+                self.stop.clone()
+            },
+            parallel_tool_calls: self.parallel_tool_calls.or(base.parallel_tool_calls),
+            reasoning_effort: self.reasoning_effort.or(base.reasoning_effort),
+            tool_choice: self.tool_choice.clone().or_else(|| base.tool_choice.clone()),
+            keep_tool_choice: self.keep_tool_choice || base.keep_tool_choice,
+        }
+    }
 }

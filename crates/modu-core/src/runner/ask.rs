@@ -9,11 +9,12 @@ use std::sync::Arc;
 use super::chat::{DeltaSink, RunCall, with_deadline};
 use super::policy::{Answer, Ask, Format, ModelSlot, Offer, View};
 use super::{Run, unique_call_ids};
+use crate::agent::settings::ModelSettings;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::memory::MemoryInput;
-use crate::message::{Message, Usage};
-use crate::model::{ChatRequest, ResponseFormat, ToolDefinition};
+use crate::message::{Message, Role, Usage};
+use crate::model::{ChatRequest, ResponseFormat, ToolChoice, ToolDefinition};
 use crate::provider::{ModelContext, Stage};
 
 impl<C, O> Run<C, O>
@@ -35,7 +36,7 @@ where
             Format::Fixed(format) => format,
             Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
         };
-        let mut request = self.build_request(messages, tools, format.clone());
+        let mut request = self.build_request(ask.stage, messages, tools, format.clone());
         let agent = Arc::clone(&self.env.agent);
         let service = match ask.model {
             ModelSlot::Planner => agent.planner_chat.as_ref().unwrap_or(&agent.chat),
@@ -255,11 +256,19 @@ where
 
     fn build_request(
         &self,
+        stage: Stage,
         messages: Vec<Message>,
         tools: Vec<ToolDefinition>,
         format: Option<ResponseFormat>,
     ) -> ChatRequest {
-        let s = &self.env.agent.settings;
+        let merged;
+        let s = match &self.state.settings {
+            Some(own) => {
+                merged = own.over(&self.env.agent.settings);
+                &merged
+            }
+            None => &self.env.agent.settings,
+        };
         let has_tools = !tools.is_empty();
         let mut request = ChatRequest::new(messages).with_tools(tools);
         request.response_format = format;
@@ -270,8 +279,31 @@ where
         request.stop = s.stop.clone();
         if has_tools {
             request.parallel_tool_calls = s.parallel_tool_calls;
+            request.tool_choice = self.tool_choice(stage, s, &request.tools);
         }
         request
+    }
+
+    /// The tool choice of a standard run's acting request: the settings' choice until the
+    /// model's first tool call of the run (then the server's default, unless
+    /// `keep_tool_choice`), and a named tool only when the request offers it.
+    fn tool_choice(&self, stage: Stage, s: &ModelSettings, tools: &[ToolDefinition]) -> Option<ToolChoice> {
+        let choice = s.tool_choice.as_ref()?;
+        if stage != Stage::Act || self.state.strict().is_some() {
+            return None;
+        }
+        let called = self
+            .state
+            .messages
+            .iter()
+            .any(|m| m.role == Role::Assistant && m.has_tool_calls());
+        if called && !s.keep_tool_choice {
+            return None;
+        }
+        match choice {
+            ToolChoice::Named(name) if !tools.iter().any(|t| &t.name == name) => None,
+            other => Some(other.clone()),
+        }
     }
 
     /// The tool-call ids the run has used so far (its messages and a strict step's messages).

@@ -151,6 +151,11 @@ impl Service<ChatRequest> for ModelService {
             let Some(sink) = sink else {
                 return model.complete(request).await;
             };
+            // The run's structured output, streamed: partial snapshots for the caller.
+            let mut partial = (request.response_format.is_some()
+                && matches!(sink.route, DeltaRoute::Answer | DeltaRoute::Final)
+                && sink.emitter.has_stream())
+            .then(PartialOutput::default);
             let mut stream = model.stream(request).await?;
             let mut builder = ChatResponseBuilder::default();
             while let Some(event) = stream.next().await {
@@ -158,6 +163,13 @@ impl Service<ChatRequest> for ModelService {
                 match &event {
                     ChatEvent::TextDelta { text } if !text.is_empty() => {
                         sink.emitter.emit(sink.route.event(&sink.run_id, text.clone())).await;
+                        if let Some(snapshot) = partial.as_mut().and_then(|p| p.push(text)) {
+                            let event = AgentEvent::OutputPartial {
+                                run_id: sink.run_id.to_string(),
+                                snapshot,
+                            };
+                            sink.emitter.emit_to_stream(event).await;
+                        }
                     }
                     ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
                         sink.emitter
@@ -185,6 +197,26 @@ impl Service<ChatRequest> for ModelService {
             }
             builder.finish()
         })
+    }
+}
+
+/// The structured answer's text so far, and the last snapshot sent.
+#[derive(Default)]
+struct PartialOutput {
+    text: String,
+    sent: Option<serde_json::Value>,
+}
+
+impl PartialOutput {
+    /// Adds a delta; the new snapshot when it differs from the last one sent.
+    fn push(&mut self, delta: &str) -> Option<serde_json::Value> {
+        self.text.push_str(delta);
+        let snapshot = crate::partial::partial_json(&self.text)?;
+        if self.sent.as_ref() == Some(&snapshot) {
+            return None;
+        }
+        self.sent = Some(snapshot.clone());
+        Some(snapshot)
     }
 }
 

@@ -24,6 +24,11 @@ impl Emitter {
         self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
     }
 
+    /// Whether the caller reads the run as a stream.
+    pub(crate) fn has_stream(&self) -> bool {
+        self.stream.is_some()
+    }
+
     /// Sends an event to the caller's stream only. For raw fragments no sink may see: secret
     /// masking needs whole JSON, and a fragment can split a key from its value.
     pub(crate) async fn emit_to_stream(&self, event: AgentEvent) {

@@ -284,7 +284,8 @@ where
                 approvals: req.approvals,
             };
             let ctx = RunContext::for_run(req.context, parts);
-            let state = RunState::new(req.input);
+            let mut state = RunState::new(req.input);
+            state.settings = req.model_settings;
             (ctx, state, false, req.parent_run_id, req.nested_pause, cancel)
         }
         Start::Resume {

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use tokio::time::Instant;
 
+use crate::agent::settings::ModelSettings;
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause};
 use crate::context::UserContext;
 use crate::input::{InputAnswer, InputRequest};
@@ -80,6 +81,9 @@ pub(crate) struct RunState {
     /// The agent answering after a handoff (`None`: the agent the run started with).
     #[serde(default)]
     pub(crate) active_agent: Option<String>,
+    /// The run's own sampling settings, over the agent's ([`crate::AgentRequest::model_settings`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) settings: Option<ModelSettings>,
 }
 
 /// A decision policy's state inside a checkpoint (schema 3: `state.policy`), tagged with the
@@ -174,6 +178,7 @@ impl RunState {
             offered: None,
             admitted: None,
             active_agent: None,
+            settings: None,
         }
     }
 
