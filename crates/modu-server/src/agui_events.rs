@@ -1,12 +1,14 @@
 //! modu's run events as AG-UI events (the JSON of `@ag-ui/core` 1.0's schemas).
 //!
-//! One assistant message per model call: its text streams as `TEXT_MESSAGE_START / CONTENT /
-//! END`, its tool calls as `TOOL_CALL_START / ARGS / END` with that message as
-//! `parentMessageId`. Tool results are sent as `TOOL_CALL_RESULT` when the run ends (modu's
+//! One assistant message per model call: its reasoning streams as `REASONING_START`,
+//! `REASONING_MESSAGE_START / CONTENT / END`, `REASONING_END`; its text as `TEXT_MESSAGE_START /
+//! CONTENT / END`; its tool calls as `TOOL_CALL_START / ARGS / END` with that message as
+//! `parentMessageId`, the arguments as they stream when the server sends the call's id with its
+//! first fragment (else whole, when the call starts). Tool results are sent as `TOOL_CALL_RESULT` when the run ends (modu's
 //! `ToolCallFinished` event does not carry the result's content). A run paused for approvals
 //! ends with `RUN_FINISHED` and an `interrupt` outcome; a failed run with `RUN_ERROR`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use modu_core::{AgentError, AgentEvent, ApprovalRequest, Role, Usage};
 use serde_json::{Value, json};
@@ -30,6 +32,11 @@ pub(crate) struct Translator {
     any_text: bool,
     /// Tool calls already announced.
     started: HashSet<String>,
+    /// The reasoning message open in the current model call.
+    reasoning: Option<String>,
+    /// Tool calls of the current model call streaming their arguments: by fragment index, the
+    /// call's id (`None`: not streamed, announced whole when it starts).
+    streaming: BTreeMap<usize, Option<String>>,
     model: Option<String>,
 }
 
@@ -63,6 +70,8 @@ impl Translator {
             text_open: false,
             any_text: false,
             started: HashSet::new(),
+            reasoning: None,
+            streaming: BTreeMap::new(),
             model: None,
         }
     }
@@ -92,10 +101,100 @@ impl Translator {
         }
     }
 
+    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(event("REASONING_MESSAGE_END", json!({"messageId": id})));
+            out.push(event("REASONING_END", json!({"messageId": id})));
+        }
+    }
+
+    fn reasoning(&mut self, delta: &str, out: &mut Vec<Value>) {
+        if delta.is_empty() {
+            return;
+        }
+        let id = match &self.reasoning {
+            Some(id) => id.clone(),
+            None => {
+                let id = new_id("rsn");
+                out.push(event("REASONING_START", json!({"messageId": id})));
+                out.push(event(
+                    "REASONING_MESSAGE_START",
+                    json!({"messageId": id, "role": "reasoning"}),
+                ));
+                self.reasoning = Some(id.clone());
+                id
+            }
+        };
+        out.push(event(
+            "REASONING_MESSAGE_CONTENT",
+            json!({"messageId": id, "delta": delta}),
+        ));
+    }
+
+    /// A fragment of a tool call as the model streams it.
+    fn tool_fragment(
+        &mut self,
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: &str,
+        out: &mut Vec<Value>,
+    ) {
+        let call_id = match self.streaming.get(&index) {
+            Some(known) => known.clone(),
+            None => {
+                // Streamed only when the first fragment names the call, with an id no earlier
+                // call of the run had (a repeated id is renamed by the run loop: that call is
+                // announced whole when it starts).
+                let streamed = match (id, name) {
+                    (Some(id), Some(name)) if !id.is_empty() && !self.started.contains(&id) => {
+                        self.close_reasoning(out);
+                        self.close_text(out);
+                        let parent = self.message_id();
+                        out.push(event(
+                            "TOOL_CALL_START",
+                            json!({"toolCallId": id, "toolCallName": name, "parentMessageId": parent}),
+                        ));
+                        self.started.insert(id.clone());
+                        Some(id)
+                    }
+                    _ => None,
+                };
+                self.streaming.insert(index, streamed.clone());
+                streamed
+            }
+        };
+        if let Some(call_id) = call_id
+            && !arguments.is_empty()
+        {
+            out.push(event(
+                "TOOL_CALL_ARGS",
+                json!({"toolCallId": call_id, "delta": arguments}),
+            ));
+        }
+    }
+
+    /// Ends the model call's streamed tool calls; returns their ids.
+    fn close_streamed_calls(&mut self, out: &mut Vec<Value>) -> Vec<String> {
+        let ids: Vec<String> = std::mem::take(&mut self.streaming).into_values().flatten().collect();
+        for call_id in &ids {
+            out.push(event("TOOL_CALL_END", json!({"toolCallId": call_id})));
+        }
+        ids
+    }
+
+    /// Closes everything the current model call has open; returns the ids of its streamed calls.
+    fn close_call(&mut self, out: &mut Vec<Value>) -> Vec<String> {
+        self.close_reasoning(out);
+        self.close_text(out);
+        self.close_streamed_calls(out)
+    }
+
     fn text(&mut self, delta: &str, out: &mut Vec<Value>) {
         if delta.is_empty() {
             return;
         }
+        self.close_reasoning(out);
         let id = self.message_id();
         if !self.text_open {
             self.text_open = true;
@@ -133,7 +232,7 @@ impl Translator {
         match item {
             Item::Event(event) if event.run_id() != self.source_run_id => {}
             Item::Event(AgentEvent::ModelCallStarted { model, .. }) => {
-                self.close_text(&mut out);
+                let _ = self.close_call(&mut out);
                 self.message_id = None;
                 self.model = Some(model);
             }
@@ -141,10 +240,26 @@ impl Translator {
             Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. }) => {
                 self.text(&text, &mut out)
             }
-            Item::Event(AgentEvent::ModelCallFinished { .. }) => self.close_text(&mut out),
+            // A strict run's step reasoning stays internal, as its step deltas do.
+            Item::Event(AgentEvent::ReasoningDelta {
+                text, step_id: None, ..
+            }) => self.reasoning(&text, &mut out),
+            Item::Event(AgentEvent::ToolCallDelta {
+                index,
+                id,
+                tool,
+                arguments,
+                ..
+            }) => self.tool_fragment(index, id, tool, &arguments, &mut out),
+            Item::Event(AgentEvent::ModelCallFinished { .. }) => {
+                let _ = self.close_call(&mut out);
+            }
             Item::Event(AgentEvent::ModelCallFailed { .. }) => {
-                // A retried answer streams again from the start, as a new message.
-                self.close_text(&mut out);
+                // A retried answer streams again from the start, as a new message. Its
+                // streamed calls end here, and are announced again by the retry.
+                for call_id in self.close_call(&mut out) {
+                    self.started.remove(&call_id);
+                }
                 self.message_id = None;
             }
             Item::Event(AgentEvent::ToolCallStarted {
@@ -160,7 +275,7 @@ impl Translator {
     }
 
     fn done(&mut self, finished: Finished, out: &mut Vec<Value>) {
-        self.close_text(out);
+        let _ = self.close_call(out);
         // Calls that never started (refused, or waiting for approval), then every result.
         for message in finished.messages.iter().skip(self.input_len) {
             match message.role {

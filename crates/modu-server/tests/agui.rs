@@ -271,3 +271,62 @@ async fn a_strict_plan_and_execute_run_streams_only_its_final_answer() {
         "no tool result of a strict run on the wire: {text}"
     );
 }
+
+#[tokio::test]
+async fn reasoning_and_tool_call_arguments_stream_as_they_arrive() {
+    let app = ModuServer::new()
+        .agent("thinker", common::thinking_agent())
+        .auth(tokens())
+        .router();
+    let base = serve(app).await;
+    let body = input("thread-t", "run-t", json!([user("u1", "Weather in Paris?")]));
+    let (status, text, _) = post(&format!("{base}/agui/thinker"), Some(TOKEN), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_json(&text);
+    assert_eq!(
+        types(&events),
+        [
+            "RUN_STARTED",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            // The call is announced with its first fragment, its arguments as they stream.
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "TOOL_CALL_RESULT",
+            "RUN_FINISHED"
+        ],
+        "{text}"
+    );
+    let reasoning_id = &events[1]["messageId"];
+    assert!(events[2..7].iter().all(|e| &e["messageId"] == reasoning_id));
+    assert_eq!(events[2]["role"], "reasoning");
+    let thought: String = events[3..5].iter().map(|e| e["delta"].as_str().unwrap()).collect();
+    assert_eq!(thought, "The user wants the weather.");
+    assert_eq!(events[7]["toolCallId"], "call_think");
+    assert_eq!(events[7]["toolCallName"], "get_weather");
+    let args: String = events[8..10].iter().map(|e| e["delta"].as_str().unwrap()).collect();
+    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"city": "Paris"}));
+    assert!(events[8..11].iter().all(|e| e["toolCallId"] == "call_think"));
+    assert_ne!(
+        &events[11]["messageId"], reasoning_id,
+        "each model call reasons in its own message"
+    );
+    assert_eq!(
+        events[19]["toolCallId"], "call_think",
+        "the result answers the streamed call"
+    );
+}

@@ -41,6 +41,7 @@ async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -
     let app = ModuServer::new()
         .agent("weather", agent)
         .agent("approval", approval)
+        .agent("thinker", common::thinking_agent())
         .auth(tokens);
     serve(app.router()).await
 }
@@ -142,7 +143,8 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
         .arg(script("agui_client.cjs"))
         .arg(format!("{base}/agui/weather"))
         .arg(TOKEN)
-        .arg(format!("{base}/agui/approval"));
+        .arg(format!("{base}/agui/approval"))
+        .arg(format!("{base}/agui/thinker"));
     let out = run_client(command).await;
 
     assert_eq!(out["protocolVersion"], "1.0");
@@ -227,6 +229,34 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
     );
     // The second run sent the whole thread; the server appended only its new turn.
     assert_eq!(store.load("node-thread").await.unwrap().len(), 8);
+
+    // Reasoning and streamed tool-call arguments pass the client's own event verification and
+    // the core schemas.
+    let thinker = &out["thinker"];
+    assert_eq!(thinker["invalid"], serde_json::json!([]), "{thinker}");
+    let types: Vec<&str> = thinker["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "REASONING_MESSAGE_CONTENT").count(),
+        3,
+        "{types:?}"
+    );
+    assert_eq!(types.iter().filter(|t| **t == "TOOL_CALL_ARGS").count(), 2, "{types:?}");
+    assert_eq!(types.last(), Some(&"RUN_FINISHED"));
+    let roles: Vec<&str> = thinker["newMessages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert!(
+        roles.contains(&"tool") && roles.last() == Some(&"assistant"),
+        "{roles:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -84,6 +84,52 @@ pub fn weather_agent(runs: Arc<AtomicUsize>) -> Agent {
         .unwrap()
 }
 
+/// A reasoning model: it thinks in two deltas, then streams its `get_weather` call's arguments
+/// in three fragments (id and name on the first only, as OpenAI servers do); with the tool's
+/// result it thinks again and answers.
+pub fn thinking_model() -> ScriptedModel {
+    ScriptedModel::new()
+        .respond(|request: &ChatRequest| {
+            let think = |t: &str| ChatEvent::ReasoningDelta { text: t.into() };
+            if request.messages.last().is_some_and(|m| m.role == Role::Tool) {
+                vec![
+                    think("The tool answered."),
+                    ChatEvent::TextDelta { text: "Sunny.".into() },
+                    ChatEvent::Finish {
+                        reason: FinishReason::Stop,
+                    },
+                ]
+            } else {
+                let fragment = |id: Option<&str>, name: Option<&str>, arguments: &str| ChatEvent::ToolCallDelta {
+                    index: 0,
+                    id: id.map(Into::into),
+                    name: name.map(Into::into),
+                    arguments: arguments.into(),
+                };
+                vec![
+                    think("The user wants "),
+                    think("the weather."),
+                    fragment(Some("call_think"), Some("get_weather"), ""),
+                    fragment(None, None, r#"{"city":"#),
+                    fragment(None, None, r#""Paris"}"#),
+                    ChatEvent::Finish {
+                        reason: FinishReason::ToolCalls,
+                    },
+                ]
+            }
+        })
+        .cycle()
+}
+
+/// The weather tool on [`thinking_model`].
+pub fn thinking_agent() -> Agent {
+    Agent::builder(thinking_model())
+        .name("thinker")
+        .tool(weather_tool(Arc::default(), false))
+        .build()
+        .unwrap()
+}
+
 /// An agent whose model fails with an error whose text must not reach a client.
 pub fn failing_agent() -> Agent {
     let model = ScriptedModel::new()

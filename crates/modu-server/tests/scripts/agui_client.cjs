@@ -1,14 +1,15 @@
 // Drives modu-server with @ag-ui/client's HttpAgent and checks every event received against
 // @ag-ui/core's EventSchema; prints one JSON object with what it saw.
 //
-// Usage: NODE_PATH=<node_modules> node agui_client.cjs URL TOKEN APPROVAL_URL
-// (APPROVAL_URL: an agent whose tool needs approval, so its run ends with an interrupt).
+// Usage: NODE_PATH=<node_modules> node agui_client.cjs URL TOKEN APPROVAL_URL [THINKER_URL]
+// (APPROVAL_URL: an agent whose tool needs approval, so its run ends with an interrupt;
+// THINKER_URL: an agent that streams reasoning and tool-call arguments).
 const { HttpAgent } = require("@ag-ui/client");
 const { EventSchema } = require("@ag-ui/core/schemas");
 const { PROTOCOL_VERSION } = require("@ag-ui/core");
 
 async function main() {
-  const [url, token, approvalUrl] = process.argv.slice(2);
+  const [url, token, approvalUrl, thinkerUrl] = process.argv.slice(2);
   const agent = new HttpAgent({ url, headers: { Authorization: `Bearer ${token}` }, threadId: "node-thread" });
   const out = { protocolVersion: PROTOCOL_VERSION, runs: [] };
   for (const [i, question] of ["Weather in Paris?", "And tomorrow?"].entries()) {
@@ -73,6 +74,23 @@ async function main() {
     pendingInterrupts: paused.pendingInterrupts,
     roles: paused.messages.map((m) => m.role),
   };
+  if (thinkerUrl) {
+    const thinker = new HttpAgent({ url: thinkerUrl, headers: { Authorization: `Bearer ${token}` } });
+    thinker.addMessage({ id: "user-t", role: "user", content: "Weather in Paris?" });
+    const events = [];
+    const invalid = [];
+    const { newMessages } = await thinker.runAgent(
+      { runId: "node-thinker" },
+      {
+        onEvent({ event }) {
+          events.push(event);
+          const parsed = EventSchema.safeParse(event);
+          if (!parsed.success) invalid.push({ type: event.type, issues: parsed.error.issues });
+        },
+      },
+    );
+    out.thinker = { types: events.map((e) => e.type), invalid, newMessages };
+  }
   console.log(JSON.stringify(out));
 }
 
