@@ -195,6 +195,17 @@ pub(crate) async fn chat_completions(
     if let Some(error) = &finished.error {
         return Err(ServerError::run_failed(error));
     }
+    // The answer's reasoning, as vLLM and llama.cpp send it (`reasoning_content`).
+    let reasoning = finished
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == modu_core::Role::Assistant)
+        .and_then(modu_core::Message::reasoning);
+    let mut message = json!({"role": "assistant", "content": finished.text.unwrap_or_default(), "refusal": null});
+    if let Some(reasoning) = reasoning {
+        message["reasoning_content"] = json!(reasoning);
+    }
     let body = json!({
         "id": meta.id,
         "object": "chat.completion",
@@ -203,7 +214,7 @@ pub(crate) async fn chat_completions(
         "system_fingerprint": null,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": finished.text.unwrap_or_default(), "refusal": null},
+            "message": message,
             "logprobs": null,
             "finish_reason": "stop",
         }],
@@ -254,6 +265,13 @@ impl Chunks {
                 self.sent_text = true;
                 vec![stream_event(&self.chunk(json!({"content": text}), Value::Null))]
             }
+            // Reasoning as vLLM and llama.cpp stream it; a strict run's step reasoning stays
+            // internal.
+            Item::Event(AgentEvent::ReasoningDelta {
+                text, step_id: None, ..
+            }) if !text.is_empty() => vec![stream_event(
+                &self.chunk(json!({"reasoning_content": text}), Value::Null),
+            )],
             Item::Event(_) => Vec::new(),
             Item::Done(finished) => self.done(*finished),
         }

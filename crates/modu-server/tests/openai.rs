@@ -213,3 +213,55 @@ async fn a_run_that_waits_for_approval_is_409_approval_required() {
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["error"]["code"], "approval_required");
 }
+
+#[tokio::test]
+async fn reasoning_goes_out_as_reasoning_content_streamed_and_not() {
+    let tokens = BearerTokens::new().token(TOKEN, Principal::new("alice", ["weather"]));
+    let app = ModuServer::new()
+        .agent("thinker", common::thinking_agent())
+        .auth(tokens)
+        .router();
+    let base = serve(app).await;
+    let url = format!("{base}/v1/chat/completions");
+
+    let (status, text, _) = post(&url, Some(TOKEN), &chat("thinker", true)).await;
+    assert_eq!(status, 200, "{text}");
+    let data = sse_data(&text);
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let field = |name: &str| -> String {
+        chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"][name].as_str())
+            .collect()
+    };
+    // vLLM's and llama.cpp's shape: `reasoning_content` deltas beside `content` deltas.
+    assert_eq!(
+        field("reasoning_content"),
+        "The user wants the weather.The tool answered."
+    );
+    assert_eq!(field("content"), "Sunny.");
+
+    let (status, text, _) = post(&url, Some(TOKEN), &chat("thinker", false)).await;
+    assert_eq!(status, 200, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    let message = &body["choices"][0]["message"];
+    assert_eq!(message["content"], "Sunny.");
+    assert_eq!(
+        message["reasoning_content"], "The tool answered.",
+        "the answer's own reasoning"
+    );
+
+    // An answer without reasoning has no such field.
+    let base = server(Arc::default()).await;
+    let (_, text, _) = post(
+        &format!("{base}/v1/chat/completions"),
+        Some(TOKEN),
+        &chat("weather", false),
+    )
+    .await;
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(body["choices"][0]["message"].get("reasoning_content").is_none());
+}
