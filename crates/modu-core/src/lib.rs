@@ -51,8 +51,8 @@ pub use memory::{
     ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
     RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
 };
-pub use message::{ContentPart, MediaSource, Message, Role, ToolCall, Usage};
-pub use modality::{InputModalities, Modality};
+pub use message::{ContentPart, Message, Role, ToolCall, Usage};
+pub use modality::{InputModalities, MediaSource, Modality};
 pub use model::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, FinishReason, ModelError,
     ReasoningEffort, ReasoningReplay, ResponseFormat, ToolChoice, ToolDefinition,

@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::modality::MediaSource;
 use crate::modality::Modality;
 
 /// Who wrote a message.
@@ -93,43 +94,6 @@ pub enum ContentPart {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         filename: Option<String>,
     },
-}
-
-/// Where a medium's bytes are: a URL the model server fetches, or inline.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum MediaSource {
-    /// A URL (`https://…`, or a `data:` URL).
-    Url {
-        /// The URL.
-        url: String,
-    },
-    /// Inline bytes, base64-encoded.
-    Base64 {
-        /// The MIME type (`image/png`, `application/pdf`, …).
-        mime_type: String,
-        /// The bytes, base64-encoded (standard alphabet, with padding).
-        data: String,
-    },
-}
-
-impl MediaSource {
-    /// The medium as one URL: the URL itself, or a `data:{mime};base64,{data}` URL.
-    pub fn to_url(&self) -> String {
-        match self {
-            MediaSource::Url { url } => url.clone(),
-            MediaSource::Base64 { mime_type, data } => format!("data:{mime_type};base64,{data}"),
-        }
-    }
-
-    /// The base64 text held inline (`None` for a URL).
-    pub fn inline_data(&self) -> Option<&str> {
-        match self {
-            MediaSource::Url { .. } => None,
-            MediaSource::Base64 { data, .. } => Some(data),
-        }
-    }
 }
 
 impl ContentPart {

@@ -1,5 +1,5 @@
-//! Input modalities: the kinds of content a model takes (text, images, audio, files) and a
-//! model's declaration of which it accepts.
+//! Input modalities: the kinds of content a model takes (text, images, audio, files), a
+//! model's declaration of which it accepts, and where a medium's bytes are ([`MediaSource`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +90,43 @@ impl InputModalities {
             Modality::Image => self.image,
             Modality::Audio => self.audio,
             Modality::File => self.file,
+        }
+    }
+}
+
+/// Where a medium's bytes are: a URL the model server fetches, or inline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MediaSource {
+    /// A URL (`https://…`, or a `data:` URL).
+    Url {
+        /// The URL.
+        url: String,
+    },
+    /// Inline bytes, base64-encoded.
+    Base64 {
+        /// The MIME type (`image/png`, `application/pdf`, …).
+        mime_type: String,
+        /// The bytes, base64-encoded (standard alphabet, with padding).
+        data: String,
+    },
+}
+
+impl MediaSource {
+    /// The medium as one URL: the URL itself, or a `data:{mime};base64,{data}` URL.
+    pub fn to_url(&self) -> String {
+        match self {
+            MediaSource::Url { url } => url.clone(),
+            MediaSource::Base64 { mime_type, data } => format!("data:{mime_type};base64,{data}"),
+        }
+    }
+
+    /// The base64 text held inline (`None` for a URL).
+    pub fn inline_data(&self) -> Option<&str> {
+        match self {
+            MediaSource::Url { .. } => None,
+            MediaSource::Base64 { data, .. } => Some(data),
         }
     }
 }
