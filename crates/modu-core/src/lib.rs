@@ -17,9 +17,11 @@ pub mod event;
 pub mod guardrail;
 pub mod input;
 pub mod lease;
+pub mod media;
 pub mod memory;
 pub mod message;
 pub mod middleware;
+pub mod modality;
 pub mod model;
 pub mod output;
 pub mod partial;
@@ -45,11 +47,13 @@ pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
 pub use input::{InputAnswer, InputRequest, InputSpec};
 pub use lease::{InMemoryLeaseStore, Lease, LeaseOptions, LeaseStore};
+pub use media::ToolContent;
 pub use memory::{
     ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
     RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
 };
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
+pub use modality::{InputModalities, MediaSource, Modality};
 pub use model::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, FinishReason, ModelError,
     ReasoningEffort, ReasoningReplay, ResponseFormat, ToolChoice, ToolDefinition,

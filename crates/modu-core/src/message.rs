@@ -15,6 +15,9 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::modality::MediaSource;
+use crate::modality::Modality;
+
 /// Who wrote a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -41,8 +44,20 @@ impl Role {
     }
 }
 
-/// One part of a message's content: text, or a model's reasoning. The enum leaves room for
-/// images and other media without changing the JSON of existing messages.
+/// One part of a message's content: text, a model's reasoning, or a medium (an image, audio,
+/// a file). Adding a kind of part does not change the JSON of existing messages:
+///
+/// ```json
+/// {"type":"text","text":"What is in this picture?"}
+/// {"type":"image","source":{"type":"url","url":"https://example.com/cat.png"}}
+/// {"type":"image","source":{"type":"base64","mime_type":"image/png","data":"iVBORw0KGgo="}}
+/// {"type":"audio","mime_type":"audio/wav","data":"UklGRg=="}
+/// {"type":"file","source":{"type":"base64","mime_type":"application/pdf","data":"JVBERi0="},"filename":"a.pdf"}
+/// ```
+///
+/// A URL medium is a reference: stores and checkpoints keep the URL, never the bytes. Inline
+/// (base64) media are kept whole, so they are capped per part
+/// (`modu_core::media::DEFAULT_MAX_INLINE_MEDIA_BYTES`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -59,6 +74,26 @@ pub enum ContentPart {
         /// The reasoning text.
         text: String,
     },
+    /// An image.
+    Image {
+        /// Where the image is.
+        source: MediaSource,
+    },
+    /// Audio, inline (the Chat Completions API takes audio only inline).
+    Audio {
+        /// The audio, base64-encoded.
+        data: String,
+        /// Its MIME type (`audio/wav`, `audio/mpeg`, …).
+        mime_type: String,
+    },
+    /// A file (a PDF, …).
+    File {
+        /// Where the file is.
+        source: MediaSource,
+        /// The file's name, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+    },
 }
 
 impl ContentPart {
@@ -67,11 +102,55 @@ impl ContentPart {
         ContentPart::Text { text: text.into() }
     }
 
+    /// An image the model server fetches from `url` (or a `data:` URL).
+    pub fn image_url(url: impl Into<String>) -> Self {
+        ContentPart::Image {
+            source: MediaSource::Url { url: url.into() },
+        }
+    }
+
+    /// An inline image: `data` is base64 (standard alphabet, padded), `mime_type` e.g. `image/png`.
+    pub fn image_base64(mime_type: impl Into<String>, data: impl Into<String>) -> Self {
+        ContentPart::Image {
+            source: MediaSource::Base64 {
+                mime_type: mime_type.into(),
+                data: data.into(),
+            },
+        }
+    }
+
+    /// Inline audio: `data` is base64, `mime_type` e.g. `audio/wav` or `audio/mpeg`.
+    pub fn audio_base64(mime_type: impl Into<String>, data: impl Into<String>) -> Self {
+        ContentPart::Audio {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// A file at `url`.
+    pub fn file_url(url: impl Into<String>, filename: Option<String>) -> Self {
+        ContentPart::File {
+            source: MediaSource::Url { url: url.into() },
+            filename,
+        }
+    }
+
+    /// An inline file: `data` is base64, `mime_type` e.g. `application/pdf`.
+    pub fn file_base64(mime_type: impl Into<String>, data: impl Into<String>, filename: Option<String>) -> Self {
+        ContentPart::File {
+            source: MediaSource::Base64 {
+                mime_type: mime_type.into(),
+                data: data.into(),
+            },
+            filename,
+        }
+    }
+
     /// The text of this part, if it is text.
     pub fn as_text(&self) -> Option<&str> {
         match self {
             ContentPart::Text { text } => Some(text),
-            ContentPart::Reasoning { .. } => None,
+            _ => None,
         }
     }
 
@@ -79,7 +158,31 @@ impl ContentPart {
     pub fn as_reasoning(&self) -> Option<&str> {
         match self {
             ContentPart::Reasoning { text } => Some(text),
-            ContentPart::Text { .. } => None,
+            _ => None,
+        }
+    }
+
+    /// What kind of content this part is (reasoning counts as text).
+    pub fn modality(&self) -> Modality {
+        match self {
+            ContentPart::Text { .. } | ContentPart::Reasoning { .. } => Modality::Text,
+            ContentPart::Image { .. } => Modality::Image,
+            ContentPart::Audio { .. } => Modality::Audio,
+            ContentPart::File { .. } => Modality::File,
+        }
+    }
+
+    /// Whether this part is a medium (an image, audio or a file).
+    pub fn is_media(&self) -> bool {
+        self.modality() != Modality::Text
+    }
+
+    /// The base64 text this part holds inline (`None` for text and URL media).
+    pub fn inline_data(&self) -> Option<&str> {
+        match self {
+            ContentPart::Image { source } | ContentPart::File { source, .. } => source.inline_data(),
+            ContentPart::Audio { data, .. } => Some(data),
+            _ => None,
         }
     }
 }
@@ -166,6 +269,28 @@ impl Message {
         Self::with_text(Role::User, text)
     }
 
+    /// A user message of several parts (text and media):
+    ///
+    /// ```
+    /// use modu_core::{ContentPart, Message};
+    ///
+    /// let m = Message::user_parts(vec![
+    ///     ContentPart::text("What is in this picture?"),
+    ///     ContentPart::image_url("https://example.com/cat.png"),
+    /// ]);
+    /// assert_eq!(m.text(), "What is in this picture?");
+    /// ```
+    pub fn user_parts(parts: Vec<ContentPart>) -> Self {
+        Message {
+            role: Role::User,
+            content: parts,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            is_error: false,
+        }
+    }
+
     /// An assistant message with text only.
     pub fn assistant(text: impl Into<String>) -> Self {
         Self::with_text(Role::Assistant, text)
@@ -205,6 +330,28 @@ impl Message {
         }
     }
 
+    /// A tool result of several parts (text and media), answering the call `tool_call_id`.
+    pub fn tool_result_parts(
+        tool_call_id: impl Into<String>,
+        name: impl Into<String>,
+        parts: Vec<ContentPart>,
+        is_error: bool,
+    ) -> Self {
+        Message {
+            role: Role::Tool,
+            content: parts,
+            tool_calls: Vec::new(),
+            tool_call_id: Some(tool_call_id.into()),
+            name: Some(name.into()),
+            is_error,
+        }
+    }
+
+    /// Whether any part is a medium (an image, audio or a file).
+    pub fn has_media(&self) -> bool {
+        self.content.iter().any(ContentPart::is_media)
+    }
+
     /// The reasoning parts joined together (`None` when the message has none).
     pub fn reasoning(&self) -> Option<String> {
         let mut parts = self.content.iter().filter_map(ContentPart::as_reasoning).peekable();
@@ -219,7 +366,7 @@ impl Message {
         m
     }
 
-    /// All text parts joined together (reasoning is not text).
+    /// All text parts joined together (reasoning and media are not text).
     pub fn text(&self) -> String {
         let mut out = String::new();
         for part in &self.content {
@@ -337,6 +484,60 @@ mod tests {
         // An old or minimal message still reads.
         let minimal: Message = serde_json::from_str(r#"{"role":"user"}"#)?;
         assert!(minimal.content.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn media_parts_have_a_stable_json_form() -> Result<(), serde_json::Error> {
+        let m = Message::user_parts(vec![
+            ContentPart::text("look"),
+            ContentPart::image_url("https://x/a.png"),
+            ContentPart::image_base64("image/png", "AAAA"),
+            ContentPart::audio_base64("audio/wav", "UklG"),
+            ContentPart::file_base64("application/pdf", "JVBE", Some("a.pdf".into())),
+            ContentPart::file_url("https://x/b.pdf", None),
+        ]);
+        let json = serde_json::to_string(&m)?;
+        assert_eq!(
+            json,
+            concat!(
+                r#"{"role":"user","content":[{"type":"text","text":"look"},"#,
+                r#"{"type":"image","source":{"type":"url","url":"https://x/a.png"}},"#,
+                r#"{"type":"image","source":{"type":"base64","mime_type":"image/png","data":"AAAA"}},"#,
+                r#"{"type":"audio","data":"UklG","mime_type":"audio/wav"},"#,
+                r#"{"type":"file","source":{"type":"base64","mime_type":"application/pdf","data":"JVBE"},"filename":"a.pdf"},"#,
+                r#"{"type":"file","source":{"type":"url","url":"https://x/b.pdf"}}]}"#
+            )
+        );
+        let back: Message = serde_json::from_str(&json)?;
+        assert_eq!(back, m);
+        // Media are not text.
+        assert_eq!(back.text(), "look");
+        assert!(back.has_media());
+        assert_eq!(
+            back.content.iter().map(ContentPart::modality).collect::<Vec<_>>(),
+            [
+                Modality::Text,
+                Modality::Image,
+                Modality::Image,
+                Modality::Audio,
+                Modality::File,
+                Modality::File
+            ]
+        );
+        // Text-only messages written before media existed read and write the same JSON.
+        let old = r#"{"role":"assistant","content":[{"type":"reasoning","text":"hm"},{"type":"text","text":"5"}]}"#;
+        let read: Message = serde_json::from_str(old)?;
+        assert!(!read.has_media());
+        assert_eq!(serde_json::to_string(&read)?, old);
+        assert_eq!(
+            MediaSource::Base64 {
+                mime_type: "image/png".into(),
+                data: "AAAA".into()
+            }
+            .to_url(),
+            "data:image/png;base64,AAAA"
+        );
         Ok(())
     }
 

@@ -448,6 +448,19 @@ pub enum ModelError {
         /// What was wrong.
         message: String,
     },
+    /// The request holds content the model cannot take: a medium the model is declared not
+    /// to accept ([`ChatModel::input_modalities`]) or its provider cannot send, or an inline
+    /// medium over the size limit — found before anything was sent — or the server refused
+    /// the medium (llama.cpp without a vision projector). Not retryable.
+    #[error("model {model:?} cannot take this content: {message}")]
+    UnsupportedContent {
+        /// The model.
+        model: String,
+        /// The modality refused, when known.
+        modality: Option<crate::modality::Modality>,
+        /// What was refused, and why.
+        message: String,
+    },
 }
 
 impl ModelError {
@@ -497,6 +510,7 @@ impl ModelError {
             ModelError::Status { .. } => "status",
             ModelError::InvalidResponse { .. } => "invalid_response",
             ModelError::InvalidRequest { .. } => "invalid_request",
+            ModelError::UnsupportedContent { .. } => "unsupported_content",
         }
     }
 }
@@ -524,6 +538,14 @@ pub trait ChatModel: Send + Sync {
     /// must abort the request.
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError>;
 
+    /// The kinds of input the model takes, as configured on its provider. The default is
+    /// [`InputModalities::all`](crate::modality::InputModalities::all) ("all, or unknown").
+    /// A provider refuses a request with a part the model does not take with
+    /// [`ModelError::UnsupportedContent`], before sending it.
+    fn input_modalities(&self) -> crate::modality::InputModalities {
+        crate::modality::InputModalities::all()
+    }
+
     /// Sends the request and waits for the whole answer: the stream, folded.
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let mut stream = self.stream(request).await?;
@@ -542,6 +564,9 @@ impl<M: ChatModel + ?Sized> ChatModel for std::sync::Arc<M> {
     }
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         (**self).stream(request).await
+    }
+    fn input_modalities(&self) -> crate::modality::InputModalities {
+        (**self).input_modalities()
     }
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         (**self).complete(request).await

@@ -1,5 +1,7 @@
 //! Tool results and errors as the model sees them.
 
+use modu_core::ContentPart;
+use modu_core::media::ToolContent;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
 
@@ -37,7 +39,7 @@ pub(crate) fn tool_output(
     }
     let mut value = match result.structured_content {
         Some(structured) => unwrap_plain(structured, output_schema),
-        None => normalise_content(result.content),
+        None => content_value(result.content),
     };
     redact_value(&mut value, result_secrets);
     Ok(cap_result(value, max))
@@ -88,6 +90,67 @@ pub(crate) fn removed_tool(external_name: &str) -> McpError {
     })
 }
 
+/// A successful result's contents: with an image, audio or an embedded resource among them, a
+/// [`ToolContent`] envelope of parts (so the model gets the media, see
+/// [`modu_core::media`]); text only, as [`normalise_content`].
+///
+/// - text → a text part;
+/// - image → an inline image (`data`, `mimeType`), audio → inline audio;
+/// - an embedded resource with `blob` → an inline file (its name the URI's last segment), with
+///   `text` → a text part headed by its URI;
+/// - anything else (a resource link, …) → a text part of its JSON.
+pub(crate) fn content_value(content: Vec<ContentBlock>) -> Value {
+    let has_media = content.iter().any(|c| {
+        matches!(
+            serde_json::to_value(c)
+                .ok()
+                .as_ref()
+                .and_then(|v| v.get("type"))
+                .and_then(Value::as_str),
+            Some("image" | "audio" | "resource")
+        )
+    });
+    if !has_media {
+        return normalise_content(content);
+    }
+    let parts = content.into_iter().map(content_part).collect();
+    ToolContent::new(parts).into_value()
+}
+
+fn content_part(block: ContentBlock) -> ContentPart {
+    if let ContentBlock::Text(t) = &block {
+        return ContentPart::text(t.text.clone());
+    }
+    let json = serde_json::to_value(&block).unwrap_or(Value::Null);
+    let field = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+    match json.get("type").and_then(Value::as_str) {
+        Some("image") => {
+            if let (Some(data), Some(mime)) = (field(&json, "data"), field(&json, "mimeType")) {
+                return ContentPart::image_base64(mime, data);
+            }
+        }
+        Some("audio") => {
+            if let (Some(data), Some(mime)) = (field(&json, "data"), field(&json, "mimeType")) {
+                return ContentPart::audio_base64(mime, data);
+            }
+        }
+        Some("resource") => {
+            let resource = json.get("resource").cloned().unwrap_or(Value::Null);
+            let uri = field(&resource, "uri").unwrap_or_default();
+            if let Some(blob) = field(&resource, "blob") {
+                let mime = field(&resource, "mimeType").unwrap_or_else(|| "application/octet-stream".to_owned());
+                let name = uri.rsplit('/').next().filter(|n| !n.is_empty()).map(str::to_owned);
+                return ContentPart::file_base64(mime, blob, name);
+            }
+            if let Some(text) = field(&resource, "text") {
+                return ContentPart::text(format!("[resource {uri}]\n{text}"));
+            }
+        }
+        _ => {}
+    }
+    ContentPart::text(json.to_string())
+}
+
 /// Text contents gathered into one JSON value: one text → a string, several → an array of
 /// strings, none → null; non-text blocks appear as their JSON.
 pub(crate) fn normalise_content(mut content: Vec<ContentBlock>) -> Value {
@@ -106,6 +169,15 @@ pub(crate) fn normalise_content(mut content: Vec<ContentBlock>) -> Value {
 /// its text (compact JSON, as the run loop writes it) fits, else that text cut — both with
 /// the marker of [`modu_core::tool::truncate_result`], so MCP and function tools read alike.
 pub(crate) fn cap_result(value: Value, max: usize) -> Value {
+    // An envelope: its text parts are capped, its media kept (the run loop caps inline media).
+    if let Some(Ok(mut content)) = ToolContent::from_value(&value) {
+        for part in &mut content.parts {
+            if let Some(text) = part.as_text() {
+                *part = ContentPart::text(modu_core::tool::truncate_result(text.to_owned(), Some(max)));
+            }
+        }
+        return content.into_value();
+    }
     match value {
         Value::String(text) => Value::String(modu_core::tool::truncate_result(text, Some(max))),
         other => {
@@ -159,6 +231,56 @@ mod tests {
             json!({"result": "HI", "count": 1})
         );
         assert_eq!(output(json!({"answer": "HI"}), None), json!({"answer": "HI"}));
+    }
+
+    fn blocks(value: Value) -> Vec<ContentBlock> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn images_audio_and_embedded_resources_become_the_media_envelope() {
+        let content = blocks(json!([
+            {"type": "text", "text": "Here it is:"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+            {"type": "resource", "resource": {"uri": "file:///tmp/a.pdf", "mimeType": "application/pdf", "blob": "JVBERi0="}},
+            {"type": "resource", "resource": {"uri": "test://notes", "mimeType": "text/plain", "text": "hello"}},
+        ]));
+        let out = tool_output(CallToolResult::success(content), None, &[], &[], 1 << 20).unwrap();
+        let parts = ToolContent::from_value(&out).unwrap().unwrap().parts;
+        assert_eq!(
+            parts,
+            vec![
+                ContentPart::text("Here it is:"),
+                ContentPart::image_base64("image/png", "iVBORw0KGgo="),
+                ContentPart::audio_base64("audio/wav", "UklGRg=="),
+                ContentPart::file_base64("application/pdf", "JVBERi0=", Some("a.pdf".into())),
+                ContentPart::text("[resource test://notes]\nhello"),
+            ]
+        );
+    }
+
+    #[test]
+    fn text_only_results_stay_as_before_and_envelope_text_is_capped() {
+        let out = tool_output(
+            CallToolResult::success(blocks(json!([{"type": "text", "text": "hi"}]))),
+            None,
+            &[],
+            &[],
+            100,
+        );
+        assert_eq!(out.unwrap(), json!("hi"));
+        let content = blocks(json!([
+            {"type": "text", "text": "abcdefgh"},
+            {"type": "image", "data": "AAAAAAAAAAAA", "mimeType": "image/png"},
+        ]));
+        let out = tool_output(CallToolResult::success(content), None, &[], &[], 4).unwrap();
+        let parts = ToolContent::from_value(&out).unwrap().unwrap().parts;
+        assert_eq!(
+            parts[0],
+            ContentPart::text(modu_core::tool::truncate_result("abcdefgh".into(), Some(4)))
+        );
+        assert_eq!(parts[1], ContentPart::image_base64("image/png", "AAAAAAAAAAAA"));
     }
 
     #[test]

@@ -59,6 +59,8 @@ struct Inner {
     read_timeout: Option<Duration>,
     always_stream: bool,
     reasoning_replay: ReasoningReplay,
+    input_modalities: modu_core::InputModalities,
+    max_inline_media_bytes: usize,
     redactor: Arc<Redactor>,
 }
 
@@ -96,6 +98,8 @@ pub struct OllamaClientBuilder {
     http: Option<reqwest::Client>,
     always_stream: bool,
     reasoning_replay: ReasoningReplay,
+    input_modalities: modu_core::InputModalities,
+    max_inline_media_bytes: usize,
 }
 
 impl std::fmt::Debug for OllamaClientBuilder {
@@ -162,6 +166,29 @@ impl OllamaClientBuilder {
     /// seconds, `0` to unload at once or `-1` to keep it forever.
     pub fn keep_alive(mut self, keep_alive: impl Into<Value>) -> Self {
         self.keep_alive = Some(keep_alive.into());
+        self
+    }
+
+    /// The kinds of input the model takes (default [`InputModalities::all`](modu_core::InputModalities::all):
+    /// all, or unknown). A request with an image the model does not take fails with
+    /// [`ModelError::UnsupportedContent`] before anything is sent. Ollama itself takes only
+    /// inline images: audio, files and images by URL always fail before the request.
+    pub fn input_modalities(mut self, modalities: modu_core::InputModalities) -> Self {
+        self.input_modalities = modalities;
+        self
+    }
+
+    /// The model takes text only (no vision): shorthand for
+    /// `.input_modalities(InputModalities::text_only())`.
+    pub fn text_only(self) -> Self {
+        self.input_modalities(modu_core::InputModalities::text_only())
+    }
+
+    /// The most base64 text one inline image of a request may hold (default
+    /// [`DEFAULT_MAX_INLINE_MEDIA_BYTES`](modu_core::media::DEFAULT_MAX_INLINE_MEDIA_BYTES));
+    /// a larger image fails with [`ModelError::UnsupportedContent`] before anything is sent.
+    pub fn max_inline_media_bytes(mut self, bytes: usize) -> Self {
+        self.max_inline_media_bytes = bytes;
         self
     }
 
@@ -260,6 +287,8 @@ impl OllamaClientBuilder {
                 read_timeout: self.read_timeout,
                 always_stream: self.always_stream,
                 reasoning_replay: self.reasoning_replay,
+                input_modalities: self.input_modalities,
+                max_inline_media_bytes: self.max_inline_media_bytes,
                 redactor: Arc::new(redactor),
             }),
         })
@@ -345,6 +374,8 @@ impl OllamaClient {
             http: None,
             always_stream: false,
             reasoning_replay: ReasoningReplay::default(),
+            input_modalities: modu_core::InputModalities::all(),
+            max_inline_media_bytes: modu_core::media::DEFAULT_MAX_INLINE_MEDIA_BYTES,
         }
     }
 
@@ -409,6 +440,12 @@ impl OllamaClient {
 
     async fn post_chat(&self, request: &ChatRequest, stream: bool) -> Result<reqwest::Response, ModelError> {
         let i = &self.inner;
+        wire::check_request(
+            &i.model,
+            &request.messages,
+            i.input_modalities,
+            i.max_inline_media_bytes,
+        )?;
         let body = wire::encode_request(
             &i.model,
             request,
@@ -444,6 +481,10 @@ impl OllamaClient {
 impl ChatModel for OllamaClient {
     fn model_name(&self) -> &str {
         &self.inner.model
+    }
+
+    fn input_modalities(&self) -> modu_core::InputModalities {
+        self.inner.input_modalities
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use modu_core::{
-    ChatEvent, ChatRequest, FinishReason, Message, ModelError, ReasoningEffort, ReasoningReplay, Role, ToolChoice,
-    ToolDefinition, Usage,
+    ChatEvent, ChatRequest, ContentPart, FinishReason, InputModalities, MediaSource, Message, ModelError,
+    ReasoningEffort, ReasoningReplay, Role, ToolChoice, ToolDefinition, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -37,6 +37,9 @@ pub(crate) struct WireMessage<'a> {
     pub tool_name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// Inline images, base64 (Ollama's `images`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -86,8 +89,55 @@ pub(crate) fn wire_messages(messages: &[Message], replay: ReasoningReplay) -> Ve
                 })
                 .collect(),
             tool_name: if m.role == Role::Tool { m.name.as_deref() } else { None },
+            images: m.content.iter().filter_map(inline_image).collect(),
         })
         .collect()
+}
+
+/// The base64 of an image Ollama can take: inline, or a `data:…;base64,` URL.
+fn inline_image(part: &ContentPart) -> Option<&str> {
+    match part {
+        ContentPart::Image {
+            source: MediaSource::Base64 { data, .. },
+        } => Some(data),
+        ContentPart::Image {
+            source: MediaSource::Url { url },
+        } => data_url_base64(url),
+        _ => None,
+    }
+}
+
+fn data_url_base64(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("data:")?;
+    rest.split_once(";base64,").map(|(_, data)| data)
+}
+
+/// What a request must pass before it is sent: the model's modalities and the inline size
+/// limit, then what Ollama can carry (images inline, as base64: Ollama fetches no URL and takes
+/// no audio or files).
+pub(crate) fn check_request(
+    model: &str,
+    messages: &[Message],
+    accepts: InputModalities,
+    max_inline_bytes: usize,
+) -> Result<(), ModelError> {
+    modu_core::media::check_messages(model, messages, accepts, max_inline_bytes)?;
+    for part in messages.iter().flat_map(|m| &m.content) {
+        let what = match part {
+            ContentPart::Image { .. } if inline_image(part).is_none() => {
+                "Ollama takes images inline (base64), not by URL"
+            }
+            ContentPart::Audio { .. } => "Ollama's chat API takes no audio",
+            ContentPart::File { .. } => "Ollama's chat API takes no files",
+            _ => continue,
+        };
+        return Err(ModelError::UnsupportedContent {
+            model: model.to_owned(),
+            modality: Some(part.modality()),
+            message: what.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> Vec<WireTool<'_>> {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::{Stream, StreamExt};
-use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, ModelError};
+use modu_core::{
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, InputModalities, ModelError,
+};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
@@ -98,6 +100,8 @@ pub struct OpenAiClientBuilder {
     empty_content: EmptyToolCallContent,
     reasoning_replay: ReasoningReplay,
     always_stream: bool,
+    input_modalities: InputModalities,
+    max_inline_media_bytes: usize,
 }
 
 impl std::fmt::Debug for OpenAiClientBuilder {
@@ -130,6 +134,8 @@ impl Default for OpenAiClientBuilder {
             empty_content: EmptyToolCallContent::default(),
             reasoning_replay: ReasoningReplay::default(),
             always_stream: false,
+            input_modalities: InputModalities::all(),
+            max_inline_media_bytes: modu_core::media::DEFAULT_MAX_INLINE_MEDIA_BYTES,
         }
     }
 }
@@ -201,6 +207,42 @@ impl OpenAiClientBuilder {
     /// [`ReasoningReplay::Never`]: DeepSeek-style servers answer HTTP 400 to it).
     pub fn reasoning_replay(mut self, replay: ReasoningReplay) -> Self {
         self.reasoning_replay = replay;
+        self
+    }
+
+    /// The kinds of input the model takes (default [`InputModalities::all`]: all, or
+    /// unknown). A request with an image, audio or file part the model does not take fails
+    /// with [`ModelError::UnsupportedContent`] before anything is sent.
+    ///
+    /// ```
+    /// use modu_core::{ChatModel, InputModalities, Modality};
+    /// use modu_openai::OpenAiClient;
+    ///
+    /// let client = OpenAiClient::builder()
+    ///     .base_url("http://127.0.0.1:8000/v1")
+    ///     .model("qwen2.5-vl")
+    ///     .input_modalities(InputModalities::text_only().with(Modality::Image))
+    ///     .build()?;
+    /// assert!(client.input_modalities().accepts(Modality::Image));
+    /// assert!(!client.input_modalities().accepts(Modality::Audio));
+    /// # Ok::<(), modu_openai::OpenAiConfigError>(())
+    /// ```
+    pub fn input_modalities(mut self, modalities: InputModalities) -> Self {
+        self.input_modalities = modalities;
+        self
+    }
+
+    /// The model takes text only: shorthand for
+    /// `.input_modalities(InputModalities::text_only())`.
+    pub fn text_only(self) -> Self {
+        self.input_modalities(InputModalities::text_only())
+    }
+
+    /// The most base64 text one inline medium of a request may hold (default
+    /// [`DEFAULT_MAX_INLINE_MEDIA_BYTES`](modu_core::media::DEFAULT_MAX_INLINE_MEDIA_BYTES));
+    /// a larger part fails with [`ModelError::UnsupportedContent`] before anything is sent.
+    pub fn max_inline_media_bytes(mut self, bytes: usize) -> Self {
+        self.max_inline_media_bytes = bytes;
         self
     }
 
@@ -278,6 +320,8 @@ impl OpenAiClientBuilder {
                 message_options: MessageOptions {
                     empty_content: self.empty_content,
                     reasoning: self.reasoning_replay,
+                    modalities: self.input_modalities,
+                    max_inline_media_bytes: self.max_inline_media_bytes,
                 },
                 always_stream: self.always_stream,
                 redactor: Arc::new(redactor),
@@ -538,6 +582,10 @@ impl OpenAiClient {
 impl ChatModel for OpenAiClient {
     fn model_name(&self) -> &str {
         &self.inner.model
+    }
+
+    fn input_modalities(&self) -> InputModalities {
+        self.inner.message_options.modalities
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {

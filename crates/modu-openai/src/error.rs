@@ -102,6 +102,15 @@ pub(crate) fn status_error(
     let code = status.as_u16();
     let context_length = matches!(code, 400 | 413 | 422) && is_context_length_error(&body);
     let message = error_message(&body);
+    if code >= 400
+        && let Some(modality) = crate::media::refused_modality(&message)
+    {
+        return ModelError::UnsupportedContent {
+            model: model.to_owned(),
+            modality,
+            message,
+        };
+    }
     modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
 }
 

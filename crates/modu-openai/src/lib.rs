@@ -7,6 +7,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod media;
 mod sse;
 mod tokens;
 mod wire;

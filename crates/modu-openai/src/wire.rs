@@ -3,12 +3,15 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use modu_core::InputModalities;
 use modu_core::{
     ChatEvent, ChatRequest, ChatResponse, ContentPart, FinishReason, Message, ModelError, ReasoningEffort,
     ReasoningReplay, ResponseFormat, Role, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::media::{MEDIA_ONLY_TOOL_TEXT, WireParts, check_request};
 
 /// How an assistant turn that only calls tools carries its (empty) content on the wire.
 ///
@@ -27,10 +30,25 @@ pub enum EmptyToolCallContent {
 }
 
 /// How messages go on the wire.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct MessageOptions {
     pub empty_content: EmptyToolCallContent,
     pub reasoning: ReasoningReplay,
+    /// What the model takes (checked before a request).
+    pub modalities: InputModalities,
+    /// The most base64 text of one inline medium.
+    pub max_inline_media_bytes: usize,
+}
+
+impl Default for MessageOptions {
+    fn default() -> Self {
+        MessageOptions {
+            empty_content: EmptyToolCallContent::default(),
+            reasoning: ReasoningReplay::default(),
+            modalities: InputModalities::all(),
+            max_inline_media_bytes: modu_core::media::DEFAULT_MAX_INLINE_MEDIA_BYTES,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -75,13 +93,54 @@ pub(crate) struct WireMessages<'a> {
 
 impl Serialize for WireMessages<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
         let replay = self.options.reasoning.replayed(self.messages);
-        serializer.collect_seq(
-            self.messages
-                .iter()
-                .enumerate()
-                .map(|(i, m)| wire_message(m, self.options.empty_content, replay(i))),
-        )
+        let mut seq = serializer.serialize_seq(None)?;
+        // Tool messages with media of the current run of tool messages: their media follow
+        // in one user message after the run (Chat Completions tool messages take only text).
+        let mut with_media: Vec<&Message> = Vec::new();
+        for (i, m) in self.messages.iter().enumerate() {
+            if m.role != Role::Tool && !with_media.is_empty() {
+                seq.serialize_element(&media_message(&std::mem::take(&mut with_media)))?;
+            }
+            if m.role == Role::Tool && m.has_media() {
+                with_media.push(m);
+            }
+            seq.serialize_element(&wire_message(m, self.options.empty_content, replay(i)))?;
+        }
+        if !with_media.is_empty() {
+            seq.serialize_element(&media_message(&with_media))?;
+        }
+        seq.end()
+    }
+}
+
+/// The user message carrying the media of tool results.
+fn media_message(tools: &[&Message]) -> WireMessage<'static> {
+    WireMessage {
+        role: "user",
+        content: Some(WireContent::Owned(crate::media::tool_media_parts(tools))),
+        tool_calls: WireToolCallsOut(&[]),
+        tool_call_id: None,
+        reasoning_content: None,
+    }
+}
+
+/// A message's `content`: a string (text-only messages, exactly as before media), or an array
+/// of parts (a user message with media).
+pub(crate) enum WireContent<'a> {
+    Text(Cow<'a, str>),
+    Parts(&'a [ContentPart]),
+    Owned(Vec<ContentPart>),
+}
+
+impl Serialize for WireContent<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            WireContent::Text(text) => serializer.serialize_str(text),
+            WireContent::Parts(parts) => WireParts(parts).serialize(serializer),
+            WireContent::Owned(parts) => WireParts(parts).serialize(serializer),
+        }
     }
 }
 
@@ -89,7 +148,7 @@ impl Serialize for WireMessages<'_> {
 pub(crate) struct WireMessage<'a> {
     pub role: &'static str,
     /// `None` serialises as `null` (only used for tool-call turns in `Null` mode).
-    pub content: Option<Cow<'a, str>>,
+    pub content: Option<WireContent<'a>>,
     #[serde(skip_serializing_if = "WireToolCallsOut::is_empty")]
     pub tool_calls: WireToolCallsOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,10 +255,14 @@ fn message_text(m: &Message) -> Cow<'_, str> {
 
 fn wire_message(m: &Message, empty_content: EmptyToolCallContent, replay: bool) -> WireMessage<'_> {
     let text = message_text(m);
-    let content = if text.is_empty() && !m.tool_calls.is_empty() && empty_content == EmptyToolCallContent::Null {
+    let content = if m.role == Role::User && m.has_media() {
+        Some(WireContent::Parts(&m.content))
+    } else if text.is_empty() && !m.tool_calls.is_empty() && empty_content == EmptyToolCallContent::Null {
         None
+    } else if text.is_empty() && m.role == Role::Tool && m.has_media() {
+        Some(WireContent::Text(Cow::Borrowed(MEDIA_ONLY_TOOL_TEXT)))
     } else {
-        Some(text)
+        Some(WireContent::Text(text))
     };
     WireMessage {
         role: m.role.as_str(),
@@ -284,6 +347,12 @@ pub(crate) fn encode_request(
     stream: bool,
     options: MessageOptions,
 ) -> Result<Vec<u8>, ModelError> {
+    check_request(
+        model,
+        &request.messages,
+        options.modalities,
+        options.max_inline_media_bytes,
+    )?;
     let body = WireRequest {
         model,
         messages: wire_messages(&request.messages, options),
@@ -309,7 +378,11 @@ fn body_size_hint(request: &ChatRequest) -> usize {
         .messages
         .iter()
         .map(|m| {
-            let content: usize = m.content.iter().filter_map(|p| p.as_text()).map(str::len).sum();
+            let content: usize = m
+                .content
+                .iter()
+                .map(|p| p.as_text().or(p.inline_data()).map_or(0, str::len))
+                .sum();
             let calls: usize = m
                 .tool_calls
                 .iter()

@@ -17,7 +17,7 @@ use super::{ArgumentsSource, PlanAndExecutePolicy, ToolTraceMode, prompts};
 use crate::canonical::{canonical_json, json_hash, sanitize_id};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
-use crate::message::{Message, Role, ToolCall};
+use crate::message::{ContentPart, Message, Role, ToolCall};
 use crate::model::ToolDefinition;
 use crate::output::OutputCodec;
 use crate::provider::Stage;
@@ -440,7 +440,11 @@ impl Policy for Strict {
         let requested = call.parse_arguments().ok();
         let (content, is_error, error) = match report.outcome {
             ToolCallOutcome::Ok(value) => (view.result_content(&call.name, value), false, None),
-            ToolCallOutcome::Err(e) => (strict_error_content(&e, recovery.feedback_mode), true, Some(e)),
+            ToolCallOutcome::Err(e) => (
+                vec![ContentPart::text(strict_error_content(&e, recovery.feedback_mode))],
+                true,
+                Some(e),
+            ),
         };
         let recovery_of = st
             .repairing
@@ -481,7 +485,7 @@ impl Policy for Strict {
         // Recorded with the call's result, so a checkpoint taken mid-batch keeps both.
         st.batch.insert(call.id.clone(), verdict);
         st.push_trace(entry);
-        Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)
+        Message::tool_result_parts(call.id.clone(), call.name.clone(), content, is_error)
     }
 
     fn failed(&mut self, state: &mut RunState, view: &dyn View, error: &AgentError, out: &mut Out) {

@@ -77,8 +77,8 @@ impl View for FakeView {
     fn valid_arguments(&self, _name: &str, args: &serde_json::Value) -> bool {
         args.is_object()
     }
-    fn result_content(&self, _name: &str, value: serde_json::Value) -> String {
-        value.to_string()
+    fn result_content(&self, _name: &str, value: serde_json::Value) -> Vec<crate::message::ContentPart> {
+        vec![crate::message::ContentPart::text(value.to_string())]
     }
 }
 

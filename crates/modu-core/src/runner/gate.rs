@@ -20,7 +20,7 @@ use crate::context::CallScope;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::input::{InputAnswer, InputRequest};
-use crate::message::Message;
+use crate::message::{ContentPart, Message};
 use crate::middleware::ToolInvocation;
 use crate::tool::{ToolError, ToolErrorKind};
 use crate::tripwire::Checked;
@@ -112,9 +112,9 @@ where
         self.run_batch(&calls, false, |env, _state, call, report| {
             let (content, is_error) = match report.outcome {
                 ToolCallOutcome::Ok(value) => (env.result_content(&call.name, value), false),
-                ToolCallOutcome::Err(e) => (e.model_content(true), true),
+                ToolCallOutcome::Err(e) => (vec![ContentPart::text(e.model_content(true))], true),
             };
-            Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)
+            Message::tool_result_parts(call.id.clone(), call.name.clone(), content, is_error)
         })
         .await?;
         for call in &calls {
@@ -499,6 +499,7 @@ where
                 (outcome, attempts, Some(effective), identity)
             }
         };
+        let outcome = outcome.and_then(crate::media::check_tool_value);
         let duration_ms = started.elapsed().as_millis() as u64;
         if self.emitter.active() {
             let error = outcome.as_ref().err().map(|e| {

@@ -29,12 +29,12 @@ use crate::agent::{AgentInner, AgentResult, ToolEntry};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
-use crate::message::Message;
+use crate::message::{ContentPart, Message};
 use crate::model::{ResponseFormat, ToolDefinition};
 use crate::plan::machine::Strict;
 use crate::plan::{DecisionPolicy, PlanAndExecutePolicy};
 use crate::provider::ToolSession;
-use crate::tool::{ToolSpec, truncate_result};
+use crate::tool::ToolSpec;
 
 mod ask;
 pub(crate) mod chat;
@@ -330,13 +330,9 @@ where
         self.tools.get(name).is_some_and(|t| t.entry.validator.is_valid(args))
     }
 
-    fn result_content(&self, name: &str, value: serde_json::Value) -> String {
-        let text = match value {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
-        };
+    fn result_content(&self, name: &str, value: serde_json::Value) -> Vec<ContentPart> {
         let max = self.tools.get(name).and_then(|t| t.entry.tool.spec().max_result_bytes);
-        truncate_result(text, max)
+        crate::media::result_parts(value, max)
     }
 }
 

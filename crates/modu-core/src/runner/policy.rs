@@ -120,8 +120,9 @@ pub(crate) trait View {
     fn spec(&self, name: &str) -> Option<&ToolSpec>;
     /// Whether `args` are valid arguments of the run's tool `name`.
     fn valid_arguments(&self, name: &str, args: &serde_json::Value) -> bool;
-    /// A tool's result as the model sees it (capped at the tool's `max_result_bytes`).
-    fn result_content(&self, name: &str, value: serde_json::Value) -> String;
+    /// A tool's result as the model sees it: its tool message's parts (text capped at the
+    /// tool's `max_result_bytes`; a [`crate::media::ToolContent`] envelope's media kept).
+    fn result_content(&self, name: &str, value: serde_json::Value) -> Vec<crate::message::ContentPart>;
 }
 
 /// A decision policy (crate-private: the public configuration is [`crate::plan::DecisionPolicy`]).

@@ -5,7 +5,7 @@
 
 use crate::agent::FinalizationMode;
 use crate::error::AgentError;
-use crate::message::{Message, ToolCall};
+use crate::message::{ContentPart, Message, ToolCall};
 use crate::provider::Stage;
 
 use super::policy::{
@@ -112,8 +112,8 @@ impl Policy for Standard {
     fn tool_result(&mut self, _state: &mut RunState, view: &dyn View, call: &ToolCall, report: CallReport) -> Message {
         let (content, is_error) = match report.outcome {
             ToolCallOutcome::Ok(value) => (view.result_content(&call.name, value), false),
-            ToolCallOutcome::Err(e) => (e.model_content(true), true),
+            ToolCallOutcome::Err(e) => (vec![ContentPart::text(e.model_content(true))], true),
         };
-        Message::tool_result(call.id.clone(), call.name.clone(), content, is_error)
+        Message::tool_result_parts(call.id.clone(), call.name.clone(), content, is_error)
     }
 }

@@ -1,0 +1,316 @@
+//! Media in messages and tool results: the size cap on inline media, the check a provider
+//! runs before it sends a request, and the envelope a tool returns media in.
+//!
+//! # Tool results with media
+//!
+//! Tools return a [`serde_json::Value`]. A tool that returns an image (or audio, or a file)
+//! returns a [`ToolContent`] as that value: an object whose only key is
+//! [`TOOL_CONTENT_KEY`], holding content parts.
+//!
+//! ```json
+//! {"$modu_tool_content":[{"type":"text","text":"a red dot"},{"type":"image","source":{"type":"base64","mime_type":"image/png","data":"iVBORw0KGgo="}}]}
+//! ```
+//!
+//! The run loop turns such a value into a tool message whose content holds those parts (text
+//! parts cut at the tool's `max_result_bytes`, media kept whole), instead of the value's JSON
+//! text. Any other value becomes text exactly as before. An inline part over
+//! [`DEFAULT_MAX_INLINE_MEDIA_BYTES`], or a malformed envelope, makes the call fail with a tool
+//! error the model sees (`media_too_large`, `invalid_tool_content`).
+//!
+//! ```
+//! use modu_core::ContentPart;
+//! use modu_core::media::ToolContent;
+//!
+//! let value = ToolContent::new(vec![
+//!     ContentPart::text("a red dot"),
+//!     ContentPart::image_base64("image/png", "iVBORw0KGgo="),
+//! ])
+//! .into_value();
+//! assert_eq!(ToolContent::from_value(&value).and_then(Result::ok).map(|c| c.parts.len()), Some(2));
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{ContentPart, Message};
+use crate::modality::{InputModalities, Modality};
+use crate::model::ModelError;
+use crate::tool::{ToolError, ToolErrorKind, truncate_result};
+
+/// The most base64 text one inline medium may hold (20 MiB, the Chat Completions API's image
+/// limit): a user part over it fails the request before it is sent
+/// ([`ModelError::UnsupportedContent`]), a tool result's part fails the call with the tool
+/// error `media_too_large`. URL media are references and never count. Stores and checkpoints
+/// keep inline media whole, so this also bounds what one part adds to them.
+pub const DEFAULT_MAX_INLINE_MEDIA_BYTES: usize = 20 * 1024 * 1024;
+
+/// The one key of a [`ToolContent`] envelope.
+pub const TOOL_CONTENT_KEY: &str = "$modu_tool_content";
+
+/// A tool result of content parts (text and media): what a tool returns, as its value, to
+/// give the model an image, audio or a file. See the [module docs](self).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolContent {
+    /// The parts, in order.
+    #[serde(rename = "$modu_tool_content")]
+    pub parts: Vec<ContentPart>,
+}
+
+impl ToolContent {
+    /// A result of these parts.
+    pub fn new(parts: Vec<ContentPart>) -> Self {
+        ToolContent { parts }
+    }
+
+    /// The envelope as a tool's result value.
+    pub fn into_value(self) -> Value {
+        let mut map = serde_json::Map::new();
+        map.insert(
+            TOOL_CONTENT_KEY.to_owned(),
+            serde_json::to_value(self.parts).unwrap_or(Value::Array(Vec::new())),
+        );
+        Value::Object(map)
+    }
+
+    /// Whether `value` is an envelope: an object whose only key is [`TOOL_CONTENT_KEY`].
+    pub fn is_envelope(value: &Value) -> bool {
+        value
+            .as_object()
+            .is_some_and(|map| map.len() == 1 && map.contains_key(TOOL_CONTENT_KEY))
+    }
+
+    /// The envelope in `value` (`None`: not an envelope; `Some(Err)`: one whose parts do not
+    /// read).
+    pub fn from_value(value: &Value) -> Option<Result<ToolContent, serde_json::Error>> {
+        Self::is_envelope(value).then(|| ToolContent::deserialize(value))
+    }
+}
+
+impl From<ToolContent> for Value {
+    fn from(content: ToolContent) -> Value {
+        content.into_value()
+    }
+}
+
+/// Why content cannot go to a model.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContentError {
+    /// The model is declared not to take this modality, or its provider cannot send it.
+    #[error("{what}")]
+    Unsupported {
+        /// The modality.
+        modality: Modality,
+        /// What cannot be sent, and why.
+        what: String,
+    },
+    /// An inline part is over the size limit.
+    #[error("an inline {modality} part of {bytes} bytes (base64) is over the limit of {limit} bytes")]
+    TooLarge {
+        /// The part's modality.
+        modality: Modality,
+        /// Its base64 text's length.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+impl ContentError {
+    /// The modality of the offending part.
+    pub fn modality(&self) -> Modality {
+        match self {
+            ContentError::Unsupported { modality, .. } | ContentError::TooLarge { modality, .. } => *modality,
+        }
+    }
+
+    /// As the [`ModelError`] of model `model`.
+    pub fn into_model_error(self, model: &str) -> ModelError {
+        ModelError::UnsupportedContent {
+            model: model.to_owned(),
+            modality: Some(self.modality()),
+            message: self.to_string(),
+        }
+    }
+}
+
+/// Checks parts against a model's modalities and the inline size limit.
+pub fn check_parts(
+    parts: &[ContentPart],
+    accepts: InputModalities,
+    max_inline_bytes: usize,
+) -> Result<(), ContentError> {
+    for part in parts {
+        let modality = part.modality();
+        if !accepts.accepts(modality) {
+            return Err(ContentError::Unsupported {
+                modality,
+                what: format!("the model takes no {modality} input (it is declared text-only or without {modality})"),
+            });
+        }
+        if let Some(data) = part.inline_data()
+            && data.len() > max_inline_bytes
+        {
+            return Err(ContentError::TooLarge {
+                modality,
+                bytes: data.len(),
+                limit: max_inline_bytes,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What a provider runs before it sends a request: every message's parts against the model's
+/// modalities and the inline size limit, as [`ModelError::UnsupportedContent`] of `model`.
+pub fn check_messages(
+    model: &str,
+    messages: &[Message],
+    accepts: InputModalities,
+    max_inline_bytes: usize,
+) -> Result<(), ModelError> {
+    messages
+        .iter()
+        .try_for_each(|m| check_parts(&m.content, accepts, max_inline_bytes))
+        .map_err(|e| e.into_model_error(model))
+}
+
+/// A tool's result as the run loop accepts it: an envelope whose parts do not read, or hold an
+/// inline part over the limit, becomes a tool error the model sees.
+pub(crate) fn check_tool_value(value: Value) -> Result<Value, ToolError> {
+    match ToolContent::from_value(&value) {
+        None => Ok(value),
+        Some(Err(e)) => Err(ToolError::new(ToolErrorKind::Execution, "invalid_tool_content")
+            .with_message(format!("the tool returned media the agent cannot read: {e}"))),
+        Some(Ok(content)) => {
+            match check_parts(&content.parts, InputModalities::all(), DEFAULT_MAX_INLINE_MEDIA_BYTES) {
+                Ok(()) => Ok(value),
+                Err(e) => Err(ToolError::new(ToolErrorKind::Execution, "media_too_large").with_message(e.to_string())),
+            }
+        }
+    }
+}
+
+/// A tool's result value as the tool message's parts: an envelope's parts (text cut at `max`
+/// bytes, media whole), anything else one text part (a string as is, other JSON as its
+/// compact text), cut at `max`.
+pub(crate) fn result_parts(value: Value, max: Option<usize>) -> Vec<ContentPart> {
+    if let Some(Ok(content)) = ToolContent::from_value(&value) {
+        return content
+            .parts
+            .into_iter()
+            .map(|part| match part {
+                ContentPart::Text { text } => ContentPart::text(truncate_result(text, max)),
+                other => other,
+            })
+            .collect();
+    }
+    let text = match value {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    vec![ContentPart::text(truncate_result(text, max))]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_envelope_round_trips_and_only_it_is_one() -> Result<(), Box<dyn std::error::Error>> {
+        let content = ToolContent::new(vec![
+            ContentPart::text("dot"),
+            ContentPart::image_base64("image/png", "AAAA"),
+        ]);
+        let value = content.clone().into_value();
+        assert_eq!(
+            value,
+            json!({"$modu_tool_content": [{"type":"text","text":"dot"},
+                {"type":"image","source":{"type":"base64","mime_type":"image/png","data":"AAAA"}}]})
+        );
+        assert_eq!(serde_json::to_value(&content)?, value);
+        assert_eq!(ToolContent::from_value(&value).transpose()?, Some(content));
+        // A tool's own objects are not envelopes, even with the key among others.
+        assert!(ToolContent::from_value(&json!({"$modu_tool_content": [], "x": 1})).is_none());
+        assert!(ToolContent::from_value(&json!({"parts": []})).is_none());
+        assert!(matches!(
+            ToolContent::from_value(&json!({"$modu_tool_content": [{"type":"video"}]})),
+            Some(Err(_))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn ordinary_results_become_the_same_text_as_before() {
+        assert_eq!(result_parts(json!("5"), None), vec![ContentPart::text("5")]);
+        assert_eq!(
+            result_parts(json!({"a": 1}), None),
+            vec![ContentPart::text(r#"{"a":1}"#)]
+        );
+        let cut = result_parts(json!("abcdef"), Some(2));
+        assert_eq!(cut, vec![ContentPart::text(truncate_result("abcdef".into(), Some(2)))]);
+    }
+
+    #[test]
+    fn envelope_text_is_cut_and_media_kept_whole() {
+        let big = "x".repeat(100);
+        let value = ToolContent::new(vec![
+            ContentPart::text("abcdef"),
+            ContentPart::image_base64("image/png", &big),
+        ])
+        .into_value();
+        let parts = result_parts(value, Some(3));
+        assert_eq!(parts[0], ContentPart::text(truncate_result("abcdef".into(), Some(3))));
+        assert_eq!(parts[1], ContentPart::image_base64("image/png", big));
+    }
+
+    #[test]
+    fn inline_media_over_the_limit_are_refused() {
+        let parts = [ContentPart::image_base64("image/png", "x".repeat(11))];
+        assert_eq!(
+            check_parts(&parts, InputModalities::all(), 10),
+            Err(ContentError::TooLarge {
+                modality: Modality::Image,
+                bytes: 11,
+                limit: 10
+            })
+        );
+        assert_eq!(check_parts(&parts, InputModalities::all(), 11), Ok(()));
+        // A URL is a reference: no size.
+        assert_eq!(
+            check_parts(
+                &[ContentPart::image_url("https://example.com/a.png")],
+                InputModalities::all(),
+                0
+            ),
+            Ok(())
+        );
+        let over = ToolContent::new(vec![ContentPart::audio_base64(
+            "audio/wav",
+            "x".repeat(DEFAULT_MAX_INLINE_MEDIA_BYTES + 1),
+        )]);
+        let refused = check_tool_value(over.into_value());
+        assert_eq!(refused.err().map(|e| e.reason), Some("media_too_large".to_owned()));
+    }
+
+    #[test]
+    fn a_text_only_model_refuses_media_but_not_text() {
+        let text_only = InputModalities::text_only();
+        assert_eq!(check_parts(&[ContentPart::text("hi")], text_only, 0), Ok(()));
+        let err = check_parts(&[ContentPart::file_url("https://x/a.pdf", None)], text_only, 0);
+        assert_eq!(err.err().map(|e| e.modality()), Some(Modality::File));
+        let images = text_only.with(Modality::Image);
+        assert!(images.accepts(Modality::Image) && !images.accepts(Modality::Audio));
+        let m = Message::user_parts(vec![ContentPart::image_url("https://x/a.png")]);
+        let e = check_messages("m", &[m], text_only, 10);
+        assert!(matches!(
+            e,
+            Err(ModelError::UnsupportedContent {
+                modality: Some(Modality::Image),
+                ..
+            })
+        ));
+    }
+}
