@@ -90,11 +90,11 @@ impl AttemptLog {
     pub(crate) fn new(
         emitter: Emitter,
         run_id: Arc<str>,
-        usage: (Arc<Mutex<Usage>>, Arc<Mutex<BTreeMap<String, Usage>>>),
+        usage: Arc<Mutex<Usage>>,
+        usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
         calls_so_far: u32,
         max_attempts: u32,
     ) -> Arc<Self> {
-        let (usage, usage_by_model) = usage;
         Arc::new(AttemptLog {
             emitter,
             run_id,

@@ -316,7 +316,8 @@ where
     let attempts = chat::AttemptLog::new(
         emitter.clone(),
         Arc::clone(&run_id),
-        (ctx.usage_handle(), ctx.usage_by_model_handle()),
+        ctx.usage_handle(),
+        ctx.usage_by_model_handle(),
         state.model_calls,
         agent.retry.max_attempts,
     );
