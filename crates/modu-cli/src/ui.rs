@@ -287,6 +287,7 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
         output: None,
         messages: Vec::new(),
         usage: modu_core::Usage::default(),
+        usage_by_model: Default::default(),
         metadata: serde_json::Map::new(),
         error: Some(AgentError::Cancelled),
         interruptions: Vec::new(),

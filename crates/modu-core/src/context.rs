@@ -70,6 +70,7 @@ struct Inner<C> {
     agent_name: String,
     user: UserContext,
     usage: Arc<Mutex<Usage>>,
+    usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
     tool_input: Option<serde_json::Value>,
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
     approvals: Arc<Mutex<SharedApprovals>>,
@@ -97,6 +98,7 @@ pub(crate) struct RunParts {
     pub(crate) agent_name: String,
     pub(crate) user: UserContext,
     pub(crate) usage: Usage,
+    pub(crate) usage_by_model: BTreeMap<String, Usage>,
     pub(crate) tool_input: Option<serde_json::Value>,
     pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
     pub(crate) approvals: Option<Arc<Mutex<SharedApprovals>>>,
@@ -209,6 +211,7 @@ impl<C> RunContext<C> {
                 agent_name: parts.agent_name,
                 user: parts.user,
                 usage: Arc::new(Mutex::new(parts.usage)),
+                usage_by_model: Arc::new(Mutex::new(parts.usage_by_model)),
                 tool_input: parts.tool_input,
                 metadata: Arc::new(parts.metadata),
                 approvals: parts.approvals.unwrap_or_default(),
@@ -225,6 +228,7 @@ impl<C> RunContext<C> {
             agent_name: self.inner.agent_name.clone(),
             user: self.inner.user.clone(),
             usage: Arc::clone(&self.inner.usage),
+            usage_by_model: Arc::clone(&self.inner.usage_by_model),
             tool_input: self.inner.tool_input.clone(),
             metadata: Arc::clone(&self.inner.metadata),
             approvals: Arc::clone(&self.inner.approvals),
@@ -393,5 +397,38 @@ impl<C> RunContext<C> {
     /// The run's usage counter itself (the chat stack adds each attempt's usage to it).
     pub(crate) fn usage_handle(&self) -> Arc<Mutex<Usage>> {
         Arc::clone(&self.inner.usage)
+    }
+
+    /// The usage of the run's model calls so far, by the model that answered (a fallback
+    /// chain's member) or was asked (failed calls). Usage added with [`RunContext::add_usage`]
+    /// alone (memory summaries, compaction) is in [`RunContext::usage`] only.
+    pub fn usage_by_model(&self) -> BTreeMap<String, Usage> {
+        self.inner
+            .usage_by_model
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Adds the usage of a model's calls to the run's per-model breakdown (not to the total:
+    /// [`RunContext::add_usage`] does that).
+    pub fn add_model_usage(&self, model: &str, usage: Usage) {
+        add_model_usage(&self.inner.usage_by_model, model, usage);
+    }
+
+    /// The run's per-model usage itself (the chat stack adds each attempt's usage to it).
+    pub(crate) fn usage_by_model_handle(&self) -> Arc<Mutex<BTreeMap<String, Usage>>> {
+        Arc::clone(&self.inner.usage_by_model)
+    }
+}
+
+/// Adds `usage` to `model`'s entry (its name is copied only for a new entry).
+pub(crate) fn add_model_usage(by_model: &Mutex<BTreeMap<String, Usage>>, model: &str, usage: Usage) {
+    let mut map = by_model.lock().unwrap_or_else(PoisonError::into_inner);
+    match map.get_mut(model) {
+        Some(entry) => *entry += usage,
+        None => {
+            map.insert(model.to_owned(), usage);
+        }
     }
 }

@@ -70,6 +70,12 @@ pub enum AgentEvent {
         tool_calls: usize,
         /// How long it took, in milliseconds.
         duration_ms: u64,
+        /// The model that produced the answer, when the answer names it
+        /// ([`ChatResponse::model`](crate::model::ChatResponse::model)): the member of a
+        /// `FallbackModel` chain that answered, while `model` is the slot's model (the chain's
+        /// first). `None` (and absent from the JSON): `model` answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered_by: Option<String>,
     },
     /// A model request failed.
     ModelCallFailed {

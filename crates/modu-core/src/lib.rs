@@ -14,6 +14,7 @@ pub mod compose {
 pub mod context;
 pub mod error;
 pub mod event;
+pub mod fallback;
 pub mod guardrail;
 pub mod input;
 pub mod lease;
@@ -45,6 +46,7 @@ pub use compose::{AgentTool, Handoff};
 pub use context::{RunContext, UserContext};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
+pub use fallback::{CircuitBreaker, FallbackModel, SwitchPredicate};
 pub use input::{InputAnswer, InputRequest, InputSpec};
 pub use lease::{InMemoryLeaseStore, Lease, LeaseOptions, LeaseStore};
 pub use media::ToolContent;

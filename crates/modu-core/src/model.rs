@@ -365,6 +365,12 @@ pub enum ChatEvent {
         /// Why.
         reason: FinishReason,
     },
+    /// Names the model that produces this answer ([`ChatResponse::model`]); a `FallbackModel`
+    /// sends it first. When several come, the last wins.
+    Model {
+        /// The model's name.
+        name: String,
+    },
 }
 
 /// A stream of deltas from a model.
@@ -379,6 +385,11 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// Why the model stopped, when the server said.
     pub finish_reason: Option<FinishReason>,
+    /// The model that produced the answer, when the answer names it (a `FallbackModel`'s
+    /// answers do: the model of its chain that answered). `None`: the model the request was
+    /// sent to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Errors a model call can end with. Providers map their failures onto these so the run loop
@@ -591,6 +602,7 @@ pub struct ChatResponseBuilder {
     calls: BTreeMap<usize, PartialCall>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
+    model: Option<String>,
 }
 
 impl ChatResponseBuilder {
@@ -620,6 +632,7 @@ impl ChatResponseBuilder {
             }
             ChatEvent::Usage { usage } => self.usage = Some(usage),
             ChatEvent::Finish { reason } => self.finish = Some(reason),
+            ChatEvent::Model { name } => self.model = Some(name),
         }
     }
 
@@ -669,6 +682,7 @@ impl ChatResponseBuilder {
             message,
             usage,
             finish_reason: self.finish,
+            model: self.model,
         })
     }
 }

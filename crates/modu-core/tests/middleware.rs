@@ -150,6 +150,7 @@ impl Service<AgentRequest<()>> for RefuseService {
             output: Some(format!("refused {} message(s)", req.input.len())),
             messages: Vec::new(),
             usage: Usage::default(),
+            usage_by_model: Default::default(),
             metadata: serde_json::Map::new(),
             error: None,
             interruptions: Vec::new(),
@@ -181,6 +182,7 @@ impl Service<ChatRequest> for CachedService {
             message: Message::assistant("from the cache"),
             usage: Usage::default(),
             finish_reason: None,
+            model: None,
         }))
     }
 }

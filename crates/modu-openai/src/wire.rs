@@ -769,6 +769,7 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
         message,
         usage,
         finish_reason: choice.finish_reason,
+        model: None,
     })
 }
 

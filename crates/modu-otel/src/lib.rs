@@ -2,10 +2,11 @@
 #![deny(missing_docs)]
 
 mod otlp;
+pub mod semconv;
 mod sink;
 
 pub use otlp::{OtlpPipeline, OtlpPipelineBuilder};
-pub use sink::{OtelEventSink, OtelEventSinkBuilder, instrumentation_scope, semconv};
+pub use sink::{OtelEventSink, OtelEventSinkBuilder, instrumentation_scope};
 
 /// Re-exports of the OpenTelemetry crates this crate is built against (use them to avoid
 /// version mismatches).

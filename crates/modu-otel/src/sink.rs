@@ -12,56 +12,7 @@ use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::trace::{Span, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 
-/// Attribute, span and metric names (OpenTelemetry semantic conventions for generative AI,
-/// plus a few `modu.*` attributes).
-pub mod semconv {
-    /// `gen_ai.operation.name`: `invoke_agent`, `chat` or `execute_tool`.
-    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
-    /// `gen_ai.agent.name`.
-    pub const AGENT_NAME: &str = "gen_ai.agent.name";
-    /// `gen_ai.conversation.id` (the run's session).
-    pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
-    /// `gen_ai.provider.name` (set when configured on the sink).
-    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
-    /// `gen_ai.request.model`.
-    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
-    /// `gen_ai.response.finish_reasons`.
-    pub const RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
-    /// `gen_ai.usage.input_tokens`.
-    pub const USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
-    /// `gen_ai.usage.output_tokens`.
-    pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
-    /// `gen_ai.tool.name`.
-    pub const TOOL_NAME: &str = "gen_ai.tool.name";
-    /// `gen_ai.tool.call.id`.
-    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
-    /// `gen_ai.tool.type` (always `function`).
-    pub const TOOL_TYPE: &str = "gen_ai.tool.type";
-    /// `gen_ai.tool.call.arguments` (opt-in content, masked).
-    pub const TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
-    /// `gen_ai.output.messages` (opt-in content, masked).
-    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
-    /// `gen_ai.token.type` (`input` / `output`), on the token usage metric.
-    pub const TOKEN_TYPE: &str = "gen_ai.token.type";
-    /// `error.type`.
-    pub const ERROR_TYPE: &str = "error.type";
-    /// `modu.run_id`.
-    pub const MODU_RUN_ID: &str = "modu.run_id";
-    /// `modu.parent_run_id`.
-    pub const MODU_PARENT_RUN_ID: &str = "modu.parent_run_id";
-    /// `modu.resumed`.
-    pub const MODU_RESUMED: &str = "modu.resumed";
-    /// `modu.model.call`: the number of the model call in the run.
-    pub const MODU_MODEL_CALL: &str = "modu.model.call";
-    /// `modu.tool.attempts`.
-    pub const MODU_TOOL_ATTEMPTS: &str = "modu.tool.attempts";
-    /// Metric: `gen_ai.client.token.usage` (histogram, `{token}`).
-    pub const METRIC_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
-    /// Metric: `gen_ai.client.operation.duration` (histogram, seconds).
-    pub const METRIC_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
-}
-
-use semconv as sc;
+use crate::semconv as sc;
 
 /// Bucket boundaries advised by the GenAI conventions for `gen_ai.client.token.usage`.
 const TOKEN_BUCKETS: [f64; 14] = [
@@ -116,8 +67,11 @@ struct State {
 ///   run's most recently started open `execute_tool` span, or of the parent's `invoke_agent`
 ///   span when no tool call is open. Other runs are roots.
 /// * `chat {model}` (kind CLIENT) per model call, child of its run. Attributes:
-///   `gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.usage.input_tokens`,
-///   `gen_ai.usage.output_tokens`, `gen_ai.response.finish_reasons`, `modu.model.call`; on
+///   `gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.response.model` (the model that
+///   answered: a `FallbackModel` chain's member, else the requested model),
+///   `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+///   `gen_ai.usage.cache_read.input_tokens` and `gen_ai.usage.reasoning.output_tokens` (when not
+///   0), `gen_ai.response.finish_reasons`, `modu.model.call`; on
 ///   failure `error.type` (the model error kind) and status ERROR.
 /// * `execute_tool {tool}` (kind INTERNAL) per tool call, keyed by `call_id`, so concurrent
 ///   calls each get their own span under the run. Attributes: `gen_ai.operation.name`,
@@ -129,8 +83,10 @@ struct State {
 ///
 /// With a [`Meter`]: `gen_ai.client.token.usage` (histogram, `{token}`, `gen_ai.token.type`
 /// = `input` / `output`) and `gen_ai.client.operation.duration` (histogram, seconds; `error.type`
-/// on failed calls), both with `gen_ai.operation.name = chat` and `gen_ai.request.model`, with
-/// the bucket boundaries the conventions advise.
+/// on failed calls), both with `gen_ai.operation.name = chat` and `gen_ai.request.model` (and
+/// `gen_ai.response.model` on answered calls), with the bucket boundaries the conventions
+/// advise. Cached and reasoning tokens are span attributes only (`gen_ai.token.type` has no
+/// value for them).
 ///
 /// # Content
 ///
@@ -256,6 +212,19 @@ fn agent_error_type(error: &modu_core::AgentError) -> String {
         .ok()
         .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
         .unwrap_or_else(|| "_OTHER".to_owned())
+}
+
+/// `gen_ai.usage.*` of a span: input and output tokens, and the cached and reasoning parts of
+/// them when the server reported any.
+fn set_usage(span: &mut BoxedSpan, usage: &modu_core::Usage) {
+    span.set_attribute(kv(sc::USAGE_INPUT_TOKENS, usage.input_tokens as i64));
+    span.set_attribute(kv(sc::USAGE_OUTPUT_TOKENS, usage.output_tokens as i64));
+    if usage.cached_input_tokens > 0 {
+        span.set_attribute(kv(sc::USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_input_tokens as i64));
+    }
+    if usage.reasoning_tokens > 0 {
+        span.set_attribute(kv(sc::USAGE_REASONING_OUTPUT_TOKENS, usage.reasoning_tokens as i64));
+    }
 }
 
 fn output_messages(content: String) -> String {
@@ -404,14 +373,15 @@ impl OtelEventSink {
                 usage,
                 finish_reason,
                 duration_ms,
+                answered_by,
                 ..
             } => {
+                // The answering model (a fallback chain's member), else the one asked.
+                let answered = answered_by.as_deref().unwrap_or(model);
                 let Some(run) = state.runs.get_mut(run_id) else { return };
                 if let Some(mut chat) = run.chats.remove(call) {
-                    chat.span
-                        .set_attribute(kv(sc::USAGE_INPUT_TOKENS, usage.input_tokens as i64));
-                    chat.span
-                        .set_attribute(kv(sc::USAGE_OUTPUT_TOKENS, usage.output_tokens as i64));
+                    set_usage(&mut chat.span, usage);
+                    chat.span.set_attribute(kv(sc::RESPONSE_MODEL, answered.to_owned()));
                     if let Some(reason) = finish_reason
                         .as_ref()
                         .and_then(|r| serde_json::to_value(r).ok())
@@ -429,7 +399,8 @@ impl OtelEventSink {
                     chat.span.end();
                 }
                 if let Some(m) = &self.instruments {
-                    let attrs = self.chat_metric_attrs(model);
+                    let mut attrs = self.chat_metric_attrs(model);
+                    attrs.push(kv(sc::RESPONSE_MODEL, answered.to_owned()));
                     let mut input = attrs.clone();
                     input.push(kv(sc::TOKEN_TYPE, "input"));
                     let mut output = attrs.clone();
@@ -507,10 +478,7 @@ impl OtelEventSink {
                     return;
                 };
                 end_children(&mut run);
-                run.span
-                    .set_attribute(kv(sc::USAGE_INPUT_TOKENS, usage.input_tokens as i64));
-                run.span
-                    .set_attribute(kv(sc::USAGE_OUTPUT_TOKENS, usage.output_tokens as i64));
+                set_usage(&mut run.span, usage);
                 if self.capture_content {
                     let content = match output {
                         serde_json::Value::String(s) => self.masker.mask_text(s),
@@ -528,10 +496,7 @@ impl OtelEventSink {
                     return;
                 };
                 end_children(&mut run);
-                run.span
-                    .set_attribute(kv(sc::USAGE_INPUT_TOKENS, usage.input_tokens as i64));
-                run.span
-                    .set_attribute(kv(sc::USAGE_OUTPUT_TOKENS, usage.output_tokens as i64));
+                set_usage(&mut run.span, usage);
                 run.span.set_attribute(kv(sc::ERROR_TYPE, agent_error_type(error)));
                 run.span
                     .set_status(Status::error(self.masker.mask_text(&error.to_string())));

@@ -1,5 +1,6 @@
 //! Composing agents: an agent as another agent's tool.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use async_trait::async_trait;
@@ -103,20 +104,23 @@ where
     async fn call(&self, ctx: &RunContext<C>, arguments: serde_json::Value) -> Result<serde_json::Value, ToolError> {
         let slot: crate::agent::PauseSlot = Arc::default();
         let scope = ctx.call_scope().cloned();
-        let (result, earlier) = match scope.as_ref().and_then(|s| s.resume.clone()) {
+        let (result, earlier, earlier_by_model) = match scope.as_ref().and_then(|s| s.resume.clone()) {
             // The parent resumes: continue the nested run from the state it kept.
             Some(resume) => {
-                let earlier = resume
-                    .pause
-                    .state
+                let state = &resume.pause.state;
+                let earlier = state
                     .pointer("/state/usage")
                     .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
+                    .unwrap_or_default();
+                let earlier_by_model = state
+                    .pointer("/state/usage_by_model")
+                    .and_then(|u| serde_json::from_value::<BTreeMap<String, Usage>>(u.clone()).ok())
                     .unwrap_or_default();
                 let result = self
                     .agent
                     .resume_nested(resume, ctx.context_arc(), ctx.shared_approvals(), Arc::clone(&slot))
                     .await;
-                (result, earlier)
+                (result, earlier, earlier_by_model)
             }
             None => {
                 let input: A = parse_arguments(arguments.clone())?;
@@ -130,10 +134,14 @@ where
                     request.run_id = Some(format!("{}.{}", ctx.run_id(), scope.call_id));
                     request.nested_pause = Some(Arc::clone(&slot));
                 }
-                (self.agent.run(request).await, Usage::default())
+                (self.agent.run(request).await, Usage::default(), BTreeMap::new())
             }
         };
         ctx.add_usage(result.usage - earlier);
+        for (model, usage) in &result.usage_by_model {
+            let before = earlier_by_model.get(model).copied().unwrap_or_default();
+            ctx.add_model_usage(model, *usage - before);
+        }
         match (result.output, result.error) {
             (Some(output), None) => Ok(self.agent.inner.codec.to_json(&output)),
             (_, Some(AgentError::Interrupted { .. })) if !result.input_requests.is_empty() => {

@@ -245,6 +245,14 @@ pub struct AgentResult<O = String> {
     pub messages: Vec<Message>,
     /// The run's usage (tokens and requests).
     pub usage: Usage,
+    /// `usage` of the run's model calls by model: the model that answered each call (the
+    /// member of a [`FallbackModel`](crate::fallback::FallbackModel) chain that answered, else
+    /// the agent's or planner's model), or that was asked, for a failed call. The usage of
+    /// nested agents' model calls is included. Usage only added to the total
+    /// ([`RunContext::add_usage`](crate::context::RunContext::add_usage): memory summaries,
+    /// compaction) is not broken down.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub usage_by_model: std::collections::BTreeMap<String, Usage>,
     /// Counters and policy data (`model_calls`, `tool_calls`, `turns`, `resumed`, …).
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Why the run failed, if it did. A run paused for approvals or input has
@@ -269,6 +277,7 @@ impl<O> AgentResult<O> {
             output: None,
             messages: Vec::new(),
             usage: crate::message::Usage::default(),
+            usage_by_model: Default::default(),
             metadata: serde_json::Map::new(),
             error: Some(error),
             interruptions: Vec::new(),

@@ -100,6 +100,7 @@ pub(crate) fn answer(message: Message) -> Fed {
             message,
             usage: Usage::default(),
             finish_reason: None,
+            model: None,
         },
         offered_tools: false,
         format: None,

@@ -13,6 +13,7 @@
 //! counter. The run's deadline (the retry layer never waits past it) sits beside it.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -80,6 +81,7 @@ pub(crate) struct AttemptLog {
     emitter: Emitter,
     run_id: Arc<str>,
     usage: Arc<Mutex<Usage>>,
+    usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
     calls: AtomicU32,
     max_attempts: u32,
 }
@@ -89,6 +91,7 @@ impl AttemptLog {
         emitter: Emitter,
         run_id: Arc<str>,
         usage: Arc<Mutex<Usage>>,
+        usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
         calls_so_far: u32,
         max_attempts: u32,
     ) -> Arc<Self> {
@@ -96,6 +99,7 @@ impl AttemptLog {
             emitter,
             run_id,
             usage,
+            usage_by_model,
             calls: AtomicU32::new(calls_so_far),
             max_attempts,
         })
@@ -106,8 +110,10 @@ impl AttemptLog {
         self.calls.load(Ordering::Relaxed)
     }
 
-    fn add_usage(&self, usage: Usage) {
+    /// Adds an attempt's usage to the run's total and to `model`'s share.
+    fn add_usage(&self, model: &str, usage: Usage) {
         *self.usage.lock().unwrap_or_else(PoisonError::into_inner) += usage;
+        crate::context::add_model_usage(&self.usage_by_model, model, usage);
     }
 }
 
@@ -286,7 +292,7 @@ where
             let result = fut.await;
             match &result {
                 Ok(response) => {
-                    log.add_usage(response.usage);
+                    log.add_usage(response.model.as_deref().unwrap_or(&model), response.usage);
                     if active {
                         log.emitter
                             .emit(AgentEvent::ModelCallFinished {
@@ -297,15 +303,17 @@ where
                                 finish_reason: response.finish_reason.clone(),
                                 tool_calls: response.message.tool_calls.len(),
                                 duration_ms: started.elapsed().as_millis() as u64,
+                                answered_by: response.model.clone(),
                             })
                             .await;
                     }
                 }
                 Err(err) => {
-                    log.add_usage(Usage {
+                    let failed = Usage {
                         requests: 1,
                         ..Usage::default()
-                    });
+                    };
+                    log.add_usage(&model, failed);
                     if active {
                         log.emitter
                             .emit(AgentEvent::ModelCallFailed {

@@ -280,6 +280,7 @@ where
             state.nested.remove(&call.id);
             state.pending_results.insert(call.id.clone(), message);
             state.usage = env.ctx.usage();
+            state.usage_by_model = env.ctx.usage_by_model();
             Ok(true)
         }
         RawToolRun::NeedsApproval(request) => {

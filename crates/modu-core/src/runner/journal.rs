@@ -20,6 +20,7 @@ where
 {
     pub(super) async fn checkpoint(&mut self) -> Result<(), AgentError> {
         self.state.usage = self.env.ctx.usage();
+        self.state.usage_by_model = self.env.ctx.usage_by_model();
         save_checkpoint(&self.env, &self.state).await
     }
 
@@ -183,6 +184,7 @@ where
             output,
             messages: self.state.messages,
             usage,
+            usage_by_model: env.ctx.usage_by_model(),
             metadata,
             error,
             interruptions,

@@ -279,6 +279,7 @@ where
                 agent_name: agent.name.clone(),
                 user: req.user,
                 usage: Usage::default(),
+                usage_by_model: Default::default(),
                 tool_input: req.tool_input,
                 metadata: req.metadata,
                 approvals: req.approvals,
@@ -302,6 +303,7 @@ where
                 agent_name: agent.name.clone(),
                 user: cp.user,
                 usage: cp.state.usage,
+                usage_by_model: cp.state.usage_by_model.clone(),
                 tool_input: None,
                 metadata: cp.metadata,
                 approvals,
@@ -316,6 +318,7 @@ where
         emitter.clone(),
         Arc::clone(&run_id),
         ctx.usage_handle(),
+        ctx.usage_by_model_handle(),
         state.model_calls,
         agent.retry.max_attempts,
     );

@@ -48,6 +48,9 @@ pub(crate) struct RunState {
     /// The decision policy's own state: `{"id": "standard/1" | "plan_and_execute/1", "state"}`.
     pub(crate) policy: PolicyState,
     pub(crate) usage: Usage,
+    /// `usage` of the run's model calls by model (absent from checkpoints written before it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) usage_by_model: BTreeMap<String, Usage>,
     pub(crate) model_calls: u32,
     pub(crate) turns: u32,
     pub(crate) tool_calls: u32,
@@ -165,6 +168,7 @@ impl RunState {
             history_len: None,
             policy: PolicyState::Standard(Phase::Act),
             usage: Usage::default(),
+            usage_by_model: BTreeMap::new(),
             model_calls: 0,
             turns: 0,
             tool_calls: 0,

@@ -101,6 +101,7 @@ impl<O> Stream for RunStream<O> {
                         output: None,
                         messages: Vec::new(),
                         usage: Usage::default(),
+                        usage_by_model: Default::default(),
                         metadata: serde_json::Map::new(),
                         error: Some(if e.is_cancelled() {
                             AgentError::Cancelled

@@ -175,7 +175,7 @@ impl MetricRecorder for InMemoryMetricRecorder {
 /// let sink = MetricsEventSink::new(Arc::new(recorder.clone()));
 /// sink.publish(&AgentEvent::ModelCallFinished {
 ///     run_id: "r1".into(), model: "m".into(), call: 1, usage: Usage::new(12, 3),
-///     finish_reason: None, tool_calls: 0, duration_ms: 40,
+///     finish_reason: None, tool_calls: 0, duration_ms: 40, answered_by: None,
 /// }).await.unwrap();
 /// let snap = recorder.snapshot();
 /// assert_eq!(snap.counter(metric_names::TOKENS_INPUT, &[("model", "m")]), 12);
@@ -241,8 +241,11 @@ impl MetricsEventSink {
                 model,
                 usage,
                 duration_ms,
+                answered_by,
                 ..
             } => {
+                // Tokens count for the model that answered (a fallback chain's member).
+                let model = answered_by.as_ref().unwrap_or(model);
                 r.add_counter(names::MODEL_CALLS, 1, &[("model", model), ("outcome", "ok")]);
                 r.add_counter(names::TOKENS_INPUT, usage.input_tokens, &[("model", model)]);
                 r.add_counter(names::TOKENS_OUTPUT, usage.output_tokens, &[("model", model)]);
