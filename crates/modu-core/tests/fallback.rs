@@ -330,3 +330,52 @@ async fn a_failed_attempt_counts_for_the_slot_model_and_json_stays_as_it_was() -
     assert!(matches!(back, AgentEvent::ModelCallFinished { answered_by: None, .. }));
     Ok(())
 }
+
+#[tokio::test]
+async fn usage_by_model_survives_a_pause_and_old_checkpoints_read() -> TestResult {
+    use modu_core::{FunctionTool, InMemoryCheckpointStore, ToolSpec};
+    use serde_json::json;
+    let build = |primary: ScriptedModel, backup: ScriptedModel| {
+        let pay = FunctionTool::<()>::new(
+            ToolSpec::new("pay", "Pay", json!({"type": "object"})).needs_approval(true),
+            |_c, _a| async { Ok(json!("paid")) },
+        );
+        Agent::<()>::builder(FallbackModel::new(primary).with_fallback(backup))
+            .tool(pay)
+            .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+            .build()
+    };
+    // The first call falls back to `backup`; the answer after the pause comes from `primary`.
+    let primary = || ScriptedModel::new().named("primary").with_usage(2, 1);
+    let backup = || ScriptedModel::new().named("backup").with_usage(5, 4);
+    let agent = build(
+        primary().error(refused).text("done"),
+        backup().tool_call("pay", json!({})),
+    )?;
+    let paused = agent.run("pay").await;
+    assert!(paused.is_interrupted(), "{:?}", paused.error);
+    assert_eq!(paused.usage_by_model.keys().collect::<Vec<_>>(), vec!["backup"]);
+    let mut state = agent.export_state(&paused.run_id).await?;
+    assert!(state.pointer("/state/usage_by_model/backup").is_some(), "{state}");
+
+    let call_id = paused.interruptions[0].call_id.clone();
+    agent.approve(&paused.run_id, &call_id).await?;
+    let done = agent.resume(&paused.run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
+    let keys: Vec<_> = done.usage_by_model.keys().cloned().collect();
+    assert_eq!(keys, vec!["backup".to_owned(), "primary".to_owned()]);
+    assert_eq!(done.usage_by_model["backup"].input_tokens, 5);
+    assert_eq!(done.usage_by_model["primary"].input_tokens, 2);
+
+    // A checkpoint written before the breakdown existed still resumes.
+    if let Some(s) = state.pointer_mut("/state").and_then(|s| s.as_object_mut()) {
+        s.remove("usage_by_model");
+    }
+    let other = build(primary().text("done again"), backup())?;
+    let run_id = other.import_state(state).await?;
+    other.approve(&run_id, &call_id).await?;
+    let done = other.resume(&run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("done again"), "{:?}", done.error);
+    assert_eq!(done.usage_by_model.keys().collect::<Vec<_>>(), vec!["primary"]);
+    Ok(())
+}
