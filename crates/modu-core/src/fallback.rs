@@ -97,7 +97,9 @@ impl Member {
 /// The next model is asked when a model's error is accepted by the switch predicate: by
 /// default [`FallbackModel::default_switch`] (what [`ModelError::is_retryable`] accepts —
 /// transport failures such as a refused connection, timeouts, 429, 5xx and 408 — plus
-/// [`ModelError::ModelNotFound`], a model the server does not serve). Other errors (bad
+/// [`ModelError::ModelNotFound`], a model the server does not serve, plus
+/// [`ModelError::UnsupportedContent`], a model that cannot take the request's media: a
+/// text-only primary hands an image to a vision model behind it). Other errors (bad
 /// credentials, a request too long for the context window, an invalid request) end the call
 /// with that error, without asking the others; [`FallbackModel::switch_when`] changes this.
 ///
@@ -194,9 +196,13 @@ impl FallbackModel {
     }
 
     /// The default switch predicate: [`ModelError::is_retryable`] (transport, timeout, 429,
-    /// 5xx, 408) or [`ModelError::ModelNotFound`].
+    /// 5xx, 408), [`ModelError::ModelNotFound`] or [`ModelError::UnsupportedContent`].
     pub fn default_switch(error: &ModelError) -> bool {
-        error.is_retryable() || matches!(error, ModelError::ModelNotFound { .. })
+        error.is_retryable()
+            || matches!(
+                error,
+                ModelError::ModelNotFound { .. } | ModelError::UnsupportedContent { .. }
+            )
     }
 
     /// The chain's model names, in order.
@@ -249,6 +255,16 @@ impl ChatModel for FallbackModel {
     /// The first model's name.
     fn model_name(&self) -> &str {
         self.members.first().map_or("", |m| m.name())
+    }
+
+    /// What any model of the chain takes (each refuses what it does not take, and the
+    /// default switch predicate then asks the next).
+    fn input_modalities(&self) -> crate::modality::InputModalities {
+        self.members
+            .iter()
+            .map(|m| m.model.input_modalities())
+            .reduce(crate::modality::InputModalities::union)
+            .unwrap_or_default()
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {

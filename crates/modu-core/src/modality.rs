@@ -83,6 +83,15 @@ impl InputModalities {
         self
     }
 
+    /// What either set accepts (a chain of models takes what any of them takes).
+    pub const fn union(self, other: InputModalities) -> Self {
+        InputModalities {
+            image: self.image || other.image,
+            audio: self.audio || other.audio,
+            file: self.file || other.file,
+        }
+    }
+
     /// Whether the model takes `modality`.
     pub const fn accepts(self, modality: Modality) -> bool {
         match modality {

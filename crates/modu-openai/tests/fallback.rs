@@ -142,3 +142,31 @@ async fn a_503_with_retry_after_opens_the_circuit_for_that_long() -> TestResult 
     assert_eq!(result.usage_by_model.keys().collect::<Vec<_>>(), vec!["primary-model"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_text_only_primary_hands_an_image_to_the_vision_model_behind_it() -> TestResult {
+    let primary = MockOpenAiServer::start().await?;
+    let vision = MockOpenAiServer::start().await?;
+    vision.push(MockReply::Text("a red square".into()));
+    let text_only = OpenAiClient::builder()
+        .base_url(primary.base_url())
+        .model("text-model")
+        .text_only()
+        .build()?;
+    let model = FallbackModel::new(text_only).with_fallback(OpenAiClient::new(vision.base_url(), "vision-model")?);
+    // The chain takes what any of its models takes.
+    assert!(model.input_modalities().accepts(modu_core::Modality::Image));
+    let request = ChatRequest::new(vec![Message::user_parts(vec![
+        modu_core::ContentPart::text("What is this?"),
+        modu_core::ContentPart::image_url("https://example.com/square.png"),
+    ])]);
+    let answer = model.complete(request).await?;
+    assert_eq!(answer.message.text(), "a red square");
+    assert_eq!(answer.model.as_deref(), Some("vision-model"));
+    assert!(
+        primary.requests().is_empty(),
+        "the text-only model refused before sending"
+    );
+    assert_eq!(vision.requests()[0]["messages"][0]["content"][1]["type"], "image_url");
+    Ok(())
+}

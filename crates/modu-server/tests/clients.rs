@@ -41,7 +41,6 @@ async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -
     let app = ModuServer::new()
         .agent("weather", agent)
         .agent("approval", approval)
-        .agent("thinker", common::thinking_agent())
         .auth(tokens);
     serve(app.router()).await
 }
@@ -136,6 +135,14 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
     );
     let store = Arc::new(InMemoryConversationStore::new());
     let base = server(Arc::default(), Arc::clone(&store)).await;
+    let thinker_tokens = BearerTokens::new().token(TOKEN, Principal::new("erin", ["weather"]));
+    let thinker = serve(
+        ModuServer::new()
+            .agent("thinker", common::thinking_agent())
+            .auth(thinker_tokens)
+            .router(),
+    )
+    .await;
     let node = std::env::var("MODU_TEST_NODE").unwrap_or_else(|_| "node".into());
     let mut command = tokio::process::Command::new(node);
     command
@@ -144,7 +151,7 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
         .arg(format!("{base}/agui/weather"))
         .arg(TOKEN)
         .arg(format!("{base}/agui/approval"))
-        .arg(format!("{base}/agui/thinker"));
+        .arg(format!("{thinker}/agui/thinker"));
     let out = run_client(command).await;
 
     assert_eq!(out["protocolVersion"], "1.0");
