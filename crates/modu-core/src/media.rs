@@ -296,6 +296,21 @@ mod tests {
     }
 
     #[test]
+    fn a_data_url_holds_its_bytes_inline_and_is_capped_like_base64() {
+        let url = format!("data:image/png;base64,{}", "x".repeat(11));
+        let parts = [ContentPart::image_url(url)];
+        assert_eq!(
+            check_parts(&parts, InputModalities::all(), 10),
+            Err(ContentError::TooLarge {
+                modality: Modality::Image,
+                bytes: 11,
+                limit: 10
+            })
+        );
+        assert_eq!(check_parts(&parts, InputModalities::all(), 11), Ok(()));
+    }
+
+    #[test]
     fn a_text_only_model_refuses_media_but_not_text() {
         let text_only = InputModalities::text_only();
         assert_eq!(check_parts(&[ContentPart::text("hi")], text_only, 0), Ok(()));

@@ -131,10 +131,12 @@ impl MediaSource {
         }
     }
 
-    /// The base64 text held inline (`None` for a URL).
+    /// The base64 text held inline: the data of a [`MediaSource::Base64`], or of a
+    /// `data:…;base64,…` URL (the bytes are in the message either way, so the inline-size cap
+    /// applies to both); `None` for a URL the server fetches.
     pub fn inline_data(&self) -> Option<&str> {
         match self {
-            MediaSource::Url { .. } => None,
+            MediaSource::Url { url } => url.strip_prefix("data:")?.split_once(";base64,").map(|(_, data)| data),
             MediaSource::Base64 { data, .. } => Some(data),
         }
     }

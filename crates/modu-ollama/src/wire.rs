@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use modu_core::{
-    ChatEvent, ChatRequest, ContentPart, FinishReason, InputModalities, MediaSource, Message, ModelError,
-    ReasoningEffort, ReasoningReplay, Role, ToolChoice, ToolDefinition, Usage,
+    ChatEvent, ChatRequest, ContentPart, FinishReason, InputModalities, Message, ModelError, ReasoningEffort,
+    ReasoningReplay, Role, ToolChoice, ToolDefinition, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -97,19 +97,9 @@ pub(crate) fn wire_messages(messages: &[Message], replay: ReasoningReplay) -> Ve
 /// The base64 of an image Ollama can take: inline, or a `data:…;base64,` URL.
 fn inline_image(part: &ContentPart) -> Option<&str> {
     match part {
-        ContentPart::Image {
-            source: MediaSource::Base64 { data, .. },
-        } => Some(data),
-        ContentPart::Image {
-            source: MediaSource::Url { url },
-        } => data_url_base64(url),
+        ContentPart::Image { source } => source.inline_data(),
         _ => None,
     }
-}
-
-fn data_url_base64(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("data:")?;
-    rest.split_once(";base64,").map(|(_, data)| data)
 }
 
 /// What a request must pass before it is sent: the model's modalities and the inline size
