@@ -152,6 +152,24 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ToolError>,
     },
+    /// A finished tool call's result as the model will read it: the text of its tool
+    /// message (media parts left out), right after [`AgentEvent::ToolCallFinished`], for UIs
+    /// that show results as each call ends (standard runs; a strict Plan-and-Execute run's
+    /// results stay inside its steps). Only the caller's [`crate::RunStream`] gets it,
+    /// never an event sink: a result is the tool's raw output, and sinks record what ran, not
+    /// what it returned. A handoff's result is in the run's messages only.
+    ToolCallResult {
+        /// The run.
+        run_id: String,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The result's text.
+        content: String,
+        /// Whether the result is an error the model is told about.
+        is_error: bool,
+    },
     /// The conversation was handed to another agent.
     Handoff {
         /// The run.
@@ -409,6 +427,7 @@ impl AgentEvent {
             | AgentEvent::OutputPartial { run_id, .. }
             | AgentEvent::ToolCallStarted { run_id, .. }
             | AgentEvent::ToolCallFinished { run_id, .. }
+            | AgentEvent::ToolCallResult { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
             | AgentEvent::ApprovalRequested { run_id, .. }
             | AgentEvent::Handoff { run_id, .. }
@@ -447,6 +466,7 @@ impl AgentEvent {
             AgentEvent::ModelCallFailed { .. } => "model_call_failed",
             AgentEvent::ToolCallStarted { .. } => "tool_call_started",
             AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
+            AgentEvent::ToolCallResult { .. } => "tool_call_result",
             AgentEvent::MemoryApplied { .. } => "memory_applied",
             AgentEvent::ApprovalRequested { .. } => "approval_requested",
             AgentEvent::Handoff { .. } => "handoff",

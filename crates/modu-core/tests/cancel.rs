@@ -1,4 +1,5 @@
-//! Cancelling a run (`AgentRequest::cancel_token`, `Agent::resume_cancellable`): it stops at
+//! Cancelling a run (`AgentRequest::cancel_token`, `Agent::resume_cancellable`,
+//! `Agent::resume_stream_cancellable`): it stops at
 //! its next boundary with `AgentError::Cancelled`, a model request in flight is abandoned,
 //! tool calls in flight are aborted unless their tool is blocking, finished calls keep their
 //! results in the checkpoint, and a resume runs only what did not finish.
@@ -193,4 +194,73 @@ async fn a_resumed_run_can_be_cancelled_too() {
     .await
     .unwrap();
     assert_eq!(resumed.error, Some(AgentError::Cancelled));
+}
+
+#[tokio::test]
+async fn a_streamed_resume_stops_at_a_boundary_keeps_its_checkpoint_and_resumes_again() {
+    use futures::StreamExt;
+    let fast_calls = Arc::new(AtomicU32::new(0));
+    let slow_calls = Arc::new(AtomicU32::new(0));
+    let model = ScriptedModel::new()
+        .error(|| modu_core::ModelError::transport("connection reset", "peer reset"))
+        .tool_calls([("fast", json!({})), ("slow", json!({}))])
+        .text("both done");
+    let agent: Agent<()> = Agent::builder(model)
+        .retry(modu_core::RetryConfig::none())
+        .tool(counting_tool("fast", Duration::ZERO, Arc::clone(&fast_calls)))
+        .tool(counting_tool("slow", Duration::from_secs(30), Arc::clone(&slow_calls)))
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let first = agent.run(AgentRequest::new((), "go").run_id("run-stream")).await;
+    assert!(
+        first.error.as_ref().is_some_and(AgentError::is_resumable),
+        "{:?}",
+        first.error
+    );
+
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    let watched = Arc::clone(&slow_calls);
+    tokio::spawn(async move {
+        while watched.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    let mut stream = agent.resume_stream_cancellable("run-stream", Arc::new(()), token);
+    let mut results = Vec::new();
+    let mut last = None;
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(item) = stream.next().await {
+            match item {
+                modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallResult { tool, .. }) => results.push(tool),
+                modu_core::StreamItem::Event(_) => {}
+                modu_core::StreamItem::Completed(r) | modu_core::StreamItem::Failed(r) => last = Some(r),
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the slow tool was not aborted");
+    // The stream ends with the run's own result: cancelled, not aborted mid-way.
+    let last = last.expect("the stream ends with the run's result");
+    assert_eq!(last.error, Some(AgentError::Cancelled));
+    assert_eq!(
+        results,
+        ["fast"],
+        "the finished call's result streamed, the aborted one's not"
+    );
+
+    let resumed = tokio::time::timeout(Duration::from_secs(60), agent.resume("run-stream", ()))
+        .await
+        .unwrap();
+    assert!(resumed.is_ok(), "{:?}", resumed.error);
+    assert_eq!(resumed.output.as_deref(), Some("both done"));
+    assert_eq!(
+        fast_calls.load(Ordering::SeqCst),
+        1,
+        "the finished call's result was kept"
+    );
+    assert_eq!(slow_calls.load(Ordering::SeqCst), 2, "the aborted call ran again");
 }

@@ -430,12 +430,22 @@ async fn streaming_yields_events_in_order_and_the_result_last() {
     let mut stream = agent.stream("2 + 2?");
     let mut kinds = Vec::new();
     let mut deltas = String::new();
+    let mut results = Vec::new();
     let mut last = None;
     while let Some(item) = stream.next().await {
         match item {
             StreamItem::Event(e) => {
                 if let AgentEvent::ModelDelta { text, .. } = &e {
                     deltas.push_str(text);
+                }
+                if let AgentEvent::ToolCallResult {
+                    tool,
+                    content,
+                    is_error,
+                    ..
+                } = &e
+                {
+                    results.push((tool.clone(), content.clone(), *is_error));
                 }
                 kinds.push(e.kind());
             }
@@ -455,6 +465,8 @@ async fn streaming_yields_events_in_order_and_the_result_last() {
             "model_call_finished",
             "tool_call_started",
             "tool_call_finished",
+            // The result as the model reads it, before the next model call.
+            "tool_call_result",
             "model_call_started",
             "model_delta",
             "model_delta",
@@ -462,11 +474,16 @@ async fn streaming_yields_events_in_order_and_the_result_last() {
         ]
     );
     assert_eq!(deltas, "2 + 2 = 4");
+    assert_eq!(results, [("add".to_owned(), "4".to_owned(), false)]);
     assert_eq!(last.unwrap().output.as_deref(), Some("2 + 2 = 4"));
     // The sink saw the same events but the raw tool-call fragments (no sink may see them:
-    // masking needs whole JSON), plus the terminal one.
+    // masking needs whole JSON) and the tool's result, plus the terminal one.
     let sink_kinds: Vec<&str> = sink.events().iter().map(AgentEvent::kind).collect();
-    let shown: Vec<&str> = kinds.iter().copied().filter(|k| *k != "tool_call_delta").collect();
+    let shown: Vec<&str> = kinds
+        .iter()
+        .copied()
+        .filter(|k| *k != "tool_call_delta" && *k != "tool_call_result")
+        .collect();
     assert_eq!(&sink_kinds[..shown.len()], &shown[..]);
     assert_eq!(sink_kinds.last(), Some(&"run_completed"));
 }

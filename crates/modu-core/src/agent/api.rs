@@ -87,10 +87,31 @@ where
     ///
     /// The run proceeds on a spawned task; dropping the stream cancels it.
     pub fn resume_stream(&self, run_id: &str, context: C) -> RunStream<O> {
+        self.resume_stream_with(run_id, Arc::new(context), None)
+    }
+
+    /// [`Agent::resume_stream`], stopped at the next boundary when `token` is cancelled, with
+    /// its checkpoint kept (as [`Agent::resume_cancellable`]): the stream ends with the
+    /// `Cancelled` result. Dropping the stream still aborts the run at once.
+    pub fn resume_stream_cancellable(
+        &self,
+        run_id: &str,
+        context: Arc<C>,
+        token: tokio_util::sync::CancellationToken,
+    ) -> RunStream<O> {
+        self.resume_stream_with(run_id, context, Some(token))
+    }
+
+    fn resume_stream_with(
+        &self,
+        run_id: &str,
+        context: Arc<C>,
+        token: Option<tokio_util::sync::CancellationToken>,
+    ) -> RunStream<O> {
         let (tx, rx) = mpsc::channel(256);
         let agent = self.clone();
         let run_id = run_id.to_owned();
-        let handle = tokio::spawn(async move { agent.resume_with(&run_id, Arc::new(context), Some(tx), None).await });
+        let handle = tokio::spawn(async move { agent.resume_with(&run_id, context, Some(tx), token).await });
         let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
         RunStream::new(rx, handle, self.inner.name.clone(), public_only)
     }

@@ -23,7 +23,6 @@ use crate::input::{InputAnswer, InputRequest};
 use crate::message::{ContentPart, Message};
 use crate::middleware::ToolInvocation;
 use crate::tool::{ToolError, ToolErrorKind};
-use crate::tripwire::Checked;
 
 /// What the tool loop knows about approvals when it runs a batch.
 #[derive(Clone, Copy)]
@@ -187,8 +186,11 @@ where
                 (None, _) => {}
                 // One call (the common case): awaited in place, no task set to allocate.
                 (Some((index, call)), None) => {
-                    if let Some(result) = env.run_tool_unless_cancelled(call, gate, sanitized).await {
-                        record(env, state, calls, index, result, &mut finished, &mut waiting)?;
+                    if let Some(result) = env.run_tool_unless_cancelled(call, gate, sanitized).await
+                        && record(env, state, calls, index, result, &mut finished, &mut waiting)?
+                        && !sanitized
+                    {
+                        result_to_stream(env, state, call).await;
                     }
                 }
                 (Some(first), Some(second)) => {
@@ -202,6 +204,9 @@ where
                     while let Some((index, result)) = running.next().await {
                         let Some(result) = result else { continue };
                         let done = record(env, state, calls, index, result, &mut finished, &mut waiting)?;
+                        if done && !sanitized {
+                            result_to_stream(env, state, &calls[index]).await;
+                        }
                         if done && env.agent.checkpoints.is_some() && !running.is_empty() {
                             save_checkpoint(env, state).await?;
                         }
@@ -256,6 +261,27 @@ where
         Err(AgentError::Interrupted {
             pending: self.state.interruptions.len() + self.state.input_requests.len(),
         })
+    }
+}
+
+/// Sends a finished call's result to the caller's stream ([`AgentEvent::ToolCallResult`]).
+async fn result_to_stream<C, O>(env: &Env<C, O>, state: &RunState, call: &crate::message::ToolCall)
+where
+    C: Send + Sync + 'static,
+{
+    if !env.emitter.has_stream() {
+        return;
+    }
+    if let Some(message) = state.pending_results.get(&call.id) {
+        env.emitter
+            .emit_to_stream(AgentEvent::ToolCallResult {
+                run_id: env.ctx.run_id().to_owned(),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                content: message.text(),
+                is_error: message.is_error,
+            })
+            .await;
     }
 }
 
@@ -532,35 +558,6 @@ where
             identity,
             duration_ms,
         }))
-    }
-
-    /// Emits the tool guardrails' checks of a call; a tripwire ends the run.
-    async fn guardrails_checked(&self, scope: &CallScope, call_id: &str) -> Result<(), AgentError> {
-        let checks = scope.take_guardrails();
-        if checks.is_empty() {
-            return Ok(());
-        }
-        self.settle(&checks, Some(call_id)).await
-    }
-
-    /// One `GuardrailChecked` event per check.
-    pub(super) async fn guardrail_events(&self, checks: &[Checked], call_id: Option<&str>) {
-        if !self.emitter.active() {
-            return;
-        }
-        for c in checks {
-            self.emitter
-                .emit(AgentEvent::GuardrailChecked {
-                    run_id: self.ctx.run_id().to_owned(),
-                    guardrail: c.guardrail.clone(),
-                    kind: c.kind,
-                    call_id: call_id.map(str::to_owned),
-                    tripped: c.tripped.is_some(),
-                    replaced: c.replaced,
-                    code: c.tripped.as_ref().map(|t| t.code.clone()),
-                })
-                .await;
-        }
     }
 
     /// Runs an admitted call through the function stack within the run's deadline; returns

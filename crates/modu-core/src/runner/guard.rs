@@ -7,7 +7,9 @@ use futures::future::BoxFuture;
 
 use super::policy::{Answer, Ask};
 use super::{Env, Run};
+use crate::context::CallScope;
 use crate::error::AgentError;
+use crate::event::AgentEvent;
 use crate::guardrail::{GuardrailMode, check_input, check_output};
 use crate::tripwire::Checked;
 
@@ -109,6 +111,40 @@ where
                 tripwire: tripwire.clone(),
             }),
             None => Ok(()),
+        }
+    }
+}
+
+impl<C, O> Env<C, O>
+where
+    C: Send + Sync + 'static,
+{
+    /// Emits the tool guardrails' checks of a call; a tripwire ends the run.
+    pub(super) async fn guardrails_checked(&self, scope: &CallScope, call_id: &str) -> Result<(), AgentError> {
+        let checks = scope.take_guardrails();
+        if checks.is_empty() {
+            return Ok(());
+        }
+        self.settle(&checks, Some(call_id)).await
+    }
+
+    /// One `GuardrailChecked` event per check.
+    pub(super) async fn guardrail_events(&self, checks: &[Checked], call_id: Option<&str>) {
+        if !self.emitter.active() {
+            return;
+        }
+        for c in checks {
+            self.emitter
+                .emit(AgentEvent::GuardrailChecked {
+                    run_id: self.ctx.run_id().to_owned(),
+                    guardrail: c.guardrail.clone(),
+                    kind: c.kind,
+                    call_id: call_id.map(str::to_owned),
+                    tripped: c.tripped.is_some(),
+                    replaced: c.replaced,
+                    code: c.tripped.as_ref().map(|t| t.code.clone()),
+                })
+                .await;
         }
     }
 }
