@@ -4,8 +4,9 @@
 //! `REASONING_MESSAGE_START / CONTENT / END`, `REASONING_END`; its text as `TEXT_MESSAGE_START /
 //! CONTENT / END`; its tool calls as `TOOL_CALL_START / ARGS / END` with that message as
 //! `parentMessageId`, the arguments as they stream when the server sends the call's id with its
-//! first fragment (else whole, when the call starts). Tool results are sent as `TOOL_CALL_RESULT` when the run ends (modu's
-//! `ToolCallFinished` event does not carry the result's content). A run paused for approvals
+//! first fragment (else whole, when the call starts). A tool's result goes out as `TOOL_CALL_RESULT` as soon as the
+//! call ends (modu's `ToolCallResult`); results the stream did not carry (a handoff's, a call
+//! refused before it was announced) go out when the run ends. A run paused for approvals
 //! ends with `RUN_FINISHED` and an `interrupt` outcome; a failed run with `RUN_ERROR`.
 
 use std::collections::{BTreeMap, HashSet};
@@ -32,6 +33,8 @@ pub(crate) struct Translator {
     any_text: bool,
     /// Tool calls already announced.
     started: HashSet<String>,
+    /// Tool calls whose result went out.
+    resulted: HashSet<String>,
     /// The reasoning message open in the current model call.
     reasoning: Option<String>,
     /// Tool calls of the current model call streaming their arguments: by fragment index, the
@@ -70,6 +73,7 @@ impl Translator {
             text_open: false,
             any_text: false,
             started: HashSet::new(),
+            resulted: HashSet::new(),
             reasoning: None,
             streaming: BTreeMap::new(),
             model: None,
@@ -268,10 +272,23 @@ impl Translator {
                 arguments,
                 ..
             }) => self.tool_call(&call_id, &tool, &arguments.to_string(), &mut out),
+            Item::Event(AgentEvent::ToolCallResult { call_id, content, .. }) => {
+                self.tool_result(&call_id, &content, &mut out)
+            }
             Item::Event(_) => {}
             Item::Done(finished) => self.done(*finished, &mut out),
         }
         out
+    }
+
+    /// `TOOL_CALL_RESULT` for an announced call, once.
+    fn tool_result(&mut self, call_id: &str, content: &str, out: &mut Vec<Value>) {
+        if self.started.contains(call_id) && self.resulted.insert(call_id.to_owned()) {
+            out.push(event(
+                "TOOL_CALL_RESULT",
+                json!({"messageId": new_id("msg"), "toolCallId": call_id, "content": content, "role": "tool"}),
+            ));
+        }
     }
 
     fn done(&mut self, finished: Finished, out: &mut Vec<Value>) {
@@ -286,11 +303,8 @@ impl Translator {
                     }
                 }
                 Role::Tool => {
-                    if let Some(call_id) = message.tool_call_id.as_deref().filter(|id| self.started.contains(*id)) {
-                        out.push(event(
-                            "TOOL_CALL_RESULT",
-                            json!({"messageId": new_id("msg"), "toolCallId": call_id, "content": message.text(), "role": "tool"}),
-                        ));
+                    if let Some(call_id) = message.tool_call_id.as_deref() {
+                        self.tool_result(call_id, &message.text(), out);
                     }
                 }
                 _ => {}

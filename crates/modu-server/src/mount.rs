@@ -121,8 +121,8 @@ pub(crate) trait Served: Send + Sync {
         cancel: CancellationToken,
     ) -> futures::future::BoxFuture<'static, Finished>;
     /// Resumes a paused run, yielding events and then exactly one [`Item::Done`]. `cancel`
-    /// stops it at once (modu-core has no cancellable `resume_stream` yet, so the resumed
-    /// run's task is aborted: a tool in flight is dropped; the checkpoint stays as last saved).
+    /// stops it at its next boundary with its checkpoint kept (a `blocking` tool in flight
+    /// finishes first), so it can be resumed again.
     fn resume_stream(&self, principal: &Principal, run_id: &str, cancel: CancellationToken)
     -> BoxStream<'static, Item>;
     /// Drops a paused run's checkpoint, so it can no longer be resumed.
@@ -178,18 +178,6 @@ pub(crate) fn called_tool(earlier: &[Message], call_id: &str) -> String {
         .find(|c| c.id == call_id)
         .map(|c| c.name.clone())
         .unwrap_or_default()
-}
-
-/// The end of a run cancelled from outside.
-fn cancelled() -> Finished {
-    Finished {
-        text: None,
-        output: None,
-        error: Some(AgentError::Cancelled),
-        usage: Usage::default(),
-        messages: Vec::new(),
-        interruptions: Vec::new(),
-    }
 }
 
 pub(crate) fn finished<O: Serialize>(result: AgentResult<O>) -> Finished {
@@ -311,25 +299,13 @@ where
         run_id: &str,
         cancel: CancellationToken,
     ) -> BoxStream<'static, Item> {
-        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let seen = Arc::clone(&ended);
-        let items = self
-            .agent
-            .resume_stream(run_id, (self.context)(principal))
-            .map(move |item| match item {
+        self.agent
+            .resume_stream_cancellable(run_id, Arc::new((self.context)(principal)), cancel)
+            .map(|item| match item {
                 StreamItem::Event(event) => Item::Event(event),
-                StreamItem::Completed(result) | StreamItem::Failed(result) => {
-                    seen.store(true, std::sync::atomic::Ordering::SeqCst);
-                    Item::Done(Box::new(finished(*result)))
-                }
+                StreamItem::Completed(result) | StreamItem::Failed(result) => Item::Done(Box::new(finished(*result))),
             })
-            .take_until(cancel.cancelled_owned());
-        // Cancelled before its end: the run's end is a cancellation.
-        let end = futures::stream::once(async move {
-            (!ended.load(std::sync::atomic::Ordering::SeqCst)).then(|| Item::Done(Box::new(cancelled())))
-        })
-        .filter_map(futures::future::ready);
-        items.chain(end).boxed()
+            .boxed()
     }
 
     fn discard(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<(), AgentError>> {

@@ -63,11 +63,12 @@ async fn a_run_streams_ag_ui_events_in_order_with_the_tool_result() {
             "TOOL_CALL_START",
             "TOOL_CALL_ARGS",
             "TOOL_CALL_END",
+            // The result goes out as the call ends, before the next model call.
+            "TOOL_CALL_RESULT",
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_END",
-            "TOOL_CALL_RESULT",
             "RUN_FINISHED"
         ],
         "{text}"
@@ -82,14 +83,14 @@ async fn a_run_streams_ag_ui_events_in_order_with_the_tool_result() {
         json!({"city": "Paris"})
     );
     assert_eq!(events[3]["toolCallId"], call_id);
-    let message_id = &events[4]["messageId"];
-    assert_eq!(events[4]["role"], "assistant");
-    assert!(events[5..8].iter().all(|e| &e["messageId"] == message_id));
+    let message_id = &events[5]["messageId"];
+    assert_eq!(events[5]["role"], "assistant");
+    assert!(events[6..9].iter().all(|e| &e["messageId"] == message_id));
     assert_ne!(
         message_id, &events[1]["parentMessageId"],
         "each model call is its own message"
     );
-    let result = &events[8];
+    let result = &events[4];
     assert_eq!(result["toolCallId"], call_id);
     assert_eq!(result["role"], "tool");
     let seen: Value = serde_json::from_str(result["content"].as_str().unwrap()).unwrap();
@@ -298,6 +299,7 @@ async fn reasoning_and_tool_call_arguments_stream_as_they_arrive() {
             "TOOL_CALL_ARGS",
             "TOOL_CALL_ARGS",
             "TOOL_CALL_END",
+            "TOOL_CALL_RESULT",
             "REASONING_START",
             "REASONING_MESSAGE_START",
             "REASONING_MESSAGE_CONTENT",
@@ -306,7 +308,6 @@ async fn reasoning_and_tool_call_arguments_stream_as_they_arrive() {
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_END",
-            "TOOL_CALL_RESULT",
             "RUN_FINISHED"
         ],
         "{text}"
@@ -322,11 +323,11 @@ async fn reasoning_and_tool_call_arguments_stream_as_they_arrive() {
     assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"city": "Paris"}));
     assert!(events[8..11].iter().all(|e| e["toolCallId"] == "call_think"));
     assert_ne!(
-        &events[11]["messageId"], reasoning_id,
+        &events[12]["messageId"], reasoning_id,
         "each model call reasons in its own message"
     );
     assert_eq!(
-        events[19]["toolCallId"], "call_think",
+        events[11]["toolCallId"], "call_think",
         "the result answers the streamed call"
     );
 }

@@ -83,17 +83,17 @@ async fn an_ag_ui_resume_answers_the_interrupt_and_streams_the_rest_of_the_run()
         types(&events),
         [
             "RUN_STARTED",
+            "TOOL_CALL_RESULT",
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_END",
-            "TOOL_CALL_RESULT",
             "RUN_FINISHED"
         ],
         "{body}"
     );
     assert_eq!(events[0]["runId"], "r2");
-    assert_eq!(events[5]["toolCallId"], "call_0");
+    assert_eq!(events[1]["toolCallId"], "call_0");
     assert_eq!(events[6]["outcome"]["type"], "success");
     assert!(events[6]["result"].as_str().unwrap().starts_with("Forecast: "));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
