@@ -162,6 +162,14 @@ pub(crate) async fn rpc(
                 },
             );
         }
+        "SubscribeToTask" => {
+            return Ok(
+                match subscribe(&state, &name, &principal, params, &headers, id.clone()) {
+                    Ok(response) => response,
+                    Err(error) => rpc_response(&id, Err(error)),
+                },
+            );
+        }
         "GetTask" => get_task(&state, &name, &principal, params),
         "CancelTask" => cancel_task(&state, &name, agent, &principal, params).await,
         "CreateTaskPushNotificationConfig"
@@ -171,7 +179,7 @@ pub(crate) async fn rpc(
             code::PUSH_NOT_SUPPORTED,
             "push notifications are not supported",
         )),
-        "ListTasks" | "SubscribeToTask" | "GetExtendedAgentCard" => Err(RpcError::new(
+        "ListTasks" | "GetExtendedAgentCard" => Err(RpcError::new(
             code::UNSUPPORTED_OPERATION,
             format!("{method} is not supported"),
         )),
@@ -493,6 +501,33 @@ impl StreamTranslator {
             }
         }
     }
+}
+
+/// `SubscribeToTask`: an SSE stream of a working task's updates, as `SendStreamingMessage`
+/// sends them. The first response is the task as it stands; then every update the task's run
+/// still keeps (from its first, unless the run has sent more than the buffer holds) and the
+/// rest as they come, until the task ends or pauses (with `Last-Event-ID`, the updates after
+/// that event). A task that is not working (ended, or
+/// waiting for input) cannot be subscribed to.
+fn subscribe(
+    state: &AppState,
+    name: &str,
+    principal: &Principal,
+    params: Value,
+    headers: &HeaderMap,
+    id: Value,
+) -> Result<Response, RpcError> {
+    let params: TaskParams = parse(params)?;
+    let task = state.tasks.get(&params.id, name, principal)?;
+    let live = state
+        .live
+        .get(name, &params.id, principal)
+        .filter(|live| task.state == TaskState::Working && !live.is_done())
+        .ok_or_else(|| RpcError::new(code::UNSUPPORTED_OPERATION, "the task is not working"))?;
+    let first = success(&id, json!({"task": task_json(&params.id, &task, None)})).to_string();
+    let after = crate::control::last_event_id(headers);
+    crate::control::follow_sse_from(&live, after, Some(first), move |value| success(&id, value).to_string())
+        .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
 }
 
 /// `GetTask`.

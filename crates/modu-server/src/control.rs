@@ -222,6 +222,16 @@ pub(crate) fn follow_sse(
     after: Option<u64>,
     wrap: impl Fn(Value) -> String + Send + 'static,
 ) -> Result<Response, ServerError> {
+    follow_sse_from(live, after, None, wrap)
+}
+
+/// [`follow_sse`], with `first` (an event without an id) sent before the run's events.
+pub(crate) fn follow_sse_from(
+    live: &Arc<LiveRun>,
+    after: Option<u64>,
+    first: Option<String>,
+    wrap: impl Fn(Value) -> String + Send + 'static,
+) -> Result<Response, ServerError> {
     let events = live.follow(after).map_err(|evicted| ServerError::Gone {
         message: format!(
             "the events before {} are no longer kept (a run keeps its newest {})",
@@ -229,8 +239,12 @@ pub(crate) fn follow_sse(
             crate::live::EVENT_BUFFER
         ),
     })?;
+    let first = futures::stream::iter(first.map(|data| Ok::<Event, Infallible>(Event::default().data(data))));
     let body =
-        events.map(move |(id, event)| Ok::<Event, Infallible>(Event::default().id(id.to_string()).data(wrap(event))));
+        first
+            .chain(events.map(move |(id, event)| {
+                Ok::<Event, Infallible>(Event::default().id(id.to_string()).data(wrap(event)))
+            }));
     Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
 }
 

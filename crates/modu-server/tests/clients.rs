@@ -37,10 +37,24 @@ async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -
         .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
         .build()
         .unwrap();
+    // `slow`: its tool takes a second, so a client can subscribe to its task while it works.
+    let slow_tool = modu_core::FunctionTool::<()>::new(
+        modu_core::ToolSpec::new(
+            "get_weather",
+            "The weather in a city, slowly",
+            serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        ),
+        |_ctx, _args: Value| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(serde_json::json!({"forecast": "sunny, eventually"}))
+        },
+    );
+    let slow = Agent::builder(weather_model()).tool(slow_tool).build().unwrap();
     let tokens = BearerTokens::new().token(TOKEN, Principal::new("erin", ["weather"]));
     let app = ModuServer::new()
         .agent("weather", agent)
         .agent("approval", approval)
+        .agent("slow", slow)
         .auth(tokens);
     serve(app.router()).await
 }
@@ -87,7 +101,7 @@ async fn the_official_openai_python_sdk_completes_streamed_and_not() {
         .arg("weather");
     let out = run_client(command).await;
 
-    assert_eq!(out["models"], serde_json::json!(["approval", "weather"]));
+    assert_eq!(out["models"], serde_json::json!(["approval", "slow", "weather"]));
     let completion = &out["completion"];
     assert!(completion["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(completion["object"], "chat.completion");
@@ -176,11 +190,11 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
                 "TOOL_CALL_START",
                 "TOOL_CALL_ARGS",
                 "TOOL_CALL_END",
+                "TOOL_CALL_RESULT",
                 "TEXT_MESSAGE_START",
                 "TEXT_MESSAGE_CONTENT",
                 "TEXT_MESSAGE_CONTENT",
                 "TEXT_MESSAGE_END",
-                "TOOL_CALL_RESULT",
                 "RUN_FINISHED"
             ],
             "run {i}"
@@ -324,6 +338,17 @@ async fn the_a2a_sdk_client_sends_streams_and_answers_input_required() {
     assert_eq!(out["cancelled"]["status"]["state"], "TASK_STATE_CANCELED");
     assert_eq!(out["cancelEnded"], "TaskNotCancelableError");
     assert_eq!(out["missing"], "TaskNotFoundError");
+    // SubscribeToTask: the sender left after the first response; the subscriber gets the task
+    // as it stands, then its updates to the end.
+    let subscribed = &out["subscribed"];
+    assert_eq!(subscribed["taskId"], out["slowTask"]);
+    assert_eq!(subscribed["kinds"][0], "task");
+    assert_eq!(subscribed["state"], "TASK_STATE_COMPLETED", "{subscribed}");
+    assert!(
+        subscribed["answer"].as_str().unwrap().contains("sunny, eventually"),
+        "{subscribed}"
+    );
+    assert_eq!(out["subscribeEnded"], "UnsupportedOperationError");
     // weather: 2 runs; approval: the approved call only.
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

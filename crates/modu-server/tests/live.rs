@@ -381,3 +381,116 @@ async fn with_cancel_on_disconnect_a_client_going_away_cancels_its_run() {
     let (status, body) = get_json(&format!("{base}/agents/slow/runs/r1/approvals"), ERIN).await;
     assert_eq!(status, 200, "the checkpoint is kept: {body}");
 }
+
+#[tokio::test]
+async fn a2a_subscribe_to_task_follows_a_working_task_to_its_end() {
+    let counts = Arc::new(Counts::default());
+    let base = server(Arc::clone(&counts), |s| s).await;
+    let url = format!("{base}/a2a/slow");
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Work"}]}}});
+    let mut events = Events::open(&url, ERIN, &send, None).await;
+    let (_, first) = events.next().await.unwrap();
+    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    until("the tool to start", || counts.tool_started.load(Ordering::SeqCst) == 1).await;
+    drop(events); // the sender goes away; the task goes on
+
+    let subscribe = json!({"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": task_id}});
+    let (status, body, _) = post(&url, Some(MALLORY), &subscribe).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32001,
+        "another caller's task does not exist for them: {body}"
+    );
+
+    // The owner: the task as it stands first, then its updates (from its first) to the end,
+    // each a response to the subscribe request.
+    let (status, body, headers) = post(&url, Some(ERIN), &subscribe).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let all = sse_json(&body);
+    assert!(all.iter().all(|e| e["id"] == 7 && e["jsonrpc"] == "2.0"), "{all:?}");
+    assert_eq!(all[0]["result"]["task"]["id"], task_id.as_str());
+    assert_eq!(all[0]["result"]["task"]["status"]["state"], "TASK_STATE_WORKING");
+    assert_eq!(
+        all[1]["result"]["task"]["id"],
+        task_id.as_str(),
+        "the replay starts at the first update"
+    );
+    let tool_call = all.iter().find_map(|e| {
+        e["result"]["statusUpdate"]["status"]["message"]["parts"][0]["data"]["toolCall"]["name"].as_str()
+    });
+    assert_eq!(tool_call, Some("slow"), "{all:?}");
+    let answer = all
+        .iter()
+        .rev()
+        .find_map(|e| e["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str());
+    assert_eq!(answer, Some("Finished: slow work done"), "{all:?}");
+    let last = &all.last().unwrap()["result"]["statusUpdate"]["status"]["state"];
+    assert_eq!(last, "TASK_STATE_COMPLETED", "{all:?}");
+    assert_eq!(
+        counts.tool_started.load(Ordering::SeqCst),
+        1,
+        "subscribing runs nothing"
+    );
+
+    // An ended task cannot be subscribed to.
+    let (_, body, _) = post(&url, Some(ERIN), &subscribe).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32004,
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_resume_is_cancelled_at_its_next_boundary_and_resumes_again() {
+    let counts = Arc::new(Counts::default());
+    let base = server(Arc::clone(&counts), |s| s).await;
+    let mut events = Events::open(&format!("{base}/agui/slow"), ERIN, &input("t1", "r1"), None).await;
+    events.next().await.unwrap();
+    until("the tool to start", || counts.tool_started.load(Ordering::SeqCst) == 1).await;
+    let cancel = format!("{base}/agents/slow/runs/r1/cancel");
+    assert_eq!(post(&cancel, Some(ERIN), &json!({})).await.0, 202);
+    assert_eq!(events.rest().await.last().unwrap().1["code"], "cancelled");
+
+    // Resumed as a stream, and cancelled again while the call runs a second time.
+    let resume = format!("{base}/agents/slow/runs/r1/resume");
+    let mut resumed = Events::open(&resume, ERIN, &json!({}), None).await;
+    let (_, first) = resumed.next().await.unwrap();
+    assert_eq!(first["type"], "RUN_STARTED");
+    until("the tool to start again", || {
+        counts.tool_started.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    assert_eq!(post(&cancel, Some(MALLORY), &json!({})).await.0, 404);
+    assert_eq!(post(&cancel, Some(ERIN), &json!({})).await.0, 202);
+    let rest: Vec<Value> = resumed.rest().await.into_iter().map(|(_, e)| e).collect();
+    let last = rest.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["code"].as_str()),
+        (Some("RUN_ERROR"), Some("cancelled")),
+        "{rest:?}"
+    );
+    assert_eq!(
+        counts.model_calls.load(Ordering::SeqCst),
+        1,
+        "the model was not asked again"
+    );
+
+    // Its checkpoint was kept through both: a third resume finishes the run.
+    let (status, body, _) = post(&resume, Some(ERIN), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["status"], "completed", "{body}");
+    assert_eq!(body["text"], "Finished: slow work done");
+    assert_eq!(counts.tool_started.load(Ordering::SeqCst), 3);
+    assert_eq!(counts.tool_finished.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.model_calls.load(Ordering::SeqCst), 2);
+}

@@ -13,7 +13,7 @@ import httpx
 from google.protobuf import json_format
 
 from a2a.client import ClientConfig, ClientFactory
-from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, SendMessageRequest
+from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest
 
 
 def request(parts, task_id=None, context_id=None):
@@ -106,6 +106,24 @@ async def main():
             out["missing"] = "no error"
         except Exception as e:  # noqa: BLE001
             out["missing"] = type(e).__name__
+
+        # SubscribeToTask: the sender of a slow task goes away after its first response; a
+        # subscriber follows the task to its end. An ended task cannot be subscribed to.
+        slow = await streaming.create_from_url(f"{base}/a2a/slow")
+        sending = slow.send_message(request([{"text": "Weather?"}]))
+        first = json_format.MessageToDict(await sending.__anext__())
+        await sending.aclose()
+        out["slowTask"] = first["task"]["id"]
+        followed = [
+            json_format.MessageToDict(r) async for r in slow.subscribe(SubscribeToTaskRequest(id=out["slowTask"]))
+        ]
+        out["subscribed"] = summary(followed)
+        try:
+            async for _ in slow.subscribe(SubscribeToTaskRequest(id=out["slowTask"])):
+                pass
+            out["subscribeEnded"] = "no error"
+        except Exception as e:  # noqa: BLE001
+            out["subscribeEnded"] = type(e).__name__
     print(json.dumps(out))
 
 
