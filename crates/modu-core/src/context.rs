@@ -74,6 +74,7 @@ struct Inner<C> {
     tool_input: Option<serde_json::Value>,
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
     approvals: Arc<Mutex<SharedApprovals>>,
+    model: Option<Arc<dyn crate::model::ChatModel>>,
 }
 
 /// The context of one run, handed to every tool call, instruction function and hook.
@@ -102,6 +103,7 @@ pub(crate) struct RunParts {
     pub(crate) tool_input: Option<serde_json::Value>,
     pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
     pub(crate) approvals: Option<Arc<Mutex<SharedApprovals>>>,
+    pub(crate) model: Option<Arc<dyn crate::model::ChatModel>>,
 }
 
 /// What a context knows about the one tool call it was handed to.
@@ -215,6 +217,7 @@ impl<C> RunContext<C> {
                 tool_input: parts.tool_input,
                 metadata: Arc::new(parts.metadata),
                 approvals: parts.approvals.unwrap_or_default(),
+                model: parts.model,
             }),
             call: None,
         }
@@ -232,6 +235,7 @@ impl<C> RunContext<C> {
             tool_input: self.inner.tool_input.clone(),
             metadata: Arc::clone(&self.inner.metadata),
             approvals: Arc::clone(&self.inner.approvals),
+            model: self.inner.model.clone(),
         };
         f(&mut inner);
         RunContext {
@@ -342,6 +346,20 @@ impl<C> RunContext<C> {
     /// The structured input of a run nested as a tool (agent-as-tool), if this is one.
     pub fn tool_input(&self) -> Option<&serde_json::Value> {
         self.inner.tool_input.as_ref()
+    }
+
+    /// The model of the run's agent (its own [`ChatModel`](crate::ChatModel), without the
+    /// agent's chat layers), for a tool or provider that asks it something on the run's
+    /// behalf (MCP sampling, say). `None` in a context built outside an agent's run, unless
+    /// set with [`RunContext::with_model`]. What such a request uses is the caller's to count
+    /// ([`RunContext::add_usage`]).
+    pub fn model(&self) -> Option<&Arc<dyn crate::model::ChatModel>> {
+        self.inner.model.as_ref()
+    }
+
+    /// This context with `model` as [`RunContext::model`] (for tests and custom runners).
+    pub fn with_model(&self, model: Arc<dyn crate::model::ChatModel>) -> Self {
+        self.rebuild(|i| i.model = Some(model))
     }
 
     pub(crate) fn shared_approvals(&self) -> Arc<Mutex<SharedApprovals>> {

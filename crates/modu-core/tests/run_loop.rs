@@ -734,3 +734,36 @@ async fn bad_tool_definitions_fail_at_build_time() {
     );
     assert!(Agent::builder(ScriptedModel::new()).tool(bad_schema).build().is_err());
 }
+
+#[tokio::test]
+async fn a_tool_can_ask_the_runs_model_through_its_context() {
+    // The model: a tool call, then the tool's own question, then the answer.
+    let model = ScriptedModel::new()
+        .named("house-model")
+        .tool_call("ask_model", json!({}))
+        .text("a haiku about rust")
+        .text("done");
+    let tool = FunctionTool::<()>::new(
+        ToolSpec::new("ask_model", "Ask the run's model", json!({"type": "object"})),
+        |ctx: modu_core::RunContext<()>, _args: Value| async move {
+            let model = ctx.model().cloned().ok_or_else(|| ToolError::execution("no model"))?;
+            let response = model
+                .complete(modu_core::ChatRequest::new(vec![Message::user("write a haiku")]))
+                .await
+                .map_err(|e| ToolError::execution(e.to_string()))?;
+            Ok(json!({"model": model.model_name(), "text": response.message.text()}))
+        },
+    );
+    let agent: Agent = Agent::builder(model).tool(tool).build().unwrap();
+    let result = agent.run("go").await;
+    assert!(result.error.is_none(), "{:?}", result.error);
+    let results = tool_results(&result.messages);
+    let value: Value = serde_json::from_str(&results[0].1).unwrap();
+    assert_eq!(value, json!({"model": "house-model", "text": "a haiku about rust"}));
+
+    // Outside a run there is none, unless given.
+    let ctx = modu_core::RunContext::new(Arc::new(()), "r1");
+    assert!(ctx.model().is_none());
+    let given = ctx.with_model(Arc::new(ScriptedModel::new().named("given")));
+    assert_eq!(given.model().map(|m| m.model_name()), Some("given"));
+}

@@ -283,6 +283,7 @@ where
                 tool_input: req.tool_input,
                 metadata: req.metadata,
                 approvals: req.approvals,
+                model: Some(Arc::clone(&agent.model)),
             };
             let ctx = RunContext::for_run(req.context, parts);
             let mut state = RunState::new(req.input);
@@ -307,6 +308,7 @@ where
                 tool_input: None,
                 metadata: cp.metadata,
                 approvals,
+                model: Some(Arc::clone(&agent.model)),
             };
             let ctx = RunContext::for_run(context, parts);
             (ctx, cp.state, true, None, nested_pause, cancel)
