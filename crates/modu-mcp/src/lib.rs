@@ -12,6 +12,8 @@ pub mod error;
 pub mod fuzzing;
 mod handler;
 mod index;
+pub mod oauth;
+mod oauth_flow;
 mod output;
 mod provider;
 pub mod registry;
