@@ -22,7 +22,8 @@ use crate::error::{
 };
 use crate::handler::{self, ModuClientHandler};
 use crate::oauth::McpOAuth;
-use crate::oauth_flow::{OAuthFlow, OAuthFlowHttpClient};
+use crate::oauth_flow::OAuthFlow;
+use crate::oauth_http::OAuthFlowHttpClient;
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
 use crate::sampling::Sampler;
 use crate::session::{McpSession, McpSessionOptions};

@@ -14,6 +14,7 @@ mod handler;
 mod index;
 pub mod oauth;
 mod oauth_flow;
+mod oauth_http;
 mod output;
 mod provider;
 pub mod registry;
