@@ -163,12 +163,14 @@ impl OAuthFlow {
             return Ok(None);
         }
         let mut manager = self.discover(challenge).await?;
-        let configured = match (&self.config.client_id, &self.config.client_secret) {
-            (Some(id), Some(secret)) if *id == stored.client_id => manager.configure_client(
-                OAuthClientConfig::new(id.clone(), self.config.redirect_uri.clone()).with_client_secret(secret.clone()),
-            ),
-            _ => manager.configure_client_id(&stored.client_id),
-        };
+        // The redirect URI too: a later step-up sends the user through this client.
+        let mut client = OAuthClientConfig::new(stored.client_id.clone(), self.config.redirect_uri.clone());
+        if let (Some(id), Some(secret)) = (&self.config.client_id, &self.config.client_secret)
+            && *id == stored.client_id
+        {
+            client = client.with_client_secret(secret.clone());
+        }
+        let configured = manager.configure_client(client);
         configured.map_err(|e| self.auth_failure("OAuth could not start", &e))?;
         match manager.refresh_token().await {
             Ok(response) => {

@@ -309,7 +309,7 @@ async fn a_challenge_authorizes_and_a_second_connect_reuses_the_stored_token() {
 }
 
 #[tokio::test]
-async fn a_refused_token_is_refreshed_without_consent() {
+async fn a_refused_token_is_refreshed_without_consent_and_can_step_up_after() {
     let (base, state) = fixture().await;
     let consent = Arc::new(AutoConsent::default());
     let session = connector(&base, McpOAuth::new(REDIRECT, consent.clone()))
@@ -319,9 +319,14 @@ async fn a_refused_token_is_refreshed_without_consent() {
     // The server forgets every access token (refresh tokens stay valid).
     state.lock().unwrap().access.clear();
     session.call_tool("files__whoami", json!({})).await.unwrap();
-    session.close().await;
     assert_eq!(consent.calls.load(Ordering::SeqCst), 1);
     assert_eq!(state.lock().unwrap().grants, ["authorization_code", "refresh_token"]);
+    // A step-up after the refresh still sends the user back to the redirect URI.
+    let out = session.call_tool("files__admin", json!({})).await.unwrap();
+    session.close().await;
+    assert_eq!(out["scopes"], json!(["read", "admin"]), "{out}");
+    assert_eq!(consent.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(state.lock().unwrap().authorizations[1]["redirect_uri"], REDIRECT);
 }
 
 #[tokio::test]
