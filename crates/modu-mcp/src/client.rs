@@ -383,6 +383,18 @@ impl McpConnector {
         let url = config.url.as_deref().unwrap_or_default();
         let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
         let auth = config.auth.clone().unwrap_or_default();
+        let flow = self.flow(name, url);
+        if flow.is_some()
+            && (auth.bearer_token.is_some()
+                || auth.bearer_token_env.is_some()
+                || auth.oauth_client_credentials.is_some())
+        {
+            return Err(McpServerConfigurationError::new(
+                Some(name),
+                "the server has OAuth authorization (with_oauth) and a bearer token or client credentials; give it one",
+            )
+            .into());
+        }
         let mut headers = HashMap::new();
         for (key, value) in &auth.headers {
             let header = HeaderName::from_bytes(key.as_bytes());
@@ -413,18 +425,6 @@ impl McpConnector {
         if let Some(token) = bearer {
             found(token.clone());
             transport_config = transport_config.auth_header(token);
-        }
-        let flow = self.flow(name, url);
-        if flow.is_some()
-            && (auth.bearer_token.is_some()
-                || auth.bearer_token_env.is_some()
-                || auth.oauth_client_credentials.is_some())
-        {
-            return Err(McpServerConfigurationError::new(
-                Some(name),
-                "the server has OAuth authorization (with_oauth) and a bearer token or client credentials; give it one",
-            )
-            .into());
         }
         let (result, oauth_source): (_, Option<Arc<dyn IssuedTokens>>) = if let Some(flow) = flow {
             if let Some(token) = flow.token().await? {

@@ -19,7 +19,7 @@ use modu_mcp::oauth::{
     InMemoryTokenStore, McpAuthorizationRequest, McpAuthorizationResponse, McpConsentError, McpConsentHandler,
     McpOAuth, McpStoredTokens, McpTokenStore,
 };
-use modu_mcp::{McpConfig, McpConnector, McpError, McpServerConfig};
+use modu_mcp::{McpAuthConfig, McpConfig, McpConnector, McpError, McpServerConfig};
 use serde_json::{Value, json};
 
 #[derive(Default)]
@@ -381,4 +381,24 @@ async fn a_declined_consent_is_an_auth_error() {
     };
     assert!(auth.message.contains("closed the browser"), "{auth}");
     assert_eq!(consent.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn oauth_and_a_configured_bearer_token_are_refused_together() {
+    let (base, _state) = fixture().await;
+    let consent = Arc::new(AutoConsent::default());
+    let auth = McpAuthConfig {
+        bearer_token: Some("static-token".into()),
+        ..McpAuthConfig::default()
+    };
+    let server = McpServerConfig::streamable_http("files", format!("{base}/mcp")).with_auth(auth);
+    let err = McpConnector::new(McpConfig::new(vec![server]).unwrap())
+        .unwrap()
+        .with_oauth("files", McpOAuth::new(REDIRECT, consent.clone()))
+        .open_session(None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, McpError::Configuration(_)), "{err:?}");
+    assert!(!err.to_string().contains("static-token"), "{err}");
+    assert_eq!(consent.calls.load(Ordering::SeqCst), 0);
 }
