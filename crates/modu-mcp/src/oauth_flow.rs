@@ -474,4 +474,26 @@ mod tests {
         let back = from_rmcp(&to_rmcp(tokens.clone()).unwrap()).unwrap();
         assert_eq!(back, tokens);
     }
+
+    #[test]
+    fn auth_errors_read_as_sentences_without_type_names() {
+        let errors = [
+            AuthError::AuthorizationRequired,
+            AuthError::NoAuthorizationSupport,
+            AuthError::PkceUnsupported,
+            AuthError::TokenExchangeFailed("invalid_grant".into()),
+            AuthError::RegistrationFailed("HTTP 400".into()),
+            AuthError::AuthorizationServerMismatch {
+                expected_issuer: "https://a.example".into(),
+                received_issuer: "https://b.example".into(),
+            },
+        ];
+        for e in &errors {
+            let text = describe_auth_error(e);
+            assert!(text.starts_with(|c: char| c.is_lowercase()), "{text}");
+            for name in ["AuthError", "rmcp", "::", "{", "Some("] {
+                assert!(!text.contains(name), "{text}");
+            }
+        }
+    }
 }
