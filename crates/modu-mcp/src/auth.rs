@@ -36,6 +36,24 @@ pub(crate) fn secret_from_env(server: &str, var: &str, what: &str) -> Result<Str
     }
 }
 
+/// A source of tokens whose latest values must be redacted like the configured secrets.
+pub(crate) trait IssuedTokens: Send + Sync {
+    /// The tokens handed out lately.
+    fn issued_tokens(&self) -> Vec<String>;
+}
+
+impl IssuedTokens for OAuthTokenSource {
+    fn issued_tokens(&self) -> Vec<String> {
+        OAuthTokenSource::issued_tokens(self)
+    }
+}
+
+impl IssuedTokens for crate::oauth_flow::OAuthFlow {
+    fn issued_tokens(&self) -> Vec<String> {
+        crate::oauth_flow::OAuthFlow::issued_tokens(self)
+    }
+}
+
 #[derive(Clone)]
 struct CachedToken {
     access_token: String,

@@ -14,13 +14,16 @@ use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use crate::auth::{OAuthHttpClient, OAuthTokenSource, secret_from_env};
+use crate::auth::{IssuedTokens, OAuthHttpClient, OAuthTokenSource, secret_from_env};
 use crate::config::{McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig, validate_all};
 use crate::describe::{self, Cause, Described};
 use crate::error::{
     McpAuthError, McpError, McpServerConfigurationError, McpToolDiscoveryError, McpTransportError, redact,
 };
 use crate::handler::{self, ModuClientHandler};
+use crate::oauth::McpOAuth;
+use crate::oauth_flow::OAuthFlow;
+use crate::oauth_http::OAuthFlowHttpClient;
 use crate::resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest};
 use crate::sampling::Sampler;
 use crate::session::{McpSession, McpSessionOptions};
@@ -39,6 +42,10 @@ pub struct McpConnector {
     http: reqwest::Client,
     resolver: Arc<dyn McpRuntimeServerResolver>,
     oauth: Mutex<HashMap<String, Arc<OAuthTokenSource>>>,
+    /// The authorization-code flows given with [`McpConnector::with_oauth`], by server name.
+    authorization: HashMap<String, McpOAuth>,
+    /// Their state, by server name and URL.
+    flows: Mutex<HashMap<(String, String), Arc<OAuthFlow>>>,
 }
 
 impl std::fmt::Debug for McpConnector {
@@ -63,6 +70,8 @@ impl McpConnector {
             http,
             resolver: Arc::new(DefaultServerResolver::new()),
             oauth: Mutex::new(HashMap::new()),
+            authorization: HashMap::new(),
+            flows: Mutex::new(HashMap::new()),
         })
     }
 
@@ -74,6 +83,17 @@ impl McpConnector {
     /// Uses this HTTP client (share one pooled client across the application).
     pub fn with_http_client(mut self, http: reqwest::Client) -> Self {
         self.http = http;
+        self
+    }
+
+    /// Authorizes against the streamable-HTTP server named `server` with the OAuth
+    /// authorization-code flow (see [`crate::oauth`]): a `401` with a `WWW-Authenticate`
+    /// challenge starts it, a `403` `insufficient_scope` steps up. Its tokens are kept per
+    /// server name and URL in the flow's token store and shared by every session of this
+    /// connector. A server with a bearer token or client credentials in its configuration
+    /// cannot also use this (opening it fails with a configuration error).
+    pub fn with_oauth(mut self, server: impl Into<String>, oauth: McpOAuth) -> Self {
+        self.authorization.insert(server.into(), oauth);
         self
     }
 
@@ -185,6 +205,15 @@ impl McpConnector {
             map.entry(key)
                 .or_insert_with(|| Arc::new(OAuthTokenSource::new(oauth.clone(), self.http.clone()))),
         )
+    }
+
+    fn flow(&self, server: &str, url: &str) -> Option<Arc<OAuthFlow>> {
+        let oauth = self.authorization.get(server)?;
+        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        let flow = flows
+            .entry((server.to_owned(), url.to_owned()))
+            .or_insert_with(|| Arc::new(OAuthFlow::new(server, url, oauth.clone())));
+        Some(Arc::clone(flow))
     }
 
     async fn open_server(
@@ -349,11 +378,23 @@ impl McpConnector {
         credentials: &mut Vec<String>,
         handler: ModuClientHandler,
         signals: &Arc<ServerSignals>,
-    ) -> Result<(Service, Option<Arc<OAuthTokenSource>>), McpError> {
+    ) -> Result<(Service, Option<Arc<dyn IssuedTokens>>), McpError> {
         let name = config.name.as_str();
         let url = config.url.as_deref().unwrap_or_default();
         let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
         let auth = config.auth.clone().unwrap_or_default();
+        let flow = self.flow(name, url);
+        if flow.is_some()
+            && (auth.bearer_token.is_some()
+                || auth.bearer_token_env.is_some()
+                || auth.oauth_client_credentials.is_some())
+        {
+            return Err(McpServerConfigurationError::new(
+                Some(name),
+                "the server has OAuth authorization (with_oauth) and a bearer token or client credentials; give it one",
+            )
+            .into());
+        }
         let mut headers = HashMap::new();
         for (key, value) in &auth.headers {
             let header = HeaderName::from_bytes(key.as_bytes());
@@ -385,7 +426,21 @@ impl McpConnector {
             found(token.clone());
             transport_config = transport_config.auth_header(token);
         }
-        let (result, oauth_source) = if let Some(oauth) = &auth.oauth_client_credentials {
+        let (result, oauth_source): (_, Option<Arc<dyn IssuedTokens>>) = if let Some(flow) = flow {
+            if let Some(token) = flow.token().await? {
+                found(token);
+            }
+            let client = OAuthFlowHttpClient {
+                inner: self.http.clone(),
+                flow: Arc::clone(&flow),
+            };
+            let transport = StreamableHttpClientTransport::with_client(client, transport_config);
+            let result = handler.serve(Watched::new(transport, Arc::clone(signals))).await;
+            for token in flow.issued_tokens() {
+                found(token);
+            }
+            (result, Some(flow))
+        } else if let Some(oauth) = &auth.oauth_client_credentials {
             if let Ok(secret) = std::env::var(&oauth.client_secret_env) {
                 found(secret);
             }
@@ -448,7 +503,7 @@ pub(crate) struct ServerConnection {
     /// The credentials: redacted from successful results too.
     pub(crate) credentials: Vec<String>,
     /// Where OAuth tokens come from (their latest values are credentials too).
-    pub(crate) oauth: Option<Arc<OAuthTokenSource>>,
+    pub(crate) oauth: Option<Arc<dyn IssuedTokens>>,
     /// The calls the stdio transport failed itself (undecodable answers, broken session).
     pub(crate) decode_failures: Arc<DecodeFailures>,
     pub(crate) child_pid: Option<u32>,

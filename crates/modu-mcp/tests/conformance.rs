@@ -21,67 +21,44 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-/// The client scenarios modu-mcp passes. (`auth/resource-mismatch` checks that the client does
-/// not authorize against a protected resource whose metadata names another server; it passes
-/// because the client attempts no authorization-code flow at all.)
-const EXPECTED_TO_PASS: &[&str] = &["initialize", "tools_call", "sse-retry", "auth/resource-mismatch"];
+/// The client scenarios modu-mcp passes. The `auth/*` ones run the authorization-code flow of
+/// [`modu_mcp::oauth`] (discovery with the 2025-03-26 fallbacks, client ID metadata documents,
+/// dynamic and pre-registered clients, scope selection and step-up, `offline_access`);
+/// `auth/resource-mismatch` checks that the client refuses to authorize against a protected
+/// resource whose metadata names another server.
+const EXPECTED_TO_PASS: &[&str] = &[
+    "initialize",
+    "tools_call",
+    "sse-retry",
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+];
 
 /// The client scenarios left failing, each with its reason (the README names them too).
 const EXPECTED_TO_FAIL: &[(&str, &str)] = &[
     (
         "elicitation-sep1034-client-defaults",
-        "elicitation is not implemented yet (issue #20 item 3)",
+        "the suite elicits outside any run; modu-mcp declines an elicitation no run call can take",
     ),
-    ("auth/metadata-default", "OAuth authorization-code flow not implemented"),
-    ("auth/metadata-var1", "OAuth authorization-code flow not implemented"),
-    ("auth/metadata-var2", "OAuth authorization-code flow not implemented"),
-    ("auth/metadata-var3", "OAuth authorization-code flow not implemented"),
-    ("auth/basic-cimd", "OAuth authorization-code flow not implemented"),
-    (
-        "auth/scope-from-www-authenticate",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/scope-from-scopes-supported",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/scope-omitted-when-undefined",
-        "OAuth authorization-code flow not implemented",
-    ),
-    ("auth/scope-step-up", "OAuth authorization-code flow not implemented"),
-    (
-        "auth/scope-retry-limit",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/token-endpoint-auth-basic",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/token-endpoint-auth-post",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/token-endpoint-auth-none",
-        "OAuth authorization-code flow not implemented",
-    ),
-    ("auth/pre-registration", "OAuth authorization-code flow not implemented"),
     (
         "auth/2025-03-26-oauth-metadata-backcompat",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/2025-03-26-oauth-endpoint-fallback",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/offline-access-scope",
-        "OAuth authorization-code flow not implemented",
-    ),
-    (
-        "auth/offline-access-not-supported",
-        "OAuth authorization-code flow not implemented",
+        "the suite's authorization server metadata, served at the root, names the issuer <root>/oauth; rmcp refuses the mismatch (RFC 8414 section 3.3)",
     ),
     (
         "auth/client-credentials-jwt",
@@ -121,17 +98,80 @@ fn main() -> ExitCode {
 
 /// The client the suite drives, on modu-mcp's public API.
 mod client {
+    use std::sync::Arc;
     use std::time::Duration;
 
+    use modu_mcp::oauth::{
+        McpAuthorizationRequest, McpAuthorizationResponse, McpConsentError, McpConsentHandler, McpOAuth,
+    };
     use modu_mcp::{McpConfig, McpConnector, McpError, McpServerConfig, McpSession};
     use serde_json::{Value, json};
 
     /// The name the session gives the suite's server.
     const SERVER: &str = "suite";
+    /// Where the suite's authorization server redirects (nothing listens: the consent
+    /// handler reads the redirect instead of following it).
+    const REDIRECT_URI: &str = "http://localhost:3000/callback";
+    /// The client ID metadata document URL the suite expects (`auth/basic-cimd`).
+    const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+    /// Approves like a user who always consents: the suite's authorization endpoint
+    /// redirects at once, so a GET that does not follow the redirect has the code and
+    /// state in its `Location` header.
+    struct FollowRedirect {
+        http: reqwest::Client,
+    }
+
+    #[async_trait::async_trait]
+    impl McpConsentHandler for FollowRedirect {
+        async fn authorize(
+            &self,
+            request: &McpAuthorizationRequest,
+        ) -> Result<McpAuthorizationResponse, McpConsentError> {
+            let response = self
+                .http
+                .get(&request.authorization_url)
+                .send()
+                .await
+                .map_err(|e| McpConsentError::new(format!("the authorization endpoint failed: {e}")))?;
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| {
+                    McpConsentError::new(format!(
+                        "the authorization endpoint answered HTTP {} without a redirect",
+                        response.status().as_u16()
+                    ))
+                })?;
+            McpAuthorizationResponse::from_redirect_url(location)
+        }
+    }
+
+    /// The OAuth flow every scenario gets (it only starts when the server challenges).
+    fn oauth() -> McpOAuth {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let mut oauth = McpOAuth::new(REDIRECT_URI, Arc::new(FollowRedirect { http }))
+            .with_client_name("modu-mcp conformance client")
+            .with_client_metadata_url(CLIENT_METADATA_URL);
+        // `auth/pre-registration` hands over a registered client in the context.
+        let context: Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+            .ok()
+            .and_then(|c| serde_json::from_str(&c).ok())
+            .unwrap_or_default();
+        if let Some(id) = context.get("client_id").and_then(Value::as_str) {
+            let secret = context.get("client_secret").and_then(Value::as_str).map(str::to_owned);
+            oauth = oauth.with_client(id, secret);
+        }
+        oauth
+    }
 
     pub async fn run(scenario: &str, url: &str) -> Result<(), McpError> {
         let server = McpServerConfig::streamable_http(SERVER, url).with_call_timeout(Duration::from_secs(20));
-        let connector = McpConnector::new(McpConfig::new(vec![server])?)?;
+        let connector = McpConnector::new(McpConfig::new(vec![server])?)?.with_oauth(SERVER, oauth());
         let session = connector.open_session(None).await?;
         let outcome = exercise(scenario, &session).await;
         session.close().await;
