@@ -25,10 +25,20 @@ use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 
 type Asker = Arc<dyn Fn(InputSpec) -> Option<InputAnswer> + Send + Sync>;
 
-/// The run calls of a session that may be asked for input, in flight now.
+/// A run's tool call in flight on a session: how to ask its person, and its run's model.
+#[derive(Clone)]
+pub(crate) struct InFlight {
+    /// Asks the call's person ([`RunContext::request_input`]).
+    pub(crate) ask: Asker,
+    /// The run's agent's model ([`RunContext::model`]).
+    pub(crate) model: Option<Arc<dyn modu_core::ChatModel>>,
+}
+
+/// The run calls of a session that may be asked for input (or whose model may serve a
+/// sampling request), in flight now.
 #[derive(Default)]
 pub(crate) struct Elicitations {
-    askers: Mutex<Vec<(u64, Asker)>>,
+    askers: Mutex<Vec<(u64, InFlight)>>,
     next: AtomicU64,
 }
 
@@ -59,14 +69,24 @@ impl Elicitations {
     /// Registers a run's tool call (a context with a call id) for the time of its MCP call.
     pub(crate) fn register<C: Send + Sync + 'static>(&self, ctx: &RunContext<C>) -> Option<Registration<'_>> {
         ctx.call_id()?;
+        let model = ctx.model().cloned();
         let ctx = ctx.clone();
-        let asker: Asker = Arc::new(move |spec| ctx.request_input(spec));
+        let ask: Asker = Arc::new(move |spec| ctx.request_input(spec));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.askers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((id, asker));
+            .push((id, InFlight { ask, model }));
         Some(Registration { elicitations: self, id })
+    }
+
+    /// The session's one call in flight (`None` when none or several are: a server's request
+    /// cannot be attributed then).
+    pub(crate) fn single(&self) -> Option<InFlight> {
+        match self.askers.lock().unwrap_or_else(PoisonError::into_inner).as_slice() {
+            [(_, call)] => Some(call.clone()),
+            _ => None,
+        }
     }
 
     /// Answers a server's elicitation from the call in flight.
@@ -82,7 +102,7 @@ impl Elicitations {
         let asker = {
             let askers = self.askers.lock().unwrap_or_else(PoisonError::into_inner);
             match askers.as_slice() {
-                [(_, asker)] => Arc::clone(asker),
+                [(_, call)] => Arc::clone(&call.ask),
                 _ => {
                     tracing::debug!(
                         server,

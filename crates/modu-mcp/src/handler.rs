@@ -89,7 +89,7 @@ impl ClientHandler for ModuClientHandler {
         };
         // The server may cancel its request; the model call is dropped then.
         tokio::select! {
-            result = sampler.create_message(&self.server, params) => result,
+            result = sampler.create_message(&self.server, params, self.elicitations.single()) => result,
             () = context.ct.cancelled() => Err(ErrorData::new(
                 rmcp::model::ErrorCode(-1),
                 "the sampling request was cancelled",

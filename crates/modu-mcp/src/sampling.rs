@@ -6,9 +6,16 @@
 //!
 //! - refused when the policy is [`McpSamplingPolicy::Deny`], or when the run already served
 //!   its [`McpSampling::with_max_calls`] requests;
+//! - with [`McpSamplingPolicy::Ask`], asked of a person first, through the run's asks for
+//!   input (as an elicitation is): the run pauses with an
+//!   [`modu_core::InputRequest`] whose schema is a boolean and whose metadata holds
+//!   `mcp_server` and `mcp_sampling` (the request's messages); answered `true`, the resumed
+//!   run's call is made again and its sampling request served; declined or answered `false`,
+//!   refused;
 //! - otherwise sent to the model as the server's system prompt and text messages, with the
 //!   server's `maxTokens` cut to [`McpSampling::with_max_tokens`], and the model's text
-//!   returned to the server.
+//!   returned to the server. The model is the one given to [`McpSampling::new`], or, with
+//!   [`McpSampling::agent_model`], the model of the run's agent ([`modu_core::RunContext::model`]).
 //!
 //! Requests with content other than text (images, audio, tool use) are refused. What the
 //! served requests used is counted in [`McpSamplingUsage`] ([`crate::McpSession::sampling_usage`]),
@@ -25,6 +32,9 @@
 //! assert_eq!(sampling.policy(), McpSamplingPolicy::Auto);
 //! let denied = sampling.clone().with_policy(McpSamplingPolicy::Deny);
 //! assert_eq!(denied.policy(), McpSamplingPolicy::Deny);
+//! // The agent's own model, each request approved by a person first.
+//! let asked = McpSampling::agent_model().with_policy(McpSamplingPolicy::Ask);
+//! assert_eq!(asked.policy(), McpSamplingPolicy::Ask);
 //! ```
 // Sampling is deprecated by SEP-2577 in rmcp; servers still send it.
 #![allow(deprecated)]
@@ -32,6 +42,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use modu_core::{ChatModel, ChatRequest, FinishReason, Message, Usage};
+
+use crate::elicitation::InFlight;
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ErrorCode, ErrorData, Role, SamplingMessage,
     SamplingMessageContentBlock,
@@ -44,6 +56,10 @@ pub enum McpSamplingPolicy {
     /// Served by the model, within the limits.
     #[default]
     Auto,
+    /// Asked of a person first (the run pauses for the answer), then served within the
+    /// limits. A request that arrives while no single call of the session is in flight has
+    /// no one to ask, and is refused.
+    Ask,
     /// Refused (the server gets an error; the capability is still declared).
     Deny,
 }
@@ -51,7 +67,8 @@ pub enum McpSamplingPolicy {
 /// How a run answers sampling requests: the model, the policy and the limits.
 #[derive(Clone)]
 pub struct McpSampling {
-    model: Arc<dyn ChatModel>,
+    /// `None`: the run's agent's model.
+    model: Option<Arc<dyn ChatModel>>,
     policy: McpSamplingPolicy,
     max_tokens: Option<u32>,
     max_calls: Option<u64>,
@@ -60,7 +77,10 @@ pub struct McpSampling {
 impl std::fmt::Debug for McpSampling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpSampling")
-            .field("model", &self.model.model_name())
+            .field(
+                "model",
+                &self.model.as_ref().map_or("(the agent's)", |m| m.model_name()),
+            )
             .field("policy", &self.policy)
             .field("max_tokens", &self.max_tokens)
             .field("max_calls", &self.max_calls)
@@ -72,7 +92,20 @@ impl McpSampling {
     /// Sampling served by `model` ([`McpSamplingPolicy::Auto`], no limits).
     pub fn new(model: Arc<dyn ChatModel>) -> Self {
         McpSampling {
-            model,
+            model: Some(model),
+            policy: McpSamplingPolicy::Auto,
+            max_tokens: None,
+            max_calls: None,
+        }
+    }
+
+    /// Sampling served by the model of the run's agent ([`modu_core::RunContext::model`],
+    /// the agent's own model without its chat layers; [`McpSamplingPolicy::Auto`], no
+    /// limits). A request that arrives while no single call of the session is in flight, or
+    /// in a run without a model, is refused.
+    pub fn agent_model() -> Self {
+        McpSampling {
+            model: None,
             policy: McpSamplingPolicy::Auto,
             max_tokens: None,
             max_calls: None,
@@ -146,11 +179,13 @@ impl Sampler {
         ErrorData::new(ErrorCode(-1), message, None)
     }
 
-    /// Serves one `sampling/createMessage` request of `server`.
+    /// Serves one `sampling/createMessage` request of `server`; `call` is the session's one
+    /// tool call in flight, if there is one.
     pub(crate) async fn create_message(
         &self,
         server: &str,
         params: CreateMessageRequestParams,
+        call: Option<InFlight>,
     ) -> Result<CreateMessageResult, ErrorData> {
         if self.config.policy == McpSamplingPolicy::Deny {
             return Err(self.refuse(server, "the client does not serve sampling requests".into()));
@@ -176,7 +211,20 @@ impl Sampler {
                 return Err(self.refuse(server, message));
             }
         };
-        let response = match self.config.model.complete(request).await {
+        if self.config.policy == McpSamplingPolicy::Ask
+            && let Err(message) = ask(server, &params, call.as_ref())
+        {
+            self.unserve();
+            return Err(self.refuse(server, message));
+        }
+        let Some(model) = self.config.model.clone().or_else(|| call.and_then(|c| c.model)) else {
+            self.unserve();
+            return Err(self.refuse(
+                server,
+                "no model serves sampling requests outside a run's single tool call".into(),
+            ));
+        };
+        let response = match model.complete(request).await {
             Ok(response) => response,
             Err(e) => {
                 self.unserve();
@@ -198,7 +246,7 @@ impl Sampler {
         let text = response.message.text();
         Ok(CreateMessageResult::new(
             SamplingMessage::new(Role::Assistant, SamplingMessageContentBlock::text(text)),
-            self.config.model.model_name().to_owned(),
+            model.model_name().to_owned(),
         )
         .with_stop_reason(stop))
     }
@@ -207,6 +255,51 @@ impl Sampler {
     fn unserve(&self) {
         let mut usage = self.usage.lock().unwrap_or_else(PoisonError::into_inner);
         usage.served = usage.served.saturating_sub(1);
+    }
+}
+
+/// Asks the call's person whether `server` may sample the model; `Ok` when they said yes.
+fn ask(server: &str, params: &CreateMessageRequestParams, call: Option<&InFlight>) -> Result<(), String> {
+    let Some(call) = call else {
+        return Err("no single call of the session is in flight to ask about the sampling request".into());
+    };
+    let messages: Vec<serde_json::Value> = params
+        .messages
+        .iter()
+        .map(|m| {
+            let text: Vec<String> = m
+                .content
+                .clone()
+                .into_vec()
+                .into_iter()
+                .filter_map(|block| match block {
+                    SamplingMessageContentBlock::Text(t) => Some(t.text),
+                    _ => None,
+                })
+                .collect();
+            let role = match m.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            serde_json::json!({"role": role, "text": text.join("\n")})
+        })
+        .collect();
+    let spec = modu_core::InputSpec::new(
+        format!("The MCP server {server:?} asks to use the model. Allow it?"),
+        serde_json::json!({"type": "boolean"}),
+    )
+    .with_metadata("mcp_server", server)
+    .with_metadata(
+        "mcp_sampling",
+        serde_json::json!({"systemPrompt": params.system_prompt, "messages": messages, "maxTokens": params.max_tokens}),
+    );
+    match (call.ask)(spec) {
+        Some(modu_core::InputAnswer::Given {
+            value: serde_json::Value::Bool(true),
+        }) => Ok(()),
+        Some(_) => Err("a person refused the sampling request".into()),
+        // The ask is recorded: the run pauses after the call, and asks again on resume.
+        None => Err("the sampling request waits for a person's answer".into()),
     }
 }
 

@@ -421,3 +421,74 @@ async fn an_agent_reads_resources_samples_and_reports_progress_with_run_ids() {
     );
     support::assert_no_children(&marker, Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_sampling() {
+    let Some(script) = support::everything() else { return };
+    let marker = support::marker("sampling-ask");
+    let connector = Arc::new(stdio_connector(&script, &marker));
+    let provider =
+        McpToolProvider::new(connector).with_sampling(McpSampling::agent_model().with_policy(McpSamplingPolicy::Ask));
+    let call = || json!({"tool_name": SAMPLE, "arguments": {"prompt": "a haiku about moss", "maxTokens": 9}});
+    // The agent's model: the tool call, then (after the approval) the server's sampling
+    // request, then the answer; a second run whose sampling is declined.
+    let model = ScriptedModel::new()
+        .named("house-model")
+        .with_usage(5, 2)
+        .tool_calls_with_ids([(Some("call-sample"), "mcp_call_tool", call().to_string())])
+        .text("moss on the north side")
+        .text("done")
+        .tool_calls_with_ids([(Some("call-again"), "mcp_call_tool", call().to_string())])
+        .text("understood");
+    let agent: Agent<()> = Agent::builder(model.clone())
+        .tool_provider(provider)
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+
+    let paused = agent.run("Sample something.").await;
+    assert!(paused.is_interrupted(), "{:?}", paused.error);
+    let request = &paused.input_requests[0];
+    assert_eq!(request.call_id, "call-sample");
+    assert_eq!(request.schema, json!({"type": "boolean"}));
+    assert_eq!(request.metadata["mcp_server"], "everything");
+    let asked = &request.metadata["mcp_sampling"];
+    assert!(
+        asked["messages"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("a haiku about moss"),
+        "the person sees what the server asks: {asked}"
+    );
+    assert_eq!(model.requests().len(), 1, "nothing was sampled before the answer");
+
+    agent.answer(&paused.run_id, "call-sample", json!(true)).await.unwrap();
+    let done = agent.resume(&paused.run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
+    let texts = tool_texts(&done.messages);
+    assert!(texts[0].contains("moss on the north side"), "{}", texts[0]);
+    assert!(
+        texts[0].contains("house-model"),
+        "the agent's model answered: {}",
+        texts[0]
+    );
+    let sampled = &model.requests()[1];
+    assert_eq!(sampled.messages[0].text(), "You are a helpful test server.");
+    assert!(sampled.tools.is_empty(), "a sampling request offers no tools");
+    assert_eq!(
+        done.usage.requests, 3,
+        "two agent requests and the sampling: {:?}",
+        done.usage
+    );
+
+    // Declined: the server's request is refused and the model is not asked for it.
+    let paused = agent.run("Sample again.").await;
+    assert!(paused.is_interrupted(), "{:?}", paused.error);
+    agent.decline(&paused.run_id, "call-again", None).await.unwrap();
+    let done = agent.resume(&paused.run_id, ()).await;
+    assert_eq!(done.output.as_deref(), Some("understood"), "{:?}", done.error);
+    let texts = tool_texts(&done.messages);
+    assert!(texts[0].contains("refused the sampling request"), "{}", texts[0]);
+    assert_eq!(model.requests().len(), 5);
+    support::assert_no_children(&marker, Duration::from_secs(2)).await;
+}
