@@ -29,6 +29,7 @@ use serde::Serialize;
 pub use auth::{AuthError, AuthLayer, Authenticator, BearerTokens, Principal};
 pub use error::ServerError;
 pub use live::{EVENT_BUFFER, KEEP_FINISHED};
+pub use owners::DEFAULT_SESSION_OWNERS;
 
 use mount::{Mounted, Served};
 
@@ -73,6 +74,7 @@ pub struct ModuServer {
     public_url: Option<String>,
     dev_ui: bool,
     cancel_on_disconnect: bool,
+    session_owners: usize,
 }
 
 /// Run metadata.
@@ -147,6 +149,7 @@ impl ModuServer {
             public_url: None,
             dev_ui: false,
             cancel_on_disconnect: false,
+            session_owners: owners::DEFAULT_SESSION_OWNERS,
         }
     }
 
@@ -225,6 +228,15 @@ impl ModuServer {
         self
     }
 
+    /// How many session bindings (which principal owns which session) the server keeps in
+    /// memory; past that, the binding used longest ago is forgotten, and that session then
+    /// belongs to the next principal that continues it, as after a restart. Defaults to
+    /// [`DEFAULT_SESSION_OWNERS`] (100,000; about 100 bytes each).
+    pub fn session_owner_limit(mut self, limit: usize) -> Self {
+        self.session_owners = limit;
+        self
+    }
+
     /// The names of the mounted agents.
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {
         self.agents.keys().map(String::as_str)
@@ -240,7 +252,7 @@ impl ModuServer {
             public_url: self.public_url,
             live: live::LiveRuns::default(),
             cancel_on_disconnect: self.cancel_on_disconnect,
-            sessions: owners::SessionOwners::default(),
+            sessions: owners::SessionOwners::new(self.session_owners),
         });
         let router = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
