@@ -6,7 +6,9 @@
 //! `parentMessageId`, the arguments as they stream when the server sends the call's id with its
 //! first fragment (else whole, when the call starts). A tool's result goes out as `TOOL_CALL_RESULT` as soon as the
 //! call ends (modu's `ToolCallResult`); results the stream did not carry (a handoff's, a call
-//! refused before it was announced) go out when the run ends. A run paused for approvals
+//! refused before it was announced) go out when the run ends. A structured output is the run's
+//! state: `STATE_SNAPSHOT {"output": …}` as it is written (modu's `OutputPartial`), and the
+//! whole output last, before `RUN_FINISHED`. A run paused for approvals
 //! ends with `RUN_FINISHED` and an `interrupt` outcome; a failed run with `RUN_ERROR`.
 
 use std::collections::{BTreeMap, HashSet};
@@ -35,6 +37,8 @@ pub(crate) struct Translator {
     started: HashSet<String>,
     /// Tool calls whose result went out.
     resulted: HashSet<String>,
+    /// Whether a `STATE_SNAPSHOT` of the structured output went out.
+    state_sent: bool,
     /// The reasoning message open in the current model call.
     reasoning: Option<String>,
     /// Tool calls of the current model call streaming their arguments: by fragment index, the
@@ -74,6 +78,7 @@ impl Translator {
             any_text: false,
             started: HashSet::new(),
             resulted: HashSet::new(),
+            state_sent: false,
             reasoning: None,
             streaming: BTreeMap::new(),
             model: None,
@@ -275,6 +280,11 @@ impl Translator {
             Item::Event(AgentEvent::ToolCallResult { call_id, content, .. }) => {
                 self.tool_result(&call_id, &content, &mut out)
             }
+            // Structured output as it is written: the run's state.
+            Item::Event(AgentEvent::OutputPartial { snapshot, .. }) => {
+                self.state_sent = true;
+                out.push(event("STATE_SNAPSHOT", json!({"snapshot": {"output": snapshot}})));
+            }
             Item::Event(_) => {}
             Item::Done(finished) => self.done(*finished, &mut out),
         }
@@ -344,6 +354,12 @@ impl Translator {
         }
         let mut fields = json!({"threadId": self.thread_id, "runId": self.run_id,
                                 "outcome": {"type": "success"}, "usage": usage});
+        // The state ends as the whole, checked output (a partial may have been the last).
+        if self.state_sent
+            && let Some(output) = &finished.output
+        {
+            out.push(event("STATE_SNAPSHOT", json!({"snapshot": {"output": output}})));
+        }
         if let Some(output) = finished.output.filter(|o| !o.is_null()) {
             fields["result"] = output;
         }

@@ -331,3 +331,43 @@ async fn reasoning_and_tool_call_arguments_stream_as_they_arrive() {
         "the result answers the streamed call"
     );
 }
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Forecast {
+    city: String,
+    sky: String,
+}
+
+#[tokio::test]
+async fn a_structured_output_streams_as_state_snapshots() {
+    let model = modu_testing::ScriptedModel::new().text_deltas(["{\"city\": \"Par", "is\", \"sky\": \"sun", "ny\"}"]);
+    let agent = Agent::<()>::builder(model).output::<Forecast>().build().unwrap();
+    let app = ModuServer::new().agent("forecast", agent).auth(tokens()).router();
+    let base = serve(app).await;
+    let body = input("thread-s", "run-s", json!([user("u1", "Weather in Paris?")]));
+    let (status, text, _) = post(&format!("{base}/agui/forecast"), Some(TOKEN), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_json(&text);
+    let snapshots: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "STATE_SNAPSHOT")
+        .map(|e| &e["snapshot"]["output"])
+        .collect();
+    assert!(snapshots.len() >= 3, "{events:?}");
+    // Each snapshot is the output so far; the last is the whole output, right before the end.
+    assert_eq!(snapshots[0], &json!({"city": "Par"}));
+    assert_eq!(snapshots.last().unwrap(), &&json!({"city": "Paris", "sky": "sunny"}));
+    let n = events.len();
+    assert_eq!(types(&events)[n - 2..], ["STATE_SNAPSHOT", "RUN_FINISHED"]);
+    assert_eq!(events[n - 1]["result"], json!({"city": "Paris", "sky": "sunny"}));
+
+    // A text agent's run has no state.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let app = ModuServer::new()
+        .agent("weather", weather_agent(runs))
+        .auth(tokens())
+        .router();
+    let base = serve(app).await;
+    let (_, text, _) = post(&format!("{base}/agui/weather"), Some(TOKEN), &body).await;
+    assert!(!types(&sse_json(&text)).contains(&"STATE_SNAPSHOT"));
+}

@@ -59,6 +59,20 @@ async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -
     serve(app.router()).await
 }
 
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Forecast {
+    city: String,
+    sky: String,
+}
+
+/// An agent whose answer is a `Forecast`, streamed in three pieces.
+fn forecast_agent() -> Agent<(), Forecast> {
+    let model = modu_testing::ScriptedModel::new()
+        .text_deltas(["{\"city\": \"Par", "is\", \"sky\": \"sun", "ny\"}"])
+        .cycle();
+    Agent::builder(model).output::<Forecast>().build().unwrap()
+}
+
 fn script(name: &str) -> String {
     format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -153,6 +167,7 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
     let thinker = serve(
         ModuServer::new()
             .agent("thinker", common::thinking_agent())
+            .agent("forecast", forecast_agent())
             .auth(thinker_tokens)
             .router(),
     )
@@ -165,8 +180,20 @@ async fn the_ag_ui_http_agent_runs_and_every_event_fits_the_core_schemas() {
         .arg(format!("{base}/agui/weather"))
         .arg(TOKEN)
         .arg(format!("{base}/agui/approval"))
-        .arg(format!("{thinker}/agui/thinker"));
+        .arg(format!("{thinker}/agui/thinker"))
+        .arg(format!("{thinker}/agui/forecast"));
     let out = run_client(command).await;
+
+    // A structured output is the agent's state, as HttpAgent applies it: the output so far as
+    // it streams, the whole output at the end.
+    let forecast = &out["forecast"];
+    assert_eq!(forecast["invalid"], serde_json::json!([]), "{forecast}");
+    let whole = serde_json::json!({"output": {"city": "Paris", "sky": "sunny"}});
+    assert_eq!(forecast["state"], whole, "{forecast}");
+    let states = forecast["states"].as_array().unwrap();
+    assert!(states.len() >= 3, "{forecast}");
+    assert_eq!(states[0], serde_json::json!({"output": {"city": "Par"}}));
+    assert_eq!(forecast["result"], whole["output"]);
 
     assert_eq!(out["protocolVersion"], "1.0");
     let runs = out["runs"].as_array().unwrap();

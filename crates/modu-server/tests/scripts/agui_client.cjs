@@ -1,15 +1,16 @@
 // Drives modu-server with @ag-ui/client's HttpAgent and checks every event received against
 // @ag-ui/core's EventSchema; prints one JSON object with what it saw.
 //
-// Usage: NODE_PATH=<node_modules> node agui_client.cjs URL TOKEN APPROVAL_URL [THINKER_URL]
+// Usage: NODE_PATH=<node_modules> node agui_client.cjs URL TOKEN APPROVAL_URL [THINKER_URL [FORECAST_URL]]
 // (APPROVAL_URL: an agent whose tool needs approval, so its run ends with an interrupt;
-// THINKER_URL: an agent that streams reasoning and tool-call arguments).
+// THINKER_URL: an agent that streams reasoning and tool-call arguments; FORECAST_URL: an agent
+// with a structured output, which streams as the agent's state).
 const { HttpAgent } = require("@ag-ui/client");
 const { EventSchema } = require("@ag-ui/core/schemas");
 const { PROTOCOL_VERSION } = require("@ag-ui/core");
 
 async function main() {
-  const [url, token, approvalUrl, thinkerUrl] = process.argv.slice(2);
+  const [url, token, approvalUrl, thinkerUrl, forecastUrl] = process.argv.slice(2);
   const agent = new HttpAgent({ url, headers: { Authorization: `Bearer ${token}` }, threadId: "node-thread" });
   const out = { protocolVersion: PROTOCOL_VERSION, runs: [] };
   for (const [i, question] of ["Weather in Paris?", "And tomorrow?"].entries()) {
@@ -90,6 +91,25 @@ async function main() {
       },
     );
     out.thinker = { types: events.map((e) => e.type), invalid, newMessages };
+  }
+  if (forecastUrl) {
+    const forecaster = new HttpAgent({ url: forecastUrl, headers: { Authorization: `Bearer ${token}` } });
+    forecaster.addMessage({ id: "user-f", role: "user", content: "Weather in Paris?" });
+    const invalid = [];
+    const states = [];
+    const { result } = await forecaster.runAgent(
+      { runId: "node-forecast" },
+      {
+        onEvent({ event }) {
+          const parsed = EventSchema.safeParse(event);
+          if (!parsed.success) invalid.push({ type: event.type, issues: parsed.error.issues });
+        },
+        onStateChanged({ state }) {
+          states.push(JSON.parse(JSON.stringify(state)));
+        },
+      },
+    );
+    out.forecast = { invalid, states, state: forecaster.state, result };
   }
   console.log(JSON.stringify(out));
 }
