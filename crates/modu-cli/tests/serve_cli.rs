@@ -102,3 +102,43 @@ async fn modu_serve_with_a_token_refuses_requests_without_it() {
     assert_eq!(allowed.status().as_u16(), 200);
     child.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_with_a_cors_origin_answers_that_origins_preflight() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let (mut child, url) = serve(
+        dir.path(),
+        &["--token", "s3cret", "--cors-origin", "https://app.example"],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let preflight = |origin: &'static str| {
+        http.request(reqwest::Method::OPTIONS, format!("{url}/agui/helper"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "authorization,content-type")
+            .send()
+    };
+    let allowed = preflight("https://app.example").await.unwrap();
+    assert_eq!(allowed.status().as_u16(), 200);
+    assert_eq!(allowed.headers()["access-control-allow-origin"], "https://app.example");
+    let other = preflight("https://evil.example").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+    child.kill().await.unwrap();
+
+    // A value that is not an origin is a usage error, before anything is served.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"))
+        .current_dir(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0", "--cors-origin", "app.example/path"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--cors-origin \"app.example/path\" is not an origin"),
+        "{stderr}"
+    );
+}

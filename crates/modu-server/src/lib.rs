@@ -30,6 +30,8 @@ pub use auth::{AuthError, AuthLayer, Authenticator, BearerTokens, Principal};
 pub use error::ServerError;
 pub use live::{EVENT_BUFFER, KEEP_FINISHED};
 pub use owners::DEFAULT_SESSION_OWNERS;
+/// tower-http's CORS layer, for [`ModuServer::cors`] (re-exported so its version is ours).
+pub use tower_http::cors;
 
 use mount::{Mounted, Served};
 
@@ -75,6 +77,7 @@ pub struct ModuServer {
     dev_ui: bool,
     cancel_on_disconnect: bool,
     session_owners: usize,
+    cors: Option<cors::CorsLayer>,
 }
 
 /// Run metadata.
@@ -150,6 +153,7 @@ impl ModuServer {
             dev_ui: false,
             cancel_on_disconnect: false,
             session_owners: owners::DEFAULT_SESSION_OWNERS,
+            cors: None,
         }
     }
 
@@ -237,6 +241,29 @@ impl ModuServer {
         self
     }
 
+    /// Answers browsers from other origins as `layer` allows (off by default: the routes send
+    /// no CORS headers, so a page from another origin cannot read them). The layer wraps the
+    /// auth layer, so preflight requests are answered without credentials and refusals carry
+    /// CORS headers too.
+    ///
+    /// ```
+    /// use modu_server::ModuServer;
+    /// use modu_server::cors::{AllowHeaders, AllowMethods, CorsLayer};
+    ///
+    /// let origin = "https://app.example".parse().unwrap();
+    /// let server = ModuServer::new().cors(
+    ///     CorsLayer::new()
+    ///         .allow_origin([origin])
+    ///         .allow_methods(AllowMethods::mirror_request())
+    ///         .allow_headers(AllowHeaders::mirror_request()),
+    /// );
+    /// # let _ = server;
+    /// ```
+    pub fn cors(mut self, layer: cors::CorsLayer) -> Self {
+        self.cors = Some(layer);
+        self
+    }
+
     /// The names of the mounted agents.
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {
         self.agents.keys().map(String::as_str)
@@ -277,6 +304,10 @@ impl ModuServer {
             .layer(DefaultBodyLimit::max(self.body_limit));
         let router = match self.auth {
             Some(auth) => router.layer(auth),
+            None => router,
+        };
+        let router = match self.cors {
+            Some(cors) => router.layer(cors),
             None => router,
         };
         if self.dev_ui {

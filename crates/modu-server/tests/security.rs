@@ -230,3 +230,73 @@ async fn the_dev_ui_is_served_only_when_enabled_and_its_page_needs_no_token() {
         200
     );
 }
+
+#[tokio::test]
+async fn cors_answers_the_allowed_origin_only_and_preflights_need_no_token() {
+    use modu_server::cors::{AllowHeaders, AllowMethods, CorsLayer};
+    let tokens = BearerTokens::new().token("good-token", Principal::new("alice", ["weather"]));
+    let cors = CorsLayer::new()
+        .allow_origin(["https://app.example".parse::<reqwest::header::HeaderValue>().unwrap()])
+        .allow_methods(AllowMethods::mirror_request())
+        .allow_headers(AllowHeaders::mirror_request());
+    let app = ModuServer::new()
+        .agent("weather", weather_agent(Arc::default()))
+        .auth(tokens.clone())
+        .cors(cors)
+        .router();
+    let base = serve(app).await;
+    let url = format!("{base}/v1/chat/completions");
+    let client = reqwest::Client::new();
+    let preflight = |origin: &'static str| {
+        client
+            .request(reqwest::Method::OPTIONS, &url)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "authorization,content-type")
+            .send()
+    };
+
+    // The preflight, without a token: answered by the CORS layer.
+    let response = preflight("https://app.example").await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["access-control-allow-origin"], "https://app.example");
+    assert_eq!(response.headers()["access-control-allow-methods"], "POST");
+    let response = preflight("https://evil.example").await.unwrap();
+    assert!(response.headers().get("access-control-allow-origin").is_none());
+
+    // The request itself: allowed with the header, a refusal too, another origin without.
+    let send = |origin: &'static str, token: &'static str| {
+        client
+            .post(&url)
+            .header("origin", origin)
+            .bearer_auth(token)
+            .json(&chat())
+            .send()
+    };
+    let ok = send("https://app.example", "good-token").await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["access-control-allow-origin"], "https://app.example");
+    let refused = send("https://app.example", "bad-token").await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(refused.headers()["access-control-allow-origin"], "https://app.example");
+    let other = send("https://evil.example", "good-token").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+
+    // Without `cors`, no CORS headers at all.
+    let plain = serve(
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::default()))
+            .auth(tokens)
+            .router(),
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .post(format!("{plain}/v1/chat/completions"))
+        .header("origin", "https://app.example")
+        .bearer_auth("good-token")
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().get("access-control-allow-origin").is_none());
+}

@@ -22,6 +22,39 @@ pub struct ServeArgs {
     /// neither: no authentication, every request runs as an anonymous user).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// Let pages from this origin (`https://app.example`) call the server from a browser
+    /// (CORS); repeat for several. Without it no CORS headers are sent.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+}
+
+/// The CORS layer for `--cors-origin`s (none: no layer).
+fn cors(origins: &[String]) -> Result<Option<modu_server::cors::CorsLayer>, Failure> {
+    use modu_server::cors::{AllowHeaders, AllowMethods, CorsLayer};
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let mut values = Vec::with_capacity(origins.len());
+    for origin in origins {
+        let bad = || {
+            Failure::Usage(format!(
+                "--cors-origin {origin:?} is not an origin such as https://app.example"
+            ))
+        };
+        let trimmed = origin.trim_end_matches('/');
+        let scheme_ok = trimmed.starts_with("http://") || trimmed.starts_with("https://");
+        let host = trimmed.split_once("://").map(|(_, rest)| rest).unwrap_or_default();
+        if !scheme_ok || host.is_empty() || host.contains('/') {
+            return Err(bad());
+        }
+        values.push(axum::http::HeaderValue::from_str(trimmed).map_err(|_| bad())?);
+    }
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(values)
+            .allow_methods(AllowMethods::mirror_request())
+            .allow_headers(AllowHeaders::mirror_request()),
+    ))
 }
 
 /// Serves the agent of the configuration under its `[agent] name`, and prints the URL.
@@ -31,6 +64,7 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
         .addr
         .parse()
         .map_err(|e| Failure::Usage(format!("--addr {:?} is not HOST:PORT: {e}", args.addr)))?;
+    let cors = cors(&args.cors_origins)?;
     let built = build::agent(&loaded.config, None).await?;
     let name = loaded.config.agent.name.clone();
     let mut server = ModuServer::new().agent(name.clone(), built.agent).dev_ui(true);
@@ -44,6 +78,9 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     let authenticated = token.is_some();
     if let Some(token) = token {
         server = server.auth(BearerTokens::new().token(token, Principal::new("modu", Vec::<String>::new())));
+    }
+    if let Some(cors) = cors {
+        server = server.cors(cors);
     }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
