@@ -75,6 +75,7 @@ struct Inner<C> {
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
     approvals: Arc<Mutex<SharedApprovals>>,
     model: Option<Arc<dyn crate::model::ChatModel>>,
+    events: Option<crate::runner::emitter::Emitter>,
 }
 
 /// The context of one run, handed to every tool call, instruction function and hook.
@@ -104,6 +105,8 @@ pub(crate) struct RunParts {
     pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
     pub(crate) approvals: Option<Arc<Mutex<SharedApprovals>>>,
     pub(crate) model: Option<Arc<dyn crate::model::ChatModel>>,
+    /// Where the run's events go (for [`RunContext::report_progress`]).
+    pub(crate) events: Option<crate::runner::emitter::Emitter>,
 }
 
 /// What a context knows about the one tool call it was handed to.
@@ -218,6 +221,7 @@ impl<C> RunContext<C> {
                 metadata: Arc::new(parts.metadata),
                 approvals: parts.approvals.unwrap_or_default(),
                 model: parts.model,
+                events: parts.events,
             }),
             call: None,
         }
@@ -236,6 +240,7 @@ impl<C> RunContext<C> {
             metadata: Arc::clone(&self.inner.metadata),
             approvals: Arc::clone(&self.inner.approvals),
             model: self.inner.model.clone(),
+            events: self.inner.events.clone(),
         };
         f(&mut inner);
         RunContext {
@@ -355,6 +360,37 @@ impl<C> RunContext<C> {
     /// ([`RunContext::add_usage`]).
     pub fn model(&self) -> Option<&Arc<dyn crate::model::ChatModel>> {
         self.inner.model.as_ref()
+    }
+
+    /// Reports the progress of the tool call this context was handed to: an
+    /// [`AgentEvent::ToolProgress`](crate::AgentEvent::ToolProgress) to the run's event sink
+    /// and stream. Nothing happens outside a tool call or when nobody listens. It waits while
+    /// the caller's stream is full, as the run's other events do.
+    ///
+    /// ```
+    /// # async fn tool(ctx: modu_core::RunContext<()>) {
+    /// for step in 1..=3 {
+    ///     // ... one step of the work ...
+    ///     ctx.report_progress(f64::from(step), Some(3.0), Some(format!("step {step} of 3"))).await;
+    /// }
+    /// # }
+    /// ```
+    pub async fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let (Some(call), Some(events)) = (&self.call, &self.inner.events) else {
+            return;
+        };
+        if !events.active() {
+            return;
+        }
+        events
+            .emit(crate::event::AgentEvent::ToolProgress {
+                run_id: self.inner.run_id.to_string(),
+                call_id: call.call_id.clone(),
+                progress,
+                total,
+                message,
+            })
+            .await;
     }
 
     /// This context with `model` as [`RunContext::model`] (for tests and custom runners).

@@ -170,6 +170,22 @@ pub enum AgentEvent {
         /// Whether the result is an error the model is told about.
         is_error: bool,
     },
+    /// A tool call in flight reported its progress
+    /// ([`crate::RunContext::report_progress`]; an MCP server's progress notifications, say).
+    ToolProgress {
+        /// The run.
+        run_id: String,
+        /// The call's id.
+        call_id: String,
+        /// The progress so far (grows with every report).
+        progress: f64,
+        /// The total, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What is being done.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// The conversation was handed to another agent.
     Handoff {
         /// The run.
@@ -428,6 +444,7 @@ impl AgentEvent {
             | AgentEvent::ToolCallStarted { run_id, .. }
             | AgentEvent::ToolCallFinished { run_id, .. }
             | AgentEvent::ToolCallResult { run_id, .. }
+            | AgentEvent::ToolProgress { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
             | AgentEvent::ApprovalRequested { run_id, .. }
             | AgentEvent::Handoff { run_id, .. }
@@ -467,6 +484,7 @@ impl AgentEvent {
             AgentEvent::ToolCallStarted { .. } => "tool_call_started",
             AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
             AgentEvent::ToolCallResult { .. } => "tool_call_result",
+            AgentEvent::ToolProgress { .. } => "tool_progress",
             AgentEvent::MemoryApplied { .. } => "memory_applied",
             AgentEvent::ApprovalRequested { .. } => "approval_requested",
             AgentEvent::Handoff { .. } => "handoff",

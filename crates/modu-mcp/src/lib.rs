@@ -22,6 +22,7 @@ pub mod resolver;
 pub mod resources;
 pub mod sampling;
 mod session;
+mod session_options;
 mod signals;
 mod stdio;
 pub mod tools;

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::future::join_all;
-use modu_core::Usage;
 use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value, json};
@@ -17,59 +16,9 @@ use crate::describe::{self, Cause, Described};
 use crate::error::{InvocationFailure, McpAuthError, McpError, McpToolInvocationError, redact};
 use crate::output::{removed_tool, tool_output, unknown_tool};
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
-use crate::sampling::{McpSampling, McpSamplingUsage, Sampler, UsageSink};
+use crate::sampling::{McpSamplingUsage, Sampler};
+pub use crate::session_options::McpSessionOptions;
 use crate::signals::{McpProgress, McpProgressListener, ProgressRoute};
-
-/// What a session does besides tools: serve sampling requests, report progress.
-///
-/// ```
-/// use std::sync::Arc;
-/// use modu_mcp::{McpSampling, McpSessionOptions};
-/// use modu_testing::ScriptedModel;
-///
-/// let options = McpSessionOptions::default()
-///     .with_sampling(McpSampling::new(Arc::new(ScriptedModel::new().text("hi"))).with_max_calls(2))
-///     .with_progress(|p| println!("{} {}/{:?}", p.tool, p.progress, p.total));
-/// # let _ = options;
-/// ```
-#[derive(Clone, Default)]
-pub struct McpSessionOptions {
-    pub(crate) sampling: Option<McpSampling>,
-    pub(crate) sampling_usage: Option<UsageSink>,
-    pub(crate) progress: Option<McpProgressListener>,
-}
-
-impl std::fmt::Debug for McpSessionOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpSessionOptions")
-            .field("sampling", &self.sampling)
-            .field("progress", &self.progress.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl McpSessionOptions {
-    /// Declares sampling and serves servers' `sampling/createMessage` requests (see
-    /// [`crate::sampling`]).
-    pub fn with_sampling(mut self, sampling: McpSampling) -> Self {
-        self.sampling = Some(sampling);
-        self
-    }
-
-    /// Called with the model usage of every sampling request served (the provider adds it to
-    /// the run's usage this way).
-    pub fn with_sampling_usage(mut self, sink: impl Fn(Usage) + Send + Sync + 'static) -> Self {
-        self.sampling_usage = Some(Arc::new(sink));
-        self
-    }
-
-    /// Passes each progress notification of a tool call (rmcp sends a `_meta.progressToken`
-    /// with every request) to `listener`, as it arrives (keep it short).
-    pub fn with_progress(mut self, listener: impl Fn(&McpProgress) + Send + Sync + 'static) -> Self {
-        self.progress = Some(Arc::new(listener));
-        self
-    }
-}
 
 /// Who a call is made for: what its progress reports carry.
 #[derive(Clone, Copy, Debug, Default)]
@@ -349,15 +298,20 @@ impl McpSession {
             .await
     }
 
-    /// A call made for a run's tool call: its progress carries the run and call ids.
+    /// A call made for a run's tool call: its progress carries the run and call ids, and goes
+    /// to `also` as well as to the session's listener.
     pub(crate) async fn call_in(
         &self,
         external_name: &str,
         arguments: Value,
         scope: CallScope<'_>,
+        also: McpProgressListener,
     ) -> Result<Value, McpError> {
-        self.call_scoped(external_name, arguments, scope, self.progress.as_ref())
-            .await
+        let listener: McpProgressListener = match self.progress.clone() {
+            Some(session) => Arc::new(move |p: &McpProgress| (session(p), also(p)).1),
+            None => also,
+        };
+        self.call_scoped(external_name, arguments, scope, Some(&listener)).await
     }
 
     async fn call_scoped(

@@ -8,9 +8,11 @@ use modu_core::{RunContext, Tool, ToolError, ToolSpec};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::error::McpError;
 use crate::output::unknown_tool;
 use crate::registry::{McpToolDescriptor, split_external_name};
 use crate::session::{CallScope, McpSession};
+use crate::signals::{McpProgress, McpProgressListener};
 
 /// The name of the search meta tool.
 pub const SEARCH_TOOL_NAME: &str = "mcp_search_tools";
@@ -35,6 +37,28 @@ fn scope<C>(ctx: &RunContext<C>) -> CallScope<'_> {
         run_id: Some(ctx.run_id()),
         call_id: ctx.call_id(),
     }
+}
+
+/// Makes the MCP call of a run's tool call; the server's progress notifications become the
+/// run's `ToolProgress` events ([`RunContext::report_progress`]) as they arrive.
+async fn call_reporting<C: Send + Sync + 'static>(
+    session: &McpSession,
+    ctx: &RunContext<C>,
+    external_name: &str,
+    arguments: Value,
+) -> Result<Value, McpError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<McpProgress>();
+    let also: McpProgressListener = Arc::new(move |p: &McpProgress| {
+        let _ = tx.send(p.clone());
+    });
+    let call = session.call_in(external_name, arguments, scope(ctx), also);
+    // Ends once the call has dropped its listener, after the last notification.
+    let forward = async {
+        while let Some(p) = rx.recv().await {
+            ctx.report_progress(p.progress, p.total, p.message).await;
+        }
+    };
+    tokio::join!(call, forward).0
 }
 
 fn visible<C>(filter: &Option<McpToolFilter<C>>, ctx: &RunContext<C>, tool: &McpToolDescriptor) -> bool {
@@ -218,8 +242,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
         }
         let tool_arguments = arguments.get("arguments").cloned().unwrap_or(Value::Null);
         let _asking = self.session.elicitations.register(ctx);
-        self.session
-            .call_in(tool_name, tool_arguments, scope(ctx))
+        call_reporting(&self.session, ctx, tool_name, tool_arguments)
             .await
             .map_err(|e| e.to_tool_error())
     }
@@ -331,8 +354,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpDirectTool<C> {
             return Err(unknown_tool(&self.descriptor.external_name).to_tool_error());
         }
         let _asking = self.session.elicitations.register(ctx);
-        self.session
-            .call_in(&self.descriptor.external_name, arguments, scope(ctx))
+        call_reporting(&self.session, ctx, &self.descriptor.external_name, arguments)
             .await
             .map_err(|e| e.to_tool_error())
     }

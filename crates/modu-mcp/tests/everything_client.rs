@@ -492,3 +492,64 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
     assert_eq!(model.requests().len(), 5);
     support::assert_no_children(&marker, Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_progress_becomes_the_runs_tool_progress_events() {
+    use futures::StreamExt;
+    let Some(script) = support::everything() else { return };
+    let marker = support::marker("progress-events");
+    let connector = Arc::new(stdio_connector(&script, &marker));
+    let model = ScriptedModel::new()
+        .tool_calls_with_ids([(
+            Some("call-long"),
+            "mcp_call_tool",
+            json!({"tool_name": LONG, "arguments": {"duration": 0.4, "steps": 4}}).to_string(),
+        )])
+        .text("done");
+    let sink = Arc::new(modu_core::CollectingEventSink::new());
+    let agent: Agent<()> = Agent::builder(model)
+        .tool_provider(McpToolProvider::new(connector))
+        .event_sink(Arc::clone(&sink) as Arc<dyn modu_core::EventSink>)
+        .build()
+        .unwrap();
+    let mut stream = agent.stream("Run the long operation.");
+    let mut kinds = Vec::new();
+    let mut progress = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            modu_core::StreamItem::Event(event) => {
+                kinds.push(event.kind());
+                if let modu_core::AgentEvent::ToolProgress {
+                    call_id,
+                    progress: p,
+                    total,
+                    ..
+                } = event
+                {
+                    progress.push((call_id, p, total));
+                }
+            }
+            modu_core::StreamItem::Completed(result) => assert!(result.is_ok(), "{:?}", result.error),
+            modu_core::StreamItem::Failed(result) => panic!("{:?}", result.error),
+        }
+    }
+    // Four reports, in order, for the call, between its start and its end.
+    assert_eq!(progress.len(), 4, "{progress:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|(call, _, total)| call == "call-long" && *total == Some(4.0))
+    );
+    assert!(progress.windows(2).all(|w| w[0].1 < w[1].1), "{progress:?}");
+    let first = kinds.iter().position(|k| *k == "tool_progress").unwrap();
+    let started = kinds.iter().position(|k| *k == "tool_call_started").unwrap();
+    let finished = kinds.iter().position(|k| *k == "tool_call_finished").unwrap();
+    assert!(
+        started < first && kinds.iter().rposition(|k| *k == "tool_progress").unwrap() < finished,
+        "{kinds:?}"
+    );
+    // The agent's event sink gets them too.
+    let sunk = sink.events().iter().filter(|e| e.kind() == "tool_progress").count();
+    assert_eq!(sunk, 4);
+    support::assert_no_children(&marker, Duration::from_secs(2)).await;
+}

@@ -8,7 +8,9 @@
 //! call ends (modu's `ToolCallResult`); results the stream did not carry (a handoff's, a call
 //! refused before it was announced) go out when the run ends. A structured output is the run's
 //! state: `STATE_SNAPSHOT {"output": …}` as it is written (modu's `OutputPartial`), and the
-//! whole output last, before `RUN_FINISHED`. A run paused for approvals
+//! whole output last, before `RUN_FINISHED`. A tool call's progress (modu's `ToolProgress`) is
+//! `CUSTOM` `{"name": "modu.tool_progress", "value": {"toolCallId", "progress", "total",
+//! "message"}}`. A run paused for approvals
 //! ends with `RUN_FINISHED` and an `interrupt` outcome; a failed run with `RUN_ERROR`.
 
 use std::collections::{BTreeMap, HashSet};
@@ -280,6 +282,18 @@ impl Translator {
             Item::Event(AgentEvent::ToolCallResult { call_id, content, .. }) => {
                 self.tool_result(&call_id, &content, &mut out)
             }
+            // AG-UI has no progress event: a custom one, for an announced call.
+            Item::Event(AgentEvent::ToolProgress {
+                call_id,
+                progress,
+                total,
+                message,
+                ..
+            }) if self.started.contains(&call_id) => out.push(event(
+                "CUSTOM",
+                json!({"name": "modu.tool_progress",
+                       "value": {"toolCallId": call_id, "progress": progress, "total": total, "message": message}}),
+            )),
             // Structured output as it is written: the run's state.
             Item::Event(AgentEvent::OutputPartial { snapshot, .. }) => {
                 self.state_sent = true;

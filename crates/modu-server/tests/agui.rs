@@ -371,3 +371,43 @@ async fn a_structured_output_streams_as_state_snapshots() {
     let (_, text, _) = post(&format!("{base}/agui/weather"), Some(TOKEN), &body).await;
     assert!(!types(&sse_json(&text)).contains(&"STATE_SNAPSHOT"));
 }
+
+#[tokio::test]
+async fn a_tools_progress_goes_out_as_a_custom_event_between_its_start_and_result() {
+    let tool = modu_core::FunctionTool::<()>::new(
+        modu_core::ToolSpec::new("count", "Counts to two", json!({"type": "object"})),
+        |ctx: modu_core::RunContext<()>, _args: Value| async move {
+            ctx.report_progress(1.0, Some(2.0), Some("one".into())).await;
+            ctx.report_progress(2.0, Some(2.0), None).await;
+            Ok(json!("counted"))
+        },
+    );
+    let model = modu_testing::ScriptedModel::new()
+        .tool_call("count", json!({}))
+        .text("Counted.");
+    let agent = Agent::<()>::builder(model).tool(tool).build().unwrap();
+    let base = serve(ModuServer::new().agent("counter", agent).auth(tokens()).router()).await;
+    let body = input("thread-p", "run-p", json!([user("u1", "Count.")]));
+    let (status, text, _) = post(&format!("{base}/agui/counter"), Some(TOKEN), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_json(&text);
+    let kinds = types(&events);
+    let start = kinds.iter().position(|t| *t == "TOOL_CALL_START").unwrap();
+    let result = kinds.iter().position(|t| *t == "TOOL_CALL_RESULT").unwrap();
+    let custom: Vec<(usize, &Value)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["type"] == "CUSTOM")
+        .collect();
+    assert_eq!(custom.len(), 2, "{kinds:?}");
+    let call_id = &events[start]["toolCallId"];
+    for (i, e) in &custom {
+        assert!(start < *i && *i < result, "{kinds:?}");
+        assert_eq!(e["name"], "modu.tool_progress");
+        assert_eq!(&e["value"]["toolCallId"], call_id);
+        assert_eq!(e["value"]["total"], 2.0);
+    }
+    assert_eq!(custom[0].1["value"]["progress"], 1.0);
+    assert_eq!(custom[0].1["value"]["message"], "one");
+    assert_eq!(custom[1].1["value"]["progress"], 2.0);
+}

@@ -38,7 +38,7 @@ use crate::tool::ToolSpec;
 
 mod ask;
 pub(crate) mod chat;
-mod emitter;
+pub(crate) mod emitter;
 pub(crate) mod function;
 mod gate;
 mod guard;

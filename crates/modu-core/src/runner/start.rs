@@ -284,6 +284,7 @@ where
                 metadata: req.metadata,
                 approvals: req.approvals,
                 model: Some(Arc::clone(&agent.model)),
+                events: Some(emitter.clone()),
             };
             let ctx = RunContext::for_run(req.context, parts);
             let mut state = RunState::new(req.input);
@@ -309,6 +310,7 @@ where
                 metadata: cp.metadata,
                 approvals,
                 model: Some(Arc::clone(&agent.model)),
+                events: Some(emitter.clone()),
             };
             let ctx = RunContext::for_run(context, parts);
             (ctx, cp.state, true, None, nested_pause, cancel)
