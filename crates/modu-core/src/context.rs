@@ -393,6 +393,36 @@ impl<C> RunContext<C> {
             .await;
     }
 
+    /// Reports a model call the tool call this context was handed to made on the run's behalf
+    /// (`purpose` says why: `mcp_sampling`, say): its usage goes into
+    /// [`RunContext::usage_by_model`] under `model`, and an
+    /// [`AgentEvent::ToolModelCall`](crate::AgentEvent::ToolModelCall) to the run's event sink
+    /// and stream. The run's total is the caller's to add ([`RunContext::add_usage`]), so a
+    /// call counted there already is not counted twice. Nothing happens outside a tool call.
+    pub async fn report_model_call(&self, model: &str, usage: Usage, purpose: &str) {
+        let Some(call) = &self.call else {
+            return;
+        };
+        *self
+            .inner
+            .usage_by_model
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(model.to_owned())
+            .or_default() += usage;
+        if let Some(events) = self.inner.events.as_ref().filter(|e| e.active()) {
+            events
+                .emit(crate::event::AgentEvent::ToolModelCall {
+                    run_id: self.inner.run_id.to_string(),
+                    call_id: call.call_id.clone(),
+                    model: model.to_owned(),
+                    usage,
+                    purpose: purpose.to_owned(),
+                })
+                .await;
+        }
+    }
+
     /// This context with `model` as [`RunContext::model`] (for tests and custom runners).
     pub fn with_model(&self, model: Arc<dyn crate::model::ChatModel>) -> Self {
         self.rebuild(|i| i.model = Some(model))

@@ -186,6 +186,20 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// A tool call asked a model on the run's behalf (an MCP server's sampling request served
+    /// by [`crate::RunContext::model`], say): [`crate::RunContext::report_model_call`].
+    ToolModelCall {
+        /// The run.
+        run_id: String,
+        /// The call's id.
+        call_id: String,
+        /// The model that answered.
+        model: String,
+        /// What it used.
+        usage: Usage,
+        /// Why (`mcp_sampling`, say).
+        purpose: String,
+    },
     /// The conversation was handed to another agent.
     Handoff {
         /// The run.
@@ -445,6 +459,7 @@ impl AgentEvent {
             | AgentEvent::ToolCallFinished { run_id, .. }
             | AgentEvent::ToolCallResult { run_id, .. }
             | AgentEvent::ToolProgress { run_id, .. }
+            | AgentEvent::ToolModelCall { run_id, .. }
             | AgentEvent::MemoryApplied { run_id, .. }
             | AgentEvent::ApprovalRequested { run_id, .. }
             | AgentEvent::Handoff { run_id, .. }
@@ -485,6 +500,7 @@ impl AgentEvent {
             AgentEvent::ToolCallFinished { .. } => "tool_call_finished",
             AgentEvent::ToolCallResult { .. } => "tool_call_result",
             AgentEvent::ToolProgress { .. } => "tool_progress",
+            AgentEvent::ToolModelCall { .. } => "tool_model_call",
             AgentEvent::MemoryApplied { .. } => "memory_applied",
             AgentEvent::ApprovalRequested { .. } => "approval_requested",
             AgentEvent::Handoff { .. } => "handoff",

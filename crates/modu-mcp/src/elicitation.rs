@@ -24,6 +24,8 @@ use modu_core::{InputAnswer, InputSpec, RunContext};
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 
 type Asker = Arc<dyn Fn(InputSpec) -> Option<InputAnswer> + Send + Sync>;
+/// Reports a model call made for the call ([`RunContext::report_model_call`]).
+type Reporter = Arc<dyn Fn(String, modu_core::Usage) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// A run's tool call in flight on a session: how to ask its person, and its run's model.
 #[derive(Clone)]
@@ -32,6 +34,8 @@ pub(crate) struct InFlight {
     pub(crate) ask: Asker,
     /// The run's agent's model ([`RunContext::model`]).
     pub(crate) model: Option<Arc<dyn modu_core::ChatModel>>,
+    /// Reports a sampling request served for the call, as the run's event.
+    pub(crate) report: Reporter,
 }
 
 /// The run calls of a session that may be asked for input (or whose model may serve a
@@ -70,13 +74,18 @@ impl Elicitations {
     pub(crate) fn register<C: Send + Sync + 'static>(&self, ctx: &RunContext<C>) -> Option<Registration<'_>> {
         ctx.call_id()?;
         let model = ctx.model().cloned();
+        let reporting = ctx.clone();
+        let report: Reporter = Arc::new(move |model, usage| {
+            let ctx = reporting.clone();
+            Box::pin(async move { ctx.report_model_call(&model, usage, "mcp_sampling").await })
+        });
         let ctx = ctx.clone();
         let ask: Asker = Arc::new(move |spec| ctx.request_input(spec));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.askers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((id, InFlight { ask, model }));
+            .push((id, InFlight { ask, model, report }));
         Some(Registration { elicitations: self, id })
     }
 

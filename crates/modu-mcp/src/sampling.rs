@@ -19,7 +19,9 @@
 //!
 //! Requests with content other than text (images, audio, tool use) are refused. What the
 //! served requests used is counted in [`McpSamplingUsage`] ([`crate::McpSession::sampling_usage`]),
-//! and, through the provider, added to the run's usage ([`modu_core::RunContext::add_usage`]).
+//! and, through the provider, added to the run's usage ([`modu_core::RunContext::add_usage`]);
+//! a request served during a run's tool call is also in the run's usage by model and its
+//! `AgentEvent::ToolModelCall` event (purpose `mcp_sampling`).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -217,7 +219,12 @@ impl Sampler {
             self.unserve();
             return Err(self.refuse(server, message));
         }
-        let Some(model) = self.config.model.clone().or_else(|| call.and_then(|c| c.model)) else {
+        let Some(model) = self
+            .config
+            .model
+            .clone()
+            .or_else(|| call.as_ref().and_then(|c| c.model.clone()))
+        else {
             self.unserve();
             return Err(self.refuse(
                 server,
@@ -237,6 +244,9 @@ impl Sampler {
         }
         if let Some(sink) = &self.sink {
             sink(response.usage);
+        }
+        if let Some(call) = &call {
+            (call.report)(model.model_name().to_owned(), response.usage).await;
         }
         let stop = match response.finish_reason {
             Some(FinishReason::Length) => CreateMessageResult::STOP_REASON_END_MAX_TOKEN.to_owned(),

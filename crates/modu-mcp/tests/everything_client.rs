@@ -440,9 +440,11 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
         .text("done")
         .tool_calls_with_ids([(Some("call-again"), "mcp_call_tool", call().to_string())])
         .text("understood");
+    let sink = Arc::new(modu_core::CollectingEventSink::new());
     let agent: Agent<()> = Agent::builder(model.clone())
         .tool_provider(provider)
         .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .event_sink(Arc::clone(&sink) as Arc<dyn modu_core::EventSink>)
         .build()
         .unwrap();
 
@@ -479,6 +481,35 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
         done.usage.requests, 3,
         "two agent requests and the sampling: {:?}",
         done.usage
+    );
+    assert_eq!(
+        done.usage_by_model["house-model"].requests, 3,
+        "{:?}",
+        done.usage_by_model
+    );
+    // The served request is the run's event, with the call, the model and its usage.
+    let served: Vec<_> = sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            modu_core::AgentEvent::ToolModelCall {
+                call_id,
+                model,
+                usage,
+                purpose,
+                ..
+            } => Some((call_id, model, usage.output_tokens, purpose)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        served,
+        [(
+            "call-sample".to_owned(),
+            "house-model".to_owned(),
+            2,
+            "mcp_sampling".to_owned()
+        )]
     );
 
     // Declined: the server's request is refused and the model is not asked for it.
