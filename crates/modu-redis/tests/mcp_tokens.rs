@@ -4,6 +4,8 @@
 #![cfg(feature = "mcp")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 
 use modu_mcp::oauth::token_store_conformance::{full_tokens, token_store_suite};
@@ -12,6 +14,7 @@ use modu_redis::RedisMcpTokenStore;
 use modu_redis::redis::AsyncCommands;
 use modu_redis::redis::aio::ConnectionManager;
 use modu_testing::{service_env, unique_prefix};
+use support::RedisServer;
 
 async fn conn() -> Option<ConnectionManager> {
     let url = service_env("REDIS_URL")?;
@@ -122,4 +125,40 @@ async fn a_server_that_is_gone_is_an_error_without_the_password() {
         }
         Err(err) => assert!(!err.to_string().contains("hunter2"), "{err}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_going_away_gives_errors_without_tokens_and_a_restart_keeps_them() {
+    let Some(mut server) = RedisServer::try_start() else {
+        return;
+    };
+    let store = RedisMcpTokenStore::new(modu_redis::connect(&server.url()).await.unwrap()).with_prefix("t");
+    let tokens = full_tokens("client", "s3cret-access", "s3cret-refresh");
+    store
+        .save("files https://mcp.example.com/mcp", tokens.clone())
+        .await
+        .unwrap();
+
+    server.kill();
+    let err = store.load("files https://mcp.example.com/mcp").await.unwrap_err();
+    assert!(err.message.contains("mcp_token.load"), "{err}");
+    let err = store
+        .save(
+            "files https://mcp.example.com/mcp",
+            McpStoredTokens::new("client", "s3cret-new"),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("mcp_token.save"), "{err}");
+    assert!(!err.message.contains("s3cret"), "{err}");
+    let err = store.clear("files https://mcp.example.com/mcp").await.unwrap_err();
+    assert!(err.message.contains("mcp_token.clear"), "{err}");
+
+    // The restarted server (append-only file) still has the tokens, and the first request
+    // after the restart succeeds (sent again on a new connection).
+    server.restart();
+    assert_eq!(
+        store.load("files https://mcp.example.com/mcp").await.unwrap(),
+        Some(tokens)
+    );
 }
