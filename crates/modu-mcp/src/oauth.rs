@@ -431,3 +431,10 @@ mod tests {
         assert!(t.is_expired_at(1060));
     }
 }
+
+/// A conformance suite every [`McpTokenStore`] passes (in-memory, Redis, SQLite, …), for the
+/// tests of the crates that implement one. Not a stable API: enabled by the `test-support`
+/// feature.
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod token_store_conformance;

@@ -13,9 +13,13 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 
 mod lease;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 pub use lease::PostgresLeaseStore;
 use lease::check_fence;
+#[cfg(feature = "mcp")]
+pub use mcp::PostgresMcpTokenStore;
 pub use sqlx;
 
 /// The schema migrations, embedded in the binary: `(version, description, SQL)`. They are
@@ -25,6 +29,7 @@ pub use sqlx;
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "session leases", include_str!("../migrations/0002_leases.sql")),
+    (3, "mcp oauth tokens", include_str!("../migrations/0003_mcp_tokens.sql")),
 ];
 
 /// The most expired checkpoints one [`CheckpointStore::purge_expired`] call deletes.

@@ -13,9 +13,13 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 mod lease;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 pub use lease::RedisLeaseStore;
 use lease::{FENCED_REPLY, HELD_FUNCTION, lease_key};
+#[cfg(feature = "mcp")]
+pub use mcp::RedisMcpTokenStore;
 pub use redis;
 
 /// The default key prefix.

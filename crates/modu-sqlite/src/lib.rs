@@ -14,9 +14,13 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Row, Sqlite, Transaction};
 
 mod lease;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 pub use lease::SqliteLeaseStore;
 use lease::check_fence;
+#[cfg(feature = "mcp")]
+pub use mcp::SqliteMcpTokenStore;
 pub use sqlx;
 
 /// The schema migrations, embedded in the binary: `(version, description, SQL)`. They are
@@ -31,6 +35,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0002_list_and_expiry.sql"),
     ),
     (3, "session leases", include_str!("../migrations/0003_leases.sql")),
+    (4, "mcp oauth tokens", include_str!("../migrations/0004_mcp_tokens.sql")),
 ];
 
 /// The most expired checkpoints one [`CheckpointStore::purge_expired`] call deletes.
