@@ -75,7 +75,29 @@ struct Inner<C> {
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
     approvals: Arc<Mutex<SharedApprovals>>,
     model: Option<Arc<dyn crate::model::ChatModel>>,
-    events: Option<crate::runner::emitter::Emitter>,
+    events: Option<Arc<dyn CallReports>>,
+}
+
+/// A report's future.
+pub(crate) type Reported<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
+/// Where a tool call's reports go while it runs: the run's events. The runner's emitter
+/// implements it, so this module names no event type.
+pub(crate) trait CallReports: Send + Sync {
+    /// Whether anyone listens.
+    fn active(&self) -> bool;
+    /// A call's progress.
+    fn progress(
+        &self,
+        run_id: String,
+        call_id: String,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> Reported<'_>;
+    /// A model call a tool call made on the run's behalf.
+    fn model_call(&self, run_id: String, call_id: String, model: String, usage: Usage, purpose: String)
+    -> Reported<'_>;
 }
 
 /// The context of one run, handed to every tool call, instruction function and hook.
@@ -106,7 +128,7 @@ pub(crate) struct RunParts {
     pub(crate) approvals: Option<Arc<Mutex<SharedApprovals>>>,
     pub(crate) model: Option<Arc<dyn crate::model::ChatModel>>,
     /// Where the run's events go (for [`RunContext::report_progress`]).
-    pub(crate) events: Option<crate::runner::emitter::Emitter>,
+    pub(crate) events: Option<Arc<dyn CallReports>>,
 }
 
 /// What a context knows about the one tool call it was handed to.
@@ -240,7 +262,7 @@ impl<C> RunContext<C> {
             metadata: Arc::clone(&self.inner.metadata),
             approvals: Arc::clone(&self.inner.approvals),
             model: self.inner.model.clone(),
-            events: self.inner.events.clone(),
+            events: self.inner.events.as_ref().map(Arc::clone),
         };
         f(&mut inner);
         RunContext {
@@ -382,14 +404,9 @@ impl<C> RunContext<C> {
         if !events.active() {
             return;
         }
+        let run_id = self.inner.run_id.to_string();
         events
-            .emit(crate::event::AgentEvent::ToolProgress {
-                run_id: self.inner.run_id.to_string(),
-                call_id: call.call_id.clone(),
-                progress,
-                total,
-                message,
-            })
+            .progress(run_id, call.call_id.clone(), progress, total, message)
             .await;
     }
 
@@ -411,14 +428,15 @@ impl<C> RunContext<C> {
             .entry(model.to_owned())
             .or_default() += usage;
         if let Some(events) = self.inner.events.as_ref().filter(|e| e.active()) {
+            let run_id = self.inner.run_id.to_string();
             events
-                .emit(crate::event::AgentEvent::ToolModelCall {
-                    run_id: self.inner.run_id.to_string(),
-                    call_id: call.call_id.clone(),
-                    model: model.to_owned(),
+                .model_call(
+                    run_id,
+                    call.call_id.clone(),
+                    model.to_owned(),
                     usage,
-                    purpose: purpose.to_owned(),
-                })
+                    purpose.to_owned(),
+                )
                 .await;
         }
     }

@@ -51,3 +51,43 @@ impl Emitter {
         }
     }
 }
+
+impl crate::context::CallReports for Emitter {
+    fn active(&self) -> bool {
+        Emitter::active(self)
+    }
+
+    fn progress(
+        &self,
+        run_id: String,
+        call_id: String,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> crate::context::Reported<'_> {
+        Box::pin(self.emit(AgentEvent::ToolProgress {
+            run_id,
+            call_id,
+            progress,
+            total,
+            message,
+        }))
+    }
+
+    fn model_call(
+        &self,
+        run_id: String,
+        call_id: String,
+        model: String,
+        usage: crate::message::Usage,
+        purpose: String,
+    ) -> crate::context::Reported<'_> {
+        Box::pin(self.emit(AgentEvent::ToolModelCall {
+            run_id,
+            call_id,
+            model,
+            usage,
+            purpose,
+        }))
+    }
+}

@@ -284,7 +284,7 @@ where
                 metadata: req.metadata,
                 approvals: req.approvals,
                 model: Some(Arc::clone(&agent.model)),
-                events: Some(emitter.clone()),
+                events: Some(Arc::new(emitter.clone())),
             };
             let ctx = RunContext::for_run(req.context, parts);
             let mut state = RunState::new(req.input);
@@ -310,7 +310,7 @@ where
                 metadata: cp.metadata,
                 approvals,
                 model: Some(Arc::clone(&agent.model)),
-                events: Some(emitter.clone()),
+                events: Some(Arc::new(emitter.clone())),
             };
             let ctx = RunContext::for_run(context, parts);
             (ctx, cp.state, true, None, nested_pause, cancel)
