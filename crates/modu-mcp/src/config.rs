@@ -80,6 +80,10 @@ pub struct McpAuthConfig {
     /// OAuth2 client-credentials settings.
     #[serde(default)]
     pub oauth_client_credentials: Option<OAuthClientCredentialsConfig>,
+    /// OAuth authorization-code settings: a person signs in (the application supplies the
+    /// consent: [`crate::McpConnector::with_configured_oauth`]).
+    #[serde(default)]
+    pub oauth: Option<crate::oauth_config::McpOAuthConfig>,
 }
 
 impl fmt::Debug for McpAuthConfig {
@@ -90,6 +94,7 @@ impl fmt::Debug for McpAuthConfig {
             .field("bearer_token_env", &self.bearer_token_env)
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "<redacted>"))
             .field("oauth_client_credentials", &self.oauth_client_credentials)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }
@@ -269,12 +274,16 @@ impl McpServerConfig {
                 if let Some(auth) = &self.auth {
                     let sources = usize::from(auth.bearer_token.is_some())
                         + usize::from(auth.bearer_token_env.is_some())
-                        + usize::from(auth.oauth_client_credentials.is_some());
+                        + usize::from(auth.oauth_client_credentials.is_some())
+                        + usize::from(auth.oauth.is_some());
                     if sources > 1 {
                         return err(
-                            "auth takes at most one of bearer_token, bearer_token_env and oauth_client_credentials"
+                            "auth takes at most one of bearer_token, bearer_token_env, oauth_client_credentials and oauth"
                                 .into(),
                         );
+                    }
+                    if let Some(oauth) = &auth.oauth {
+                        oauth.check().or_else(err)?;
                     }
                     for name in auth.headers.keys() {
                         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {

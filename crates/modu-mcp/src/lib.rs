@@ -13,6 +13,7 @@ pub mod fuzzing;
 mod handler;
 mod index;
 pub mod oauth;
+pub mod oauth_config;
 mod oauth_flow;
 mod oauth_http;
 mod output;
@@ -35,6 +36,7 @@ pub use error::{
     McpToolInvocationError, McpTransportError, RequestFailure,
 };
 pub use handler::{ModuClientHandler, PROTOCOL_VERSION};
+pub use oauth_config::McpOAuthConfig;
 pub use provider::{McpToolProvider, McpToolSession};
 pub use registry::{McpToolDescriptor, McpToolRegistry};
 pub use resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest, selection_from_metadata};

@@ -402,3 +402,56 @@ async fn oauth_and_a_configured_bearer_token_are_refused_together() {
     assert!(!err.to_string().contains("static-token"), "{err}");
     assert_eq!(consent.calls.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn a_server_configured_with_auth_oauth_signs_in_through_the_applications_consent() {
+    let (base, state) = fixture().await;
+    let config = McpConfig::from_json(json!({"servers": [{
+        "name": "files", "transport": "streamable_http", "url": format!("{base}/mcp"),
+        "auth": {"oauth": {"scopes": ["read"]}}
+    }]}))
+    .unwrap();
+    let consent = Arc::new(AutoConsent::default());
+    let store = Arc::new(InMemoryTokenStore::new());
+    let connector = McpConnector::new(config)
+        .unwrap()
+        .with_configured_oauth(REDIRECT, consent.clone(), store.clone())
+        .unwrap();
+    let session = connector.open_session(None).await.unwrap();
+    assert_eq!(consent.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        session.call_tool("files__whoami", json!({})).await.unwrap()["scopes"],
+        json!(["read"])
+    );
+    session.close().await;
+    assert_eq!(state.lock().unwrap().authorizations[0]["scope"], "read");
+    assert!(store.load(&format!("files {base}/mcp")).await.unwrap().is_some());
+
+    // Bad settings are configuration errors; an unset client secret is an auth error.
+    for (oauth, wanted) in [
+        (json!({"client_secret_env": "X"}), "needs auth.oauth.client_id"),
+        (
+            json!({"client_metadata_url": "http://x/c.json"}),
+            "must be an https URL",
+        ),
+        (json!({"bogus": true}), "unknown field"),
+    ] {
+        let e = McpConfig::from_json(json!({"servers": [{
+            "name": "files", "transport": "streamable_http", "url": format!("{base}/mcp"), "auth": {"oauth": oauth}
+        }]}))
+        .unwrap_err();
+        assert!(e.to_string().contains(wanted), "{e}");
+    }
+    let config = McpConfig::from_json(json!({"servers": [{
+        "name": "files", "transport": "streamable_http", "url": format!("{base}/mcp"),
+        "auth": {"oauth": {"client_id": "pre", "client_secret_env": "MODU_TEST_UNSET_OAUTH_SECRET"}}
+    }]}))
+    .unwrap();
+    let e = McpConnector::new(config)
+        .unwrap()
+        .with_configured_oauth(REDIRECT, consent, store)
+        .err()
+        .unwrap();
+    assert!(matches!(e, McpError::Auth(_)), "{e}");
+    assert!(e.to_string().contains("MODU_TEST_UNSET_OAUTH_SECRET"), "{e}");
+}
