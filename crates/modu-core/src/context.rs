@@ -81,11 +81,9 @@ struct Inner<C> {
 /// A report's future.
 pub(crate) type Reported<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
-/// Where a tool call's reports go while it runs: the run's events. The runner's emitter
-/// implements it, so this module names no event type.
+/// Where a tool call's reports go while it runs: the run's events (set only when anyone
+/// listens). The runner's emitter implements it, so this module names no event type.
 pub(crate) trait CallReports: Send + Sync {
-    /// Whether anyone listens.
-    fn active(&self) -> bool;
     /// A call's progress.
     fn progress(
         &self,
@@ -401,9 +399,6 @@ impl<C> RunContext<C> {
         let (Some(call), Some(events)) = (&self.call, &self.inner.events) else {
             return;
         };
-        if !events.active() {
-            return;
-        }
         let run_id = self.inner.run_id.to_string();
         events
             .progress(run_id, call.call_id.clone(), progress, total, message)
@@ -427,7 +422,7 @@ impl<C> RunContext<C> {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(model.to_owned())
             .or_default() += usage;
-        if let Some(events) = self.inner.events.as_ref().filter(|e| e.active()) {
+        if let Some(events) = &self.inner.events {
             let run_id = self.inner.run_id.to_string();
             events
                 .model_call(

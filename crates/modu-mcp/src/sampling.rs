@@ -214,7 +214,7 @@ impl Sampler {
             }
         };
         if self.config.policy == McpSamplingPolicy::Ask
-            && let Err(message) = ask(server, &params, call.as_ref())
+            && let Err(message) = ask(server, &params, &request, call.as_ref())
         {
             self.unserve();
             return Err(self.refuse(server, message));
@@ -269,29 +269,27 @@ impl Sampler {
 }
 
 /// Asks the call's person whether `server` may sample the model; `Ok` when they said yes.
-fn ask(server: &str, params: &CreateMessageRequestParams, call: Option<&InFlight>) -> Result<(), String> {
+fn ask(
+    server: &str,
+    params: &CreateMessageRequestParams,
+    request: &ChatRequest,
+    call: Option<&InFlight>,
+) -> Result<(), String> {
     let Some(call) = call else {
         return Err("no single call of the session is in flight to ask about the sampling request".into());
     };
-    let messages: Vec<serde_json::Value> = params
+    // What the person sees is what the model would be sent (its system prompt apart).
+    let messages: Vec<serde_json::Value> = request
         .messages
         .iter()
+        .filter(|m| m.role != modu_core::Role::System)
         .map(|m| {
-            let text: Vec<String> = m
-                .content
-                .clone()
-                .into_vec()
-                .into_iter()
-                .filter_map(|block| match block {
-                    SamplingMessageContentBlock::Text(t) => Some(t.text),
-                    _ => None,
-                })
-                .collect();
-            let role = match m.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
+            let role = if m.role == modu_core::Role::User {
+                "user"
+            } else {
+                "assistant"
             };
-            serde_json::json!({"role": role, "text": text.join("\n")})
+            serde_json::json!({"role": role, "text": m.text()})
         })
         .collect();
     let spec = modu_core::InputSpec::new(

@@ -53,10 +53,6 @@ impl Emitter {
 }
 
 impl crate::context::CallReports for Emitter {
-    fn active(&self) -> bool {
-        Emitter::active(self)
-    }
-
     fn progress(
         &self,
         run_id: String,

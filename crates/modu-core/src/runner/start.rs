@@ -284,7 +284,7 @@ where
                 metadata: req.metadata,
                 approvals: req.approvals,
                 model: Some(Arc::clone(&agent.model)),
-                events: Some(Arc::new(emitter.clone())),
+                events: reports(&emitter),
             };
             let ctx = RunContext::for_run(req.context, parts);
             let mut state = RunState::new(req.input);
@@ -310,7 +310,7 @@ where
                 metadata: cp.metadata,
                 approvals,
                 model: Some(Arc::clone(&agent.model)),
-                events: Some(Arc::new(emitter.clone())),
+                events: reports(&emitter),
             };
             let ctx = RunContext::for_run(context, parts);
             (ctx, cp.state, true, None, nested_pause, cancel)
@@ -352,4 +352,12 @@ where
         summary: Default::default(),
     };
     run.execute().await
+}
+
+/// Where a run's tool calls report to: its emitter, when anyone listens (else nothing is
+/// allocated for it).
+fn reports(emitter: &Emitter) -> Option<Arc<dyn crate::context::CallReports>> {
+    emitter
+        .active()
+        .then(|| Arc::new(emitter.clone()) as Arc<dyn crate::context::CallReports>)
 }
