@@ -153,7 +153,7 @@ impl McpConnector {
             .sampling
             .clone()
             .map(|config| Arc::new(Sampler::new(config, options.sampling_usage.clone())));
-        let elicitations = Arc::new(crate::elicitation::Elicitations::default());
+        let elicitations = Arc::new(crate::elicitation::Elicitations::new(options.elicitation.clone()));
         let results = join_all(servers.into_iter().map(|server| {
             let sampler = sampler.clone();
             let elicitations = Arc::clone(&elicitations);

@@ -1,27 +1,135 @@
-//! Elicitation: a server's `elicitation/create` during a tool call becomes the run's ask for
-//! input ([`modu_core::input`]).
+//! Elicitation: a server's `elicitation/create` during a tool call.
 //!
-//! While a run's MCP call is in flight, the call registers its context here. An elicitation
-//! that arrives then is asked through [`modu_core::RunContext::request_input`]: with an answer
-//! recorded for the call (after a person answered and the run resumed), the elicitation is
-//! accepted with it, or declined if the person declined; without one, the ask is recorded and
-//! the elicitation is cancelled, so the server ends the call; the run then pauses with the
-//! request (its prompt is the server's message, its schema the requested schema, metadata
-//! `mcp_server`), discarding what the call returned. On resume the call is made again and the
-//! server's elicitation gets the answer.
+//! A form elicitation is answered one of two ways:
 //!
-//! Limits: the call is made again, so a server's work before its elicitation runs twice. An
-//! elicitation that arrives while no call or more than one call of the session is in flight
-//! cannot be attributed to a call and is declined. URL-mode elicitation is declined. A paused
-//! run holds no connection: a stdio server is restarted with the resumed run's session, so a
-//! server that keeps state between calls loses it across the pause (and across a process
-//! restart).
+//! - **Live, by an [`McpElicitationHandler`]** given to the session
+//!   ([`crate::McpSessionOptions::with_elicitation`], [`crate::McpToolProvider::with_elicitation`]):
+//!   the handler asks its person while the server waits, in a run or outside one, and the same
+//!   MCP call goes on with the answer. For interactive programs (a terminal, a chat window open
+//!   while the run goes on).
+//! - **Through the run's asks for input** ([`modu_core::input`]), when no handler is given.
+//!   While a run's MCP call is in flight, the call registers its context here. An elicitation
+//!   that arrives then is asked through [`modu_core::RunContext::request_input`]: with an answer
+//!   recorded for the call (after a person answered and the run resumed), the elicitation is
+//!   accepted with it, or declined if the person declined; without one, the ask is recorded and
+//!   the elicitation is cancelled, so the server ends the call; the run then pauses with the
+//!   request (its prompt is the server's message, its schema the requested schema, metadata
+//!   `mcp_server`), discarding what the call returned. On resume the call is made again and the
+//!   server's elicitation gets the answer. For served agents, whose person answers later, maybe
+//!   from another process.
+//!
+//! Either way, an accepted answer gets the schema's defaults for the top-level properties it
+//! leaves out ([`apply_defaults`], SEP-1034), so "accept" with an empty form sends the defaults.
+//!
+//! Limits of the run path: the call is made again, so a server's work before its elicitation
+//! runs twice. An elicitation that arrives while no call or more than one call of the session is
+//! in flight cannot be attributed to a call and is declined. URL-mode elicitation is declined on
+//! both paths. A paused run holds no connection: a stdio server is restarted with the resumed
+//! run's session, so a server that keeps state between calls loses it across the pause (and
+//! across a process restart).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use async_trait::async_trait;
 use modu_core::{InputAnswer, InputSpec, RunContext};
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+use serde_json::{Map, Value};
+
+/// A server's form elicitation, as an [`McpElicitationHandler`] sees it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct McpElicitation {
+    /// The server's configured name.
+    pub server: String,
+    /// What the server asks, for the person.
+    pub message: String,
+    /// The JSON Schema of the answer (an object schema of primitive properties).
+    pub schema: Value,
+}
+
+/// A person's answer to an [`McpElicitation`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum McpElicitationAnswer {
+    /// The person filled in the form. Properties left out get the schema's defaults.
+    Accept(Map<String, Value>),
+    /// The person said no.
+    Decline,
+    /// The person dismissed the question without choosing.
+    Cancel,
+}
+
+/// Answers a server's form elicitation while the server waits: the live path (see the module
+/// documentation). Implemented for `Arc<T>` too.
+///
+/// ```
+/// use modu_mcp::elicitation::{McpElicitation, McpElicitationAnswer, McpElicitationHandler};
+///
+/// /// Accepts every form as it is, so the server gets the schema's defaults.
+/// struct Defaults;
+///
+/// #[async_trait::async_trait]
+/// impl McpElicitationHandler for Defaults {
+///     async fn elicit(&self, request: &McpElicitation) -> McpElicitationAnswer {
+///         eprintln!("{} asks: {}", request.server, request.message);
+///         McpElicitationAnswer::Accept(Default::default())
+///     }
+/// }
+/// let options = modu_mcp::McpSessionOptions::default().with_elicitation(Defaults);
+/// # let _ = options;
+/// ```
+#[async_trait]
+pub trait McpElicitationHandler: Send + Sync {
+    /// Asks the person; the server's call waits for the answer (or for its own timeout).
+    async fn elicit(&self, request: &McpElicitation) -> McpElicitationAnswer;
+}
+
+#[async_trait]
+impl<T: McpElicitationHandler + ?Sized> McpElicitationHandler for Arc<T> {
+    async fn elicit(&self, request: &McpElicitation) -> McpElicitationAnswer {
+        (**self).elicit(request).await
+    }
+}
+
+/// Fills the top-level properties `answer` leaves out with their `default` in `schema` (an
+/// object schema's `properties`), as SEP-1034 asks of a client; a property the answer has is
+/// kept as it is, and one without a default stays absent.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let schema = json!({"type": "object", "properties": {
+///     "name": {"type": "string", "default": "John Doe"},
+///     "age": {"type": "integer", "default": 30},
+///     "note": {"type": "string"}
+/// }});
+/// let mut answer = json!({"age": 41}).as_object().cloned().unwrap();
+/// modu_mcp::elicitation::apply_defaults(&schema, &mut answer);
+/// assert_eq!(serde_json::Value::Object(answer), json!({"name": "John Doe", "age": 41}));
+/// ```
+pub fn apply_defaults(schema: &Value, answer: &mut Map<String, Value>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, property) in properties {
+        if let Some(default) = property.get("default")
+            && !answer.contains_key(name)
+        {
+            answer.insert(name.clone(), default.clone());
+        }
+    }
+}
+
+/// The elicitation result for an accepted answer: with the schema's defaults, as an object.
+fn accepted(schema: &Value, answer: Value) -> ElicitResult {
+    match answer {
+        Value::Object(mut fields) => {
+            apply_defaults(schema, &mut fields);
+            ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(fields))
+        }
+        other => ElicitResult::new(ElicitationAction::Accept).with_content(other),
+    }
+}
 
 type Asker = Arc<dyn Fn(InputSpec) -> Option<InputAnswer> + Send + Sync>;
 /// Reports a model call made for the call ([`RunContext::report_model_call`]).
@@ -44,12 +152,17 @@ pub(crate) struct InFlight {
 pub(crate) struct Elicitations {
     askers: Mutex<Vec<(u64, InFlight)>>,
     next: AtomicU64,
+    /// The live answerer, when the session was given one.
+    live: Option<Arc<dyn McpElicitationHandler>>,
 }
 
 impl std::fmt::Debug for Elicitations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.askers.lock().unwrap_or_else(PoisonError::into_inner).len();
-        f.debug_struct("Elicitations").field("in_flight", &n).finish()
+        f.debug_struct("Elicitations")
+            .field("in_flight", &n)
+            .field("live", &self.live.is_some())
+            .finish()
     }
 }
 
@@ -70,6 +183,14 @@ impl Drop for Registration<'_> {
 }
 
 impl Elicitations {
+    /// A session's elicitations, answered live by `live` when given.
+    pub(crate) fn new(live: Option<Arc<dyn McpElicitationHandler>>) -> Self {
+        Elicitations {
+            live,
+            ..Elicitations::default()
+        }
+    }
+
     /// Registers a run's tool call (a context with a call id) for the time of its MCP call.
     pub(crate) fn register<C: Send + Sync + 'static>(&self, ctx: &RunContext<C>) -> Option<Registration<'_>> {
         ctx.call_id()?;
@@ -98,8 +219,9 @@ impl Elicitations {
         }
     }
 
-    /// Answers a server's elicitation from the call in flight.
-    pub(crate) fn answer(&self, server: &str, request: ElicitRequestParams) -> ElicitResult {
+    /// Answers a server's elicitation: live when the session has a handler, otherwise from the
+    /// call in flight.
+    pub(crate) async fn answer(&self, server: &str, request: ElicitRequestParams) -> ElicitResult {
         let ElicitRequestParams::FormElicitationParams {
             message,
             requested_schema,
@@ -108,6 +230,19 @@ impl Elicitations {
         else {
             return ElicitResult::new(ElicitationAction::Decline);
         };
+        let schema = serde_json::to_value(&requested_schema).unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+        if let Some(live) = &self.live {
+            let request = McpElicitation {
+                server: server.to_owned(),
+                message,
+                schema,
+            };
+            return match live.elicit(&request).await {
+                McpElicitationAnswer::Accept(fields) => accepted(&request.schema, Value::Object(fields)),
+                McpElicitationAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
+                McpElicitationAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+            };
+        }
         let asker = {
             let askers = self.askers.lock().unwrap_or_else(PoisonError::into_inner);
             match askers.as_slice() {
@@ -122,10 +257,9 @@ impl Elicitations {
                 }
             }
         };
-        let schema = serde_json::to_value(&requested_schema).unwrap_or_else(|_| serde_json::json!({"type": "object"}));
-        let spec = InputSpec::new(message, schema).with_metadata("mcp_server", server);
+        let spec = InputSpec::new(message, schema.clone()).with_metadata("mcp_server", server);
         match asker(spec) {
-            Some(InputAnswer::Given { value }) => ElicitResult::new(ElicitationAction::Accept).with_content(value),
+            Some(InputAnswer::Given { value }) => accepted(&schema, value),
             Some(InputAnswer::Declined { .. }) => ElicitResult::new(ElicitationAction::Decline),
             // The ask is recorded: the server ends the call, and the run pauses.
             None => ElicitResult::new(ElicitationAction::Cancel),

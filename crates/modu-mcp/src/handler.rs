@@ -61,7 +61,7 @@ impl ClientHandler for ModuClientHandler {
         if self.sampler.is_some() {
             capabilities.sampling = Some(SamplingCapability::default());
         }
-        // Form elicitation goes through the run's asks for input (`crate::elicitation`).
+        // Form elicitation: live or through the run's asks for input (`crate::elicitation`).
         capabilities.elicitation = Some(ElicitationCapability::default());
         ClientConfig::new(capabilities, Implementation::new("modu-mcp", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(PROTOCOL_VERSION)
@@ -70,9 +70,13 @@ impl ClientHandler for ModuClientHandler {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        Ok(self.elicitations.answer(&self.server, request))
+        // A server that cancels its request (or gives up waiting) needs no answer.
+        tokio::select! {
+            result = self.elicitations.answer(&self.server, request) => Ok(result),
+            () = context.ct.cancelled() => Ok(ElicitResult::new(rmcp::model::ElicitationAction::Cancel)),
+        }
     }
 
     async fn create_message(

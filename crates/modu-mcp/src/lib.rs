@@ -5,7 +5,7 @@ mod auth;
 mod client;
 pub mod config;
 mod describe;
-mod elicitation;
+pub mod elicitation;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -14,6 +14,7 @@ mod handler;
 mod index;
 pub mod oauth;
 pub mod oauth_config;
+mod oauth_enterprise;
 mod oauth_flow;
 mod oauth_http;
 mod output;
@@ -31,6 +32,7 @@ pub mod tools;
 
 pub use client::McpConnector;
 pub use config::{McpAuthConfig, McpConfig, McpServerConfig, McpTransport, OAuthClientCredentialsConfig};
+pub use elicitation::{McpElicitation, McpElicitationAnswer, McpElicitationHandler};
 pub use error::{
     InvocationFailure, McpAuthError, McpError, McpRequestError, McpServerConfigurationError, McpToolDiscoveryError,
     McpToolInvocationError, McpTransportError, RequestFailure,

@@ -1,5 +1,8 @@
-//! OAuth 2.1 authorization-code flow for streamable-HTTP servers (the MCP authorization
-//! specification), on rmcp's `auth` support.
+//! OAuth 2.1 for streamable-HTTP servers (the MCP authorization specification), on rmcp's
+//! `auth` support: the authorization-code flow for a person ([`McpOAuth::new`]), and for
+//! machines the client-credentials grant with a secret or a signed assertion
+//! ([`McpOAuth::client_credentials`], [`McpOAuth::private_key_jwt`]) and enterprise-managed
+//! cross-app access ([`McpOAuth::cross_app_access`]).
 //!
 //! Give a connector an [`McpOAuth`] for a server with
 //! [`McpConnector::with_oauth`](crate::McpConnector::with_oauth). When that server answers
@@ -294,10 +297,135 @@ impl McpTokenStore for InMemoryTokenStore {
     }
 }
 
-/// How the connector authorizes against one server with the authorization-code flow (see
-/// the [module documentation](self)).
+/// Which OAuth grant an [`McpOAuth`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// A person consents ([`McpConsentHandler`]); PKCE, the authorization code.
+    AuthorizationCode,
+    /// The client authenticates as itself (`client_credentials`, SEP-1046); no person.
+    ClientCredentials,
+    /// Enterprise-managed authorization (SEP-990): the user's ID token is exchanged at the
+    /// enterprise identity provider for an ID-JAG, which the JWT-bearer grant redeems.
+    CrossAppAccess,
+}
+
+/// The enterprise identity provider of a cross-app access flow
+/// ([`McpOAuth::cross_app_access`]): where the user's ID token is exchanged (RFC 8693) for
+/// an identity assertion grant for the MCP server's authorization server.
+#[derive(Clone)]
+pub struct McpIdentityProvider {
+    pub(crate) issuer: String,
+    pub(crate) token_endpoint: String,
+    pub(crate) client_id: String,
+    pub(crate) client_secret: Option<String>,
+}
+
+impl std::fmt::Debug for McpIdentityProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpIdentityProvider")
+            .field("issuer", &self.issuer)
+            .field("token_endpoint", &self.token_endpoint)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+impl McpIdentityProvider {
+    /// The identity provider `issuer`, its token endpoint, and this application's client id
+    /// there (a public client unless [`McpIdentityProvider::with_client_secret`]).
+    pub fn new(issuer: impl Into<String>, token_endpoint: impl Into<String>, client_id: impl Into<String>) -> Self {
+        McpIdentityProvider {
+            issuer: issuer.into(),
+            token_endpoint: token_endpoint.into(),
+            client_id: client_id.into(),
+            client_secret: None,
+        }
+    }
+
+    /// Authenticates at the identity provider with this secret (`client_secret_basic`).
+    pub fn with_client_secret(mut self, secret: impl Into<String>) -> Self {
+        self.client_secret = Some(secret.into());
+        self
+    }
+}
+
+/// What a cross-app access flow exchanges.
+#[derive(Clone)]
+pub(crate) struct CrossApp {
+    pub(crate) idp: McpIdentityProvider,
+    pub(crate) id_token: String,
+}
+
+/// The signing algorithm of a `private_key_jwt` client assertion
+/// ([`McpOAuth::private_key_jwt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum McpJwtAlgorithm {
+    /// RSASSA-PKCS1-v1_5 with SHA-256 (an RSA key).
+    Rs256,
+    /// RSASSA-PKCS1-v1_5 with SHA-384 (an RSA key).
+    Rs384,
+    /// RSASSA-PKCS1-v1_5 with SHA-512 (an RSA key).
+    Rs512,
+    /// ECDSA on P-256 with SHA-256 (an EC key).
+    Es256,
+    /// ECDSA on P-384 with SHA-384 (an EC key).
+    Es384,
+}
+
+impl McpJwtAlgorithm {
+    /// The algorithm's JOSE name (`"ES256"`, …); `None` for a name modu-mcp does not sign with.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "RS256" => McpJwtAlgorithm::Rs256,
+            "RS384" => McpJwtAlgorithm::Rs384,
+            "RS512" => McpJwtAlgorithm::Rs512,
+            "ES256" => McpJwtAlgorithm::Es256,
+            "ES384" => McpJwtAlgorithm::Es384,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn to_rmcp(self) -> rmcp::transport::auth::JwtSigningAlgorithm {
+        use rmcp::transport::auth::JwtSigningAlgorithm as A;
+        match self {
+            McpJwtAlgorithm::Rs256 => A::RS256,
+            McpJwtAlgorithm::Rs384 => A::RS384,
+            McpJwtAlgorithm::Rs512 => A::RS512,
+            McpJwtAlgorithm::Es256 => A::ES256,
+            McpJwtAlgorithm::Es384 => A::ES384,
+        }
+    }
+}
+
+/// A `private_key_jwt` client's signing key (never shown).
+#[derive(Clone)]
+pub(crate) struct SigningKey {
+    pub(crate) pem: Arc<[u8]>,
+    pub(crate) algorithm: McpJwtAlgorithm,
+}
+
+/// The consent handler of a flow that never asks a person ([`McpOAuth::client_credentials`]).
+struct NoConsent;
+
+#[async_trait]
+impl McpConsentHandler for NoConsent {
+    async fn authorize(&self, _request: &McpAuthorizationRequest) -> Result<McpAuthorizationResponse, McpConsentError> {
+        Err(McpConsentError::new(
+            "a client-credentials flow asks no person for consent",
+        ))
+    }
+}
+
+/// How the connector authorizes against one server: the authorization-code flow
+/// ([`McpOAuth::new`], see the [module documentation](self)) or the client-credentials grant
+/// ([`McpOAuth::client_credentials`]).
 #[derive(Clone)]
 pub struct McpOAuth {
+    pub(crate) grant: Grant,
+    pub(crate) signing_key: Option<SigningKey>,
+    pub(crate) cross_app: Option<CrossApp>,
     pub(crate) consent: Arc<dyn McpConsentHandler>,
     pub(crate) store: Arc<dyn McpTokenStore>,
     pub(crate) redirect_uri: String,
@@ -312,6 +440,15 @@ pub struct McpOAuth {
 impl std::fmt::Debug for McpOAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpOAuth")
+            .field("grant", &self.grant)
+            .field(
+                "signing_key",
+                &self
+                    .signing_key
+                    .as_ref()
+                    .map(|k| format!("[redacted {:?} key]", k.algorithm)),
+            )
+            .field("identity_provider", &self.cross_app.as_ref().map(|c| &c.idp))
             .field("redirect_uri", &self.redirect_uri)
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
@@ -330,6 +467,9 @@ impl McpOAuth {
     /// [`DEFAULT_MAX_AUTHORIZATIONS`] authorizations per request.
     pub fn new(redirect_uri: impl Into<String>, consent: Arc<dyn McpConsentHandler>) -> Self {
         McpOAuth {
+            grant: Grant::AuthorizationCode,
+            signing_key: None,
+            cross_app: None,
             consent,
             store: Arc::new(InMemoryTokenStore::new()),
             redirect_uri: redirect_uri.into(),
@@ -339,6 +479,95 @@ impl McpOAuth {
             client_name: "modu".to_owned(),
             scopes: Vec::new(),
             max_authorizations: DEFAULT_MAX_AUTHORIZATIONS,
+        }
+    }
+
+    /// The client-credentials grant (SEP-1046) for a machine client registered with the
+    /// authorization server: when the server challenges, the connector discovers the
+    /// authorization server as for the authorization-code flow (protected resource metadata,
+    /// then authorization server metadata), and asks its token endpoint for a token with
+    /// `grant_type=client_credentials`, the `resource` indicator and the configured scopes,
+    /// authenticating with the secret as the metadata asks (`client_secret_post`, or
+    /// `client_secret_basic` when that is the only method offered). No person is asked; a
+    /// token that expires or is refused is fetched again the same way.
+    ///
+    /// Unlike [`McpAuthConfig`](crate::McpAuthConfig)'s client credentials, the token endpoint
+    /// is not configured but discovered from the server.
+    ///
+    /// ```
+    /// use modu_mcp::oauth::McpOAuth;
+    ///
+    /// let secret = std::env::var("REPORTS_CLIENT_SECRET").unwrap_or_default();
+    /// let oauth = McpOAuth::client_credentials("reports-worker", secret).with_scopes(["reports:read"]);
+    /// # let _ = oauth;
+    /// ```
+    pub fn client_credentials(client_id: impl Into<String>, client_secret: impl Into<String>) -> Self {
+        McpOAuth {
+            grant: Grant::ClientCredentials,
+            ..McpOAuth::new(String::new(), Arc::new(NoConsent)).with_client(client_id, Some(client_secret.into()))
+        }
+    }
+
+    /// The client-credentials grant with `private_key_jwt` client authentication (RFC 7523):
+    /// as [`McpOAuth::client_credentials`], but instead of a secret the client sends an
+    /// assertion signed with `private_key_pem` (a PKCS#8 or PKCS#1 PEM key matching
+    /// `algorithm`), whose `iss` and `sub` are the client id and whose `aud` is the
+    /// authorization server's issuer, valid for five minutes. The authorization server's
+    /// metadata must offer `private_key_jwt` (and the algorithm, when it lists algorithms).
+    ///
+    /// ```
+    /// use modu_mcp::oauth::{McpJwtAlgorithm, McpOAuth};
+    ///
+    /// let pem = std::fs::read("reports-worker.key.pem").unwrap_or_default();
+    /// let oauth = McpOAuth::private_key_jwt("reports-worker", pem, McpJwtAlgorithm::Es256);
+    /// # let _ = oauth;
+    /// ```
+    pub fn private_key_jwt(
+        client_id: impl Into<String>,
+        private_key_pem: impl Into<Vec<u8>>,
+        algorithm: McpJwtAlgorithm,
+    ) -> Self {
+        McpOAuth {
+            grant: Grant::ClientCredentials,
+            signing_key: Some(SigningKey {
+                pem: Arc::from(private_key_pem.into()),
+                algorithm,
+            }),
+            ..McpOAuth::new(String::new(), Arc::new(NoConsent)).with_client(client_id, None)
+        }
+    }
+
+    /// Enterprise-managed authorization (cross-app access, SEP-990), with no consent screen:
+    /// when the server challenges, the connector discovers its authorization server, exchanges
+    /// the user's `id_token` at the enterprise identity provider (RFC 8693 token exchange,
+    /// `requested_token_type` ID-JAG, `audience` the authorization server's issuer,
+    /// `resource` the MCP server) and redeems the identity assertion at the authorization
+    /// server with the JWT-bearer grant (RFC 7523), authenticating there as `client_id` with
+    /// `client_secret` (`client_secret_basic`). The token is kept in the token store; when it
+    /// expires the exchange runs again with the same ID token, so give the connector a new
+    /// `McpOAuth` when the user signs in again.
+    ///
+    /// ```
+    /// use modu_mcp::oauth::{McpIdentityProvider, McpOAuth};
+    ///
+    /// let idp = McpIdentityProvider::new("https://idp.example", "https://idp.example/token", "modu-app");
+    /// let id_token = std::env::var("USER_ID_TOKEN").unwrap_or_default();
+    /// let oauth = McpOAuth::cross_app_access(idp, id_token, "modu-app", "resource-client-secret");
+    /// # let _ = oauth;
+    /// ```
+    pub fn cross_app_access(
+        identity_provider: McpIdentityProvider,
+        id_token: impl Into<String>,
+        client_id: impl Into<String>,
+        client_secret: impl Into<String>,
+    ) -> Self {
+        McpOAuth {
+            grant: Grant::CrossAppAccess,
+            cross_app: Some(CrossApp {
+                idp: identity_provider,
+                id_token: id_token.into(),
+            }),
+            ..McpOAuth::new(String::new(), Arc::new(NoConsent)).with_client(client_id, Some(client_secret.into()))
         }
     }
 
@@ -405,6 +634,31 @@ mod tests {
         assert_eq!((r.code.as_str(), r.state.as_str()), ("abc", "xyz"));
         assert_eq!(r.issuer.as_deref(), Some("https://as.example"));
         assert!(!format!("{r:?}").contains("abc"));
+    }
+
+    #[test]
+    fn machine_flows_never_show_their_secrets() {
+        let flows = [
+            McpOAuth::client_credentials("worker", "secret-one"),
+            McpOAuth::private_key_jwt(
+                "worker",
+                b"-----BEGIN PRIVATE KEY-----secret-two".to_vec(),
+                McpJwtAlgorithm::Es256,
+            ),
+            McpOAuth::cross_app_access(
+                McpIdentityProvider::new("https://idp", "https://idp/token", "app").with_client_secret("secret-three"),
+                "secret-four",
+                "app",
+                "secret-five",
+            ),
+        ];
+        for flow in &flows {
+            let shown = format!("{flow:?}");
+            assert!(!shown.contains("secret-"), "{shown}");
+            assert_ne!(flow.grant, Grant::AuthorizationCode);
+        }
+        assert_eq!(McpJwtAlgorithm::from_name("ES256"), Some(McpJwtAlgorithm::Es256));
+        assert_eq!(McpJwtAlgorithm::from_name("HS256"), None);
     }
 
     #[test]

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::transport::auth::{
-    AuthError, AuthorizationManager, AuthorizationRequest, AuthorizationSession, CredentialStore, OAuthClientConfig,
-    StoredCredentials, WWWAuthenticateParams,
+    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest, AuthorizationSession,
+    ClientCredentialsConfig, CredentialStore, OAuthClientConfig, StoredCredentials, WWWAuthenticateParams,
 };
 use serde_json::{Value, json};
 
 use crate::error::{McpAuthError, redact};
-use crate::oauth::{McpAuthorizationRequest, McpOAuth, McpStoredTokens, McpTokenStore};
+use crate::oauth::{Grant, McpAuthorizationRequest, McpOAuth, McpStoredTokens, McpTokenStore};
 
 /// What the server answered a request with.
 pub(crate) enum Challenge {
@@ -26,9 +26,9 @@ pub(crate) enum Challenge {
 /// The authorization state of one server: its tokens (in the store) and, once a challenge
 /// was met, rmcp's authorization manager.
 pub(crate) struct OAuthFlow {
-    server: String,
-    url: String,
-    key: String,
+    pub(crate) server: String,
+    pub(crate) url: String,
+    pub(crate) key: String,
     pub(crate) config: McpOAuth,
     manager: tokio::sync::Mutex<Option<AuthorizationManager>>,
     /// The last tokens handed out (newest last), for redaction.
@@ -62,6 +62,10 @@ impl OAuthFlow {
         let issued = self.issued.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out: Vec<String> = issued.iter().cloned().collect();
         out.extend(self.config.client_secret.iter().cloned());
+        if let Some(cross_app) = &self.config.cross_app {
+            out.push(cross_app.id_token.clone());
+            out.extend(cross_app.idp.client_secret.iter().cloned());
+        }
         out
     }
 
@@ -83,7 +87,7 @@ impl OAuthFlow {
         }
     }
 
-    fn auth_failure(&self, what: &str, e: &AuthError) -> McpAuthError {
+    pub(crate) fn auth_failure(&self, what: &str, e: &AuthError) -> McpAuthError {
         self.fail(format!("{what}: {}", describe_auth_error(e)))
     }
 
@@ -136,7 +140,15 @@ impl OAuthFlow {
 
     /// A manager for this server, its metadata discovered from the challenge and its
     /// credentials in the connector's token store.
-    async fn discover(&self, challenge: &str) -> Result<AuthorizationManager, McpAuthError> {
+    pub(crate) async fn discover(&self, challenge: &str) -> Result<AuthorizationManager, McpAuthError> {
+        Ok(self.discover_metadata(challenge).await?.0)
+    }
+
+    /// [`OAuthFlow::discover`], and the authorization server metadata it found.
+    pub(crate) async fn discover_metadata(
+        &self,
+        challenge: &str,
+    ) -> Result<(AuthorizationManager, AuthorizationMetadata), McpAuthError> {
         let mut manager = AuthorizationManager::new(self.url.as_str())
             .await
             .map_err(|e| self.auth_failure("OAuth could not start", &e))?;
@@ -149,8 +161,9 @@ impl OAuthFlow {
             .resolve_metadata_from_challenge(challenge)
             .await
             .map_err(|e| self.auth_failure("OAuth metadata discovery failed", &e))?;
+        let metadata = resolution.metadata.clone();
         manager.set_metadata(resolution.metadata);
-        Ok(manager)
+        Ok((manager, metadata))
     }
 
     /// Refreshes the stored tokens with their refresh token; `None` when there is none or
@@ -185,8 +198,84 @@ impl OAuthFlow {
         }
     }
 
-    /// A full authorization: discovery, client identification, consent, code exchange.
+    /// The scopes a grant without a person asks for: the configured ones, then those the
+    /// challenge names and `extra` (a step-up's), each once.
+    pub(crate) fn machine_scopes(&self, challenge: &str, extra: Option<&str>) -> Vec<String> {
+        let mut scopes = self.config.scopes.clone();
+        let required = reqwest::Url::parse(&self.url)
+            .ok()
+            .and_then(|base| WWWAuthenticateParams::parse(challenge, &base).scope);
+        for scope in required
+            .iter()
+            .map(String::as_str)
+            .chain(extra)
+            .flat_map(str::split_whitespace)
+        {
+            if !scopes.iter().any(|s| s == scope) {
+                scopes.push(scope.to_owned());
+            }
+        }
+        scopes
+    }
+
+    /// The client-credentials grant: discovery, then a token from the token endpoint for the
+    /// configured scopes plus the ones the challenge names and `extra` (no person is asked).
+    async fn client_credentials(
+        &self,
+        challenge: &str,
+        extra: Option<&str>,
+    ) -> Result<(AuthorizationManager, String), McpAuthError> {
+        let mut manager = self.discover(challenge).await?;
+        let Some(client_id) = &self.config.client_id else {
+            return Err(self.fail("the client-credentials grant needs a client id"));
+        };
+        let scopes = self.machine_scopes(challenge, extra);
+        let resource = Some(self.url.clone());
+        let grant = match (&self.config.signing_key, &self.config.client_secret) {
+            (Some(key), _) => ClientCredentialsConfig::PrivateKeyJwt {
+                client_id: client_id.clone(),
+                signing_key: key.pem.to_vec(),
+                signing_algorithm: key.algorithm.to_rmcp(),
+                token_endpoint_audience: None,
+                scopes,
+                resource,
+            },
+            (None, Some(secret)) => ClientCredentialsConfig::ClientSecret {
+                client_id: client_id.clone(),
+                client_secret: secret.clone(),
+                scopes,
+                resource,
+            },
+            (None, None) => return Err(self.fail("the client-credentials grant needs a secret or a signing key")),
+        };
+        manager
+            .validate_client_credentials_metadata(&grant)
+            .and_then(|()| manager.configure_client_credentials(&grant))
+            .map_err(|e| self.auth_failure("the client-credentials grant could not start", &e))?;
+        // rmcp's exchange future is not `Send` with `private_key_jwt` compiled in (it holds a
+        // form serializer across an await), so it runs on a blocking thread of this runtime.
+        let handle = tokio::runtime::Handle::current();
+        let (manager, result) = tokio::task::spawn_blocking(move || {
+            let result = handle.block_on(manager.exchange_client_credentials(&grant));
+            (manager, result)
+        })
+        .await
+        .map_err(|e| self.fail(format!("the client-credentials token request stopped: {e}")))?;
+        let response =
+            result.map_err(|e| self.auth_failure("the token endpoint refused the client credentials", &e))?;
+        let token = self.remember_response(&response)?;
+        tracing::debug!(server = %self.server, "OAuth client-credentials token fetched");
+        Ok((manager, token))
+    }
+
+    /// A full authorization: discovery, client identification, consent, code exchange (or,
+    /// for a client-credentials flow, the grant).
     async fn authorize(&self, challenge: &str) -> Result<(AuthorizationManager, String), McpAuthError> {
+        match self.config.grant {
+            Grant::ClientCredentials => return self.client_credentials(challenge, None).await,
+            Grant::CrossAppAccess => return self.cross_app_access(challenge, None).await,
+            Grant::AuthorizationCode => {}
+        }
         let manager = self.discover(challenge).await?;
         let config = &self.config;
         let mut request =
@@ -231,7 +320,7 @@ impl OAuthFlow {
     }
 
     /// Remembers a token response's tokens (for redaction) and returns its access token.
-    fn remember_response(&self, response: &impl serde::Serialize) -> Result<String, McpAuthError> {
+    pub(crate) fn remember_response(&self, response: &impl serde::Serialize) -> Result<String, McpAuthError> {
         let value = serde_json::to_value(response).unwrap_or_default();
         if let Some(refresh) = value.get("refresh_token").and_then(Value::as_str) {
             self.remember(refresh);
@@ -320,6 +409,16 @@ impl OAuthFlow {
                     }));
                 }
                 *authorizations += 1;
+                let machine = match self.config.grant {
+                    Grant::ClientCredentials => Some(self.client_credentials(&header, scope.as_deref()).await),
+                    Grant::CrossAppAccess => Some(self.cross_app_access(&header, scope.as_deref()).await),
+                    Grant::AuthorizationCode => None,
+                };
+                if let Some(result) = machine {
+                    let (fresh, token) = result?;
+                    *manager = Some(fresh);
+                    return Ok(token);
+                }
                 let Some(current) = manager.take() else {
                     let (fresh, token) = self.authorize(&header).await?;
                     *manager = Some(fresh);

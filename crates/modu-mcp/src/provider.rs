@@ -7,6 +7,7 @@ use modu_core::{RunContext, Tool, ToolProvider, ToolProviderError, ToolProviderE
 use serde_json::Value;
 
 use crate::client::McpConnector;
+use crate::elicitation::McpElicitationHandler;
 use crate::error::McpError;
 use crate::registry::McpToolDescriptor;
 use crate::resolver::{McpSelectionRequest, selection_from_metadata};
@@ -77,6 +78,7 @@ pub struct McpToolProvider<C> {
     max_result_bytes: Option<usize>,
     sampling: Option<McpSampling>,
     progress: Option<McpProgressListener>,
+    elicitation: Option<Arc<dyn McpElicitationHandler>>,
 }
 
 impl<C> McpToolProvider<C> {
@@ -92,6 +94,7 @@ impl<C> McpToolProvider<C> {
             max_result_bytes: None,
             sampling: None,
             progress: None,
+            elicitation: None,
         }
     }
 
@@ -99,6 +102,14 @@ impl<C> McpToolProvider<C> {
     /// policy and limits, per run; what they use is added to the run's usage.
     pub fn with_sampling(mut self, sampling: McpSampling) -> Self {
         self.sampling = Some(sampling);
+        self
+    }
+
+    /// Answers the servers' form elicitations with `handler` while the call waits, instead of
+    /// pausing the run for them (see [`crate::elicitation`]): for programs whose person is
+    /// there while the run goes on.
+    pub fn with_elicitation(mut self, handler: impl McpElicitationHandler + 'static) -> Self {
+        self.elicitation = Some(Arc::new(handler));
         self
     }
 
@@ -208,6 +219,7 @@ impl<C: Send + Sync + 'static> ToolProvider<C> for McpToolProvider<C> {
                 .with_sampling_usage(move |usage| run.add_usage(usage));
         }
         options.progress = self.progress.clone();
+        options.elicitation = self.elicitation.clone();
         let mut session = self
             .connector
             .open_with_options(&request, options)

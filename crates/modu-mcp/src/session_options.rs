@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use modu_core::Usage;
 
+use crate::elicitation::McpElicitationHandler;
 use crate::sampling::{McpSampling, UsageSink};
 use crate::signals::{McpProgress, McpProgressListener};
 
-/// What a session does besides tools: serve sampling requests, report progress.
+/// What a session does besides tools: serve sampling requests, answer elicitations live,
+/// report progress.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -24,6 +26,7 @@ pub struct McpSessionOptions {
     pub(crate) sampling: Option<McpSampling>,
     pub(crate) sampling_usage: Option<UsageSink>,
     pub(crate) progress: Option<McpProgressListener>,
+    pub(crate) elicitation: Option<Arc<dyn McpElicitationHandler>>,
 }
 
 impl std::fmt::Debug for McpSessionOptions {
@@ -31,6 +34,7 @@ impl std::fmt::Debug for McpSessionOptions {
         f.debug_struct("McpSessionOptions")
             .field("sampling", &self.sampling)
             .field("progress", &self.progress.is_some())
+            .field("elicitation", &self.elicitation.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -47,6 +51,13 @@ impl McpSessionOptions {
     /// the run's usage this way).
     pub fn with_sampling_usage(mut self, sink: impl Fn(Usage) + Send + Sync + 'static) -> Self {
         self.sampling_usage = Some(Arc::new(sink));
+        self
+    }
+
+    /// Answers the servers' form elicitations with `handler` while they wait, in a run or
+    /// outside one, instead of pausing the run (see [`crate::elicitation`]).
+    pub fn with_elicitation(mut self, handler: impl McpElicitationHandler + 'static) -> Self {
+        self.elicitation = Some(Arc::new(handler));
         self
     }
 

@@ -21,7 +21,9 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-/// The client scenarios modu-mcp passes. The `auth/*` ones run the authorization-code flow of
+/// The client scenarios modu-mcp passes. `elicitation-sep1034-client-defaults` answers through
+/// a live [`modu_mcp::McpElicitationHandler`] that accepts an empty form: modu-mcp fills in the
+/// schema's defaults. The `auth/*` ones run the authorization-code flow of
 /// [`modu_mcp::oauth`] (discovery with the 2025-03-26 fallbacks, client ID metadata documents,
 /// dynamic and pre-registered clients, scope selection and step-up, `offline_access`);
 /// `auth/resource-mismatch` checks that the client refuses to authorize against a protected
@@ -30,6 +32,7 @@ const EXPECTED_TO_PASS: &[&str] = &[
     "initialize",
     "tools_call",
     "sse-retry",
+    "elicitation-sep1034-client-defaults",
     "auth/metadata-default",
     "auth/metadata-var1",
     "auth/metadata-var2",
@@ -46,33 +49,18 @@ const EXPECTED_TO_PASS: &[&str] = &[
     "auth/pre-registration",
     "auth/2025-03-26-oauth-endpoint-fallback",
     "auth/resource-mismatch",
+    "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+    "auth/cross-app-access-complete-flow",
     "auth/offline-access-scope",
     "auth/offline-access-not-supported",
 ];
 
 /// The client scenarios left failing, each with its reason (the README names them too).
-const EXPECTED_TO_FAIL: &[(&str, &str)] = &[
-    (
-        "elicitation-sep1034-client-defaults",
-        "the suite elicits outside any run; modu-mcp declines an elicitation no run call can take",
-    ),
-    (
-        "auth/2025-03-26-oauth-metadata-backcompat",
-        "the suite's authorization server metadata, served at the root, names the issuer <root>/oauth; rmcp refuses the mismatch (RFC 8414 section 3.3)",
-    ),
-    (
-        "auth/client-credentials-jwt",
-        "private_key_jwt client authentication not implemented",
-    ),
-    (
-        "auth/client-credentials-basic",
-        "OAuth metadata discovery not implemented (client credentials need a configured token URL)",
-    ),
-    (
-        "auth/cross-app-access-complete-flow",
-        "token exchange and the JWT-bearer grant not implemented",
-    ),
-];
+const EXPECTED_TO_FAIL: &[(&str, &str)] = &[(
+    "auth/2025-03-26-oauth-metadata-backcompat",
+    "the suite's authorization server metadata, served at the root, names the issuer <root>/oauth; rmcp refuses the mismatch (RFC 8414 section 3.3)",
+)];
 
 fn main() -> ExitCode {
     if let Ok(scenario) = std::env::var("MCP_CONFORMANCE_SCENARIO") {
@@ -102,9 +90,13 @@ mod client {
     use std::time::Duration;
 
     use modu_mcp::oauth::{
-        McpAuthorizationRequest, McpAuthorizationResponse, McpConsentError, McpConsentHandler, McpOAuth,
+        McpAuthorizationRequest, McpAuthorizationResponse, McpConsentError, McpConsentHandler, McpIdentityProvider,
+        McpJwtAlgorithm, McpOAuth,
     };
-    use modu_mcp::{McpConfig, McpConnector, McpError, McpServerConfig, McpSession};
+    use modu_mcp::{
+        McpConfig, McpConnector, McpElicitation, McpElicitationAnswer, McpElicitationHandler, McpError,
+        McpSelectionRequest, McpServerConfig, McpSession, McpSessionOptions,
+    };
     use serde_json::{Value, json};
 
     /// The name the session gives the suite's server.
@@ -148,8 +140,19 @@ mod client {
         }
     }
 
+    /// A person who accepts every form without filling anything in.
+    struct AcceptEmpty;
+
+    #[async_trait::async_trait]
+    impl McpElicitationHandler for AcceptEmpty {
+        async fn elicit(&self, request: &McpElicitation) -> McpElicitationAnswer {
+            println!("elicitation from {}: {}", request.server, request.message);
+            McpElicitationAnswer::Accept(Default::default())
+        }
+    }
+
     /// The OAuth flow every scenario gets (it only starts when the server challenges).
-    fn oauth() -> McpOAuth {
+    fn oauth(scenario: &str) -> McpOAuth {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -162,6 +165,41 @@ mod client {
             .ok()
             .and_then(|c| serde_json::from_str(&c).ok())
             .unwrap_or_default();
+        // The client-credentials scenarios hand over a machine client's id and secret.
+        if scenario == "auth/client-credentials-basic"
+            && let (Some(id), Some(secret)) = (
+                context.get("client_id").and_then(Value::as_str),
+                context.get("client_secret").and_then(Value::as_str),
+            )
+        {
+            return McpOAuth::client_credentials(id, secret);
+        }
+        let text = |key: &str| context.get(key).and_then(Value::as_str);
+        if scenario == "auth/cross-app-access-complete-flow"
+            && let (Some(id), Some(secret), Some(idp_id), Some(id_token), Some(issuer), Some(token_endpoint)) = (
+                text("client_id"),
+                text("client_secret"),
+                text("idp_client_id"),
+                text("idp_id_token"),
+                text("idp_issuer"),
+                text("idp_token_endpoint"),
+            )
+        {
+            let idp = McpIdentityProvider::new(issuer, token_endpoint, idp_id);
+            return McpOAuth::cross_app_access(idp, id_token, id, secret);
+        }
+        if scenario == "auth/client-credentials-jwt"
+            && let (Some(id), Some(pem), Some(algorithm)) = (
+                context.get("client_id").and_then(Value::as_str),
+                context.get("private_key_pem").and_then(Value::as_str),
+                context
+                    .get("signing_algorithm")
+                    .and_then(Value::as_str)
+                    .and_then(McpJwtAlgorithm::from_name),
+            )
+        {
+            return McpOAuth::private_key_jwt(id, pem.as_bytes().to_vec(), algorithm);
+        }
         if let Some(id) = context.get("client_id").and_then(Value::as_str) {
             let secret = context.get("client_secret").and_then(Value::as_str).map(str::to_owned);
             oauth = oauth.with_client(id, secret);
@@ -171,8 +209,11 @@ mod client {
 
     pub async fn run(scenario: &str, url: &str) -> Result<(), McpError> {
         let server = McpServerConfig::streamable_http(SERVER, url).with_call_timeout(Duration::from_secs(20));
-        let connector = McpConnector::new(McpConfig::new(vec![server])?)?.with_oauth(SERVER, oauth());
-        let session = connector.open_session(None).await?;
+        let connector = McpConnector::new(McpConfig::new(vec![server])?)?.with_oauth(SERVER, oauth(scenario));
+        let options = McpSessionOptions::default().with_elicitation(AcceptEmpty);
+        let session = connector
+            .open_with_options(&McpSelectionRequest::new(None), options)
+            .await?;
         let outcome = exercise(scenario, &session).await;
         session.close().await;
         outcome

@@ -1,6 +1,7 @@
 //! Elicitation as an ask for input, against server-everything's `trigger-elicitation-request`:
 //! the run pauses with the server's schema, a person answers (or declines), and the resumed
-//! call's elicitation gets the answer.
+//! call's elicitation gets the answer; or a live handler answers while the server waits, and
+//! the schema's defaults fill what the answer leaves out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -8,7 +9,10 @@ mod support;
 use std::sync::Arc;
 
 use modu_core::{Agent, AgentError, InMemoryCheckpointStore, Role};
-use modu_mcp::{McpConfig, McpConnector, McpToolProvider};
+use modu_mcp::{
+    McpConfig, McpConnector, McpElicitation, McpElicitationAnswer, McpElicitationHandler, McpSelectionRequest,
+    McpSessionOptions, McpToolProvider,
+};
 use modu_testing::ScriptedModel;
 use serde_json::json;
 
@@ -111,4 +115,76 @@ async fn outside_a_run_an_elicitation_is_declined() {
     let out = session.call_tool(TOOL, json!({})).await.unwrap();
     assert!(out.to_string().contains("declined"), "{out}");
     session.close().await;
+}
+
+/// Answers live with a partly filled form, and remembers what it was asked.
+#[derive(Default)]
+struct Person {
+    asked: std::sync::Mutex<Vec<McpElicitation>>,
+}
+
+#[async_trait::async_trait]
+impl McpElicitationHandler for Person {
+    async fn elicit(&self, request: &McpElicitation) -> McpElicitationAnswer {
+        self.asked.lock().unwrap().push(request.clone());
+        let answer = json!({"name": "Ada Lovelace", "check": true, "integer": 7});
+        McpElicitationAnswer::Accept(answer.as_object().cloned().unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_handler_answers_outside_a_run_and_the_schema_defaults_fill_the_rest() {
+    let Some(script) = support::everything() else { return };
+    let marker = support::marker("elicit-live");
+    let config = McpConfig::new(vec![support::everything_stdio("everything", &script, &marker)]).unwrap();
+    let person = Arc::new(Person::default());
+    let options = McpSessionOptions::default().with_elicitation(Arc::clone(&person));
+    let session = McpConnector::new(config)
+        .unwrap()
+        .open_with_options(&McpSelectionRequest::new(None), options)
+        .await
+        .unwrap();
+    let out = session.call_tool(TOOL, json!({})).await.unwrap().to_string();
+    session.close().await;
+
+    let asked = person.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].server, "everything");
+    assert_eq!(asked[0].message, "Please provide inputs for the following fields:");
+    assert_eq!(asked[0].schema["required"], json!(["name"]));
+    // The answer's own values, and the defaults of what it left out (number 3.14, the first
+    // line), but not a default over a given value (integer: 7, not 42).
+    assert!(out.contains("User provided the requested information"), "{out}");
+    assert!(out.contains("- Name: Ada Lovelace"), "{out}");
+    assert!(out.contains("- Favorite Integer: 7"), "{out}");
+    assert!(!out.contains("- Favorite Integer: 42"), "{out}");
+    assert!(out.contains("- Favorite Number: 3.14"), "{out}");
+    assert!(out.contains("It was a dark and stormy night."), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_live_handler_a_run_does_not_pause_and_the_call_runs_once() {
+    let Some(script) = support::everything() else { return };
+    let marker = support::marker("elicit-live-run");
+    let config = McpConfig::new(vec![support::everything_stdio("everything", &script, &marker)]).unwrap();
+    let connector = Arc::new(McpConnector::new(config).unwrap());
+    let person = Arc::new(Person::default());
+    let model = call();
+    let agent = Agent::<()>::builder(model.clone())
+        .tool_provider(McpToolProvider::new(connector).with_elicitation(Arc::clone(&person)))
+        .build()
+        .unwrap();
+    let done = agent.run("fill in the form").await;
+    assert_eq!(done.output.as_deref(), Some("thanks"), "{:?}", done.error);
+    assert!(done.input_requests.is_empty());
+    assert_eq!(
+        person.asked.lock().unwrap().len(),
+        1,
+        "asked once: the call is not made again"
+    );
+    let seen = tool_text(&done.messages);
+    assert!(
+        seen.contains("- Name: Ada Lovelace") && seen.contains("- Favorite Number: 3.14"),
+        "{seen}"
+    );
 }

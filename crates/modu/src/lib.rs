@@ -12,7 +12,7 @@
 //! | `redis` | Redis stores | `modu-redis` |
 //! | `sqlite` | SQLite stores (sqlx) | `modu-sqlite` |
 //! | `postgres` | PostgreSQL stores (sqlx) | `modu-postgres` |
-//! | `mcp` | MCP connector (rmcp) | `modu-mcp` |
+//! | `mcp` | MCP connector (rmcp); with `redis`, `sqlite` or `postgres` also that backend's MCP OAuth token store | `modu-mcp` |
 //! | `skills` | Agent Skills | `modu-skills` |
 //! | `otel` | OpenTelemetry GenAI traces and metrics | `modu-otel` |
 //! | `server` | serving agents over HTTP: AG-UI, A2A, OpenAI-compatible, dev UI (axum) | `modu-server` |
