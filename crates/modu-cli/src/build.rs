@@ -21,6 +21,7 @@ use modu_core::{
     ConversationStore, EventSink, InMemoryCheckpointStore, InMemoryConversationStore, KeepAll, ModelError,
     ModelSettings, RecentTurns, RetryConfig, RunLimits, TokenBudget, TokenBudgetPolicy,
 };
+use modu_mcp::oauth::{InMemoryTokenStore, McpTokenStore};
 use modu_mcp::{McpConfig, McpConnector, McpToolProvider};
 use modu_ollama::OllamaClient;
 use modu_openai::OpenAiClient;
@@ -314,8 +315,10 @@ pub fn limits(section: &LimitsSection) -> Result<(RunLimits, RetryConfig), Strin
     Ok((limits, retry))
 }
 
-/// The MCP connector, when servers are configured.
-pub fn mcp_connector(section: &McpSection) -> Result<Option<Arc<McpConnector>>, String> {
+/// The MCP connector, when servers are configured. Servers with `auth.oauth` get the
+/// authorization-code flow with a loopback redirect ([`crate::oauth`]) and their tokens in the
+/// configured store's MCP token store.
+pub async fn mcp_connector(section: &McpSection, store: &StoreSection) -> Result<Option<Arc<McpConnector>>, String> {
     if section.servers.is_empty() {
         return Ok(None);
     }
@@ -325,8 +328,41 @@ pub fn mcp_connector(section: &McpSection) -> Result<Option<Arc<McpConnector>>, 
             .map_err(|_| "mcp.connect_timeout_seconds must be a positive number".to_owned())?;
         config = config.with_connect_timeout(d);
     }
-    let connector = McpConnector::new(config).map_err(|e| format!("mcp: {e}"))?;
+    let mut connector = McpConnector::new(config).map_err(|e| format!("mcp: {e}"))?;
+    let wants_oauth = section
+        .servers
+        .iter()
+        .any(|s| s.auth.as_ref().is_some_and(|a| a.oauth.is_some()));
+    if wants_oauth {
+        let (consent, redirect) = crate::oauth::loopback(section.oauth_redirect_port)?;
+        let tokens = mcp_token_store(store).await?;
+        connector = connector
+            .with_configured_oauth(&redirect, consent, tokens)
+            .map_err(|e| format!("mcp: {e}"))?;
+    }
     Ok(Some(Arc::new(connector)))
+}
+
+/// Where MCP OAuth tokens are kept: the configured store's token store.
+async fn mcp_token_store(section: &StoreSection) -> Result<Arc<dyn McpTokenStore>, String> {
+    let failed = |e: modu_core::StoreError| format!("the MCP token store: {e}");
+    Ok(match section.kind {
+        StoreKind::Memory => Arc::new(InMemoryTokenStore::new()),
+        StoreKind::Sqlite => {
+            let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
+            Arc::new(modu_sqlite::SqliteMcpTokenStore::open(&path).await.map_err(failed)?)
+        }
+        StoreKind::Redis => Arc::new(
+            modu_redis::RedisMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
+                .await
+                .map_err(failed)?,
+        ),
+        StoreKind::Postgres => Arc::new(
+            modu_postgres::PostgresMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
+                .await
+                .map_err(failed)?,
+        ),
+    })
 }
 
 /// The MCP tool provider: the two meta tools, with approvals for `require_approval`.
@@ -379,7 +415,9 @@ pub struct Built {
 pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<Built, Failure> {
     let model = model(&config.model).map_err(Failure::Usage)?;
     let (limits, retry) = limits(&config.limits).map_err(Failure::Usage)?;
-    let connector = mcp_connector(&config.mcp).map_err(Failure::Usage)?;
+    let connector = mcp_connector(&config.mcp, &config.store)
+        .await
+        .map_err(Failure::Usage)?;
     let skills = skills(&config.skills).map_err(Failure::Invalid)?;
     let stores = stores(&config.store).await.map_err(Failure::Invalid)?;
     let mut settings = ModelSettings::default();

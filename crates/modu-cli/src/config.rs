@@ -235,6 +235,10 @@ pub struct McpSection {
     /// How the model sees the servers' tools (default: `search`, or `direct` with
     /// `policy = "plan_and_execute"`).
     pub tools: Option<McpToolsMode>,
+    /// The loopback port the OAuth redirect comes back to, for servers with `auth.oauth`
+    /// (default: a free port, which suits dynamic registration; a pre-registered client needs
+    /// the port it was registered with).
+    pub oauth_redirect_port: Option<u16>,
 }
 
 /// `mcp.tools`.

@@ -23,6 +23,7 @@ use clap::{Parser, Subcommand};
 mod build;
 mod commands;
 mod config;
+mod oauth;
 mod ui;
 
 use commands::Failure;

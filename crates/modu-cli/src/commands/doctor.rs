@@ -86,7 +86,7 @@ pub async fn run(config: Option<&Path>) -> CommandResult {
         ok(&format!("skills: {}", path.display()));
     }
 
-    match build::mcp_connector(&config.mcp) {
+    match build::mcp_connector(&config.mcp, &config.store).await {
         Ok(Some(connector)) => {
             for server in &config.mcp.servers {
                 match connector.open_servers(vec![server.clone()]).await {

@@ -111,7 +111,10 @@ pub async fn run(cmd: McpCommand, config: Option<&Path>) -> CommandResult {
     let loaded = load_config(config)?;
     let section = &loaded.config.mcp;
     let selected = select(&section.servers, server.as_deref())?;
-    let Some(connector) = build::mcp_connector(section).map_err(Failure::Usage)? else {
+    let Some(connector) = build::mcp_connector(section, &loaded.config.store)
+        .await
+        .map_err(Failure::Usage)?
+    else {
         return Ok(());
     };
     let mut broken = Vec::new();
@@ -160,14 +163,17 @@ pub async fn run(cmd: McpCommand, config: Option<&Path>) -> CommandResult {
 }
 
 /// The connector and the servers a `--server` option selects.
-fn connect(
+async fn connect(
     config: Option<&Path>,
     server: Option<&str>,
 ) -> Result<(std::sync::Arc<McpConnector>, Vec<McpServerConfig>), Failure> {
     let loaded = load_config(config)?;
     let section = &loaded.config.mcp;
     let selected: Vec<McpServerConfig> = select(&section.servers, server)?.into_iter().cloned().collect();
-    let Some(connector) = build::mcp_connector(section).map_err(Failure::Usage)? else {
+    let Some(connector) = build::mcp_connector(section, &loaded.config.store)
+        .await
+        .map_err(Failure::Usage)?
+    else {
         return Err(Failure::Usage("MCP is turned off in the configuration".into()));
     };
     Ok((connector, selected))
@@ -227,7 +233,7 @@ async fn resources(
     json: bool,
     config: Option<&Path>,
 ) -> CommandResult {
-    let (connector, selected) = connect(config, server.as_deref())?;
+    let (connector, selected) = connect(config, server.as_deref()).await?;
     if let Some(ResourcesAction::Read { uri }) = action {
         let server = single(selected, "`modu mcp resources read`")?;
         let read = with_server(&connector, server, async |session, name| {
@@ -320,7 +326,7 @@ async fn prompts(
             };
             arguments.insert(key.to_owned(), Value::String(value.to_owned()));
         }
-        let (connector, selected) = connect(config, server.as_deref())?;
+        let (connector, selected) = connect(config, server.as_deref()).await?;
         let server = single(selected, "`modu mcp prompts get`")?;
         let prompt = with_server(&connector, server, async |session, server| {
             session.get_prompt(server, &name, arguments).await
@@ -343,7 +349,7 @@ async fn prompts(
         println!("{}", prompt.text());
         return Ok(());
     }
-    let (connector, selected) = connect(config, server.as_deref())?;
+    let (connector, selected) = connect(config, server.as_deref()).await?;
     let named = server.is_some();
     let mut failures = Vec::new();
     let mut listed = Vec::new();

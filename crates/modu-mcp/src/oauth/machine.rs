@@ -99,3 +99,34 @@ pub(crate) struct CrossApp {
     pub(crate) idp: McpIdentityProvider,
     pub(crate) id_token: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Grant, McpOAuth};
+    use super::*;
+
+    #[test]
+    fn machine_flows_never_show_their_secrets() {
+        let flows = [
+            McpOAuth::client_credentials("worker", "secret-one"),
+            McpOAuth::private_key_jwt(
+                "worker",
+                b"-----BEGIN PRIVATE KEY-----secret-two".to_vec(),
+                McpJwtAlgorithm::Es256,
+            ),
+            McpOAuth::cross_app_access(
+                McpIdentityProvider::new("https://idp", "https://idp/token", "app").with_client_secret("secret-three"),
+                "secret-four",
+                "app",
+                "secret-five",
+            ),
+        ];
+        for flow in &flows {
+            let shown = format!("{flow:?}");
+            assert!(!shown.contains("secret-"), "{shown}");
+            assert_ne!(flow.grant, Grant::AuthorizationCode);
+        }
+        assert_eq!(McpJwtAlgorithm::from_name("ES256"), Some(McpJwtAlgorithm::Es256));
+        assert_eq!(McpJwtAlgorithm::from_name("HS256"), None);
+    }
+}
