@@ -2,8 +2,8 @@
 //! configuration (`auth.oauth` in JSON or a `modu.toml`).
 //!
 //! The configuration says what to ask for; the application supplies the person's consent, the
-//! token store and the redirect URI, through [`McpConnector::with_configured_oauth`]. (The
-//! `modu` command does not authorize yet: it has no loopback consent handler.)
+//! token store and the redirect URI, through [`McpConnector::with_configured_oauth`] (the
+//! `modu` command uses a loopback redirect and its configured store's token store).
 //!
 //! ```
 //! use modu_mcp::McpConfig;
