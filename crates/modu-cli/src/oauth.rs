@@ -22,8 +22,9 @@ pub const CONSENT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Waits for the authorization server's redirect on a loopback port.
 pub struct LoopbackConsent {
     /// Bound when the command starts, so the redirect URI (registered with the authorization
-    /// server) names a port that is ours.
-    listener: Mutex<Option<std::net::TcpListener>>,
+    /// server) names a port that is ours. Each authorization serves on a copy of it, one at a
+    /// time.
+    listener: Mutex<std::net::TcpListener>,
     address: SocketAddr,
     timeout: Duration,
 }
@@ -40,7 +41,7 @@ impl LoopbackConsent {
             .local_addr()
             .map_err(|e| format!("the OAuth redirect listener: {e}"))?;
         Ok(LoopbackConsent {
-            listener: Mutex::new(Some(listener)),
+            listener: Mutex::new(listener),
             address,
             timeout: CONSENT_TIMEOUT,
         })
@@ -72,15 +73,11 @@ async fn callback(State(redirects): State<Redirects>, OriginalUri(uri): Original
 #[async_trait::async_trait]
 impl McpConsentHandler for LoopbackConsent {
     async fn authorize(&self, request: &McpAuthorizationRequest) -> Result<McpAuthorizationResponse, McpConsentError> {
-        // One authorization at a time: the listener is lent to it and given back after.
-        let mut slot = self.listener.lock().await;
-        let std_listener = slot
-            .take()
-            .ok_or_else(|| McpConsentError::new("the OAuth redirect listener was lost"))?;
-        let kept = std_listener
+        // One authorization at a time, each on a copy of the bound socket.
+        let bound = self.listener.lock().await;
+        let listener = bound
             .try_clone()
-            .map_err(|e| McpConsentError::new(format!("the OAuth redirect listener: {e}")))?;
-        let listener = tokio::net::TcpListener::from_std(std_listener)
+            .and_then(tokio::net::TcpListener::from_std)
             .map_err(|e| McpConsentError::new(format!("the OAuth redirect listener: {e}")))?;
         let (tx, mut rx) = mpsc::channel(4);
         let app = axum::Router::new()
@@ -109,7 +106,7 @@ impl McpConsentHandler for LoopbackConsent {
         let got = tokio::time::timeout(self.timeout, rx.recv()).await;
         let _ = stop.send(());
         let _ = server.await;
-        *slot = Some(kept);
+        drop(bound);
         let path = match got {
             Ok(Some(path)) => path,
             Ok(None) => return Err(McpConsentError::new("the OAuth redirect listener stopped")),

@@ -2,8 +2,6 @@
 //! module: the user's ID token becomes an ID-JAG at the identity provider, and the ID-JAG an
 //! access token at the MCP server's authorization server.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use oauth2::ClientSecret;
 use rmcp::transport::auth::AuthorizationManager;
 use rmcp::transport::auth::enterprise::{
@@ -12,7 +10,7 @@ use rmcp::transport::auth::enterprise::{
 
 use crate::error::McpAuthError;
 use crate::oauth::McpStoredTokens;
-use crate::oauth_flow::OAuthFlow;
+use crate::oauth_flow::{OAuthFlow, now};
 
 impl OAuthFlow {
     /// Discovery, the token exchange at the identity provider, the JWT-bearer grant at the
@@ -55,7 +53,7 @@ impl OAuthFlow {
         let access = token.access_token.secret().clone();
         let mut stored = McpStoredTokens::new(client_id.clone(), access.clone());
         stored.expires_in = token.expires_in.map(|d| d.as_secs());
-        stored.received_at = SystemTime::now().duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs());
+        stored.received_at = Some(now());
         let mut scopes: Vec<String> = token.scopes.into_iter().collect();
         scopes.sort();
         stored.scopes = scopes;
@@ -65,7 +63,7 @@ impl OAuthFlow {
             .save(&self.key, stored)
             .await
             .map_err(|e| self.fail(format!("the token store failed: {e}")))?;
-        let access = self.remember_response(&serde_json::json!({ "access_token": access }))?;
+        self.remember(&access);
         tracing::debug!(server = %self.server, "OAuth cross-app access token fetched");
         Ok((manager, access))
     }

@@ -38,7 +38,7 @@ pub(crate) struct OAuthFlow {
 /// How many of the last tokens [`OAuthFlow::issued_tokens`] remembers.
 const REMEMBERED: usize = 8;
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -69,7 +69,7 @@ impl OAuthFlow {
         out
     }
 
-    fn remember(&self, token: &str) {
+    pub(crate) fn remember(&self, token: &str) {
         let mut issued = self.issued.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if issued.iter().any(|t| t == token) {
             return;
@@ -268,13 +268,25 @@ impl OAuthFlow {
         Ok((manager, token))
     }
 
-    /// A full authorization: discovery, client identification, consent, code exchange (or,
-    /// for a client-credentials flow, the grant).
+    /// The grant without a person this flow runs, for the scopes `extra` adds; `None` for the
+    /// authorization-code flow.
+    async fn machine_grant(
+        &self,
+        challenge: &str,
+        extra: Option<&str>,
+    ) -> Option<Result<(AuthorizationManager, String), McpAuthError>> {
+        Some(match self.config.grant {
+            Grant::ClientCredentials => self.client_credentials(challenge, extra).await,
+            Grant::CrossAppAccess => self.cross_app_access(challenge, extra).await,
+            Grant::AuthorizationCode => return None,
+        })
+    }
+
+    /// A full authorization: discovery, client identification, consent, code exchange (or the
+    /// flow's grant without a person).
     async fn authorize(&self, challenge: &str) -> Result<(AuthorizationManager, String), McpAuthError> {
-        match self.config.grant {
-            Grant::ClientCredentials => return self.client_credentials(challenge, None).await,
-            Grant::CrossAppAccess => return self.cross_app_access(challenge, None).await,
-            Grant::AuthorizationCode => {}
+        if let Some(granted) = self.machine_grant(challenge, None).await {
+            return granted;
         }
         let manager = self.discover(challenge).await?;
         let config = &self.config;
@@ -320,7 +332,7 @@ impl OAuthFlow {
     }
 
     /// Remembers a token response's tokens (for redaction) and returns its access token.
-    pub(crate) fn remember_response(&self, response: &impl serde::Serialize) -> Result<String, McpAuthError> {
+    fn remember_response(&self, response: &impl serde::Serialize) -> Result<String, McpAuthError> {
         let value = serde_json::to_value(response).unwrap_or_default();
         if let Some(refresh) = value.get("refresh_token").and_then(Value::as_str) {
             self.remember(refresh);
@@ -409,13 +421,8 @@ impl OAuthFlow {
                     }));
                 }
                 *authorizations += 1;
-                let machine = match self.config.grant {
-                    Grant::ClientCredentials => Some(self.client_credentials(&header, scope.as_deref()).await),
-                    Grant::CrossAppAccess => Some(self.cross_app_access(&header, scope.as_deref()).await),
-                    Grant::AuthorizationCode => None,
-                };
-                if let Some(result) = machine {
-                    let (fresh, token) = result?;
+                if let Some(granted) = self.machine_grant(&header, scope.as_deref()).await {
+                    let (fresh, token) = granted?;
                     *manager = Some(fresh);
                     return Ok(token);
                 }

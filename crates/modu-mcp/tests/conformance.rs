@@ -165,16 +165,13 @@ mod client {
             .ok()
             .and_then(|c| serde_json::from_str(&c).ok())
             .unwrap_or_default();
+        let text = |key: &str| context.get(key).and_then(Value::as_str);
         // The client-credentials scenarios hand over a machine client's id and secret.
         if scenario == "auth/client-credentials-basic"
-            && let (Some(id), Some(secret)) = (
-                context.get("client_id").and_then(Value::as_str),
-                context.get("client_secret").and_then(Value::as_str),
-            )
+            && let (Some(id), Some(secret)) = (text("client_id"), text("client_secret"))
         {
             return McpOAuth::client_credentials(id, secret);
         }
-        let text = |key: &str| context.get(key).and_then(Value::as_str);
         if scenario == "auth/cross-app-access-complete-flow"
             && let (Some(id), Some(secret), Some(idp_id), Some(id_token), Some(issuer), Some(token_endpoint)) = (
                 text("client_id"),
@@ -190,18 +187,15 @@ mod client {
         }
         if scenario == "auth/client-credentials-jwt"
             && let (Some(id), Some(pem), Some(algorithm)) = (
-                context.get("client_id").and_then(Value::as_str),
-                context.get("private_key_pem").and_then(Value::as_str),
-                context
-                    .get("signing_algorithm")
-                    .and_then(Value::as_str)
-                    .and_then(McpJwtAlgorithm::from_name),
+                text("client_id"),
+                text("private_key_pem"),
+                text("signing_algorithm").and_then(McpJwtAlgorithm::from_name),
             )
         {
             return McpOAuth::private_key_jwt(id, pem.as_bytes().to_vec(), algorithm);
         }
-        if let Some(id) = context.get("client_id").and_then(Value::as_str) {
-            let secret = context.get("client_secret").and_then(Value::as_str).map(str::to_owned);
+        if let Some(id) = text("client_id") {
+            let secret = text("client_secret").map(str::to_owned);
             oauth = oauth.with_client(id, secret);
         }
         oauth
