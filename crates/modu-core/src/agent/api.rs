@@ -23,7 +23,10 @@ where
     ///
     /// Never panics on bad input: a failure ends up in [`AgentResult::error`].
     pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> AgentResult<O> {
-        run_through_layers(&self.inner, request.into()).await
+        // Boxed once here, so that the caller's future stays small (a run's state machine is
+        // several KB, and every move of an unboxed one copies it: into `join_all`, a
+        // `FuturesUnordered`, a spawned task).
+        Box::pin(run_through_layers(&self.inner, request.into())).await
     }
 
     /// Runs the agent, yielding its events as they happen and the result at the end.

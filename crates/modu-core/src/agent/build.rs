@@ -91,6 +91,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
                 instructions: self.instructions,
                 model: self.model,
                 tools: entries,
+                tool_index: std::sync::OnceLock::new(),
                 tool_providers: self.tool_providers,
                 context_providers: self.context_providers,
                 codec: self.codec,

@@ -60,6 +60,15 @@ impl<C> Instructions<C> {
     }
 }
 
+/// A tool a run may call (the agent's own, or a tool provider's).
+pub(crate) struct VisibleTool<C> {
+    pub(crate) entry: ToolEntry<C>,
+}
+
+/// A run's tools by name, and their names in order (shared: an agent without tool providers
+/// indexes its tools once, in [`AgentInner::tool_index`]).
+pub(crate) type ToolIndex<C> = (Arc<std::collections::HashMap<String, VisibleTool<C>>>, Arc<Vec<String>>);
+
 pub(crate) struct ToolEntry<C> {
     pub(crate) tool: Arc<dyn Tool<C>>,
     pub(crate) validator: Arc<crate::tool::ArgumentValidator>,
@@ -103,6 +112,8 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) instructions: Option<Instructions<C>>,
     pub(crate) model: Arc<dyn ChatModel>,
     pub(crate) tools: Vec<ToolEntry<C>>,
+    /// `tools` indexed by name, built by the first run that has no tool provider's tools.
+    pub(crate) tool_index: std::sync::OnceLock<ToolIndex<C>>,
     pub(crate) tool_providers: Vec<Arc<dyn ToolProvider<C>>>,
     pub(crate) context_providers: Vec<Arc<dyn ContextProvider<C>>>,
     pub(crate) codec: Arc<dyn OutputCodec<Output = O>>,

@@ -84,6 +84,8 @@ pub(crate) struct AttemptLog {
     usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
     calls: AtomicU32,
     max_attempts: u32,
+    /// The run's span: every attempt's `chat` span is its child, on whatever task it runs.
+    span: tracing::Span,
 }
 
 impl AttemptLog {
@@ -94,6 +96,7 @@ impl AttemptLog {
         usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
         calls_so_far: u32,
         max_attempts: u32,
+        span: tracing::Span,
     ) -> Arc<Self> {
         Arc::new(AttemptLog {
             emitter,
@@ -102,6 +105,7 @@ impl AttemptLog {
             usage_by_model,
             calls: AtomicU32::new(calls_so_far),
             max_attempts,
+            span,
         })
     }
 
@@ -276,59 +280,69 @@ where
         let started = std::time::Instant::now();
         let active = log.emitter.active();
         let model = Arc::clone(&self.model);
+        let span = super::spans::chat(&log.span, &model);
         let fut = self.inner.call(request);
-        Box::pin(async move {
-            if active {
-                log.emitter
-                    .emit(AgentEvent::ModelCallStarted {
-                        run_id: log.run_id.to_string(),
-                        model: model.to_string(),
-                        call,
-                        tools,
-                        structured,
-                    })
-                    .await;
-            }
-            let result = fut.await;
-            match &result {
-                Ok(response) => {
-                    log.add_usage(response.model.as_deref().unwrap_or(&model), response.usage);
-                    if active {
-                        log.emitter
-                            .emit(AgentEvent::ModelCallFinished {
-                                run_id: log.run_id.to_string(),
-                                model: model.to_string(),
-                                call,
-                                usage: response.usage,
-                                finish_reason: response.finish_reason.clone(),
-                                tool_calls: response.message.tool_calls.len(),
-                                duration_ms: started.elapsed().as_millis() as u64,
-                                answered_by: response.model.clone(),
-                            })
-                            .await;
+        let in_span = span.clone();
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                if active {
+                    log.emitter
+                        .emit(AgentEvent::ModelCallStarted {
+                            run_id: log.run_id.to_string(),
+                            model: model.to_string(),
+                            call,
+                            tools,
+                            structured,
+                        })
+                        .await;
+                }
+                let result = fut.await;
+                match &result {
+                    Ok(response) => {
+                        if !in_span.is_disabled() {
+                            in_span.record("gen_ai.response.model", response.model.as_deref().unwrap_or(&model));
+                            super::spans::record_usage(&in_span, response.usage);
+                        }
+                        log.add_usage(response.model.as_deref().unwrap_or(&model), response.usage);
+                        if active {
+                            log.emitter
+                                .emit(AgentEvent::ModelCallFinished {
+                                    run_id: log.run_id.to_string(),
+                                    model: model.to_string(),
+                                    call,
+                                    usage: response.usage,
+                                    finish_reason: response.finish_reason.clone(),
+                                    tool_calls: response.message.tool_calls.len(),
+                                    duration_ms: started.elapsed().as_millis() as u64,
+                                    answered_by: response.model.clone(),
+                                })
+                                .await;
+                        }
+                    }
+                    Err(err) => {
+                        super::spans::record_error(&in_span, err.kind());
+                        let failed = Usage {
+                            requests: 1,
+                            ..Usage::default()
+                        };
+                        log.add_usage(&model, failed);
+                        if active {
+                            log.emitter
+                                .emit(AgentEvent::ModelCallFailed {
+                                    run_id: log.run_id.to_string(),
+                                    model: model.to_string(),
+                                    call,
+                                    error_kind: err.kind().to_owned(),
+                                    will_retry: err.is_retryable() && attempt < log.max_attempts,
+                                })
+                                .await;
+                        }
                     }
                 }
-                Err(err) => {
-                    let failed = Usage {
-                        requests: 1,
-                        ..Usage::default()
-                    };
-                    log.add_usage(&model, failed);
-                    if active {
-                        log.emitter
-                            .emit(AgentEvent::ModelCallFailed {
-                                run_id: log.run_id.to_string(),
-                                model: model.to_string(),
-                                call,
-                                error_kind: err.kind().to_owned(),
-                                will_retry: err.is_retryable() && attempt < log.max_attempts,
-                            })
-                            .await;
-                    }
-                }
-            }
-            result
-        })
+                result
+            },
+            span,
+        ))
     }
 }
 

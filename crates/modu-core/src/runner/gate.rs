@@ -306,7 +306,9 @@ where
             state.nested.remove(&call.id);
             state.pending_results.insert(call.id.clone(), message);
             state.usage = env.ctx.usage();
-            state.usage_by_model = env.ctx.usage_by_model();
+            if env.keeps_state() {
+                state.usage_by_model = env.ctx.usage_by_model();
+            }
             Ok(true)
         }
         RawToolRun::NeedsApproval(request) => {
@@ -504,7 +506,11 @@ where
                         })
                         .await;
                 }
-                let effective = crate::canonical::effective_arguments(&tool.entry.tool.spec().parameters, &args);
+                // The arguments as the tool sees them (defaults in, nulls out): only a strict
+                // run's trace keeps them.
+                let effective = self
+                    .traces_arguments()
+                    .then(|| crate::canonical::effective_arguments(&tool.entry.tool.spec().parameters, &args));
                 let answers = gate.inputs.get(&call.id).cloned().unwrap_or_default();
                 let scope = Arc::new(CallScope::new(&call.id, nested_resume, answers));
                 let (outcome, attempts) = self.execute(&scope, tool, args).await?;
@@ -523,7 +529,7 @@ where
                         metadata: spec.metadata,
                     }));
                 }
-                (outcome, attempts, Some(effective), identity)
+                (outcome, attempts, effective, identity)
             }
         };
         let outcome = outcome.and_then(crate::media::check_tool_value);
@@ -577,8 +583,10 @@ where
             extensions: crate::model::Extensions::default(),
         };
         invocation.extensions.deadline = self.deadline;
+        let span = super::spans::tool(&invocation.tool_name, &scope.call_id);
         let call = tower::ServiceExt::oneshot(self.agent.function_service.clone(), invocation);
-        let outcome = with_deadline(self.deadline, self.agent.limits.timeout, call).await?;
+        let outcome =
+            super::spans::tool_call(span, with_deadline(self.deadline, self.agent.limits.timeout, call)).await?;
         // A call a user layer answered without calling the tool counts as one attempt.
         let attempts = scope.attempts.load(std::sync::atomic::Ordering::Relaxed);
         Ok((outcome, attempts.max(1)))

@@ -37,10 +37,17 @@ where
     /// A model request, cancelled with the run; with `check`, the request goes with the input
     /// guardrails (or after them, in blocking mode) and its answer counts only once they all
     /// passed. A tripwire that fires first drops the request.
+    ///
+    /// The guarded request is boxed: its future (two requests and the checks) would otherwise
+    /// make every unguarded request's future, and every future around it, twice as large.
     pub(super) async fn ask_checked(&mut self, ask: Ask, check: Option<InputCheck>) -> Result<Answer, AgentError> {
-        let Some(check) = check else {
-            return self.ask_cancellable(ask).await;
-        };
+        match check {
+            None => self.ask_cancellable(ask).await,
+            Some(check) => Box::pin(self.ask_guarded(ask, check)).await,
+        }
+    }
+
+    async fn ask_guarded(&mut self, ask: Ask, check: InputCheck) -> Result<Answer, AgentError> {
         if self.env.agent.guardrails.mode == GuardrailMode::Blocking {
             let checks = check.await;
             self.env.settle(&checks, None).await?;

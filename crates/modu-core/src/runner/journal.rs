@@ -19,6 +19,9 @@ where
     O: Send + 'static,
 {
     pub(super) async fn checkpoint(&mut self) -> Result<(), AgentError> {
+        if !self.env.keeps_state() {
+            return Ok(());
+        }
         self.state.usage = self.env.ctx.usage();
         self.state.usage_by_model = self.env.ctx.usage_by_model();
         save_checkpoint(&self.env, &self.state).await
@@ -64,14 +67,14 @@ where
             && !already_stored
             && let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id())
         {
-            let appended = match with_deadline(env.deadline, agent.limits.timeout, async {
+            let append = async {
                 match &env.fence {
                     Some(fence) => store.append_fenced(session, &self.state.messages, fence).await,
                     None => store.append(session, &self.state.messages).await,
                 }
-            })
-            .await
-            {
+            };
+            let append = tracing::Instrument::instrument(append, super::spans::store("conversation.append"));
+            let appended = match with_deadline(env.deadline, agent.limits.timeout, append).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => {
                     self.store_failed("conversation.append", &e.to_string()).await;
@@ -132,6 +135,7 @@ where
                         None => store.delete(&run_id).await,
                     }
                 };
+                let delete = tracing::Instrument::instrument(delete, super::spans::store("checkpoint.delete"));
                 match with_deadline(env.deadline, agent.limits.timeout, delete).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => self.store_failed("checkpoint.delete", &e.to_string()).await,
@@ -294,6 +298,7 @@ pub(super) async fn save_checkpoint_as<C, O>(
             None => store.save(env.ctx.run_id(), &meta, &bytes).await,
         }
     };
+    let save = tracing::Instrument::instrument(save, super::spans::store("checkpoint.save"));
     match with_deadline(env.deadline, env.agent.limits.timeout, save).await? {
         Ok(()) => {
             if env.emitter.active() {

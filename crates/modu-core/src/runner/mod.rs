@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::agent::{AgentInner, AgentResult, ToolEntry};
+use crate::agent::{AgentInner, AgentResult, VisibleTool};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
@@ -45,6 +45,7 @@ mod guard;
 mod journal;
 mod lease;
 pub(crate) mod policy;
+mod spans;
 mod standard;
 pub(crate) mod start;
 pub(crate) mod state;
@@ -60,10 +61,6 @@ use policy::{DeltaRoute, Fed, Format, Limits, Next, Out, Policy, View};
 use standard::Standard;
 use state::RunState;
 
-struct VisibleTool<C> {
-    entry: ToolEntry<C>,
-}
-
 /// Everything a run reads but does not change.
 struct Env<C, O> {
     agent: Arc<AgentInner<C, O>>,
@@ -74,8 +71,8 @@ struct Env<C, O> {
     attempts: Arc<chat::AttemptLog>,
     /// Cancels the run at its next boundary (`AgentRequest::cancel_token`).
     cancel: Option<tokio_util::sync::CancellationToken>,
-    tools: HashMap<String, VisibleTool<C>>,
-    tool_order: Vec<String>,
+    tools: Arc<HashMap<String, VisibleTool<C>>>,
+    tool_order: Arc<Vec<String>>,
     emitter: Emitter,
     deadline: Option<Instant>,
     started: Instant,
@@ -87,6 +84,19 @@ struct Env<C, O> {
     nested_pause: Option<crate::agent::PauseSlot>,
     /// The session lease's fence its store writes carry, when the agent uses leases.
     fence: Option<crate::lease::Fence>,
+}
+
+impl<C, O> Env<C, O> {
+    /// Whether the run's state outlives it (a checkpoint store, or a parent that keeps a nested
+    /// run's state): only then does the state carry a copy of the per-model usage.
+    fn keeps_state(&self) -> bool {
+        self.agent.checkpoints.is_some() || self.nested_pause.is_some()
+    }
+
+    /// Whether the policy keeps each call's effective arguments (the strict tool trace).
+    fn traces_arguments(&self) -> bool {
+        matches!(self.agent.policy, DecisionPolicy::PlanAndExecute(_))
+    }
 }
 
 struct Run<C, O> {
@@ -138,9 +148,9 @@ where
             self.checkpoint().await?;
         }
         match &self.env.agent.policy {
+            // Boxed: the strict driver's future would otherwise size every standard run's.
             DecisionPolicy::PlanAndExecute(policy) => {
-                self.drive_policy(Strict::new(PlanAndExecutePolicy::clone(policy)))
-                    .await
+                Box::pin(self.drive_policy(Strict::new(PlanAndExecutePolicy::clone(policy)))).await
             }
             _ => {
                 let finalization = self.env.agent.finalization;
@@ -267,7 +277,8 @@ where
         let (Some(store), Some(session)) = (&self.env.agent.conversations, self.env.ctx.session_id()) else {
             return Ok(());
         };
-        match with_deadline(self.env.deadline, self.env.agent.limits.timeout, store.load(session)).await? {
+        let load = tracing::Instrument::instrument(store.load(session), spans::store("conversation.load"));
+        match with_deadline(self.env.deadline, self.env.agent.limits.timeout, load).await? {
             Ok(history) => {
                 if !self.resumed {
                     self.state.history_len = Some(history.len());

@@ -1,7 +1,6 @@
 //! How a run starts: fresh or resumed, both through the agent stack (built once with the
 //! agent), both into [`execute_from`], which sets up the [`Run`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -78,6 +77,24 @@ where
         sink: inner.sink.clone(),
         stream: request.stream.take(),
     };
+    match (&inner.leases, request.session_id.as_deref()) {
+        // Boxed: the leased path's future (the lease, a checkpoint reload, the run) would
+        // otherwise size every run's.
+        (Some(_), Some(_)) => Box::pin(run_leased(inner, request, emitter)).await,
+        _ => start(inner, request, emitter, None).await,
+    }
+}
+
+/// [`run_raw`] under the session's lease.
+async fn run_leased<C, O>(
+    inner: Arc<AgentInner<C, O>>,
+    mut request: AgentRequest<C>,
+    emitter: Emitter,
+) -> AgentResult<O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
     let held = match (&inner.leases, request.session_id.as_deref()) {
         (Some(leases), Some(session)) => {
             let run_id = request
@@ -175,8 +192,9 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    match request.resume.take() {
-        None => execute_from(inner, Start::Fresh(Box::new(request)), emitter, Instant::now(), fence).await,
+    // One `execute_from` future, whichever way the run starts.
+    let (start, started) = match request.resume.take() {
+        None => (Start::Fresh(Box::new(request)), Instant::now()),
         Some(resume) => {
             let Resume {
                 mut checkpoint,
@@ -193,9 +211,10 @@ where
                 cancel: request.cancel,
                 nested,
             };
-            execute_from(inner, start, emitter, started, fence).await
+            (start, started)
         }
-    }
+    };
+    execute_from(inner, start, emitter, started, fence).await
 }
 
 /// The request that resumes `checkpoint`: its run id, session, user and metadata, no input.
@@ -318,6 +337,7 @@ where
     };
     let fingerprint = agent.fingerprint.clone();
     let run_id = ctx.shared_run_id();
+    let span = super::spans::run(&agent.name, &run_id, ctx.session_id(), resumed);
     let attempts = chat::AttemptLog::new(
         emitter.clone(),
         Arc::clone(&run_id),
@@ -325,6 +345,7 @@ where
         ctx.usage_by_model_handle(),
         state.model_calls,
         agent.retry.max_attempts,
+        span.clone(),
     );
     let run = Run {
         env: Env {
@@ -332,8 +353,8 @@ where
             ctx,
             run_id,
             attempts,
-            tools: HashMap::new(),
-            tool_order: Vec::new(),
+            tools: Arc::default(),
+            tool_order: Arc::default(),
             emitter,
             deadline,
             cancel,
@@ -351,7 +372,20 @@ where
         resumed,
         summary: Default::default(),
     };
-    run.execute().await
+    let result = tracing::Instrument::instrument(run.execute(), span.clone()).await;
+    if !span.is_disabled() {
+        super::spans::record_usage(&span, result.usage);
+        if let Some(kind) = result.error.as_ref().and_then(error_type) {
+            super::spans::record_error(&span, &kind);
+        }
+    }
+    result
+}
+
+/// An [`AgentError`]'s `type` tag, as its JSON carries it (`"max_turns_exceeded"`, …).
+fn error_type(error: &AgentError) -> Option<String> {
+    let json = serde_json::to_value(error).ok()?;
+    json.get("type")?.as_str().map(str::to_owned)
 }
 
 /// Where a run's tool calls report to: its emitter, when anyone listens (else nothing is

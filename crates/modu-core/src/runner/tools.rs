@@ -3,9 +3,12 @@
 //! ([`Run::refresh_tools`]), so a tool a server adds during the run is offered from the next
 //! request on and one it removes is refused.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::chat::with_deadline;
 use super::{Run, VisibleTool, find_agent};
-use crate::agent::compile_tool;
+use crate::agent::{ToolEntry, compile_tool};
 use crate::error::AgentError;
 
 impl<C, O> Run<C, O>
@@ -53,26 +56,43 @@ where
     /// The run's tools by name, in order: the agent's own, then each session's. A name offered
     /// twice is a configuration error.
     fn index_tools(&mut self) -> Result<(), AgentError> {
-        self.env.tools.clear();
-        self.env.tool_order.clear();
-        for entry in &self.env.agent.tools {
-            let name = entry.tool.spec().name.clone();
-            self.env.tool_order.push(name.clone());
-            self.env.tools.insert(name, VisibleTool { entry: entry.clone() });
+        if self.sessions.is_empty() {
+            // Only the agent's own tools: its index, built once per agent.
+            let (tools, order) = self.env.agent.tool_index.get_or_init(|| {
+                let (mut tools, mut order) = (HashMap::new(), Vec::new());
+                index_own(&self.env.agent.tools, &mut tools, &mut order);
+                (Arc::new(tools), Arc::new(order))
+            });
+            self.env.tools = Arc::clone(tools);
+            self.env.tool_order = Arc::clone(order);
+            return Ok(());
         }
+        let (mut tools, mut order) = (HashMap::new(), Vec::new());
+        index_own(&self.env.agent.tools, &mut tools, &mut order);
         for (provider, session) in &self.sessions {
             for tool in session.tools() {
                 let name = tool.spec().name.clone();
-                if self.env.tools.contains_key(&name) {
+                if tools.contains_key(&name) {
                     return Err(AgentError::Configuration {
                         message: format!("tool provider {provider} offers tool {name:?}, which already exists"),
                     });
                 }
                 let entry = compile_tool(tool)?;
-                self.env.tool_order.push(name.clone());
-                self.env.tools.insert(name, VisibleTool { entry });
+                order.push(name.clone());
+                tools.insert(name, VisibleTool { entry });
             }
         }
+        self.env.tools = Arc::new(tools);
+        self.env.tool_order = Arc::new(order);
         Ok(())
+    }
+}
+
+/// Indexes the agent's own tools, in order.
+fn index_own<C>(entries: &[ToolEntry<C>], tools: &mut HashMap<String, VisibleTool<C>>, order: &mut Vec<String>) {
+    for entry in entries {
+        let name = entry.tool.spec().name.clone();
+        order.push(name.clone());
+        tools.insert(name, VisibleTool { entry: entry.clone() });
     }
 }
