@@ -1,9 +1,12 @@
 //! Project automation, in Rust rather than shell scripts.
 //!
-//! - `cargo xtask ci` — everything CI checks: format, clippy, the core's dependency rule, the
+//! - `cargo xtask ci` — everything CI checks: format, tidy, clippy, the core's dependency rule, the
 //!   facade's feature matrix, the provider crates without TLS, the tests (with real services
 //!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
 //!   the examples with their output checked, cargo-deny (required under `CI=true`).
+//! - `cargo xtask tidy` — the repository's rules (xtask/src/tidy/): file budgets, the internal
+//!   crate dependency table, docs/architecture.md's module table, no seed references in rustdoc,
+//!   modu-core's import rules.
 //! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
 //!   `fuzz-smoke`, `deny`), with the services the environment names (`REDIS_URL`, …).
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
@@ -13,6 +16,8 @@
 //!   benches: `--quick`, `--reps N`, `--runs-scale F`, `--enforce`; server: `--quick`, `--runs N`,
 //!   `--concurrency N`, `--latency-ms N`).
 #![allow(clippy::print_stdout)]
+
+mod tidy;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -49,6 +54,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(&args[1..]),
+        Some("tidy") => tidy::run(&root()),
         Some("services") => services_foreground(),
         Some("bench") => bench(&args[1..]),
         Some("test") => test_with_services(&args[1..]),
@@ -60,6 +66,7 @@ fn main() -> ExitCode {
                  commands:\n  \
                  ci [--skip-services]   fmt, clippy, dependency rule, feature matrix, no-TLS builds, tests,\n  \
                  \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
+                 tidy                   the repository's rules: file budgets, crate dependency table, doc tables, rustdoc, imports\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
                  bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)"
@@ -118,6 +125,7 @@ fn ci(args: &[String]) -> Result<()> {
     let skip_services = args.iter().any(|a| a == "--skip-services");
     let started = Instant::now();
     run("fmt", Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
+    tidy::run(&root())?;
     run(
         "clippy",
         Command::new(cargo()).args([
