@@ -3,12 +3,13 @@
 //! - `cargo xtask ci` — everything CI checks: format, tidy, clippy, the core's dependency rule, the
 //!   facade's feature matrix, the provider crates without TLS, the tests (with real services
 //!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
-//!   the examples with their output checked, cargo-deny (required under `CI=true`).
+//!   `cargo package` of every publishable crate, the examples with their output checked,
+//!   cargo-deny (required under `CI=true`).
 //! - `cargo xtask tidy` — the repository's rules (xtask/src/tidy/): file budgets, the internal
 //!   crate dependency table, docs/architecture.md's module table, no seed references in rustdoc,
 //!   modu-core's import rules.
 //! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
-//!   `fuzz-smoke`, `deny`), with the services the environment names (`REDIS_URL`, …).
+//!   `fuzz-smoke`, `deny`, `package`), with the services the environment names (`REDIS_URL`, …).
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
 //!   tests use (Redis, PostgreSQL, a llama.cpp server with a small model, MCP peers), writes
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
@@ -170,6 +171,7 @@ fn ci(args: &[String]) -> Result<()> {
             .args(["doc", "--workspace", "--all-features", "--no-deps", "--locked"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    package()?;
     examples()?;
     deny()?;
     println!("\nci: all green in {:.0}s", started.elapsed().as_secs_f64());
@@ -191,10 +193,23 @@ fn step(args: &[String]) -> Result<()> {
         Some("bench-smoke") => bench_smoke(None),
         Some("fuzz-smoke") => fuzz_smoke(),
         Some("deny") => deny(),
+        Some("package") => package(),
         other => Err(format!(
-            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny"
+            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny, package"
         )),
     }
+}
+
+/// Every publishable crate packages cleanly (`cargo package --no-verify`: the manifests, readme
+/// and file lists are well-formed and every internal dependency resolves among the packages
+/// themselves; verifying would build each package from scratch, many minutes on two cores).
+fn package() -> Result<()> {
+    let mut cmd = Command::new(cargo());
+    cmd.args(["package", "--no-verify", "--allow-dirty"]);
+    for name in tidy::publishable_packages(&root())? {
+        cmd.args(["-p", &name]);
+    }
+    run("package", &mut cmd)
 }
 
 /// The provider crates build without TLS (plain HTTP only; `default-features = false`).

@@ -114,6 +114,16 @@ pub fn manifest_dirs(root_manifest: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// Whether a manifest's package may be published (no `publish = false` or `publish = []`).
+pub fn publishable(manifest: &str) -> Result<bool, String> {
+    let doc = manifest.parse::<toml::Table>().map_err(|e| e.to_string())?;
+    Ok(match doc.get("package").and_then(|p| p.get("publish")) {
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(toml::Value::Array(a)) => !a.is_empty(),
+        _ => true,
+    })
+}
+
 /// (package name, normal internal deps, dev internal deps) of one manifest.
 pub fn internal_deps(manifest: &str) -> Result<(String, BTreeSet<String>, BTreeSet<String>), String> {
     let doc = manifest.parse::<toml::Table>().map_err(|e| e.to_string())?;
@@ -149,8 +159,24 @@ pub fn internal_deps(manifest: &str) -> Result<(String, BTreeSet<String>, BTreeS
 /// `manifests`: (path, text) of every workspace member's Cargo.toml.
 pub fn check(manifests: &[(String, String)], table: &[Row]) -> Result<Vec<Violation>, String> {
     let mut out = Vec::new();
+    let mut unpublished = BTreeSet::new();
+    for (path, text) in manifests {
+        if !publishable(text).map_err(|e| format!("{path}: {e}"))? {
+            unpublished.insert(internal_deps(text).map_err(|e| format!("{path}: {e}"))?.0);
+        }
+    }
     for (path, text) in manifests {
         let (name, normal, dev) = internal_deps(text).map_err(|e| format!("{path}: {e}"))?;
+        if !unpublished.contains(&name) {
+            for dep in normal.iter().filter(|d| unpublished.contains(*d)) {
+                out.push(Violation::new(
+                    "deps",
+                    path.clone(),
+                    line_of(text, dep),
+                    format!("{name} is published but depends on {dep}, which is `publish = false`"),
+                ));
+            }
+        }
         let Some((_, allowed_normal, allowed_dev)) = table.iter().find(|(n, _, _)| *n == name) else {
             out.push(Violation::new(
                 "deps",
@@ -222,6 +248,22 @@ mod tests {
         assert!(found[0].message.contains("dev-dependency on modu-otel"), "{found:?}");
         // A crate the table does not know.
         assert_eq!(check(&manifest(""), &[]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_published_crate_on_an_unpublished_one_is_found() {
+        let toy: &[Row] = &[("modu-a", &["modu-core"], &["modu-testing"]), ("modu-core", &[], &[])];
+        let mut manifests = manifest("");
+        manifests.push((
+            "crates/modu-core/Cargo.toml".to_owned(),
+            "[package]\nname = \"modu-core\"\npublish = false\n".to_owned(),
+        ));
+        let found = check(&manifests, toy).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].message.contains("publish = false"), "{found:?}");
+        manifests[1].1 = "[package]\nname = \"modu-core\"\n".to_owned();
+        assert!(check(&manifests, toy).unwrap().is_empty());
+        assert!(!publishable("[package]\npublish = []\n").unwrap());
     }
 
     #[test]

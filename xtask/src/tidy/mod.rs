@@ -8,7 +8,7 @@
 //! - `task-local`, `import-circle`, `layers`: modu-core's import rules (`imports.rs`)
 
 mod budget;
-mod deps;
+pub mod deps;
 mod docs;
 mod imports;
 
@@ -122,6 +122,19 @@ pub fn check(root: &Path) -> Result<Vec<Violation>, String> {
     }
     out.extend(imports::check(src, &files));
 
+    Ok(out)
+}
+
+/// The workspace's publishable packages (no `publish = false`), by name.
+pub fn publishable_packages(root: &Path) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for dir in deps::manifest_dirs(&read(root, "Cargo.toml")?)? {
+        let rel = format!("{dir}/Cargo.toml");
+        let text = read(root, &rel)?;
+        if deps::publishable(&text).map_err(|e| format!("{rel}: {e}"))? {
+            out.push(deps::internal_deps(&text).map_err(|e| format!("{rel}: {e}"))?.0);
+        }
+    }
     Ok(out)
 }
 
