@@ -3,11 +3,13 @@
 //! - `cargo xtask ci` — everything CI checks: format, tidy, clippy, the core's dependency rule, the
 //!   facade's feature matrix, the provider crates without TLS, the tests (with real services
 //!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
+//!   the public API of modu-core and modu against `xtask/api/*.txt` (nightly rustdoc JSON),
 //!   `cargo package` of every publishable crate, the examples with their output checked,
 //!   cargo-deny (required under `CI=true`).
 //! - `cargo xtask tidy` — the repository's rules (xtask/src/tidy/): file budgets, the internal
 //!   crate dependency table, docs/architecture.md's module table, no seed references in rustdoc,
 //!   modu-core's import rules.
+//! - `cargo xtask api [--bless]` — the public-API snapshot check alone; `--bless` rewrites it.
 //! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
 //!   `fuzz-smoke`, `deny`, `package`), with the services the environment names (`REDIS_URL`, …).
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
@@ -18,6 +20,7 @@
 //!   `--concurrency N`, `--latency-ms N`).
 #![allow(clippy::print_stdout)]
 
+mod api;
 mod tidy;
 
 use std::collections::BTreeMap;
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(&args[1..]),
         Some("tidy") => tidy::run(&root()),
+        Some("api") => api::run(&root(), args.iter().any(|a| a == "--bless")),
         Some("services") => services_foreground(),
         Some("bench") => bench(&args[1..]),
         Some("test") => test_with_services(&args[1..]),
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
                  ci [--skip-services]   fmt, clippy, dependency rule, feature matrix, no-TLS builds, tests,\n  \
                  \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
                  tidy                   the repository's rules: file budgets, crate dependency table, doc tables, rustdoc, imports\n  \
+                 api [--bless]          the public API of modu-core and modu (nightly rustdoc JSON) against xtask/api/*.txt\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
                  bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)"
@@ -171,6 +176,8 @@ fn ci(args: &[String]) -> Result<()> {
             .args(["doc", "--workspace", "--all-features", "--no-deps", "--locked"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    println!("\n==> api: the public API against xtask/api/");
+    api::run(&root(), false)?;
     package()?;
     examples()?;
     deny()?;
