@@ -1,13 +1,14 @@
 //! Rule `deps`: which internal `modu*` crates each workspace crate may depend on, normal
 //! (`[dependencies]`, `[build-dependencies]`, target-specific ones included) and dev
-//! (`[dev-dependencies]`) separately. docs/architecture.md ("Crate graph") mirrors [`TABLE`].
+//! (`[dev-dependencies]`) separately. docs/architecture.md ("Crate graph") mirrors [`TABLE`],
+//! checked by [`check_doc`].
 //!
 //! Documented rule: no backend crate ([`BACKENDS`]) has a normal dependency on another; the
 //! facade and the CLI are the crates that see several. [`BACKEND_EXCEPTIONS`] lists the edges
 //! that break it today (named, so they cannot grow silently). modu-core's external dependency
 //! rule (no reqwest, redis, …) is `check_core_dependencies` in main.rs, over `cargo tree`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Violation;
 
@@ -213,6 +214,87 @@ pub fn backend_edges(table: &[Row], exceptions: &[(&str, &str)]) -> Vec<(String,
     out
 }
 
+/// The crate names (`modu…`, `xtask`) a table cell names.
+fn names(cell: &str, backticked: bool) -> BTreeSet<String> {
+    let words: Vec<&str> = if backticked {
+        cell.split('`').skip(1).step_by(2).collect()
+    } else {
+        cell.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).collect()
+    };
+    words
+        .into_iter()
+        .filter(|w| *w == "modu" || w.starts_with("modu-") || *w == "xtask")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// docs/architecture.md's dependency table (the one headed `| crate | normal dependencies |`):
+/// crate → (normal, dev, line).
+pub fn doc_table(doc: &str) -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>, usize)> {
+    let mut out = BTreeMap::new();
+    let mut inside = false;
+    for (i, line) in doc.lines().enumerate() {
+        if line.starts_with("| crate | normal dependencies |") {
+            inside = true;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').collect();
+        if cells.len() < 4 || cells[1].trim_start().starts_with('-') {
+            continue;
+        }
+        for name in names(cells[1], true) {
+            out.insert(name, (names(cells[2], false), names(cells[3], false), i + 1));
+        }
+    }
+    out
+}
+
+/// The doc's table names the same crates and dependencies as `table`.
+pub fn check_doc(doc_path: &str, doc: &str, table: &[Row]) -> Vec<Violation> {
+    let documented = doc_table(doc);
+    let mut out = Vec::new();
+    let set = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
+    for (name, normal, dev) in table {
+        match documented.get(*name) {
+            None => out.push(Violation::new(
+                "deps",
+                doc_path,
+                0,
+                format!("{name} is missing from the dependency table (it mirrors xtask/src/tidy/deps.rs)"),
+            )),
+            Some((n, d, line)) => {
+                if *n != set(normal) || *d != set(dev) {
+                    out.push(Violation::new(
+                        "deps",
+                        doc_path,
+                        *line,
+                        format!(
+                            "{name}: the doc says {n:?} / dev {d:?}, xtask/src/tidy/deps.rs says {normal:?} / dev {dev:?}"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (name, (_, _, line)) in &documented {
+        if !table.iter().any(|(n, _, _)| n == name) {
+            out.push(Violation::new(
+                "deps",
+                doc_path,
+                *line,
+                format!("{name} is not in xtask/src/tidy/deps.rs"),
+            ));
+        }
+    }
+    out
+}
+
 fn line_of(text: &str, dep: &str) -> usize {
     text.lines()
         .position(|l| l.trim_start().starts_with(dep) && l.contains('='))
@@ -279,6 +361,40 @@ mod tests {
             backend_edges(planted, &[]),
             [("modu-openai".to_owned(), "modu-redis".to_owned())]
         );
+    }
+
+    const DOC: &str = "x\n\n| crate | normal dependencies | dev-dependencies |\n|---|---|---|\n| `modu-a`, `modu-b` (x) | modu-core; optional (feature `mcp`): modu-mcp | modu-testing |\n| `modu-core` | — | — |\n\nafter\n";
+
+    #[test]
+    fn the_doc_table_mirrors_the_table() {
+        let table: &[Row] = &[
+            ("modu-a", &["modu-core", "modu-mcp"], &["modu-testing"]),
+            ("modu-b", &["modu-core", "modu-mcp"], &["modu-testing"]),
+            ("modu-core", &[], &[]),
+        ];
+        assert!(
+            check_doc("arch.md", DOC, table).is_empty(),
+            "{:?}",
+            check_doc("arch.md", DOC, table)
+        );
+    }
+
+    #[test]
+    fn a_drifted_doc_table_is_found() {
+        let table: &[Row] = &[
+            ("modu-a", &["modu-core"], &["modu-testing"]),
+            ("modu-b", &["modu-core", "modu-mcp"], &["modu-testing"]),
+            ("modu-x", &[], &[]),
+        ];
+        let found = check_doc("arch.md", DOC, table);
+        let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(found.len(), 3, "{text:#?}");
+        assert!(
+            text[0].contains("arch.md:5:") && text[0].contains("modu-a"),
+            "{text:#?}"
+        );
+        assert!(text[1].contains("modu-x is missing"), "{text:#?}");
+        assert!(text[2].contains("modu-core is not in"), "{text:#?}");
     }
 
     #[test]

@@ -92,6 +92,8 @@ pub fn check(root: &Path) -> Result<Vec<Violation>, String> {
         manifests.push((rel.clone(), read(root, &rel)?));
     }
     out.extend(deps::check(&manifests, deps::TABLE)?);
+    let arch = "docs/architecture.md";
+    out.extend(deps::check_doc(arch, &read(root, arch)?, deps::TABLE));
     for (from, to) in deps::backend_edges(deps::TABLE, deps::BACKEND_EXCEPTIONS) {
         out.push(Violation::new(
             "deps",
@@ -102,7 +104,6 @@ pub fn check(root: &Path) -> Result<Vec<Violation>, String> {
     }
 
     // modules
-    let arch = "docs/architecture.md";
     let lib = "crates/modu-core/src/lib.rs";
     out.extend(docs::module_table(arch, &read(root, arch)?, lib, &read(root, lib)?));
 
