@@ -1,11 +1,17 @@
 //! Project automation, in Rust rather than shell scripts.
 //!
-//! - `cargo xtask ci` — everything CI checks: format, clippy, the core's dependency rule, the
+//! - `cargo xtask ci` — everything CI checks: format, tidy, clippy, the core's dependency rule, the
 //!   facade's feature matrix, the provider crates without TLS, the tests (with real services
 //!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
-//!   the examples with their output checked, cargo-deny (required under `CI=true`).
+//!   the public API of modu-core and modu against `xtask/api/*.txt` (nightly rustdoc JSON),
+//!   `cargo package` of every publishable crate, the examples with their output checked,
+//!   cargo-deny (required under `CI=true`).
+//! - `cargo xtask tidy` — the repository's rules (xtask/src/tidy/): file budgets, the internal
+//!   crate dependency table, docs/architecture.md's module table, no seed references in rustdoc,
+//!   modu-core's import rules.
+//! - `cargo xtask api [--bless]` — the public-API snapshot check alone; `--bless` rewrites it.
 //! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
-//!   `fuzz-smoke`, `deny`), with the services the environment names (`REDIS_URL`, …).
+//!   `fuzz-smoke`, `deny`, `package`), with the services the environment names (`REDIS_URL`, …).
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
 //!   tests use (Redis, PostgreSQL, a llama.cpp server with a small model, MCP peers), writes
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
@@ -13,6 +19,9 @@
 //!   benches: `--quick`, `--reps N`, `--runs-scale F`, `--enforce`; server: `--quick`, `--runs N`,
 //!   `--concurrency N`, `--latency-ms N`).
 #![allow(clippy::print_stdout)]
+
+mod api;
+mod tidy;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -49,6 +58,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(&args[1..]),
+        Some("tidy") => tidy::run(&root()),
+        Some("api") => api::run(&root(), args.iter().any(|a| a == "--bless")),
         Some("services") => services_foreground(),
         Some("bench") => bench(&args[1..]),
         Some("test") => test_with_services(&args[1..]),
@@ -60,6 +71,8 @@ fn main() -> ExitCode {
                  commands:\n  \
                  ci [--skip-services]   fmt, clippy, dependency rule, feature matrix, no-TLS builds, tests,\n  \
                  \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
+                 tidy                   the repository's rules: file budgets, crate dependency table, doc tables, rustdoc, imports\n  \
+                 api [--bless]          the public API of modu-core and modu (nightly rustdoc JSON) against xtask/api/*.txt\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
                  bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)"
@@ -118,6 +131,7 @@ fn ci(args: &[String]) -> Result<()> {
     let skip_services = args.iter().any(|a| a == "--skip-services");
     let started = Instant::now();
     run("fmt", Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
+    tidy::run(&root())?;
     run(
         "clippy",
         Command::new(cargo()).args([
@@ -162,6 +176,9 @@ fn ci(args: &[String]) -> Result<()> {
             .args(["doc", "--workspace", "--all-features", "--no-deps", "--locked"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    println!("\n==> api: the public API against xtask/api/");
+    api::run(&root(), false)?;
+    package()?;
     examples()?;
     deny()?;
     println!("\nci: all green in {:.0}s", started.elapsed().as_secs_f64());
@@ -183,10 +200,23 @@ fn step(args: &[String]) -> Result<()> {
         Some("bench-smoke") => bench_smoke(None),
         Some("fuzz-smoke") => fuzz_smoke(),
         Some("deny") => deny(),
+        Some("package") => package(),
         other => Err(format!(
-            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny"
+            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny, package"
         )),
     }
+}
+
+/// Every publishable crate packages cleanly (`cargo package --no-verify`: the manifests, readme
+/// and file lists are well-formed and every internal dependency resolves among the packages
+/// themselves; verifying would build each package from scratch, many minutes on two cores).
+fn package() -> Result<()> {
+    let mut cmd = Command::new(cargo());
+    cmd.args(["package", "--no-verify", "--allow-dirty"]);
+    for name in tidy::publishable_packages(&root())? {
+        cmd.args(["-p", &name]);
+    }
+    run("package", &mut cmd)
 }
 
 /// The provider crates build without TLS (plain HTTP only; `default-features = false`).

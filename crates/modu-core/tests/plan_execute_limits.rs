@@ -1,4 +1,4 @@
-//! Strict Plan-and-Execute against seed 002's limits: a size-limited trace, one deadline for
+//! Strict Plan-and-Execute within its limits: a size-limited trace, one deadline for
 //! every store operation, and a public stream that shows the answer that is returned.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

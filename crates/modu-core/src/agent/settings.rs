@@ -169,7 +169,7 @@ impl RunLimits {
     }
 }
 
-/// When the final answer gets a request of its own, without tools (seed 002).
+/// When the final answer gets a request of its own, without tools.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinalizationMode {

@@ -1,4 +1,4 @@
-//! Plan-and-Execute: the strict decision policy (seed 002, "Plan-and-Execute" and "Tool 실패 복구").
+//! Plan-and-Execute: the strict decision policy, with recovery from failed tool calls.
 //!
 //! A strict run is an explicit state machine over a serialisable state:
 //!
