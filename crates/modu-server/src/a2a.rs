@@ -179,7 +179,8 @@ pub(crate) async fn rpc(
             code::PUSH_NOT_SUPPORTED,
             "push notifications are not supported",
         )),
-        "ListTasks" | "GetExtendedAgentCard" => Err(RpcError::new(
+        "ListTasks" => crate::a2a_tasks::list_tasks(&state.tasks, &name, &principal, params),
+        "GetExtendedAgentCard" => Err(RpcError::new(
             code::UNSUPPORTED_OPERATION,
             format!("{method} is not supported"),
         )),
@@ -246,6 +247,7 @@ async fn prepare(
         status_message: None,
         artifacts: Vec::new(),
         history: vec![user_message(&task_id, &context_id, &message)],
+        changed: 0,
     };
     state.tasks.insert(&task_id, record);
     let start = RunInput {

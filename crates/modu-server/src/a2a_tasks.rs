@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -24,6 +25,9 @@ pub(crate) struct TaskRecord {
     pub status_message: Option<Value>,
     pub artifacts: Vec<Value>,
     pub history: Vec<Value>,
+    /// When it last changed, as a sequence number of the server's task changes (set by
+    /// [`Tasks`]): `ListTasks` lists the most recently changed first.
+    pub changed: u64,
 }
 
 /// The tasks of a server.
@@ -36,6 +40,15 @@ pub(crate) struct Tasks {
 struct TaskMap {
     map: HashMap<String, TaskRecord>,
     order: VecDeque<String>,
+    /// The last change's sequence number.
+    clock: u64,
+}
+
+impl TaskMap {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
 }
 
 impl Tasks {
@@ -54,6 +67,8 @@ impl Tasks {
                 tasks.map.remove(&oldest);
             }
             tasks.order.push_back(id.to_owned());
+            let mut record = record;
+            record.changed = tasks.tick();
             tasks.map.insert(id.to_owned(), record);
         });
     }
@@ -72,20 +87,26 @@ impl Tasks {
 
     pub(crate) fn update(&self, id: &str, f: impl FnOnce(&mut TaskRecord)) {
         self.with(|tasks| {
+            let now = tasks.tick();
             if let Some(task) = tasks.map.get_mut(id) {
                 f(task);
+                task.changed = now;
             }
         });
     }
 
     /// Moves a task from `from` to `to`; false when it is not in `from`.
     pub(crate) fn transition(&self, id: &str, from: TaskState, to: TaskState) -> bool {
-        self.with(|tasks| match tasks.map.get_mut(id) {
-            Some(task) if task.state == from => {
-                task.state = to;
-                true
+        self.with(|tasks| {
+            let now = tasks.tick();
+            match tasks.map.get_mut(id) {
+                Some(task) if task.state == from => {
+                    task.state = to;
+                    task.changed = now;
+                    true
+                }
+                _ => false,
             }
-            _ => false,
         })
     }
 
@@ -109,6 +130,100 @@ impl Tasks {
         });
         result
     }
+}
+
+/// `ListTasksRequest` (the fields the server reads).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListParams {
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    page_size: Option<i64>,
+    #[serde(default)]
+    page_token: Option<String>,
+    #[serde(default)]
+    history_length: Option<usize>,
+    #[serde(default)]
+    status_timestamp_after: Option<Value>,
+    #[serde(default)]
+    include_artifacts: Option<bool>,
+}
+
+/// How many tasks a `ListTasks` page holds when the request names no size.
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 50;
+/// The largest `ListTasks` page.
+pub(crate) const MAX_PAGE_SIZE: usize = 100;
+
+/// `ListTasks`: the caller's tasks of this agent, most recently changed first, filtered by
+/// context and state, a page at a time (the page token is the offset of the next page).
+/// Artifacts are left out unless `includeArtifacts`. `statusTimestampAfter` is refused: the
+/// server keeps no status times.
+pub(crate) fn list_tasks(tasks: &Tasks, agent: &str, principal: &Principal, params: Value) -> Result<Value, RpcError> {
+    let params: ListParams = serde_json::from_value(if params.is_null() { json!({}) } else { params })
+        .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    if params.status_timestamp_after.is_some() {
+        return Err(RpcError::invalid_params(
+            "statusTimestampAfter is not supported: the server keeps no status times",
+        ));
+    }
+    let status = match params.status.as_deref() {
+        None | Some("") | Some("TASK_STATE_UNSPECIFIED") => None,
+        Some(wire) => Some(
+            TaskState::from_wire(wire)
+                .ok_or_else(|| RpcError::invalid_params(format!("unknown task state {wire:?}")))?,
+        ),
+    };
+    let page_size = match params.page_size {
+        None | Some(0) => DEFAULT_PAGE_SIZE,
+        Some(n) if (1..=MAX_PAGE_SIZE as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(RpcError::invalid_params(format!(
+                "pageSize must be between 1 and {MAX_PAGE_SIZE}, not {n}"
+            )));
+        }
+    };
+    let offset = match params.page_token.as_deref() {
+        None | Some("") => 0,
+        Some(token) => token
+            .parse::<usize>()
+            .map_err(|_| RpcError::invalid_params("the pageToken is not one this server gave"))?,
+    };
+    let mut mine: Vec<(String, TaskRecord)> = tasks.with(|tasks| {
+        tasks
+            .map
+            .iter()
+            .filter(|(_, t)| t.agent == agent && t.owner == principal.user)
+            .filter(|(_, t)| params.context_id.as_ref().is_none_or(|c| *c == t.context_id))
+            .filter(|(_, t)| status.is_none_or(|s| s == t.state))
+            .map(|(id, t)| (id.clone(), t.clone()))
+            .collect()
+    });
+    mine.sort_by_key(|(_, task)| std::cmp::Reverse(task.changed));
+    let total = mine.len();
+    let page: Vec<Value> = mine
+        .iter()
+        .skip(offset)
+        .take(page_size)
+        .map(|(id, task)| {
+            let mut json = task_json(id, task, params.history_length);
+            if !params.include_artifacts.unwrap_or(false)
+                && let Some(fields) = json.as_object_mut()
+            {
+                fields.remove("artifacts");
+            }
+            json
+        })
+        .collect();
+    let next = offset + page.len();
+    Ok(json!({
+        "tasks": page,
+        "nextPageToken": if next < total { next.to_string() } else { String::new() },
+        "pageSize": page_size,
+        "totalSize": total,
+    }))
 }
 
 pub(crate) fn task_json(id: &str, task: &TaskRecord, history_length: Option<usize>) -> Value {

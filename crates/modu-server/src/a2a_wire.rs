@@ -78,6 +78,19 @@ impl TaskState {
             TaskState::Canceled => "TASK_STATE_CANCELED",
         }
     }
+
+    /// The state a wire name stands for (the states this server gives tasks).
+    pub(crate) fn from_wire(wire: &str) -> Option<Self> {
+        [
+            TaskState::Working,
+            TaskState::InputRequired,
+            TaskState::Completed,
+            TaskState::Failed,
+            TaskState::Canceled,
+        ]
+        .into_iter()
+        .find(|s| s.wire() == wire)
+    }
 }
 
 /// `SendMessageRequest` (the fields the server reads).

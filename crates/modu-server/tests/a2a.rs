@@ -139,3 +139,78 @@ async fn a_task_is_its_owners_only_and_streams_as_json_rpc_responses() {
         .unwrap();
     assert_eq!(card["supportedInterfaces"][0]["url"], format!("{base}/a2a/weather"));
 }
+
+#[tokio::test]
+async fn list_tasks_pages_the_callers_tasks_newest_first_with_filters() {
+    let base = server().await;
+    let in_context = |context: &str, text: &str| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": "SendMessage",
+               "params": {"message": {"messageId": text, "role": "ROLE_USER", "contextId": context,
+                                      "parts": [{"text": text}]}}})
+    };
+    let mut mine = Vec::new();
+    for (context, text) in [("c1", "one"), ("c2", "two"), ("c1", "three")] {
+        let answer = rpc(&base, ERIN, &in_context(context, text)).await;
+        mine.push(answer["result"]["task"]["id"].as_str().unwrap().to_owned());
+    }
+    rpc(&base, MALLORY, &in_context("m", "hers")).await;
+    let list = |params: Value| json!({"jsonrpc": "2.0", "id": 9, "method": "ListTasks", "params": params});
+
+    // Erin's three, newest first, without artifacts unless asked.
+    let all = rpc(&base, ERIN, &list(json!({}))).await["result"].clone();
+    let ids: Vec<&str> = all["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [mine[2].as_str(), mine[1].as_str(), mine[0].as_str()]);
+    assert_eq!(
+        (all["totalSize"].clone(), all["pageSize"].clone()),
+        (json!(3), json!(50))
+    );
+    assert_eq!(all["nextPageToken"], "");
+    assert!(all["tasks"][0].get("artifacts").is_none(), "{all}");
+    let with = rpc(
+        &base,
+        ERIN,
+        &list(json!({"includeArtifacts": true, "historyLength": 1})),
+    )
+    .await;
+    assert!(with["result"]["tasks"][0]["artifacts"][0]["parts"][0]["text"].is_string());
+    assert_eq!(with["result"]["tasks"][0]["history"].as_array().unwrap().len(), 1);
+
+    // Pages of two: the token of the first names the second.
+    let first = rpc(&base, ERIN, &list(json!({"pageSize": 2}))).await["result"].clone();
+    assert_eq!(first["tasks"].as_array().unwrap().len(), 2);
+    let token = first["nextPageToken"].as_str().unwrap().to_owned();
+    assert!(!token.is_empty());
+    let second = rpc(&base, ERIN, &list(json!({"pageSize": 2, "pageToken": token}))).await["result"].clone();
+    assert_eq!(second["tasks"][0]["id"], mine[0].as_str());
+    assert_eq!(second["nextPageToken"], "");
+
+    // Filters: a context, a state.
+    let c1 = rpc(&base, ERIN, &list(json!({"contextId": "c1"}))).await["result"].clone();
+    assert_eq!(c1["totalSize"], 2);
+    let done = rpc(&base, ERIN, &list(json!({"status": "TASK_STATE_COMPLETED"}))).await["result"].clone();
+    assert_eq!(done["totalSize"], 3);
+    let waiting = rpc(&base, ERIN, &list(json!({"status": "TASK_STATE_INPUT_REQUIRED"}))).await["result"].clone();
+    assert_eq!(waiting["totalSize"], 0);
+
+    // Mallory sees hers only.
+    let hers = rpc(&base, MALLORY, &list(json!({}))).await["result"].clone();
+    assert_eq!(hers["totalSize"], 1);
+    assert!(!mine.iter().any(|id| hers["tasks"][0]["id"] == id.as_str()));
+
+    // Bad requests are invalid params.
+    for params in [
+        json!({"pageSize": 101}),
+        json!({"pageSize": -1}),
+        json!({"pageToken": "x"}),
+        json!({"status": "TASK_STATE_NAPPING"}),
+        json!({"statusTimestampAfter": "2026-01-01T00:00:00Z"}),
+    ] {
+        let refused = rpc(&base, ERIN, &list(params.clone())).await;
+        assert_eq!(refused["error"]["code"], -32602, "{params}: {refused}");
+    }
+}

@@ -337,6 +337,21 @@ async fn the_a2a_sdk_client_sends_streams_and_answers_input_required() {
     assert_eq!(got["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(got["history"][0]["role"], "ROLE_USER");
     assert_eq!(got["history"][1]["role"], "ROLE_AGENT");
+    // ListTasks: the SDK parses the page; the task just sent is on it, with its artifact.
+    let listed = &out["list"];
+    assert_eq!(listed["pageSize"], 10, "{listed}");
+    let tasks = listed["tasks"].as_array().unwrap();
+    let sent = tasks
+        .iter()
+        .find(|t| t["id"] == send["taskId"])
+        .expect("the sent task is listed");
+    assert_eq!(sent["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(
+        sent["artifacts"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Forecast: ")
+    );
 
     // SendStreamingMessage: the task, a tool call, the answer streamed, the last status.
     let stream = &out["stream"];

@@ -13,7 +13,13 @@ import httpx
 from google.protobuf import json_format
 
 from a2a.client import ClientConfig, ClientFactory
-from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+)
 
 
 def request(parts, task_id=None, context_id=None):
@@ -70,6 +76,8 @@ async def main():
         out["send"] = summary(sent)
         task = await weather.get_task(GetTaskRequest(id=out["send"]["taskId"]))
         out["get"] = json_format.MessageToDict(task)
+        listed = await weather.list_tasks(ListTasksRequest(page_size=10, include_artifacts=True))
+        out["list"] = json_format.MessageToDict(listed)
 
         weather_stream = await streaming.create_from_url(f"{base}/a2a/weather")
         out["stream"] = summary(await collect(weather_stream, request([{"text": "And tomorrow?"}])))
