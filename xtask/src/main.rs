@@ -1,6 +1,7 @@
 //! Project automation, in Rust rather than shell scripts.
 //!
-//! - `cargo xtask ci` — everything CI checks: format, tidy, clippy, the core's dependency rule, the
+//! - `cargo xtask ci` — everything CI checks: format, tidy, clippy, the core's dependency rule,
+//!   the workspace on exactly its `rust-version` toolchain (`msrv.rs`), the
 //!   facade's feature matrix, the provider crates without TLS, the tests (with real services
 //!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
 //!   the public API of modu-core and modu against `xtask/api/*.txt` (nightly rustdoc JSON),
@@ -11,7 +12,7 @@
 //!   modu-core's import rules.
 //! - `cargo xtask api [--bless]` — the public-API snapshot check alone; `--bless` rewrites it.
 //! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
-//!   `fuzz-smoke`, `deny`, `package`), with the services the environment names (`REDIS_URL`, …).
+//!   `fuzz-smoke`, `deny`, `package`, `msrv`), with the services the environment names (`REDIS_URL`, …).
 //! - `cargo xtask services` — installs (once, under `.services/`) and starts the real servers the
 //!   tests use (Redis, PostgreSQL, a llama.cpp server with a small model, MCP peers), writes
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
@@ -21,6 +22,7 @@
 #![allow(clippy::print_stdout)]
 
 mod api;
+mod msrv;
 mod tidy;
 
 use std::collections::BTreeMap;
@@ -146,6 +148,7 @@ fn ci(args: &[String]) -> Result<()> {
         ]),
     )?;
     check_core_dependencies()?;
+    msrv::run(&root())?;
     for feature_args in facade_feature_sets() {
         let mut cmd = Command::new(cargo());
         cmd.args(["check", "-p", "modu", "--locked"]).args(&feature_args);
@@ -201,8 +204,9 @@ fn step(args: &[String]) -> Result<()> {
         Some("fuzz-smoke") => fuzz_smoke(),
         Some("deny") => deny(),
         Some("package") => package(),
+        Some("msrv") => msrv::run(&root()),
         other => Err(format!(
-            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny, package"
+            "unknown step {other:?}; one of: no-tls, examples, bench-smoke, fuzz-smoke, deny, package, msrv"
         )),
     }
 }
