@@ -188,6 +188,12 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// The error's `type` tag, as its JSON carries it (`"max_turns_exceeded"`, …).
+    pub(crate) fn type_tag(&self) -> Option<String> {
+        let json = serde_json::to_value(self).ok()?;
+        json.get("type")?.as_str().map(str::to_owned)
+    }
+
     /// Whether `Agent::resume` may finish the run: transient model, store, timeout and
     /// tool-provider (a server unavailable) failures, and a cancelled run.
     pub fn is_resumable(&self) -> bool {

@@ -299,11 +299,10 @@ where
                 let result = fut.await;
                 match &result {
                     Ok(response) => {
-                        if !in_span.is_disabled() {
-                            in_span.record("gen_ai.response.model", response.model.as_deref().unwrap_or(&model));
-                            super::spans::record_usage(&in_span, response.usage);
-                        }
-                        log.add_usage(response.model.as_deref().unwrap_or(&model), response.usage);
+                        let answered = response.model.as_deref().unwrap_or(&model);
+                        in_span.record("gen_ai.response.model", answered);
+                        super::spans::record_usage(&in_span, response.usage);
+                        log.add_usage(answered, response.usage);
                         if active {
                             log.emitter
                                 .emit(AgentEvent::ModelCallFinished {

@@ -90,15 +90,11 @@ pub(crate) fn store(operation: &'static str) -> Span {
 
 /// Records a usage on a run or chat span.
 pub(crate) fn record_usage(span: &Span, usage: Usage) {
-    if !span.is_disabled() {
-        span.record("gen_ai.usage.input_tokens", usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", usage.output_tokens);
-    }
+    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
 }
 
 /// Records a failure's kind (`error.type`) on a span.
 pub(crate) fn record_error(span: &Span, kind: &str) {
-    if !span.is_disabled() {
-        span.record("error.type", kind);
-    }
+    span.record("error.type", kind);
 }

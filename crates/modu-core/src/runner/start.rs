@@ -95,51 +95,46 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    let held = match (&inner.leases, request.session_id.as_deref()) {
-        (Some(leases), Some(session)) => {
-            let run_id = request
-                .run_id
-                .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
-                .clone();
-            match lease::take(leases, session, !request.claim).await {
-                Ok(held) => Some(held),
-                Err(e) => return AgentResult::failed(run_id, inner.name.clone(), e),
-            }
-        }
-        _ => None,
+    let (Some(leases), Some(session)) = (&inner.leases, request.session_id.as_deref()) else {
+        return start(inner, request, emitter, None).await;
     };
-    if let Some(held) = held {
-        // Under the lease, a resume reads its checkpoint again: the last holder may have
-        // moved the run on since it was loaded.
-        if let Some(resume) = request.resume.as_mut() {
-            let run_id = resume.checkpoint.run_id.clone();
-            let agent = crate::agent::Agent {
-                inner: Arc::clone(&inner),
-            };
-            let fresh = match agent.load_checkpoint(&run_id).await {
-                Ok(fresh) if !request.claim || fresh.state.status() == CheckpointStatus::Running => Ok(fresh),
-                // Another claimer finished, paused or failed it: not an orphan any more.
-                Ok(_) => Err(AgentError::CheckpointNotFound { run_id: run_id.clone() }),
-                Err(e) => Err(e),
-            };
-            let fresh = match fresh {
-                Ok(fresh) => already_stored(&inner, fresh, &held.fence()).await,
-                Err(e) => Err(e),
-            };
-            match fresh {
-                Ok(fresh) => resume.checkpoint = fresh,
-                Err(e) => {
-                    held.release().await;
-                    return AgentResult::failed(run_id, inner.name.clone(), e);
-                }
+    let run_id = request
+        .run_id
+        .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
+        .clone();
+    let held = match lease::take(leases, session, !request.claim).await {
+        Ok(held) => held,
+        Err(e) => return AgentResult::failed(run_id, inner.name.clone(), e),
+    };
+    // Under the lease, a resume reads its checkpoint again: the last holder may have moved the
+    // run on since it was loaded.
+    if let Some(resume) = request.resume.as_mut() {
+        let run_id = resume.checkpoint.run_id.clone();
+        let agent = crate::agent::Agent {
+            inner: Arc::clone(&inner),
+        };
+        let fresh = match agent.load_checkpoint(&run_id).await {
+            Ok(fresh) if !request.claim || fresh.state.status() == CheckpointStatus::Running => Ok(fresh),
+            // Another claimer finished, paused or failed it: not an orphan any more.
+            Ok(_) => Err(AgentError::CheckpointNotFound { run_id: run_id.clone() }),
+            Err(e) => Err(e),
+        };
+        let fresh = match fresh {
+            Ok(fresh) => already_stored(&inner, fresh, &held.fence()).await,
+            Err(e) => Err(e),
+        };
+        match fresh {
+            Ok(fresh) => resume.checkpoint = fresh,
+            Err(e) => {
+                held.release().await;
+                return AgentResult::failed(run_id, inner.name.clone(), e);
             }
         }
-        let fence = held.fence();
-        let result = start(inner, request, emitter, Some(fence)).await;
-        held.release().await;
-        return result;
     }
-    start(inner, request, emitter, None).await
+    let fence = held.fence();
+    let result = start(inner, request, emitter, Some(fence)).await;
+    held.release().await;
+    result
 }
 
 /// A leased run that died after it appended its messages and before it removed its checkpoint
@@ -375,17 +370,11 @@ where
     let result = tracing::Instrument::instrument(run.execute(), span.clone()).await;
     if !span.is_disabled() {
         super::spans::record_usage(&span, result.usage);
-        if let Some(kind) = result.error.as_ref().and_then(error_type) {
+        if let Some(kind) = result.error.as_ref().and_then(AgentError::type_tag) {
             super::spans::record_error(&span, &kind);
         }
     }
     result
-}
-
-/// An [`AgentError`]'s `type` tag, as its JSON carries it (`"max_turns_exceeded"`, …).
-fn error_type(error: &AgentError) -> Option<String> {
-    let json = serde_json::to_value(error).ok()?;
-    json.get("type")?.as_str().map(str::to_owned)
 }
 
 /// Where a run's tool calls report to: its emitter, when anyone listens (else nothing is

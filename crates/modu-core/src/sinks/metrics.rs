@@ -194,10 +194,7 @@ impl std::fmt::Debug for MetricsEventSink {
 }
 
 fn agent_error_type(error: &crate::error::AgentError) -> String {
-    serde_json::to_value(error)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| "unknown".to_owned())
+    error.type_tag().unwrap_or_else(|| "unknown".to_owned())
 }
 
 impl MetricsEventSink {
