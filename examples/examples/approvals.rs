@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
 
     let paused = agent.run("Remove the build cache.").await;
-    for request in &paused.interruptions {
+    for request in paused.approvals() {
         print!(
             "The agent wants to call {}({}). Approve? [y/n] ",
             request.tool_name, request.arguments
@@ -47,15 +47,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;
         if answer.trim().eq_ignore_ascii_case("y") {
-            agent.approve(&paused.run_id, &request.call_id).await?;
+            agent.approve(paused.run_id(), &request.call_id).await?;
         } else {
             agent
-                .reject(&paused.run_id, &request.call_id, Some("the user said no".into()))
+                .reject(paused.run_id(), &request.call_id, Some("the user said no".into()))
                 .await?;
             println!("rejected");
         }
     }
-    let done = agent.resume(&paused.run_id, ()).await;
-    println!("answer: {}", done.into_output()?);
+    let done = agent.resume(paused.run_id(), ()).await;
+    println!("answer: {}", done.into_result()?);
     Ok(())
 }

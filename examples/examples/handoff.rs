@@ -37,8 +37,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let result = triage.run("I was charged twice, I want my money back.").await;
     println!(
         "{} answered: {}",
-        result.agent,
-        result.output.as_deref().unwrap_or("(nothing)")
+        result.report().agent,
+        result.output().map_or("(nothing)", String::as_str)
     );
     Ok(())
 }

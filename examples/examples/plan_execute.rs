@@ -119,16 +119,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             StreamItem::Event(_) => {}
             StreamItem::Completed(result) => {
                 println!();
-                println!("tool trace: {}", result.metadata["tool_trace"]);
-                println!("plan usage: {}", result.metadata["plan_usage"]);
+                if let Some(plan) = &result.report.plan {
+                    println!("tool trace: {}", serde_json::to_string(&plan.tool_trace)?);
+                    println!("plan usage: {:?}", plan.usage);
+                }
             }
             StreamItem::Failed(result) => {
                 println!();
                 println!("failed: {:?}", result.error);
-                println!(
-                    "failure: {}",
-                    result.metadata.get("failure").cloned().unwrap_or_default()
-                );
+                if let Some(failure) = result.report.plan.as_ref().and_then(|p| p.failure.as_ref()) {
+                    println!("failure: {}", serde_json::to_string(failure)?);
+                }
+                std::process::exit(1);
+            }
+            StreamItem::Paused(paused) => {
+                println!("paused for approval of {:?}", paused.approvals);
                 std::process::exit(1);
             }
         }

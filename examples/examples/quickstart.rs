@@ -73,15 +73,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             StreamItem::Event(_) => {}
             StreamItem::Completed(result) => {
-                let answer = result.output.as_ref().ok_or("no output")?;
-                println!("answer: {answer:?}");
+                println!("answer: {:?}", result.output);
+                let usage = result.report.usage;
                 println!(
                     "usage: {} requests, {} input + {} output tokens",
-                    result.usage.requests, result.usage.input_tokens, result.usage.output_tokens
+                    usage.requests, usage.input_tokens, usage.output_tokens
                 );
             }
             StreamItem::Failed(result) => {
                 return Err(format!("the run failed: {:?}", result.error).into());
+            }
+            StreamItem::Paused(paused) => {
+                return Err(format!("the run waits for approval of {:?}", paused.approvals).into());
             }
         }
     }

@@ -270,7 +270,7 @@ pub enum OutputMode {
     /// The answer's text, streamed (the default).
     #[default]
     Text,
-    /// The `AgentResult` as JSON.
+    /// The `RunOutcome` as JSON.
     Json,
 }
 

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::StreamExt;
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, EventSink, InputRequest, RunStream,
-    SinkError, StreamItem, ToolErrorKind,
+    Agent, AgentError, AgentEvent, AgentRequest, ApprovalRequest, EventSink, FailedRun, InputRequest, RunOutcome,
+    RunReport, RunStream, SinkError, StreamItem, ToolErrorKind,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -187,12 +187,12 @@ impl EventSink for ToolCallPrinter {
 
 /// Streams one run; returns its result. Text goes to stdout (flushed per delta), tool calls to
 /// stderr.
-pub async fn stream(agent: &Agent<()>, request: AgentRequest<()>, show: Show) -> AgentResult<String> {
+pub async fn stream(agent: &Agent<()>, request: AgentRequest<()>, show: Show) -> RunOutcome<String> {
     show_run(agent, agent.stream(request), show).await
 }
 
 /// Resumes a run, streaming it; returns its result.
-pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> AgentResult<String> {
+pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> RunOutcome<String> {
     show_run(agent, agent.resume_stream(run_id, ()), show).await
 }
 
@@ -204,7 +204,7 @@ fn end_reasoning(dim: bool) {
 }
 
 /// Shows a streaming run (new or resumed) until its result.
-async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> AgentResult<String> {
+async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> RunOutcome<String> {
     let mut spinner = Spinner::start(show.progress);
     let mut printed = false;
     // Text of the current model call is on screen (a retry after a failure restarts it).
@@ -261,7 +261,8 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                 }
             }
             StreamItem::Event(_) => {}
-            StreamItem::Completed(result) | StreamItem::Failed(result) => {
+            StreamItem::Completed(_) | StreamItem::Paused(_) | StreamItem::Failed(_) => {
+                let Some(result) = item.into_outcome() else { continue };
                 spinner.stop();
                 if printed && !at_line_start {
                     let _ = writeln!(stdout);
@@ -271,28 +272,17 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                 // replayed on resume) is printed whole.
                 if show.text
                     && !printed
-                    && let Some(text) = &result.output
+                    && let Some(text) = result.output()
                 {
                     let _ = writeln!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
-                return *result;
+                return result;
             }
         }
     }
     spinner.stop();
-    AgentResult {
-        run_id: String::new(),
-        agent: agent.name().to_owned(),
-        output: None,
-        messages: Vec::new(),
-        usage: modu_core::Usage::default(),
-        usage_by_model: Default::default(),
-        metadata: serde_json::Map::new(),
-        error: Some(AgentError::Cancelled),
-        interruptions: Vec::new(),
-        input_requests: Vec::new(),
-    }
+    RunOutcome::Failed(FailedRun::new(AgentError::Cancelled, RunReport::new("", agent.name())))
 }
 
 /// Lines of stdin, shared by prompts and approval answers (works with a pipe).
@@ -340,12 +330,13 @@ pub fn approval_prompt(request: &ApprovalRequest) -> String {
 /// `modu resume`).
 pub async fn settle(
     agent: &Agent<()>,
-    mut result: AgentResult<String>,
+    mut result: RunOutcome<String>,
     input: &mut Input,
     show: Show,
-) -> Result<AgentResult<String>, String> {
-    while result.is_interrupted() {
-        for request in &result.interruptions {
+) -> Result<RunOutcome<String>, String> {
+    while result.is_paused() {
+        let run_id = result.run_id().to_owned();
+        for request in result.approvals() {
             eprint!("{}", approval_prompt(request));
             let _ = std::io::stderr().flush();
             let Some(answer) = input.answer().await else {
@@ -353,26 +344,26 @@ pub async fn settle(
             };
             if is_yes(&answer) {
                 agent
-                    .approve(&result.run_id, &request.call_id)
+                    .approve(&run_id, &request.call_id)
                     .await
                     .map_err(|e| e.to_string())?;
             } else {
                 agent
-                    .reject(&result.run_id, &request.call_id, Some("the user said no".into()))
+                    .reject(&run_id, &request.call_id, Some("the user said no".into()))
                     .await
                     .map_err(|e| e.to_string())?;
             }
         }
-        for request in &result.input_requests {
+        for request in result.inputs() {
             loop {
                 let Some(answer) = ask_input(request, input).await else {
                     return Ok(result);
                 };
                 let recorded = match answer {
-                    Some(value) => agent.answer(&result.run_id, &request.call_id, value).await,
+                    Some(value) => agent.answer(&run_id, &request.call_id, value).await,
                     None => {
                         agent
-                            .decline(&result.run_id, &request.call_id, Some("the user declined".into()))
+                            .decline(&run_id, &request.call_id, Some("the user declined".into()))
                             .await
                     }
                 };
@@ -385,7 +376,7 @@ pub async fn settle(
                 }
             }
         }
-        result = show_run(agent, agent.resume_stream(&result.run_id, ()), show).await;
+        result = show_run(agent, agent.resume_stream(&run_id, ()), show).await;
     }
     Ok(result)
 }

@@ -1071,9 +1071,10 @@ async fn plan_and_execute_from_the_config_streams_only_the_final_answer() {
     let out = output(modu(dir.path(), &mock.base_url()).args(["run", "--json", "Say hello"])).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["status"], "completed");
     assert_eq!(result["output"], "Hello!");
-    assert_eq!(result["metadata"]["policy"], "plan_and_execute");
-    assert_eq!(result["metadata"]["plan"]["steps"][0]["status"], "completed");
+    // A strict run's JSON carries its plan report.
+    assert_eq!(result["plan"]["plan"]["steps"][0]["status"], "completed");
 
     // Resuming the finished run (its DONE state stays in .modu/modu.db) prints the stored answer
     // without asking the model again.

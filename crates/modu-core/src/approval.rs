@@ -3,7 +3,7 @@
 //! A tool that needs approval ([`crate::ToolSpec::needs_approval`], or
 //! [`crate::Tool::needs_approval`] deciding from the context and arguments) pauses the run
 //! before it executes: the other calls of the batch run, the state is checkpointed, and the
-//! [`crate::AgentResult`] lists the pending [`ApprovalRequest`]s in `interruptions`. A person
+//! A paused run ([`crate::RunOutcome::Paused`]) lists the pending [`ApprovalRequest`]s in [`PausedRun::approvals`](crate::PausedRun::approvals). A person
 //! decides with [`crate::Agent::approve`], [`crate::Agent::approve_always`] or
 //! [`crate::Agent::reject`], and [`crate::Agent::resume`] continues — in this process or another
 //! one sharing the checkpoint store. An approved call runs once; a rejected one does not run

@@ -6,7 +6,7 @@ use crate::model::ModelError;
 use crate::store::StoreError;
 
 /// Why a run ended without an answer. It is data (serialisable, cloneable) because it travels
-/// in [`crate::AgentResult`], in events and in checkpoints; causes are kept as text.
+/// in [`crate::RunOutcome`], in events and in checkpoints; causes are kept as text.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -127,7 +127,9 @@ pub enum AgentError {
         message: String,
     },
     /// The run is paused: tool calls wait for a person's approval (see
-    /// `AgentResult::interruptions`). Not a failure: approve or reject, then resume.
+    /// [`PausedRun::approvals`](crate::PausedRun::approvals)). Not a failure: a run
+    /// outcome reports a pause as [`RunOutcome::Paused`](crate::RunOutcome::Paused), never as this error; it is
+    /// what a paused run's `RunFailed` event and [`RunError`](crate::RunError) converted to an `AgentError` carry.
     #[error("the run is waiting for {pending} approval(s)")]
     Interrupted {
         /// Calls waiting.
@@ -157,7 +159,7 @@ pub enum AgentError {
         /// What does not fit.
         message: String,
     },
-    /// A strict Plan-and-Execute policy ended the run (see `metadata["failure"]`; the fields
+    /// A strict Plan-and-Execute policy ended the run (see [`PlanReport::failure`](crate::PlanReport::failure); the fields
     /// are sanitised identifiers, never a tool's raw error).
     #[error("the plan failed in step {}: {cause}", step_id.as_deref().unwrap_or("-"))]
     PlanFailed {

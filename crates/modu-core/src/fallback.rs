@@ -118,7 +118,7 @@ impl Member {
 /// Every answer names the model of the chain that produced it: the stream starts with a
 /// [`ChatEvent::Model`], and [`ChatResponse::model`] holds the name. The run reports it as
 /// `answered_by` in [`AgentEvent::ModelCallFinished`](crate::AgentEvent::ModelCallFinished)
-/// and keys its usage by it ([`AgentResult::usage_by_model`](crate::AgentResult::usage_by_model)).
+/// and keys its usage by it ([`RunReport::usage_by_model`](crate::RunReport::usage_by_model)).
 /// [`ChatModel::model_name`] is the first model's name (what a request asks for).
 ///
 /// # Circuit breaking

@@ -6,7 +6,7 @@
 //! the answer. The first time, the ask returns an error the tool propagates with `?`; the run
 //! finishes the other calls of the batch, checkpoints, and pauses with
 //! [`AgentError::Interrupted`](crate::AgentError::Interrupted), listing the
-//! [`InputRequest`] in [`AgentResult::input_requests`](crate::AgentResult::input_requests). A
+//! [`InputRequest`] in [`PausedRun::inputs`](crate::PausedRun::inputs). A
 //! person answers with [`Agent::answer`](crate::Agent::answer) (validated against the schema)
 //! or declines with [`Agent::decline`](crate::Agent::decline), and
 //! [`Agent::resume`](crate::Agent::resume) continues — in this process or another one sharing

@@ -24,6 +24,7 @@ pub mod message;
 pub mod middleware;
 pub mod modality;
 pub mod model;
+pub mod outcome;
 pub mod output;
 pub mod partial;
 pub mod plan;
@@ -38,8 +39,8 @@ pub mod tool;
 mod tripwire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentGuardrail, AgentRequest, AgentResult, FinalizationMode, Instructions, ModelSettings,
-    RetryConfig, RunLimits,
+    Agent, AgentBuilder, AgentGuardrail, AgentRequest, FinalizationMode, Instructions, ModelSettings, RetryConfig,
+    RunLimits,
 };
 pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use compose::{AgentTool, Handoff};
@@ -59,6 +60,9 @@ pub use modality::{InputModalities, MediaSource, Modality};
 pub use model::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, FinishReason, ModelError,
     ReasoningEffort, ReasoningReplay, ResponseFormat, ToolChoice, ToolDefinition,
+};
+pub use outcome::{
+    CompletedRun, FailedRun, PausedRun, PlanReport, PlanUsage, RunError, RunOutcome, RunReport, RunStats,
 };
 pub use output::{JsonCodec, OutputCodec, OutputError, TextCodec};
 pub use provider::{

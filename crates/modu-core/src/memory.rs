@@ -1,6 +1,6 @@
 //! Conversation memory policies: what part of a session's history the model sees.
 //!
-//! A policy shapes only the model's view. The stored conversation and `AgentResult.messages`
+//! A policy shapes only the model's view. The stored conversation and `RunReport::messages`
 //! stay whole. History is handled in *turns* — a user message and everything up to the next
 //! user message (the assistant's tool calls, their results, the answer) — so a policy never
 //! separates a tool call from its result.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! Agent::run / stream / resume
-//!   └─ agent middleware      Service<AgentRequest<C>> → AgentResult<O>   (around every run, resumed ones too)
+//!   └─ agent middleware      Service<AgentRequest<C>> → RunOutcome<O>   (around every run, resumed ones too)
 //!       └─ run loop
 //!           ├─ chat middleware      Service<ChatRequest> → ChatResponse  (around every model request)
 //!           │     └─ model retry (RetryConfig) → per-attempt events → ChatModel
@@ -36,9 +36,10 @@ use futures::future::BoxFuture;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service};
 
-use crate::agent::request::{AgentRequest, AgentResult};
+use crate::agent::request::AgentRequest;
 use crate::context::RunContext;
 use crate::model::{ChatRequest, ChatResponse, ModelError};
+use crate::outcome::RunOutcome;
 use crate::tool::{Tool, ToolError, ToolErrorKind};
 
 /// The boxed service chat middleware wraps.
@@ -48,7 +49,7 @@ pub type ChatService = BoxCloneSyncService<ChatRequest, ChatResponse, ModelError
 pub type FunctionService<C> = BoxCloneSyncService<ToolInvocation<C>, serde_json::Value, ToolError>;
 
 /// The boxed service agent middleware wraps.
-pub type AgentService<C, O> = BoxCloneSyncService<AgentRequest<C>, AgentResult<O>, Infallible>;
+pub type AgentService<C, O> = BoxCloneSyncService<AgentRequest<C>, RunOutcome<O>, Infallible>;
 
 pub(crate) type ChatLayerFn = Arc<dyn Fn(ChatService) -> ChatService + Send + Sync>;
 pub(crate) type FunctionLayerFn<C> = Arc<dyn Fn(FunctionService<C>) -> FunctionService<C> + Send + Sync>;
@@ -139,7 +140,7 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
     L: Layer<AgentService<C, O>> + Send + Sync + 'static,
-    L::Service: Service<AgentRequest<C>, Response = AgentResult<O>, Error = Infallible> + Clone + Send + Sync + 'static,
+    L::Service: Service<AgentRequest<C>, Response = RunOutcome<O>, Error = Infallible> + Clone + Send + Sync + 'static,
     <L::Service as Service<AgentRequest<C>>>::Future: Send + 'static,
 {
     Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner)))

@@ -14,19 +14,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use crate::agent::{Agent, AgentRequest, AgentResult};
+use crate::agent::{Agent, AgentRequest};
+use crate::outcome::RunOutcome;
 
 /// Queues runs by session id (see the module docs).
 ///
 /// ```
 /// use modu_core::{Agent, AgentRequest, AgentRuntime};
 /// use modu_testing::ScriptedModel;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hi")).build().unwrap();
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hi")).build()?;
 /// let runtime = AgentRuntime::new();
-/// let result = runtime.run(&agent, AgentRequest::new((), "hello").session("s1")).await;
-/// assert!(result.is_ok());
-/// # }
+/// let answer = runtime.run(&agent, AgentRequest::new((), "hello").session("s1")).await.into_result()?;
+/// assert_eq!(answer, "hi");
+/// # Ok(()) }
 /// ```
 #[derive(Default)]
 pub struct AgentRuntime {
@@ -52,7 +53,7 @@ impl AgentRuntime {
     }
 
     /// Runs `agent`, after any earlier run of the same session has finished.
-    pub async fn run<C, O>(&self, agent: &Agent<C, O>, request: impl Into<AgentRequest<C>>) -> AgentResult<O>
+    pub async fn run<C, O>(&self, agent: &Agent<C, O>, request: impl Into<AgentRequest<C>>) -> RunOutcome<O>
     where
         C: Send + Sync + 'static,
         O: Send + 'static,
@@ -75,7 +76,7 @@ impl AgentRuntime {
         run_id: &str,
         session_id: Option<&str>,
         context: C,
-    ) -> AgentResult<O>
+    ) -> RunOutcome<O>
     where
         C: Send + Sync + 'static,
         O: Send + 'static,

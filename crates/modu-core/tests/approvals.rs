@@ -66,10 +66,13 @@ async fn a_paused_run_is_approved_in_a_fresh_agent_and_the_call_runs_once() {
     .build()
     .unwrap();
     let paused = first.run("pay 30").await;
-    assert!(paused.is_interrupted());
-    assert!(matches!(paused.error, Some(AgentError::Interrupted { pending: 1 })));
-    assert_eq!(paused.interruptions.len(), 1);
-    let request = &paused.interruptions[0];
+    assert!(paused.is_paused());
+    assert!(
+        paused.is_paused() && paused.error().is_none(),
+        "a paused run is not a failure"
+    );
+    assert_eq!(paused.approvals().len(), 1);
+    let request = &paused.approvals()[0];
     assert_eq!(request.tool_name, "transfer");
     assert_eq!(request.arguments, json!({"amount": 30}));
     assert_eq!(moved.load(Ordering::SeqCst), 0, "nothing ran before approval");
@@ -81,7 +84,7 @@ async fn a_paused_run_is_approved_in_a_fresh_agent_and_the_call_runs_once() {
     );
 
     // The state is JSON and moves to another process: export, import into a fresh agent's store.
-    let state: Value = first.export_state(&paused.run_id).await.unwrap();
+    let state: Value = first.export_state(paused.run_id()).await.unwrap();
     let text = serde_json::to_string(&state).unwrap();
     assert!(text.contains("\"interruptions\""));
     let other_store = Arc::new(InMemoryCheckpointStore::new());
@@ -95,12 +98,12 @@ async fn a_paused_run_is_approved_in_a_fresh_agent_and_the_call_runs_once() {
     assert_eq!(fresh.pending_approvals(&run_id).await.unwrap().len(), 1);
     fresh.approve(&run_id, &request.call_id).await.unwrap();
     let done = fresh.resume(&run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("paid"), "{:?}", done.error);
+    assert_eq!(done.output().map(String::as_str), Some("paid"), "{:?}", done.error());
     assert_eq!(moved.load(Ordering::SeqCst), 1, "approved call ran exactly once");
     assert_eq!(read.load(Ordering::SeqCst), 1, "the finished call was not run again");
     // Results in call order: balance, then transfer.
     let tools: Vec<String> = done
-        .messages
+        .messages()
         .iter()
         .filter(|m| m.role == Role::Tool)
         .map(|m| m.text())
@@ -121,17 +124,17 @@ async fn a_rejected_call_does_not_run_and_the_model_sees_why() {
         .text("ok, not paying");
     let a = agent(model.clone(), store, Arc::clone(&moved), Arc::new(AtomicUsize::new(0)));
     let paused = a.run("pay 5000").await;
-    let call_id = paused.interruptions[0].call_id.clone();
+    let call_id = paused.approvals()[0].call_id.clone();
     // Deciding on a call that is not waiting is a typed error.
     assert!(matches!(
-        a.approve(&paused.run_id, "nope").await,
+        a.approve(paused.run_id(), "nope").await,
         Err(AgentError::UnknownApproval { .. })
     ));
-    a.reject(&paused.run_id, &call_id, Some("over the limit".into()))
+    a.reject(paused.run_id(), &call_id, Some("over the limit".into()))
         .await
         .unwrap();
-    let done = a.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("ok, not paying"));
+    let done = a.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("ok, not paying"));
     assert_eq!(moved.load(Ordering::SeqCst), 0);
     let seen = model.requests()[1].messages.last().unwrap().text();
     let err: Value = serde_json::from_str(&seen).unwrap();
@@ -149,11 +152,16 @@ async fn approve_always_covers_later_calls_of_the_tool_in_the_run() {
         .text("both done");
     let a = agent(model, store, Arc::clone(&moved), Arc::new(AtomicUsize::new(0)));
     let paused = a.run("pay twice").await;
-    a.approve_always(&paused.run_id, &paused.interruptions[0].call_id)
+    a.approve_always(paused.run_id(), &paused.approvals()[0].call_id)
         .await
         .unwrap();
-    let done = a.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("both done"), "{:?}", done.interruptions);
+    let done = a.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("both done"),
+        "{:?}",
+        done.approvals()
+    );
     assert_eq!(moved.load(Ordering::SeqCst), 2);
 }
 
@@ -206,14 +214,14 @@ async fn approvals_of_meta_tools_name_the_external_tool() {
         .build()
         .unwrap();
     let paused = a.run("weather?").await;
-    let r = &paused.interruptions[0];
+    let r = &paused.approvals()[0];
     assert_eq!(r.tool_name, "weather__forecast");
     assert_eq!(r.metadata["mcp_tool_name"], "weather__forecast");
     assert_eq!(r.metadata["mcp_arguments"], json!({"city": "Seoul"}));
     // approve-always covers the external tool, not every call of the meta tool.
-    a.approve_always(&paused.run_id, &r.call_id).await.unwrap();
-    let again = a.resume(&paused.run_id, ()).await;
-    assert_eq!(again.output.as_deref(), Some("sunny"));
+    a.approve_always(paused.run_id(), &r.call_id).await.unwrap();
+    let again = a.resume(paused.run_id(), ()).await;
+    assert_eq!(again.output().map(String::as_str), Some("sunny"));
 
     let store = Arc::new(InMemoryCheckpointStore::new());
     let model = ScriptedModel::new()
@@ -236,13 +244,13 @@ async fn approvals_of_meta_tools_name_the_external_tool() {
         .build()
         .unwrap();
     let paused = a.run("weather?").await;
-    a.approve_always(&paused.run_id, &paused.interruptions[0].call_id)
+    a.approve_always(paused.run_id(), &paused.approvals()[0].call_id)
         .await
         .unwrap();
-    let next = a.resume(&paused.run_id, ()).await;
+    let next = a.resume(paused.run_id(), ()).await;
     // The second forecast call ran without asking; the alerts tool still needs its own approval.
-    assert!(next.is_interrupted(), "{:?}", next.error);
-    assert_eq!(next.interruptions[0].tool_name, "weather__alerts");
+    assert!(next.is_paused(), "{:?}", next.error());
+    assert_eq!(next.approvals()[0].tool_name, "weather__alerts");
 }
 
 /// Like `MetaCall`, but every external tool needs approval.
@@ -277,10 +285,10 @@ async fn resume_stream_yields_the_resumed_runs_events_then_its_result() {
     let agent = agent(model, store, Arc::clone(&moved), Arc::default());
     let paused = agent.run("pay 5").await;
     agent
-        .approve(&paused.run_id, &paused.interruptions[0].call_id)
+        .approve(paused.run_id(), &paused.approvals()[0].call_id)
         .await
         .unwrap();
-    let mut stream = agent.resume_stream(&paused.run_id, ());
+    let mut stream = agent.resume_stream(paused.run_id(), ());
     let mut kinds = Vec::new();
     let mut text = String::new();
     let mut last = None;
@@ -290,18 +298,19 @@ async fn resume_stream_yields_the_resumed_runs_events_then_its_result() {
             StreamItem::Event(e) => kinds.push(e.kind()),
             StreamItem::Completed(r) => last = Some(r),
             StreamItem::Failed(r) => panic!("{:?}", r.error),
+            StreamItem::Paused(p) => panic!("paused: {:?}", p.approvals),
         }
     }
     assert_eq!(kinds.first(), Some(&"run_started"));
     assert!(kinds.contains(&"tool_call_started") && kinds.contains(&"tool_call_finished"));
     assert_eq!(text, "moved 5");
-    assert_eq!(last.unwrap().output.as_deref(), Some("moved 5"));
+    assert_eq!(last.map(|r| r.output), Some("moved 5".to_owned()));
     assert_eq!(moved.load(Ordering::SeqCst), 1);
 
     // A run without a checkpoint ends the stream with a failed result, not a panic.
     let items: Vec<_> = agent.resume_stream("no-such-run", ()).collect().await;
     assert!(matches!(
         items.as_slice(),
-        [StreamItem::Failed(r)] if matches!(r.error, Some(AgentError::CheckpointNotFound { .. }))
+        [StreamItem::Failed(r)] if matches!(r.error, AgentError::CheckpointNotFound { .. })
     ));
 }

@@ -35,8 +35,8 @@ async fn a_token_cancelled_before_the_run_asks_no_model() {
     let token = CancellationToken::new();
     token.cancel();
     let result = agent.run(AgentRequest::new((), "hi").cancel_token(token)).await;
-    assert_eq!(result.error, Some(AgentError::Cancelled));
-    assert!(result.error.as_ref().unwrap().is_resumable());
+    assert_eq!(result.error(), Some(&AgentError::Cancelled));
+    assert!(result.error().unwrap().is_resumable());
     assert!(model.requests().is_empty());
 }
 
@@ -58,7 +58,7 @@ async fn a_model_request_in_flight_is_abandoned_and_the_run_resumes_from_its_che
     let started = std::time::Instant::now();
     let request = AgentRequest::new((), "hi").run_id("run-model").cancel_token(token);
     let result = agent.run(request).await;
-    assert_eq!(result.error, Some(AgentError::Cancelled));
+    assert_eq!(result.error(), Some(&AgentError::Cancelled));
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the model call was not abandoned"
@@ -69,8 +69,8 @@ async fn a_model_request_in_flight_is_abandoned_and_the_run_resumes_from_its_che
     );
 
     let resumed = agent.resume("run-model", ()).await;
-    assert!(resumed.is_ok(), "{:?}", resumed.error);
-    assert_eq!(resumed.output.as_deref(), Some("resumed answer"));
+    assert!(resumed.is_completed(), "{:?}", resumed.error());
+    assert_eq!(resumed.output().map(String::as_str), Some("resumed answer"));
 }
 
 #[tokio::test]
@@ -99,7 +99,7 @@ async fn tools_in_flight_are_aborted_finished_ones_kept_and_a_resume_runs_only_t
     let started = std::time::Instant::now();
     let request = AgentRequest::new((), "go").run_id("run-tools").cancel_token(token);
     let result = agent.run(request).await;
-    assert_eq!(result.error, Some(AgentError::Cancelled));
+    assert_eq!(result.error(), Some(&AgentError::Cancelled));
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the slow tool was not aborted"
@@ -112,8 +112,8 @@ async fn tools_in_flight_are_aborted_finished_ones_kept_and_a_resume_runs_only_t
     let resumed = tokio::time::timeout(Duration::from_secs(60), agent.resume("run-tools", ()))
         .await
         .unwrap();
-    assert!(resumed.is_ok(), "{:?}", resumed.error);
-    assert_eq!(resumed.output.as_deref(), Some("both done"));
+    assert!(resumed.is_completed(), "{:?}", resumed.error());
+    assert_eq!(resumed.output().map(String::as_str), Some("both done"));
     assert_eq!(fast_calls.load(Ordering::SeqCst), 1, "the finished call ran once");
     assert_eq!(slow_calls.load(Ordering::SeqCst), 2, "the aborted call ran again");
 }
@@ -145,18 +145,18 @@ async fn a_blocking_tool_in_flight_finishes_and_keeps_its_result() {
     });
     let request = AgentRequest::new((), "go").run_id("run-blocking").cancel_token(token);
     let result = agent.run(request).await;
-    assert_eq!(result.error, Some(AgentError::Cancelled));
+    assert_eq!(result.error(), Some(&AgentError::Cancelled));
     assert_eq!(model.requests().len(), 1, "no model request after the cancel");
 
     let resumed = agent.resume("run-blocking", ()).await;
-    assert!(resumed.is_ok(), "{:?}", resumed.error);
+    assert!(resumed.is_completed(), "{:?}", resumed.error());
     assert_eq!(
         calls.load(Ordering::SeqCst),
         1,
         "the blocking call finished and was not run again"
     );
     let tool_text: Vec<String> = resumed
-        .messages
+        .messages()
         .iter()
         .filter(|m| m.role == modu_core::Role::Tool)
         .map(|m| m.text())
@@ -177,9 +177,9 @@ async fn a_resumed_run_can_be_cancelled_too() {
         .unwrap();
     let first = agent.run(AgentRequest::new((), "hi").run_id("run-resume")).await;
     assert!(
-        first.error.as_ref().is_some_and(AgentError::is_resumable),
+        first.error().is_some_and(AgentError::is_resumable),
         "{:?}",
-        first.error
+        first.error()
     );
     let token = CancellationToken::new();
     let cancel = token.clone();
@@ -193,7 +193,7 @@ async fn a_resumed_run_can_be_cancelled_too() {
     )
     .await
     .unwrap();
-    assert_eq!(resumed.error, Some(AgentError::Cancelled));
+    assert_eq!(resumed.error(), Some(&AgentError::Cancelled));
 }
 
 #[tokio::test]
@@ -214,9 +214,9 @@ async fn a_streamed_resume_stops_at_a_boundary_keeps_its_checkpoint_and_resumes_
         .unwrap();
     let first = agent.run(AgentRequest::new((), "go").run_id("run-stream")).await;
     assert!(
-        first.error.as_ref().is_some_and(AgentError::is_resumable),
+        first.error().is_some_and(AgentError::is_resumable),
         "{:?}",
-        first.error
+        first.error()
     );
 
     let token = CancellationToken::new();
@@ -237,7 +237,7 @@ async fn a_streamed_resume_stops_at_a_boundary_keeps_its_checkpoint_and_resumes_
             match item {
                 modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallResult { tool, .. }) => results.push(tool),
                 modu_core::StreamItem::Event(_) => {}
-                modu_core::StreamItem::Completed(r) | modu_core::StreamItem::Failed(r) => last = Some(r),
+                other => last = other.into_outcome(),
             }
         }
     })
@@ -245,7 +245,7 @@ async fn a_streamed_resume_stops_at_a_boundary_keeps_its_checkpoint_and_resumes_
     assert!(drained.is_ok(), "the slow tool was not aborted");
     // The stream ends with the run's own result: cancelled, not aborted mid-way.
     let last = last.expect("the stream ends with the run's result");
-    assert_eq!(last.error, Some(AgentError::Cancelled));
+    assert_eq!(last.error(), Some(&AgentError::Cancelled));
     assert_eq!(
         results,
         ["fast"],
@@ -255,8 +255,8 @@ async fn a_streamed_resume_stops_at_a_boundary_keeps_its_checkpoint_and_resumes_
     let resumed = tokio::time::timeout(Duration::from_secs(60), agent.resume("run-stream", ()))
         .await
         .unwrap();
-    assert!(resumed.is_ok(), "{:?}", resumed.error);
-    assert_eq!(resumed.output.as_deref(), Some("both done"));
+    assert!(resumed.is_completed(), "{:?}", resumed.error());
+    assert_eq!(resumed.output().map(String::as_str), Some("both done"));
     assert_eq!(
         fast_calls.load(Ordering::SeqCst),
         1,

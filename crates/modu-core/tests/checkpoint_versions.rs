@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-use modu_core::{Agent, AgentError, CHECKPOINT_SCHEMA_VERSION, FunctionTool, InMemoryCheckpointStore, ToolSpec};
+use modu_core::{Agent, CHECKPOINT_SCHEMA_VERSION, FunctionTool, InMemoryCheckpointStore, ToolSpec};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
 
@@ -66,8 +66,11 @@ async fn write_fixtures() {
         Arc::default(),
     );
     let paused = agent.run("1+2").await;
-    assert!(matches!(paused.error, Some(AgentError::Interrupted { .. })));
-    let state = agent.export_state(&paused.run_id).await.unwrap();
+    assert!(
+        paused.is_paused() && paused.error().is_none(),
+        "a paused run is not a failure"
+    );
+    let state = agent.export_state(paused.run_id()).await.unwrap();
     std::fs::write(
         fixture(&format!("standard_paused_v{v}.json")),
         serde_json::to_vec_pretty(&state).unwrap(),
@@ -81,8 +84,11 @@ async fn write_fixtures() {
         Arc::default(),
     );
     let paused = agent.run("1+2").await;
-    assert!(matches!(paused.error, Some(AgentError::Interrupted { .. })));
-    let state = agent.export_state(&paused.run_id).await.unwrap();
+    assert!(
+        paused.is_paused() && paused.error().is_none(),
+        "a paused run is not a failure"
+    );
+    let state = agent.export_state(paused.run_id()).await.unwrap();
     std::fs::write(
         fixture(&format!("strict_paused_v{v}.json")),
         serde_json::to_vec_pretty(&state).unwrap(),
@@ -94,7 +100,7 @@ fn load(name: &str) -> Value {
     serde_json::from_slice(&std::fs::read(fixture(name)).unwrap()).unwrap()
 }
 
-async fn resume_fixture(agent: &Agent<()>, state: Value) -> (modu_core::AgentResult, Value) {
+async fn resume_fixture(agent: &Agent<()>, state: Value) -> (modu_core::RunOutcome, Value) {
     assert_eq!(state["schema_version"], 2);
     let run_id = agent.import_state(state).await.unwrap();
     let pending = agent.pending_approvals(&run_id).await.unwrap();
@@ -110,7 +116,7 @@ async fn a_standard_v2_checkpoint_resumes_under_the_current_schema() {
     let count = Arc::new(AtomicUsize::new(0));
     let agent = standard(ScriptedModel::new().text("3"), Arc::clone(&count));
     let (result, current) = resume_fixture(&agent, load("standard_paused_v2.json")).await;
-    assert_eq!(result.output.as_deref(), Some("3"), "{:?}", result.error);
+    assert_eq!(result.output().map(String::as_str), Some("3"), "{:?}", result.error());
     assert_eq!(count.load(Ordering::SeqCst), 1);
     assert_eq!(current["schema_version"], CHECKPOINT_SCHEMA_VERSION);
     assert_eq!(current["state"]["policy"]["id"], "standard/1");
@@ -126,7 +132,7 @@ async fn a_strict_v2_checkpoint_resumes_under_the_current_schema() {
         .text("3");
     let agent = strict(model, Arc::clone(&count));
     let (result, current) = resume_fixture(&agent, load("strict_paused_v2.json")).await;
-    assert_eq!(result.output.as_deref(), Some("3"), "{:?}", result.error);
+    assert_eq!(result.output().map(String::as_str), Some("3"), "{:?}", result.error());
     assert_eq!(count.load(Ordering::SeqCst), 1);
     assert_eq!(current["schema_version"], CHECKPOINT_SCHEMA_VERSION);
     assert_eq!(current["state"]["policy"]["id"], "plan_and_execute/1");

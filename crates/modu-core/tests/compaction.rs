@@ -119,7 +119,7 @@ async fn without_compaction_the_loop_overflows_the_budget() {
         .build()
         .unwrap();
     let result = agent.run("read every page").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     let last = model.requests().pop().unwrap();
     let tokens = ApproximateTokenCounter::default()
         .count_tokens(&last.messages, &last.tools)
@@ -147,7 +147,12 @@ async fn trimming_keeps_every_request_of_a_60_turn_loop_within_an_8k_budget() {
     let result = agent
         .run(modu_core::AgentRequest::new((), "read every page").session("s"))
         .await;
-    assert_eq!(result.output.as_deref(), Some("read them all"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("read them all"),
+        "{:?}",
+        result.error()
+    );
     check_requests(&model).await;
     // The newest results reach the model whole; the originals stay in the run and the store.
     let last = model.requests().pop().unwrap();
@@ -160,7 +165,7 @@ async fn trimming_keeps_every_request_of_a_60_turn_loop_within_an_8k_budget() {
             .filter(|m| m.role == Role::Tool && !m.text().contains("[cut from"))
             .count()
     };
-    assert_eq!(full(&result.messages), TURNS, "the run keeps every result whole");
+    assert_eq!(full(result.messages()), TURNS, "the run keeps every result whole");
     let stored = modu_core::ConversationStore::load(store.as_ref(), "s").await.unwrap();
     assert_eq!(full(&stored), TURNS, "the store keeps every result whole");
     assert!(
@@ -187,7 +192,12 @@ async fn summarizing_replaces_whole_old_rounds_incrementally_within_the_budget()
         .build()
         .unwrap();
     let result = agent.run("read every page").await;
-    assert_eq!(result.output.as_deref(), Some("read them all"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("read them all"),
+        "{:?}",
+        result.error()
+    );
     check_requests(&model).await;
     let last = model.requests().pop().unwrap();
     let summary = last
@@ -206,11 +216,11 @@ async fn summarizing_replaces_whole_old_rounds_incrementally_within_the_budget()
         "the summary is extended, not rewritten per request: {calls}"
     );
     assert!(
-        result.usage.input_tokens >= 10 * calls as u64,
+        result.usage().input_tokens >= 10 * calls as u64,
         "summary usage counts in the run"
     );
     assert_eq!(
-        result.messages.iter().filter(|m| m.role == Role::Tool).count(),
+        result.messages().iter().filter(|m| m.role == Role::Tool).count(),
         TURNS,
         "the run keeps the originals"
     );

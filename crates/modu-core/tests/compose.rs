@@ -58,15 +58,20 @@ async fn a_nested_agent_shares_context_and_usage_and_gets_its_input() {
     let result = parent
         .run(AgentRequest::new(App::default(), "tell me about rust"))
         .await;
-    assert_eq!(result.output.as_deref(), Some("summary"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("summary"),
+        "{:?}",
+        result.error()
+    );
     // The child saw its structured input through the context.
     assert_eq!(child_model.requests()[0].messages[0].text(), "Research rust.");
     assert_eq!(child_model.requests()[0].messages[1].text(), r#"{"topic":"rust"}"#);
     // The child's usage is in the parent's: 2 parent calls (10/5 each) + 1 child call (100/50).
-    assert_eq!(result.usage.requests, 3);
-    assert_eq!(result.usage.input_tokens, 120);
-    assert_eq!(result.usage.output_tokens, 60);
-    let tool_result = result.messages.iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(result.usage().requests, 3);
+    assert_eq!(result.usage().input_tokens, 120);
+    assert_eq!(result.usage().output_tokens, 60);
+    let tool_result = result.messages().iter().find(|m| m.role == Role::Tool).unwrap();
     assert_eq!(tool_result.text(), "notes on rust");
 }
 
@@ -83,8 +88,8 @@ async fn approvals_are_shared_with_nested_runs() {
         .unwrap();
     let app = Arc::new(App::default());
     let result = parent.run(AgentRequest::with_context_arc(Arc::clone(&app), "go")).await;
-    assert!(result.is_interrupted(), "{:?}", result.error);
-    assert_eq!(result.interruptions[0].tool_name, "write");
+    assert!(result.is_paused(), "{:?}", result.error());
+    assert_eq!(result.approvals()[0].tool_name, "write");
     assert_eq!(
         parent_model.requests().len(),
         1,
@@ -111,7 +116,12 @@ async fn approvals_are_shared_with_nested_runs() {
         .build()
         .unwrap();
     let result = parent.run(AgentRequest::with_context_arc(Arc::clone(&app), "go")).await;
-    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
     assert_eq!(
         app.writes.load(Ordering::SeqCst),
         1,
@@ -159,12 +169,16 @@ async fn handoffs_switch_agents_after_on_handoff_accepts() {
         .unwrap();
     let result = triage.run("I want my money back").await;
     assert_eq!(
-        result.output.as_deref(),
+        result.output().map(String::as_str),
         Some("Your refund is on its way."),
         "{:?}",
-        result.error
+        result.error()
     );
-    assert_eq!(result.agent, "billing", "the result names the agent that answered");
+    assert_eq!(
+        result.report().agent,
+        "billing",
+        "the result names the agent that answered"
+    );
     // The first attempt was refused before anything happened, and the model saw why.
     let refused: Value = serde_json::from_str(&triage_model.requests()[1].messages.last().unwrap().text()).unwrap();
     assert_eq!(refused["error"]["reason"], "handoff_refused");
@@ -201,13 +215,13 @@ async fn a_disabled_handoff_is_not_offered() {
         .handoff(Handoff::to(&vip).enabled_when(|ctx| ctx.user().has_role("vip")))
         .build()
         .unwrap();
-    assert!(front.run("hi").await.is_ok());
+    assert!(front.run("hi").await.is_completed());
     assert!(model.requests()[0].tools.is_empty());
     assert!(
         front
             .run(AgentRequest::new((), "hi").user(UserContext::with_roles(["vip"])))
             .await
-            .is_ok()
+            .is_completed()
     );
     assert_eq!(model.requests()[1].tools[0].name, "transfer_to_vip");
 }

@@ -281,9 +281,18 @@ async fn a_run_reports_the_answering_model_and_its_usage() -> TestResult {
         .event_sink(sink.clone())
         .build()?;
     let result = agent.run("hi").await;
-    assert_eq!(result.output.as_deref(), Some("done"));
-    assert_eq!(result.usage_by_model.len(), 1, "{:?}", result.usage_by_model);
-    let usage = result.usage_by_model.get("backup").ok_or("no usage for the backup")?;
+    assert_eq!(result.output().map(String::as_str), Some("done"));
+    assert_eq!(
+        result.report().usage_by_model.len(),
+        1,
+        "{:?}",
+        result.report().usage_by_model
+    );
+    let usage = result
+        .report()
+        .usage_by_model
+        .get("backup")
+        .ok_or("no usage for the backup")?;
     assert_eq!((usage.input_tokens, usage.output_tokens, usage.requests), (7, 3, 1));
     let finished: Vec<_> = sink
         .events()
@@ -307,12 +316,16 @@ async fn a_failed_attempt_counts_for_the_slot_model_and_json_stays_as_it_was() -
         .event_sink(sink.clone())
         .build()?;
     let result = agent.run("hi").await;
-    assert_eq!(result.output.as_deref(), Some("ok"));
-    let usage = result.usage_by_model.get("plain").ok_or("no usage for the model")?;
+    assert_eq!(result.output().map(String::as_str), Some("ok"));
+    let usage = result
+        .report()
+        .usage_by_model
+        .get("plain")
+        .ok_or("no usage for the model")?;
     assert_eq!(usage.requests, 2, "the failed attempt counts as a request");
     assert_eq!(
-        result.usage_by_model.values().map(|u| u.requests).sum::<u64>(),
-        result.usage.requests
+        result.report().usage_by_model.values().map(|u| u.requests).sum::<u64>(),
+        result.usage().requests
     );
     let finished = sink
         .events()
@@ -353,19 +366,22 @@ async fn usage_by_model_survives_a_pause_and_old_checkpoints_read() -> TestResul
         backup().tool_call("pay", json!({})),
     )?;
     let paused = agent.run("pay").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    assert_eq!(paused.usage_by_model.keys().collect::<Vec<_>>(), vec!["backup"]);
-    let mut state = agent.export_state(&paused.run_id).await?;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    assert_eq!(
+        paused.report().usage_by_model.keys().collect::<Vec<_>>(),
+        vec!["backup"]
+    );
+    let mut state = agent.export_state(paused.run_id()).await?;
     assert!(state.pointer("/state/usage_by_model/backup").is_some(), "{state}");
 
-    let call_id = paused.interruptions[0].call_id.clone();
-    agent.approve(&paused.run_id, &call_id).await?;
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
-    let keys: Vec<_> = done.usage_by_model.keys().cloned().collect();
+    let call_id = paused.approvals()[0].call_id.clone();
+    agent.approve(paused.run_id(), &call_id).await?;
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("done"), "{:?}", done.error());
+    let keys: Vec<_> = done.report().usage_by_model.keys().cloned().collect();
     assert_eq!(keys, vec!["backup".to_owned(), "primary".to_owned()]);
-    assert_eq!(done.usage_by_model["backup"].input_tokens, 5);
-    assert_eq!(done.usage_by_model["primary"].input_tokens, 2);
+    assert_eq!(done.report().usage_by_model["backup"].input_tokens, 5);
+    assert_eq!(done.report().usage_by_model["primary"].input_tokens, 2);
 
     // A checkpoint written before the breakdown existed still resumes.
     if let Some(s) = state.pointer_mut("/state").and_then(|s| s.as_object_mut()) {
@@ -375,7 +391,12 @@ async fn usage_by_model_survives_a_pause_and_old_checkpoints_read() -> TestResul
     let run_id = other.import_state(state).await?;
     other.approve(&run_id, &call_id).await?;
     let done = other.resume(&run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("done again"), "{:?}", done.error);
-    assert_eq!(done.usage_by_model.keys().collect::<Vec<_>>(), vec!["primary"]);
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("done again"),
+        "{:?}",
+        done.error()
+    );
+    assert_eq!(done.report().usage_by_model.keys().collect::<Vec<_>>(), vec!["primary"]);
     Ok(())
 }

@@ -81,7 +81,7 @@ fn counting_tool(name: &str, runs: Arc<AtomicUsize>) -> FunctionTool<()> {
     )
 }
 
-fn tripped(error: &Option<AgentError>) -> (&str, GuardrailKind, &str) {
+fn tripped<'a>(error: &Option<&'a AgentError>) -> (&'a str, GuardrailKind, &'a str) {
     match error {
         Some(AgentError::GuardrailTripped {
             guardrail,
@@ -114,13 +114,10 @@ async fn a_blocking_input_tripwire_ends_the_run_before_the_model_is_asked() {
         .unwrap();
     let result = agent.run("my password is hunter2").await;
     assert_eq!(
-        tripped(&result.error),
+        tripped(&result.error()),
         ("no_password", GuardrailKind::Input, "secret_in_input")
     );
-    assert!(
-        !result.error.as_ref().unwrap().is_resumable(),
-        "a tripwire is never resumable"
-    );
+    assert!(!result.error().unwrap().is_resumable(), "a tripwire is never resumable");
     assert!(model.requests().is_empty(), "blocking: the model is not asked");
     assert!(sink.events().iter().any(|e| matches!(
         e,
@@ -138,7 +135,12 @@ async fn a_passing_input_guardrail_lets_the_run_finish_and_is_reported() {
         .build()
         .unwrap();
     let result = agent.run("hi").await;
-    assert_eq!(result.output.as_deref(), Some("hello"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("hello"),
+        "{:?}",
+        result.error()
+    );
     assert!(sink.events().iter().any(|e| matches!(
         e,
         AgentEvent::GuardrailChecked {
@@ -169,7 +171,7 @@ async fn concurrent_input_guardrails_run_with_the_model_request_and_a_tripwire_d
     .build()
     .unwrap();
     let result = agent.run("tell me about football").await;
-    assert_eq!(tripped(&result.error), ("slow", GuardrailKind::Input, "off_topic"));
+    assert_eq!(tripped(&result.error()), ("slow", GuardrailKind::Input, "off_topic"));
     assert_eq!(seen.load(Ordering::SeqCst), 1, "the request was sent with the check");
     assert!(
         !answered.load(Ordering::SeqCst),
@@ -197,7 +199,7 @@ async fn a_model_answer_before_a_slow_tripwire_runs_no_tool() {
         .build()
         .unwrap();
     let result = agent.run("spam everyone").await;
-    assert_eq!(tripped(&result.error), ("slow", GuardrailKind::Input, "off_topic"));
+    assert_eq!(tripped(&result.error()), ("slow", GuardrailKind::Input, "off_topic"));
     assert_eq!(model.requests().len(), 1, "the model answered first");
     assert_eq!(
         sends.load(Ordering::SeqCst),
@@ -222,7 +224,12 @@ async fn blocking_mode_checks_before_the_request_and_concurrent_mode_with_it() {
             .build()
             .unwrap();
         let result = agent.run("hi").await;
-        assert_eq!(result.output.as_deref(), Some("ok"), "{mode:?}: {:?}", result.error);
+        assert_eq!(
+            result.output().map(String::as_str),
+            Some("ok"),
+            "{mode:?}: {:?}",
+            result.error()
+        );
         assert_eq!(
             seen.load(Ordering::SeqCst),
             expected,
@@ -258,13 +265,13 @@ async fn an_output_guardrail_checks_the_structured_output_typed() {
             .unwrap()
     };
     let small = agent(r#"{"amount": 40}"#).run("refund").await;
-    assert_eq!(small.output.map(|r| r.amount), Some(40), "{:?}", small.error);
+    assert_eq!(small.output().map(|r| r.amount), Some(40), "{:?}", small.error());
     let large = agent(r#"{"amount": 400}"#).run("refund").await;
     assert_eq!(
-        tripped(&large.error),
+        tripped(&large.error()),
         ("refund_cap", GuardrailKind::Output, "refund_too_large")
     );
-    assert!(large.output.is_none(), "a tripped output is not returned");
+    assert!(large.output().is_none(), "a tripped output is not returned");
 }
 
 #[tokio::test]
@@ -283,7 +290,7 @@ async fn a_tool_argument_tripwire_ends_the_run_before_the_tool_runs() {
         .unwrap();
     let result = agent.run("send to everyone").await;
     assert_eq!(
-        tripped(&result.error),
+        tripped(&result.error()),
         ("no_broadcast", GuardrailKind::ToolArguments, "broadcast")
     );
     assert_eq!(sends.load(Ordering::SeqCst), 0);
@@ -316,7 +323,12 @@ async fn tool_guardrails_may_replace_the_arguments_call_or_the_result_with_a_mes
         .build()
         .unwrap();
     let result = agent.run("send").await;
-    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
     assert_eq!(sends.load(Ordering::SeqCst), 1, "the replaced call did not run");
     let seen: Vec<String> = model.requests()[1]
         .messages
@@ -363,8 +375,13 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
             .unwrap();
         let result = agent.run("how do I build a bow").await;
         match expected {
-            Some(code) => assert_eq!(tripped(&result.error), ("safety", GuardrailKind::Input, code)),
-            None => assert_eq!(result.output.as_deref(), Some("an answer"), "{:?}", result.error),
+            Some(code) => assert_eq!(tripped(&result.error()), ("safety", GuardrailKind::Input, code)),
+            None => assert_eq!(
+                result.output().map(String::as_str),
+                Some("an answer"),
+                "{:?}",
+                result.error()
+            ),
         }
     }
     // A checker that cannot answer fails closed.
@@ -378,7 +395,7 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
         .unwrap();
     let result = agent.run("hi").await;
     assert_eq!(
-        tripped(&result.error),
+        tripped(&result.error()),
         ("safety", GuardrailKind::Output, "guardrail_unavailable")
     );
 }

@@ -66,16 +66,16 @@ async fn repeated_call_ids_are_renamed_and_each_call_gets_one_result() {
         .build()
         .unwrap();
     let result = agent.run("move").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     let mut amounts = ran.lock().unwrap().clone();
     amounts.sort();
     assert_eq!(amounts, vec![1, 2, 3, 4, 5], "every call ran once");
 
-    let assistants: Vec<&Message> = result.messages.iter().filter(|m| m.has_tool_calls()).collect();
+    let assistants: Vec<&Message> = result.messages().iter().filter(|m| m.has_tool_calls()).collect();
     assert_eq!(call_ids(assistants[0]), ["dup", "dup_2", "other"]);
     assert_eq!(call_ids(assistants[1]), ["dup_3", "other_2"]);
     assert_eq!(
-        tool_message_ids(&result.messages),
+        tool_message_ids(result.messages()),
         ["dup", "dup_2", "other", "dup_3", "other_2"],
         "one tool result per call, in call order, under the rewritten ids"
     );
@@ -119,27 +119,27 @@ async fn approving_one_of_two_calls_with_one_id_runs_only_that_call() {
         .build()
         .unwrap();
     let paused = agent.run("move").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    let ids: Vec<&str> = paused.interruptions.iter().map(|r| r.call_id.as_str()).collect();
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let ids: Vec<&str> = paused.approvals().iter().map(|r| r.call_id.as_str()).collect();
     assert_eq!(ids, ["call_0", "call_0_2"], "two approvals, two ids");
-    assert_eq!(paused.interruptions[1].arguments, json!({"amount": 20}));
+    assert_eq!(paused.approvals()[1].arguments, json!({"amount": 20}));
 
     // The checkpoint's assistant message carries the same ids as the approvals.
-    let state = agent.export_state(&paused.run_id).await.unwrap();
+    let state = agent.export_state(paused.run_id()).await.unwrap();
     let stored = serde_json::to_string(&state).unwrap();
     assert!(
         stored.contains("\"call_0_2\""),
         "checkpoint lacks the rewritten id: {stored}"
     );
 
-    agent.approve(&paused.run_id, "call_0_2").await.unwrap();
-    agent.reject(&paused.run_id, "call_0", None).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    agent.approve(paused.run_id(), "call_0_2").await.unwrap();
+    agent.reject(paused.run_id(), "call_0", None).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(*ran.lock().unwrap(), vec![20], "only the approved call ran");
-    assert_eq!(tool_message_ids(&done.messages), ["call_0", "call_0_2"]);
+    assert_eq!(tool_message_ids(done.messages()), ["call_0", "call_0_2"]);
     let rejected = done
-        .messages
+        .messages()
         .iter()
         .find(|m| m.tool_call_id.as_deref() == Some("call_0"))
         .unwrap();
@@ -172,18 +172,21 @@ async fn a_rejected_call_never_runs_even_when_the_predicate_no_longer_asks() {
     };
     let first = build(ScriptedModel::new().tool_call("delete_all", json!({})));
     let paused = first.run("clean up").await;
-    assert!(paused.is_interrupted());
-    let call_id = paused.interruptions[0].call_id.clone();
-    first.reject(&paused.run_id, &call_id, Some("no".into())).await.unwrap();
+    assert!(paused.is_paused());
+    let call_id = paused.approvals()[0].call_id.clone();
+    first
+        .reject(paused.run_id(), &call_id, Some("no".into()))
+        .await
+        .unwrap();
 
     // The resuming agent's predicate says no approval is needed now.
     needs.store(false, Ordering::SeqCst);
     let second = build(ScriptedModel::new().text("ok, not deleted"));
-    let done = second.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    let done = second.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(ran.load(Ordering::SeqCst), 0, "the rejected call ran");
     let result = done
-        .messages
+        .messages()
         .iter()
         .find(|m| m.tool_call_id.as_deref() == Some(call_id.as_str()))
         .unwrap();
@@ -202,10 +205,10 @@ async fn an_approved_call_runs_once_even_when_the_predicate_asks_again() {
         .build()
         .unwrap();
     let paused = agent.run("clean up").await;
-    let call_id = paused.interruptions[0].call_id.clone();
-    agent.approve(&paused.run_id, &call_id).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    let call_id = paused.approvals()[0].call_id.clone();
+    agent.approve(paused.run_id(), &call_id).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
 
@@ -263,13 +266,13 @@ async fn rbac_decides_on_the_tool_a_meta_tool_runs() {
         .unwrap();
     let request = modu_core::AgentRequest::new((), "triage").user(UserContext::with_roles(["triager"]));
     let result = agent.run(request).await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     assert_eq!(
         *ran.lock().unwrap(),
         ["github__list_issues"],
         "only the allowed external tool ran"
     );
-    let results: Vec<&Message> = result.messages.iter().filter(|m| m.role == Role::Tool).collect();
+    let results: Vec<&Message> = result.messages().iter().filter(|m| m.role == Role::Tool).collect();
     assert!(!results[0].is_error);
     assert!(results[1].is_error);
     assert!(
@@ -310,7 +313,7 @@ async fn rbac_decides_on_the_tool_a_meta_tool_runs() {
     .unwrap();
     let request = modu_core::AgentRequest::new((), "triage").user(UserContext::with_roles(["meta"]));
     let result = agent.run(request).await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     assert!(
         ran2.lock().unwrap().is_empty(),
         "the meta tool's name is not a permission"
@@ -347,7 +350,7 @@ async fn limit_errors_name_the_setting_and_its_value() {
     .limits(modu_core::RunLimits::default().max_turns(1))
     .build()
     .unwrap();
-    let error = agent.run("go").await.error.unwrap();
+    let error = agent.run("go").await.error().cloned().unwrap();
     assert_eq!(
         error.to_string(),
         "the run reached RunLimits::max_turns = 1 (model turns that called tools)"
@@ -396,11 +399,16 @@ async fn a_provider_admits_tools_by_identity_through_a_meta_tool() {
         .build()
         .unwrap();
     let result = agent.run("triage").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     // The meta tool stayed offered; only the admitted external tool ran through it.
     assert_eq!(model.requests()[0].tools.len(), 1);
     assert_eq!(*ran.lock().unwrap(), ["github__list_issues"]);
-    let refused = result.messages.iter().filter(|m| m.role == Role::Tool).nth(1).unwrap();
+    let refused = result
+        .messages()
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .nth(1)
+        .unwrap();
     assert!(refused.is_error);
     assert!(refused.text().contains("tool_not_allowed"), "{}", refused.text());
 }

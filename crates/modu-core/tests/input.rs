@@ -74,20 +74,20 @@ async fn a_tool_asks_the_run_pauses_and_the_answer_reaches_the_tool_on_resume() 
         .unwrap();
 
     let paused = agent.run("book me a seat").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    assert!(matches!(paused.error, Some(AgentError::Interrupted { pending: 1 })));
-    assert!(paused.interruptions.is_empty(), "no approval is asked");
-    let request: &InputRequest = &paused.input_requests[0];
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    assert!(
+        paused.is_paused() && paused.error().is_none(),
+        "a paused run is not a failure"
+    );
+    assert!(paused.approvals().is_empty(), "no approval is asked");
+    let request: &InputRequest = &paused.inputs()[0];
     assert_eq!(request.tool_name, "book");
     assert_eq!(request.prompt, "Which seat?");
     assert_eq!(request.index, 0);
     assert_eq!(request.schema["properties"]["seat"]["type"], "string");
     assert!(booked.lock().unwrap().is_empty(), "nothing booked before the answer");
     assert_eq!(model.requests().len(), 1, "the model is not asked while the run waits");
-    assert_eq!(
-        agent.pending_inputs(&paused.run_id).await.unwrap(),
-        paused.input_requests
-    );
+    assert_eq!(agent.pending_inputs(paused.run_id()).await.unwrap(), paused.inputs());
     assert!(
         sink.events()
             .iter()
@@ -95,29 +95,36 @@ async fn a_tool_asks_the_run_pauses_and_the_answer_reaches_the_tool_on_resume() 
     );
 
     // An answer that does not fit the schema is refused, and nothing is recorded.
-    let wrong = agent.answer(&paused.run_id, &request.call_id, json!({"seat": 7})).await;
+    let wrong = agent
+        .answer(paused.run_id(), &request.call_id, json!({"seat": 7}))
+        .await;
     assert!(matches!(wrong, Err(AgentError::InvalidInput { .. })), "{wrong:?}");
-    assert_eq!(agent.pending_inputs(&paused.run_id).await.unwrap().len(), 1);
+    assert_eq!(agent.pending_inputs(paused.run_id()).await.unwrap().len(), 1);
     let unknown = agent
-        .answer(&paused.run_id, "no_such_call", json!({"seat": "1A"}))
+        .answer(paused.run_id(), "no_such_call", json!({"seat": "1A"}))
         .await;
     assert!(matches!(unknown, Err(AgentError::UnknownInput { .. })), "{unknown:?}");
 
     agent
-        .answer(&paused.run_id, &request.call_id, json!({"seat": "12A"}))
+        .answer(paused.run_id(), &request.call_id, json!({"seat": "12A"}))
         .await
         .unwrap();
-    assert!(agent.pending_inputs(&paused.run_id).await.unwrap().is_empty());
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("Your seat is booked."), "{:?}", done.error);
-    assert!(!done.is_interrupted());
+    assert!(agent.pending_inputs(paused.run_id()).await.unwrap().is_empty());
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("Your seat is booked."),
+        "{:?}",
+        done.error()
+    );
+    assert!(!done.is_paused());
     assert_eq!(*booked.lock().unwrap(), ["12A"], "booked once, with the answer");
     assert_eq!(
         executions.load(Ordering::SeqCst),
         2,
         "the waiting tool ran again on resume"
     );
-    assert_eq!(tool_result(&done.messages), "booked 12A");
+    assert_eq!(tool_result(done.messages()), "booked 12A");
     assert!(
         sink.events()
             .iter()
@@ -136,15 +143,20 @@ async fn a_declined_ask_is_a_tool_error_the_model_sees() {
         .build()
         .unwrap();
     let paused = agent.run("book").await;
-    let call_id = paused.input_requests[0].call_id.clone();
+    let call_id = paused.inputs()[0].call_id.clone();
     agent
-        .decline(&paused.run_id, &call_id, Some("I changed my mind".into()))
+        .decline(paused.run_id(), &call_id, Some("I changed my mind".into()))
         .await
         .unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("Not booked."), "{:?}", done.error);
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("Not booked."),
+        "{:?}",
+        done.error()
+    );
     assert!(booked.lock().unwrap().is_empty());
-    let seen = tool_result(&done.messages);
+    let seen = tool_result(done.messages());
     assert!(
         seen.contains("input_declined") && seen.contains("I changed my mind"),
         "{seen}"
@@ -161,19 +173,24 @@ async fn a_call_that_asks_twice_pauses_twice_and_gets_both_answers_in_order() {
         .build()
         .unwrap();
     let first = agent.run("sign me up").await;
-    let ask = &first.input_requests[0];
+    let ask = &first.inputs()[0];
     assert_eq!((ask.prompt.as_str(), ask.index), ("Your name?", 0));
-    agent.answer(&first.run_id, &ask.call_id, json!("Ada")).await.unwrap();
+    agent.answer(first.run_id(), &ask.call_id, json!("Ada")).await.unwrap();
 
-    let second = agent.resume(&first.run_id, ()).await;
-    assert!(second.is_interrupted(), "{:?}", second.error);
-    let ask = &second.input_requests[0];
+    let second = agent.resume(first.run_id(), ()).await;
+    assert!(second.is_paused(), "{:?}", second.error());
+    let ask = &second.inputs()[0];
     assert_eq!((ask.prompt.as_str(), ask.index), ("Sign up \"Ada\"?", 1));
     assert!(done.lock().unwrap().is_empty());
-    agent.answer(&first.run_id, &ask.call_id, json!(true)).await.unwrap();
+    agent.answer(first.run_id(), &ask.call_id, json!(true)).await.unwrap();
 
-    let finished = agent.resume(&first.run_id, ()).await;
-    assert_eq!(finished.output.as_deref(), Some("Welcome."), "{:?}", finished.error);
+    let finished = agent.resume(first.run_id(), ()).await;
+    assert_eq!(
+        finished.output().map(String::as_str),
+        Some("Welcome."),
+        "{:?}",
+        finished.error()
+    );
     assert_eq!(*done.lock().unwrap(), [json!(["Ada", true])]);
 }
 
@@ -203,14 +220,14 @@ async fn other_calls_of_the_batch_finish_and_are_not_run_again() {
     .build()
     .unwrap();
     let paused = agent.run("go").await;
-    assert_eq!(paused.input_requests.len(), 1);
-    let call_id = paused.input_requests[0].call_id.clone();
+    assert_eq!(paused.inputs().len(), 1);
+    let call_id = paused.inputs()[0].call_id.clone();
     agent
-        .answer(&paused.run_id, &call_id, json!({"seat": "3C"}))
+        .answer(paused.run_id(), &call_id, json!({"seat": "3C"}))
         .await
         .unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(reads.load(Ordering::SeqCst), 1, "the finished call kept its result");
     assert_eq!(*booked.lock().unwrap(), ["3C"]);
 }

@@ -138,23 +138,23 @@ async fn a_busy_session_fails_fast_or_waits_its_turn() {
         .run(modu_core::AgentRequest::new((), "impatient").session("s"))
         .await;
     assert!(
-        matches!(&busy.error, Some(AgentError::SessionBusy { session_id }) if session_id == "s"),
+        matches!(&busy.error(), Some(AgentError::SessionBusy { session_id }) if session_id == "s"),
         "{:?}",
-        busy.error
+        busy.error()
     );
-    assert!(!busy.run_id.is_empty(), "a busy result names its run");
+    assert!(!busy.run_id().is_empty(), "a busy result names its run");
     // Another session is not busy.
     let other = impatient
         .run(modu_core::AgentRequest::new((), "elsewhere").session("t"))
         .await;
-    assert!(other.is_ok(), "{:?}", other.error);
+    assert!(other.is_completed(), "{:?}", other.error());
 
     let second = patient
         .run(modu_core::AgentRequest::new((), "second").session("s"))
         .await;
-    assert!(second.is_ok(), "{:?}", second.error);
+    assert!(second.is_completed(), "{:?}", second.error());
     let first = first.await.unwrap();
-    assert!(first.is_ok(), "{:?}", first.error);
+    assert!(first.is_completed(), "{:?}", first.error());
     // The first run renewed its lease for 400 ms on a 150 ms ttl, and the runs did not interleave.
     assert_eq!(history(&b, "s").await, ["first", "second"]);
     assert_eq!(b.conversations.load("s").await.unwrap().len(), 8);
@@ -203,15 +203,15 @@ async fn a_run_whose_session_was_taken_over_cannot_write() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     // w1's lease expires (it cannot renew); w2 takes the session over and completes a run.
     let fresh = w2.run(modu_core::AgentRequest::new((), "fresh").session("s")).await;
-    assert!(fresh.is_ok(), "{:?}", fresh.error);
+    assert!(fresh.is_completed(), "{:?}", fresh.error());
 
     let stale = stale.await.unwrap();
     assert!(
-        matches!(&stale.error, Some(AgentError::LeaseLost { session_id }) if session_id == "s"),
+        matches!(&stale.error(), Some(AgentError::LeaseLost { session_id }) if session_id == "s"),
         "{:?}",
-        stale.error
+        stale.error()
     );
-    assert!(!stale.error.as_ref().unwrap().is_resumable());
+    assert!(!stale.error().unwrap().is_resumable());
     assert_eq!(
         history(&b, "s").await,
         ["fresh"],
@@ -243,8 +243,13 @@ async fn an_orphaned_run_is_recovered_by_exactly_one_worker() {
     let (a, c) = tokio::join!(w2.recover_orphans(()), w3.recover_orphans(()));
     let recovered: Vec<_> = a.unwrap().into_iter().chain(c.unwrap()).collect();
     assert_eq!(recovered.len(), 1, "one claimer: {recovered:?}");
-    assert_eq!(recovered[0].run_id, "r-1");
-    assert_eq!(recovered[0].output.as_deref(), Some("done"), "{:?}", recovered[0].error);
+    assert_eq!(recovered[0].run_id(), "r-1");
+    assert_eq!(
+        recovered[0].output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        recovered[0].error()
+    );
     assert_eq!(history(&b, "s").await, ["orphan"]);
     // The call in flight when the worker died ran again, once.
     assert_eq!(b.calls.load(Ordering::SeqCst), 2);
@@ -263,14 +268,14 @@ async fn leases_need_stores_with_fenced_writes() {
         .build()
         .unwrap();
     let result = agent.run(modu_core::AgentRequest::new((), "hi").session("s")).await;
-    let message = result.error.map(|e| e.to_string()).unwrap_or_default();
+    let message = result.error().map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("does not support checkpoint.save_fenced"), "{message}");
     // Without checkpoints and sessions there is nothing to fence.
     let plain = Agent::builder(ScriptedModel::new().text("hi"))
         .session_leases(b.leases.clone(), opts("w1"))
         .build()
         .unwrap();
-    assert!(plain.run("hi").await.is_ok());
+    assert!(plain.run("hi").await.is_completed());
     assert!(
         plain.recover_orphans(()).await.is_err(),
         "recovery needs a checkpoint store"

@@ -31,7 +31,12 @@ async fn a_tool_result_with_an_image_reaches_the_model_as_parts() -> TestResult 
         .tool(camera("iVBORw0KGgo=".into()))
         .build()?;
     let result = agent.run("what do you see?").await;
-    assert_eq!(result.output.as_deref(), Some("a red dot"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("a red dot"),
+        "{:?}",
+        result.error()
+    );
     let second = model.requests().pop().ok_or("no request")?;
     let tool = second
         .messages
@@ -60,7 +65,7 @@ async fn an_inline_image_over_the_limit_is_a_tool_error_the_model_sees() -> Test
         .tool(camera("A".repeat(DEFAULT_MAX_INLINE_MEDIA_BYTES + 4)))
         .build()?;
     let result = agent.run("what do you see?").await;
-    assert!(result.error.is_none(), "{:?}", result.error);
+    assert!(result.error().is_none(), "{:?}", result.error());
     let second = model.requests().pop().ok_or("no request")?;
     let tool = second
         .messages

@@ -39,7 +39,7 @@ async fn recent_turns_keeps_whole_turns_and_the_store_stays_whole() {
         .build()
         .unwrap();
     let result = agent.run(AgentRequest::new((), "new question").session("s")).await;
-    assert!(result.is_ok());
+    assert!(result.is_completed());
     let seen = &model.requests()[0].messages;
     // Two turns of four messages, plus the new question; no turn is cut in half.
     assert_eq!(seen.len(), 9);
@@ -49,7 +49,7 @@ async fn recent_turns_keeps_whole_turns_and_the_store_stays_whole() {
     assert_eq!(seen[2].tool_call_id.as_deref(), Some("c3"));
     // The stored original is whole, and the result holds only this run's messages.
     assert_eq!(store.load("s").await.unwrap().len(), 22);
-    assert_eq!(result.messages.len(), 2);
+    assert_eq!(result.messages().len(), 2);
 }
 
 #[tokio::test]
@@ -67,7 +67,7 @@ async fn token_budget_drops_oldest_turns_and_overflows_before_any_model_call() {
         .event_sink(sink.clone())
         .build()
         .unwrap();
-    assert!(agent.run(AgentRequest::new((), "q").session("s")).await.is_ok());
+    assert!(agent.run(AgentRequest::new((), "q").session("s")).await.is_completed());
     let seen = &model.requests()[0].messages;
     let total = counter.count_tokens(seen, &[]).await.unwrap();
     assert!(total <= 70, "{total} tokens sent");
@@ -106,9 +106,9 @@ async fn token_budget_drops_oldest_turns_and_overflows_before_any_model_call() {
         .unwrap();
     let result = agent.run(AgentRequest::new((), "x".repeat(2_000)).session("s")).await;
     assert!(
-        matches!(result.error, Some(AgentError::MemoryOverflow { .. })),
+        matches!(result.error(), Some(AgentError::MemoryOverflow { .. })),
         "{:?}",
-        result.error
+        result.error()
     );
     assert!(model.requests().is_empty(), "no model call was made");
 }
@@ -161,19 +161,19 @@ async fn summaries_are_cached_and_extended_incrementally() {
         .build()
         .unwrap();
     let first = agent.run(AgentRequest::new((), "q1").session("s")).await;
-    assert!(first.is_ok());
+    assert!(first.is_completed());
     assert_eq!(summarizer.calls.load(Ordering::SeqCst), 1);
     let seen = &model.requests()[0].messages;
     assert_eq!(seen[0].role, Role::System);
     assert_eq!(seen[0].text(), "Summary of the earlier conversation:\nS+12msgs");
     assert_eq!(seen[1].text(), "question 3", "the two most recent turns stay verbatim");
     // Summary calls count in the run's usage: 1 model call (10/5) + the summary (7/3).
-    assert_eq!(first.usage.input_tokens, 17);
+    assert_eq!(first.usage().input_tokens, 17);
 
     // The next run has one more turn: only the turn that left the recent window is summarised,
     // on top of the cached summary.
     let second = agent.run(AgentRequest::new((), "q2").session("s")).await;
-    assert!(second.is_ok());
+    assert!(second.is_completed());
     assert_eq!(summarizer.calls.load(Ordering::SeqCst), 2);
     assert_eq!(
         model.requests()[1].messages[0].text(),
@@ -182,7 +182,7 @@ async fn summaries_are_cached_and_extended_incrementally() {
 
     // Unchanged prefix (same history, a policy instance sharing the state store): no call.
     let again = agent.run(AgentRequest::new((), "q3").session("s")).await;
-    assert!(again.is_ok());
+    assert!(again.is_completed());
     assert_eq!(
         summarizer.calls.load(Ordering::SeqCst),
         3,
@@ -208,7 +208,7 @@ async fn an_unchanged_prefix_is_not_summarised_again() {
             .unwrap();
         let history = store.load("s").await.unwrap();
         agent.conversation_store().unwrap().append("s", &history).await.unwrap();
-        assert!(agent.run(AgentRequest::new((), "q").session("s")).await.is_ok());
+        assert!(agent.run(AgentRequest::new((), "q").session("s")).await.is_completed());
     }
     assert_eq!(
         summarizer.calls.load(Ordering::SeqCst),
@@ -236,7 +236,7 @@ async fn a_failing_summarizer_falls_back_to_the_budget_and_the_run_goes_on() {
         .build()
         .unwrap();
     let result = agent.run(AgentRequest::new((), "q").session("s")).await;
-    assert_eq!(result.output.as_deref(), Some("still answering"));
+    assert_eq!(result.output().map(String::as_str), Some("still answering"));
     let seen = &model.requests()[0].messages;
     assert!(seen.iter().all(|m| !m.text().starts_with("Summary")));
     assert_eq!(seen.len(), 9, "the budget policy kept the two most recent turns");

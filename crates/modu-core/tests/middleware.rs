@@ -12,8 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use modu_core::middleware::{AgentService, ChatService, FunctionService, ToolInvocation, into_model_error};
 use modu_core::{
-    Agent, AgentError, AgentRequest, AgentResult, ChatRequest, ChatResponse, ContextProvider, ContextProviderError,
-    FunctionTool, Message, ModelContext, ModelError, RetryConfig, RunContext, Stage, ToolError, ToolSpec, Usage,
+    Agent, AgentError, AgentRequest, ChatRequest, ChatResponse, CompletedRun, ContextProvider, ContextProviderError,
+    FunctionTool, Message, ModelContext, ModelError, RetryConfig, RunContext, RunOutcome, RunReport, Stage, ToolError,
+    ToolSpec, Usage,
 };
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
@@ -103,7 +104,7 @@ async fn layers_run_in_documented_order_outer_first() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.output.as_deref(), Some("done"));
+    assert_eq!(result.output().map(String::as_str), Some("done"));
     let expected = [
         "agent1:in",
         "agent2:in", //
@@ -137,25 +138,17 @@ impl Layer<AgentService<(), String>> for Refuse {
 #[derive(Clone)]
 struct RefuseService;
 impl Service<AgentRequest<()>> for RefuseService {
-    type Response = AgentResult<String>;
+    type Response = RunOutcome<String>;
     type Error = Infallible;
-    type Future = std::future::Ready<Result<AgentResult<String>, Infallible>>;
+    type Future = std::future::Ready<Result<RunOutcome<String>, Infallible>>;
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
     fn call(&mut self, req: AgentRequest<()>) -> Self::Future {
-        std::future::ready(Ok(AgentResult {
-            run_id: "guarded".into(),
-            agent: "guard".into(),
-            output: Some(format!("refused {} message(s)", req.input.len())),
-            messages: Vec::new(),
-            usage: Usage::default(),
-            usage_by_model: Default::default(),
-            metadata: serde_json::Map::new(),
-            error: None,
-            interruptions: Vec::new(),
-            input_requests: Vec::new(),
-        }))
+        std::future::ready(Ok(RunOutcome::Completed(CompletedRun::new(
+            format!("refused {} message(s)", req.input.len()),
+            RunReport::new("guarded", "guard"),
+        ))))
     }
 }
 
@@ -221,13 +214,19 @@ async fn each_layer_can_short_circuit() {
     // Agent layer: the model is never asked.
     let model = ScriptedModel::new().text("never");
     let agent = Agent::<()>::builder(model.clone()).agent_layer(Refuse).build().unwrap();
-    assert_eq!(agent.run("hi").await.output.as_deref(), Some("refused 1 message(s)"));
+    assert_eq!(
+        agent.run("hi").await.output().map(String::as_str),
+        Some("refused 1 message(s)")
+    );
     assert!(model.requests().is_empty());
 
     // Chat layer: the answer comes from the cache, the model is never asked.
     let model = ScriptedModel::new().text("never");
     let agent = Agent::<()>::builder(model.clone()).chat_layer(Cached).build().unwrap();
-    assert_eq!(agent.run("hi").await.output.as_deref(), Some("from the cache"));
+    assert_eq!(
+        agent.run("hi").await.output().map(String::as_str),
+        Some("from the cache")
+    );
     assert!(model.requests().is_empty());
 
     // Function layer: ping is blocked (never runs); echo runs with rewritten arguments.
@@ -252,7 +251,7 @@ async fn each_layer_can_short_circuit() {
     let result = agent.run("go").await;
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     let tools: Vec<String> = result
-        .messages
+        .messages()
         .iter()
         .filter(|m| m.tool_call_id.is_some())
         .map(|m| m.text())
@@ -296,7 +295,10 @@ async fn tower_retry_and_timeout_work_as_chat_middleware() {
         .chat_layer(tower::retry::RetryLayer::new(RetryOnce { left: 1 }))
         .build()
         .unwrap();
-    assert_eq!(agent.run("q").await.output.as_deref(), Some("second time lucky"));
+    assert_eq!(
+        agent.run("q").await.output().map(String::as_str),
+        Some("second time lucky")
+    );
     assert_eq!(model.requests().len(), 2);
 
     // Timeout: tower's TimeoutLayer, mapped back to a typed ModelError right outside it.
@@ -314,7 +316,7 @@ async fn tower_retry_and_timeout_work_as_chat_middleware() {
     let started = std::time::Instant::now();
     let result = agent.run("q").await;
     assert!(started.elapsed() < Duration::from_secs(2));
-    match result.error {
+    match result.error() {
         Some(AgentError::Model { kind, retryable, .. }) => {
             assert_eq!(kind, "timeout");
             assert!(retryable);
@@ -397,7 +399,7 @@ async fn context_providers_chain_in_order_and_hear_about_new_messages() {
         .context_provider_arc(second.clone())
         .build()
         .unwrap();
-    assert!(agent.run("q").await.is_ok());
+    assert!(agent.run("q").await.is_completed());
     assert_eq!(
         *log.lock().unwrap(),
         [

@@ -28,7 +28,12 @@ async fn required_is_sent_until_the_first_tool_call_then_reset() -> TestResult {
         .tool_choice(ToolChoice::Required)
         .build()?;
     let result = agent.run("go").await;
-    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
     // The second request would force another call and loop: it goes back to the default.
     assert_eq!(choices(&model), vec![Some(ToolChoice::Required), None]);
     Ok(())
@@ -49,7 +54,7 @@ async fn keep_tool_choice_sends_it_on_every_acting_request() -> TestResult {
         )
         .build()?;
     let result = agent.run("go").await;
-    assert!(result.error.is_none(), "{:?}", result.error);
+    assert!(result.error().is_none(), "{:?}", result.error());
     assert_eq!(choices(&model), vec![Some(ToolChoice::Required); 3]);
     Ok(())
 }
@@ -71,7 +76,12 @@ async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> Test
         .model_settings(ModelSettings::new().max_tokens(64))
         .tool_choice(ToolChoice::Named("weather".into()));
     let result = agent.run(request).await;
-    assert_eq!(result.output.as_deref(), Some("sunny"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("sunny"),
+        "{:?}",
+        result.error()
+    );
     let sent = model.requests();
     assert_eq!(sent[0].tool_choice, Some(ToolChoice::Named("weather".into())));
     assert_eq!(sent[0].temperature, Some(0.5));
@@ -90,7 +100,7 @@ async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> Test
         .tool(tool("add"))
         .temperature(0.5)
         .build()?;
-    agent2.run("hi").await;
+    let _ = agent2.run("hi").await;
     assert_eq!(model2.requests()[0].max_tokens, None);
     Ok(())
 }
@@ -102,14 +112,14 @@ async fn a_named_tool_that_is_not_offered_is_not_sent_and_no_tools_means_no_choi
         .tool(tool("add"))
         .tool_choice(ToolChoice::Named("missing".into()))
         .build()?;
-    agent.run("hi").await;
+    let _ = agent.run("hi").await;
     assert_eq!(choices(&model), vec![None]);
 
     let model = ScriptedModel::new().text("hi");
     let agent = Agent::<()>::builder(model.clone())
         .tool_choice(ToolChoice::Required)
         .build()?;
-    agent.run("hi").await;
+    let _ = agent.run("hi").await;
     assert_eq!(
         choices(&model),
         vec![None],
@@ -133,11 +143,11 @@ async fn a_resumed_run_keeps_its_own_settings() -> TestResult {
     let paused = agent
         .run(AgentRequest::new((), "pay").model_settings(ModelSettings::new().temperature(0.1).seed(3)))
         .await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    let call = paused.interruptions[0].call_id.clone();
-    agent.approve(&paused.run_id, &call).await?;
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("paid"), "{:?}", done.error);
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let call = paused.approvals()[0].call_id.clone();
+    agent.approve(paused.run_id(), &call).await?;
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("paid"), "{:?}", done.error());
     let sent = model.requests();
     assert_eq!(sent.len(), 2);
     assert_eq!((sent[1].temperature, sent[1].seed), (Some(0.1), Some(3)));

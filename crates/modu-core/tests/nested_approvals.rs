@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use modu_core::{Agent, AgentError, AgentRequest, FunctionTool, InMemoryCheckpointStore, Role, ToolSpec};
+use modu_core::{Agent, AgentRequest, FunctionTool, InMemoryCheckpointStore, Role, ToolSpec};
 use modu_testing::ScriptedModel;
 use serde_json::json;
 
@@ -86,9 +86,12 @@ async fn a_nested_approval_pauses_the_parent_and_its_approval_resumes_the_nested
     let boss = boss(boss_script(), &expert, store.clone());
 
     let paused = boss.run("pay 30").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    assert!(matches!(paused.error, Some(AgentError::Interrupted { pending: 1 })));
-    let request = &paused.interruptions[0];
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    assert!(
+        paused.is_paused() && paused.error().is_none(),
+        "a paused run is not a failure"
+    );
+    let request = &paused.approvals()[0];
     assert_eq!(request.tool_name, "transfer");
     assert_eq!(request.arguments, json!({"amount": 30}));
     assert_eq!(request.metadata["nested_agent"], "treasurer");
@@ -97,14 +100,14 @@ async fn a_nested_approval_pauses_the_parent_and_its_approval_resumes_the_nested
     assert_eq!(c.moved.load(Ordering::SeqCst), 0, "nothing moved before approval");
     assert_eq!(c.read.load(Ordering::SeqCst), 1);
     assert_eq!(
-        boss.pending_approvals(&paused.run_id).await.unwrap(),
-        paused.interruptions
+        boss.pending_approvals(paused.run_id()).await.unwrap(),
+        paused.approvals()
     );
 
-    boss.approve(&paused.run_id, &request.call_id).await.unwrap();
-    let done = boss.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
-    assert_eq!(done.output.as_deref(), Some("the treasurer paid"));
+    boss.approve(paused.run_id(), &request.call_id).await.unwrap();
+    let done = boss.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    assert_eq!(done.output().map(String::as_str), Some("the treasurer paid"));
     assert_eq!(c.moved.load(Ordering::SeqCst), 1, "the approved nested call ran once");
     assert_eq!(
         c.read.load(Ordering::SeqCst),
@@ -114,15 +117,15 @@ async fn a_nested_approval_pauses_the_parent_and_its_approval_resumes_the_nested
     // The nested model was asked twice in all: the tool calls, then (after resume) the answer.
     assert_eq!(expert_model.requests().len(), 2);
     let answer = done
-        .messages
+        .messages()
         .iter()
         .find(|m| m.role == Role::Tool)
         .map(|m| m.text())
         .unwrap();
     assert!(answer.contains("moved 30"), "{answer}");
     // Boss: 2 requests; treasurer: 2 requests; none counted twice.
-    assert_eq!(done.usage.requests, 4);
-    assert!(!boss.has_checkpoint(&paused.run_id).await.unwrap());
+    assert_eq!(done.usage().requests, 4);
+    assert!(!boss.has_checkpoint(paused.run_id()).await.unwrap());
 }
 
 #[tokio::test]
@@ -135,12 +138,12 @@ async fn a_nested_rejection_never_runs_the_call_and_the_nested_model_is_told() {
     let store = Arc::new(InMemoryCheckpointStore::new());
     let boss = boss(boss_script(), &expert, store);
     let paused = boss.run("pay 30").await;
-    let id = paused.interruptions[0].call_id.clone();
-    boss.reject(&paused.run_id, &id, Some("not today".into()))
+    let id = paused.approvals()[0].call_id.clone();
+    boss.reject(paused.run_id(), &id, Some("not today".into()))
         .await
         .unwrap();
-    let done = boss.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    let done = boss.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(c.moved.load(Ordering::SeqCst), 0, "a rejected nested call never runs");
     let last = expert_model.requests().pop().unwrap();
     let rejection = last
@@ -159,8 +162,8 @@ async fn a_nested_pause_survives_export_and_import_into_another_process() {
     let expert_a = expert(expert_script(), &a);
     let boss_a = boss(boss_script(), &expert_a, Arc::new(InMemoryCheckpointStore::new()));
     let paused = boss_a.run("pay 30").await;
-    assert!(paused.is_interrupted());
-    let text = serde_json::to_string(&boss_a.export_state(&paused.run_id).await.unwrap()).unwrap();
+    assert!(paused.is_paused());
+    let text = serde_json::to_string(&boss_a.export_state(paused.run_id()).await.unwrap()).unwrap();
     drop(boss_a);
     drop(expert_a);
 
@@ -173,13 +176,13 @@ async fn a_nested_pause_survives_export_and_import_into_another_process() {
         Arc::new(InMemoryCheckpointStore::new()),
     );
     let run_id = boss_b.import_state(serde_json::from_str(&text).unwrap()).await.unwrap();
-    assert_eq!(run_id, paused.run_id);
+    assert_eq!(run_id, paused.run_id());
     let pending = boss_b.pending_approvals(&run_id).await.unwrap();
     assert_eq!(pending.len(), 1);
     boss_b.approve(&run_id, &pending[0].call_id).await.unwrap();
     let done = boss_b.resume(&run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
-    assert_eq!(done.output.as_deref(), Some("the treasurer paid"));
+    assert!(done.is_completed(), "{:?}", done.error());
+    assert_eq!(done.output().map(String::as_str), Some("the treasurer paid"));
     assert_eq!(b.moved.load(Ordering::SeqCst), 1, "the approved call ran in process B");
     assert_eq!(
         b.read.load(Ordering::SeqCst),
@@ -205,8 +208,8 @@ async fn an_agent_tool_can_itself_require_approval() {
         .build()
         .unwrap();
     let paused = boss.run("pay 30").await;
-    assert_eq!(paused.interruptions.len(), 1);
-    assert_eq!(paused.interruptions[0].tool_name, "ask_treasurer");
+    assert_eq!(paused.approvals().len(), 1);
+    assert_eq!(paused.approvals()[0].tool_name, "ask_treasurer");
     assert!(
         expert_model.requests().is_empty(),
         "the nested run did not start before approval"
@@ -220,13 +223,13 @@ async fn a_request_can_carry_tools_approved_in_advance() {
     let chief = boss(boss_script(), &treasurer, Arc::new(InMemoryCheckpointStore::new()));
     let request = AgentRequest::new((), "pay 30").approve_tool("transfer");
     let done = chief.run(request).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(c.moved.load(Ordering::SeqCst), 1);
     let rejecting = AgentRequest::new((), "pay 30").reject_tool("transfer", Some("frozen".into()));
     let c2 = Counters::new();
     let expert2 = expert(expert_script(), &c2);
     let boss2 = boss(boss_script(), &expert2, Arc::new(InMemoryCheckpointStore::new()));
     let done = boss2.run(rejecting).await;
-    assert!(done.is_ok(), "{:?}", done.error);
+    assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(c2.moved.load(Ordering::SeqCst), 0);
 }

@@ -52,8 +52,9 @@ async fn a_streamed_structured_run_sends_growing_snapshots_of_its_output() -> Te
                     typed.extend(e.partial_output::<PartialAnswer>());
                 }
             }
-            StreamItem::Completed(r) => output = r.output,
+            StreamItem::Completed(r) => output = Some(r.output),
             StreamItem::Failed(r) => return Err(format!("run failed: {:?}", r.error).into()),
+            StreamItem::Paused(p) => return Err(format!("run paused: {:?}", p.approvals).into()),
         }
     }
     let output = output.ok_or("no output")?;

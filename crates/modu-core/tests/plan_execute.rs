@@ -130,8 +130,8 @@ async fn plan_act_step_result_commit_verify_finalize_with_request_shapes() {
         .build()
         .unwrap();
     let result = agent.run("What is (20 + 22) * 2?").await;
-    assert_eq!(result.error, None);
-    assert_eq!(result.output.as_deref(), Some("The answer is 84."));
+    assert_eq!(result.error(), None);
+    assert_eq!(result.output().map(String::as_str), Some("The answer is 84."));
     assert_eq!(adds.load(Ordering::SeqCst), 1);
 
     let requests = model.requests();
@@ -175,12 +175,12 @@ async fn plan_act_step_result_commit_verify_finalize_with_request_shapes() {
     let fin = request_text(&requests[5]);
     assert!(fin.contains("20 + 22 = 42") && fin.contains("42 * 2 = 84"));
 
-    let plan = &result.metadata["plan"];
+    let plan = plan_json(&result)["plan"].clone();
     assert_eq!(plan["steps"][0]["status"], "completed");
     assert_eq!(plan["steps"][1]["status"], "completed");
     assert_eq!(plan["steps"][0]["allowed_tools"], json!(["add"]));
     assert_eq!(plan["steps"][1]["result"], "42 * 2 = 84");
-    let trace = result.metadata["tool_trace"].as_array().unwrap();
+    let trace = plan_json(&result)["tool_trace"].as_array().unwrap().clone();
     assert_eq!(trace.len(), 2);
     assert_eq!(trace[0]["step_id"], "s1");
     assert_eq!(trace[0]["tool_name"], "add");
@@ -188,9 +188,9 @@ async fn plan_act_step_result_commit_verify_finalize_with_request_shapes() {
     assert_eq!(trace[0]["attempts"], 1);
     assert!(trace[0].get("arguments").is_none(), "summary mode records no arguments");
     assert_eq!(trace[1]["step_id"], "s2");
-    assert_eq!(result.metadata["plan_usage"]["tool_repairs"], 0);
+    assert_eq!(plan_json(&result)["usage"]["tool_repairs"], 0);
     // The session history gets the input and the final answer only.
-    assert_eq!(result.messages.len(), 2);
+    assert_eq!(result.messages().len(), 2);
 
     let kinds: Vec<&str> = sink
         .events()
@@ -243,7 +243,7 @@ async fn a_plain_act_answer_does_not_complete_a_step() {
         .build()
         .unwrap();
     let result = agent.run("1 + 2?").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     let shapes: Vec<_> = model.requests().iter().map(shape).collect();
     assert_eq!(shapes[1], (tools(&["add"]), None));
     assert_eq!(
@@ -266,7 +266,7 @@ async fn a_plain_act_answer_does_not_complete_a_step() {
         })
         .collect();
     assert_eq!(rejected, vec![("step_reported_failed".to_owned(), 1)]);
-    assert_eq!(result.metadata["plan"]["steps"][0]["attempts"], 2);
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["attempts"], 2);
 }
 
 #[tokio::test]
@@ -281,13 +281,13 @@ async fn an_invalid_step_result_is_corrected_then_committed() {
         .build()
         .unwrap();
     let result = agent.run("think").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     let requests = model.requests();
     // A step without tools goes straight to STEP_RESULT.
     assert_eq!(shape(&requests[1]), (vec![], STEP.map(str::to_owned)));
     assert_eq!(shape(&requests[2]), (vec![], STEP.map(str::to_owned)));
     assert!(request_text(&requests[2]).contains("could not be used"));
-    assert_eq!(result.metadata["plan"]["steps"][0]["result"], "thought");
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["result"], "thought");
 }
 
 #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema, Debug, PartialEq)]
@@ -309,7 +309,7 @@ async fn finalize_uses_the_public_output_schema_without_tools() {
         .build()
         .unwrap();
     let result = agent.run("2+2").await;
-    assert_eq!(result.output, Some(Answer { value: 4 }));
+    assert_eq!(result.output(), Some(&Answer { value: 4 }));
     let last = model.requests().pop().unwrap();
     assert_eq!(shape(&last), (vec![], Some("Answer".into())));
 }
@@ -323,7 +323,7 @@ async fn a_separate_planner_model_plans() {
         .build()
         .unwrap();
     let result = agent.run("say hi").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert_eq!(planner.requests().len(), 1);
     assert_eq!(shape(&planner.requests()[0]), (vec![], PLAN.map(str::to_owned)));
     assert_eq!(model.requests().len(), 2);
@@ -352,8 +352,8 @@ async fn max_steps_bounds_the_plan_with_one_correction() {
         .unwrap();
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: "plan_invalid".into(),
             step_id: None
         })
@@ -361,7 +361,7 @@ async fn max_steps_bounds_the_plan_with_one_correction() {
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     assert!(request_text(&requests[1]).contains("at most 2 are allowed"));
-    assert_eq!(result.metadata["failure"]["cause"], "plan_invalid");
+    assert_eq!(plan_json(&result)["failure"]["cause"], "plan_invalid");
 }
 
 #[tokio::test]
@@ -378,7 +378,7 @@ async fn a_plan_naming_an_unknown_tool_is_corrected() {
         .build()
         .unwrap();
     let result = agent.run("1+1").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert!(request_text(&model.requests()[1]).contains("unknown tool \\\"sum\\\""));
 }
 
@@ -395,14 +395,14 @@ async fn max_step_attempts_ends_the_run_and_fails_the_step() {
         .unwrap();
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: "step_attempts_exhausted".into(),
             step_id: Some("s1".into())
         })
     );
-    assert_eq!(result.metadata["plan"]["steps"][0]["status"], "failed");
-    assert_eq!(result.metadata["failure"]["error_class"], "step_result");
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["status"], "failed");
+    assert_eq!(plan_json(&result)["failure"]["error_class"], "step_result");
     assert_eq!(model.requests().len(), 3);
 }
 
@@ -421,11 +421,11 @@ async fn max_tool_calls_counts_calls_across_steps() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.error, Some(AgentError::MaxToolCallsExceeded { limit: 2 }));
+    assert_eq!(result.error(), Some(&AgentError::MaxToolCallsExceeded { limit: 2 }));
     assert_eq!(adds.load(Ordering::SeqCst), 1);
-    assert_eq!(result.metadata["plan"]["steps"][0]["status"], "completed");
-    assert_eq!(result.metadata["plan"]["steps"][1]["status"], "failed");
-    assert_eq!(result.metadata["failure"]["cause"], "max_tool_calls");
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["status"], "completed");
+    assert_eq!(plan_json(&result)["plan"]["steps"][1]["status"], "failed");
+    assert_eq!(plan_json(&result)["failure"]["cause"], "max_tool_calls");
 }
 
 #[tokio::test]
@@ -441,7 +441,7 @@ async fn max_turns_bounds_act_answers_that_call_tools() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.error, Some(AgentError::MaxTurnsExceeded { limit: 1 }));
+    assert_eq!(result.error(), Some(&AgentError::MaxTurnsExceeded { limit: 1 }));
 }
 
 #[tokio::test]
@@ -457,10 +457,10 @@ async fn the_run_timeout_leaves_the_step_in_progress_and_resumable() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert!(matches!(result.error, Some(AgentError::Timeout { .. })));
-    assert_eq!(result.metadata["plan"]["steps"][0]["status"], "in_progress");
-    assert!(result.metadata.get("failure").is_none());
-    assert!(store.load(&result.run_id).await.unwrap().is_some());
+    assert!(matches!(result.error(), Some(AgentError::Timeout { .. })));
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["status"], "in_progress");
+    assert!(result.plan().unwrap().failure.is_none());
+    assert!(store.load(result.run_id()).await.unwrap().is_some());
 }
 
 // ----- tool failure recovery -----
@@ -505,9 +505,9 @@ async fn retry_call_reruns_an_idempotent_tool_with_the_same_arguments() {
         .text("found");
     let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
     let result = agent.run("find x").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
-    let trace = &result.metadata["tool_trace"][0];
+    let trace = plan_json(&result)["tool_trace"][0].clone();
     assert_eq!(trace["ok"], true);
     assert_eq!(trace["attempts"], 2);
 }
@@ -533,19 +533,19 @@ async fn a_timed_out_blocking_tool_is_not_retried_and_falls_back() {
     let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: "uncancellable_timeout".into(),
             step_id: Some("s1".into())
         })
     );
     assert_eq!(model.requests().len(), 2, "no replan request");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "a blocking timeout is never retried");
-    let trace = &result.metadata["tool_trace"][0];
+    let trace = plan_json(&result)["tool_trace"][0].clone();
     assert_eq!(trace["error"]["type"], "timeout");
     assert_eq!(trace["error"]["retryable"], false);
     assert_eq!(trace["error"]["recovery"], "fail");
-    assert_eq!(result.metadata["failure"]["error_class"], "timeout");
+    assert_eq!(plan_json(&result)["failure"]["error_class"], "timeout");
 }
 
 #[tokio::test]
@@ -560,9 +560,9 @@ async fn repair_call_lets_the_model_correct_the_arguments_once() {
         .text("found");
     let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
     let result = agent.run("find x").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
-    let trace = result.metadata["tool_trace"].as_array().unwrap();
+    let trace = plan_json(&result)["tool_trace"].as_array().unwrap().clone();
     assert_eq!(trace.len(), 2);
     assert_eq!(trace[0]["ok"], false);
     assert_eq!(trace[0]["error"]["recovery"], "repair_call");
@@ -570,7 +570,7 @@ async fn repair_call_lets_the_model_correct_the_arguments_once() {
     assert_ne!(trace[0]["call_id"], trace[1]["call_id"]);
     assert_eq!(trace[1]["ok"], true);
     assert_eq!(trace[1]["recovery_of_call_id"], trace[0]["call_id"]);
-    assert_eq!(result.metadata["plan_usage"]["tool_repairs"], 1);
+    assert_eq!(plan_json(&result)["usage"]["tool_repairs"], 1);
     // The repair request offers only the failed tool; the model saw type and reason only.
     let requests = model.requests();
     assert_eq!(shape(&requests[2]), (tools(&["search"]), None));
@@ -606,7 +606,7 @@ async fn safe_message_feedback_adds_the_sanitised_message() {
         RunLimits::default(),
     );
     let result = agent.run("go").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     let seen = request_text(&model.requests()[2]);
     assert!(seen.contains("Bad  query syntax"), "{seen}");
 }
@@ -632,8 +632,8 @@ async fn rejected_repair(second: (&str, &str), expected_cause: &str) {
         .unwrap();
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: expected_cause.into(),
             step_id: Some("s1".into())
         }),
@@ -644,7 +644,7 @@ async fn rejected_repair(second: (&str, &str), expected_cause: &str) {
         1,
         "the repair call did not run: {second:?}"
     );
-    let trace = result.metadata["tool_trace"].as_array().unwrap();
+    let trace = plan_json(&result)["tool_trace"].as_array().unwrap().clone();
     assert_eq!(trace.len(), 2);
     assert_eq!(
         trace[0]["error"]["recovery"], "repair_call",
@@ -658,7 +658,7 @@ async fn rejected_repair(second: (&str, &str), expected_cause: &str) {
     assert_eq!(trace[1]["error"]["reason"], expected_cause);
     assert_eq!(trace[1]["arguments_source"], "requested");
     assert_eq!(trace[0]["arguments_source"], "validated");
-    assert_eq!(result.metadata["failure"]["cause"], expected_cause);
+    assert_eq!(plan_json(&result)["failure"]["cause"], expected_cause);
 }
 
 #[tokio::test]
@@ -688,8 +688,8 @@ async fn repair_with_the_same_effective_arguments_after_defaults_is_rejected() {
     );
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: "repair_same_effective_arguments".into(),
             step_id: Some("s1".into())
         })
@@ -716,7 +716,7 @@ async fn repair_needs_a_repair_safe_tool() {
         RunLimits::default(),
     );
     let result = agent.run("go").await;
-    assert_eq!(result.metadata["failure"]["cause"], "repair_not_safe");
+    assert_eq!(plan_json(&result)["failure"]["cause"], "repair_not_safe");
     assert_eq!(model.requests().len(), 2, "no repair request was made");
 }
 
@@ -736,8 +736,8 @@ async fn max_tool_repair_attempts_bounds_repairs_then_falls_back() {
     );
     let result = agent.run("go").await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
-    assert_eq!(result.metadata["failure"]["cause"], "repair_limit");
-    assert_eq!(result.metadata["plan_usage"]["tool_repairs"], 1);
+    assert_eq!(plan_json(&result)["failure"]["cause"], "repair_limit");
+    assert_eq!(plan_json(&result)["usage"]["tool_repairs"], 1);
 }
 
 #[tokio::test]
@@ -764,7 +764,7 @@ async fn replan_revises_the_unfinished_plan_and_keeps_committed_steps() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert_eq!(adds.load(Ordering::SeqCst), 1, "the committed step is not redone");
     let requests = model.requests();
     assert_eq!(
@@ -774,13 +774,13 @@ async fn replan_revises_the_unfinished_plan_and_keeps_committed_steps() {
     );
     let replan_prompt = request_text(&requests[4]);
     assert!(replan_prompt.contains("backend_down") && replan_prompt.contains("s1: Add"));
-    let steps = result.metadata["plan"]["steps"].as_array().unwrap();
+    let steps = plan_json(&result)["plan"]["steps"].as_array().unwrap().clone();
     let statuses: Vec<&str> = steps.iter().map(|s| s["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["completed", "superseded", "superseded", "completed"]);
     assert_eq!(steps[3]["id"], "s4");
-    assert_eq!(result.metadata["plan"]["revision"], 1);
-    assert_eq!(result.metadata["plan_usage"]["replans"], 1);
-    assert_eq!(result.metadata["tool_trace"][1]["error"]["recovery"], "replan");
+    assert_eq!(plan_json(&result)["plan"]["revision"], 1);
+    assert_eq!(plan_json(&result)["usage"]["replans"], 1);
+    assert_eq!(plan_json(&result)["tool_trace"][1]["error"]["recovery"], "replan");
     assert!(
         sink.events()
             .iter()
@@ -804,14 +804,14 @@ async fn max_replans_ends_the_run_when_exhausted() {
     );
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: "replan_limit".into(),
             step_id: Some("s2".into())
         })
     );
-    assert_eq!(result.metadata["plan"]["steps"][1]["status"], "failed");
-    assert_eq!(result.metadata["failure"]["reason"], "backend_down");
+    assert_eq!(plan_json(&result)["plan"]["steps"][1]["status"], "failed");
+    assert_eq!(plan_json(&result)["failure"]["reason"], "backend_down");
 }
 
 #[tokio::test]
@@ -827,13 +827,13 @@ async fn fail_fallback_ends_the_run_with_sanitised_failure_metadata() {
         RunLimits::default(),
     );
     let result = agent.run("go").await;
-    let failure = &result.metadata["failure"];
+    let failure = plan_json(&result)["failure"].clone();
     assert_eq!(failure["cause"], "tool_failed");
     assert_eq!(failure["step_id"], "s1");
     assert_eq!(failure["tool_name"], "search");
     assert_eq!(failure["error_class"], "execution");
     assert_eq!(failure["reason"], "backend_down");
-    assert_eq!(result.metadata["plan"]["steps"][0]["status"], "failed");
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["status"], "failed");
     assert_eq!(model.requests().len(), 2, "no replan with fallback fail");
 }
 
@@ -850,7 +850,7 @@ async fn a_tool_asking_to_fail_ends_the_run_even_with_replan_fallback() {
         .tool_call("search", json!({"query": "x"}));
     let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
     let result = agent.run("go").await;
-    assert_eq!(result.metadata["failure"]["cause"], "tool_requested_fail");
+    assert_eq!(plan_json(&result)["failure"]["cause"], "tool_requested_fail");
 }
 
 #[tokio::test]
@@ -869,8 +869,8 @@ async fn a_partly_successful_parallel_batch_ends_terminally_even_with_replan() {
         .unwrap();
     let result = agent.run("go").await;
     assert_eq!(
-        result.error,
-        Some(AgentError::PlanFailed {
+        result.error(),
+        Some(&AgentError::PlanFailed {
             cause: "partial_batch_failure".into(),
             step_id: Some("s1".into())
         })
@@ -895,9 +895,9 @@ async fn refused_calls_are_fed_back_without_recovery() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert_eq!(adds.load(Ordering::SeqCst), 1);
-    let trace = &result.metadata["tool_trace"];
+    let trace = plan_json(&result)["tool_trace"].clone();
     assert_eq!(trace[0]["error"]["reason"], "invalid_arguments");
     assert_eq!(trace[0]["attempts"], 0);
     assert_eq!(trace[0]["arguments_source"], "requested");
@@ -931,9 +931,9 @@ async fn a_tool_outside_the_step_is_refused_and_never_runs() {
         .build()
         .unwrap();
     let result = agent.run("(1+1)*2").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     assert_eq!(doubles.load(Ordering::SeqCst), 1, "double ran only in its own step");
-    let trace = &result.metadata["tool_trace"];
+    let trace = plan_json(&result)["tool_trace"].clone();
     assert_eq!(trace[0]["tool_name"], "double");
     assert_eq!(trace[0]["step_id"], "s1");
     assert_eq!(trace[0]["error"]["reason"], "unknown_tool");
@@ -960,7 +960,7 @@ async fn a_retryable_error_classified_otherwise_is_not_retried() {
     let agent = search_agent(&model, tool, ToolFailureRecoveryConfig::default(), RunLimits::default());
     let result = agent.run("go").await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    assert_eq!(result.metadata["failure"]["cause"], "tool_requested_fail");
+    assert_eq!(plan_json(&result)["failure"]["cause"], "tool_requested_fail");
 }
 
 #[tokio::test]
@@ -987,9 +987,9 @@ async fn a_replan_interrupted_by_a_transport_error_resumes_without_rerunning_the
         .error(|| ModelError::transport("reset during the replan", "peer reset"));
     let failed = build(&first).run("find x").await;
     assert!(
-        failed.error.as_ref().is_some_and(AgentError::is_resumable),
+        failed.error().is_some_and(AgentError::is_resumable),
         "{:?}",
-        failed.error
+        failed.error()
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
@@ -998,8 +998,8 @@ async fn a_replan_interrupted_by_a_transport_error_resumes_without_rerunning_the
         .tool_call("search", json!({"query": "x"}))
         .text(step_ok("found"))
         .text("found");
-    let resumed = build(&second).resume(&failed.run_id, ()).await;
-    assert_eq!(resumed.error, None);
+    let resumed = build(&second).resume(failed.run_id(), ()).await;
+    assert_eq!(resumed.error(), None);
     // The failed call is not run again: the resumed run asks for the replan first.
     assert_eq!(shape(&second.requests()[0]), (vec![], PLAN.map(str::to_owned)));
     assert_eq!(
@@ -1007,8 +1007,8 @@ async fn a_replan_interrupted_by_a_transport_error_resumes_without_rerunning_the
         2,
         "one failed call, one call of the new plan"
     );
-    assert_eq!(resumed.metadata["plan_usage"]["replans"], 1);
-    let trace = resumed.metadata["tool_trace"].as_array().unwrap();
+    assert_eq!(plan_json(&resumed)["usage"]["replans"], 1);
+    let trace = plan_json(&resumed)["tool_trace"].as_array().unwrap().clone();
     assert_eq!(trace.len(), 2);
     assert_eq!(trace[0]["error"]["recovery"], "replan");
 }
@@ -1054,7 +1054,7 @@ async fn tool_errors_results_and_secret_arguments_do_not_leak() {
         .build()
         .unwrap();
     let result = agent.run("Does customer c1 exist?").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     // Model requests (type_only): never the error message.
     for r in model.requests() {
         assert!(!request_text(&r).contains("SECRET-IN-ERROR"));
@@ -1062,10 +1062,10 @@ async fn tool_errors_results_and_secret_arguments_do_not_leak() {
     // The result did reach the model (that is its job)…
     assert!(model.requests().iter().any(|r| request_text(r).contains(SECRET_RESULT)));
     // …but not the trace, the events or the metadata; secret arguments are masked.
-    let trace = result.metadata["tool_trace"].to_string();
+    let trace = plan_json(&result)["tool_trace"].to_string();
     assert!(trace.contains("\"customer\":\"c1\""), "{trace}");
     let events = serde_json::to_string(&sink.events()).unwrap();
-    let metadata = serde_json::to_string(&result.metadata).unwrap();
+    let metadata = serde_json::to_string(result.report()).unwrap();
     for haystack in [&trace, &events, &metadata] {
         assert!(!haystack.contains("SECRET-IN-ERROR"));
         assert!(!haystack.contains(SECRET_RESULT));
@@ -1095,12 +1095,12 @@ async fn a_failed_run_leaks_nothing_into_failure_metadata_or_the_error() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert!(result.error.is_some());
+    assert!(result.error().is_some());
     let all = format!(
         "{} {} {}",
-        serde_json::to_string(&result.metadata).unwrap(),
+        serde_json::to_string(result.report()).unwrap(),
         serde_json::to_string(&sink.events()).unwrap(),
-        serde_json::to_string(&result.error).unwrap()
+        serde_json::to_string(&result.error()).unwrap()
     );
     assert!(!all.contains("SECRET-IN-ERROR"));
     assert!(!all.contains(SECRET_ARG));
@@ -1128,22 +1128,22 @@ async fn a_transport_error_mid_plan_resumes_at_the_same_step() {
             .unwrap()
     };
     let failed = build(&first).run("(20+22)*2").await;
-    assert!(failed.error.as_ref().is_some_and(AgentError::is_resumable));
-    assert_eq!(failed.metadata["plan"]["steps"][0]["status"], "completed");
-    assert_eq!(failed.metadata["plan"]["steps"][1]["status"], "in_progress");
+    assert!(failed.error().is_some_and(AgentError::is_resumable));
+    assert_eq!(plan_json(&failed)["plan"]["steps"][0]["status"], "completed");
+    assert_eq!(plan_json(&failed)["plan"]["steps"][1]["status"], "in_progress");
 
     let second = ScriptedModel::new()
         .tool_call("double", json!({"x": 42}))
         .text(step_ok("84"))
         .text("84");
-    let resumed = build(&second).resume(&failed.run_id, ()).await;
-    assert_eq!(resumed.error, None);
-    assert_eq!(resumed.output.as_deref(), Some("84"));
+    let resumed = build(&second).resume(failed.run_id(), ()).await;
+    assert_eq!(resumed.error(), None);
+    assert_eq!(resumed.output().map(String::as_str), Some("84"));
     assert_eq!(adds.load(Ordering::SeqCst), 1, "step 1's tool did not run again");
     // The resumed process starts with step 2's ACT: no new plan.
     assert_eq!(shape(&second.requests()[0]), (tools(&["double"]), None));
-    assert_eq!(resumed.metadata["plan"]["steps"][1]["status"], "completed");
-    assert_eq!(resumed.metadata["tool_trace"].as_array().unwrap().len(), 2);
+    assert_eq!(plan_json(&resumed)["plan"]["steps"][1]["status"], "completed");
+    assert_eq!(plan_json(&resumed)["tool_trace"].as_array().unwrap().len(), 2);
 }
 
 #[tokio::test]
@@ -1162,19 +1162,19 @@ async fn a_done_run_is_not_finalized_twice() {
             .unwrap()
     };
     let first = build(&model, Arc::new(CollectingEventSink::new())).run("hi").await;
-    assert_eq!(first.output.as_deref(), Some("hello there"));
+    assert_eq!(first.output().map(String::as_str), Some("hello there"));
     // The terminal DONE state stays in the store (final_emitted).
-    let saved: Value = serde_json::from_slice(&store.load(&first.run_id).await.unwrap().unwrap()).unwrap();
+    let saved: Value = serde_json::from_slice(&store.load(first.run_id()).await.unwrap().unwrap()).unwrap();
     assert_eq!(saved["state"]["policy"]["state"]["phase"]["phase"], "done");
     assert_eq!(saved["state"]["policy"]["state"]["final_emitted"], true);
     assert_eq!(saved["schema_version"], modu_core::CHECKPOINT_SCHEMA_VERSION);
 
     let empty = ScriptedModel::new();
     let sink = Arc::new(CollectingEventSink::new());
-    let again = build(&empty, sink.clone()).resume(&first.run_id, ()).await;
-    assert_eq!(again.error, None);
-    assert_eq!(again.output.as_deref(), Some("hello there"));
-    assert_eq!(again.metadata["final_replayed"], true);
+    let again = build(&empty, sink.clone()).resume(first.run_id(), ()).await;
+    assert_eq!(again.error(), None);
+    assert_eq!(again.output().map(String::as_str), Some("hello there"));
+    assert_eq!(plan_json(&again)["final_replayed"], true);
     assert!(empty.requests().is_empty(), "no second FINALIZE");
     assert!(!sink.events().iter().any(|e| matches!(e, AgentEvent::FinalDelta { .. })));
 }
@@ -1193,8 +1193,8 @@ async fn a_standard_checkpoint_does_not_resume_under_a_strict_policy() {
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
         .unwrap();
-    let resumed = strict_agent.resume(&failed.run_id, ()).await;
-    assert!(matches!(resumed.error, Some(AgentError::ResumeIncompatible { .. })));
+    let resumed = strict_agent.resume(failed.run_id(), ()).await;
+    assert!(matches!(resumed.error(), Some(AgentError::ResumeIncompatible { .. })));
 }
 
 #[tokio::test]
@@ -1226,18 +1226,21 @@ async fn an_approval_inside_a_step_pauses_and_resumes() {
         .build()
         .unwrap();
     let paused = agent.run("1+2").await;
-    assert!(matches!(paused.error, Some(AgentError::Interrupted { pending: 1 })));
+    assert!(
+        paused.is_paused() && paused.error().is_none(),
+        "a paused run is not a failure"
+    );
     assert_eq!(adds.load(Ordering::SeqCst), 0);
     // The person deciding sees the arguments; events carry them with secret keys masked.
-    assert_eq!(paused.interruptions[0].arguments["api_key"], SECRET_ARG);
+    assert_eq!(paused.approvals()[0].arguments["api_key"], SECRET_ARG);
     let events = serde_json::to_string(&sink.events()).unwrap();
     assert!(events.contains("approval_requested"));
     assert!(!events.contains(SECRET_ARG), "{events}");
-    let call_id = paused.interruptions[0].call_id.clone();
-    agent.approve(&paused.run_id, &call_id).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.error, None);
-    assert_eq!(done.output.as_deref(), Some("3"));
+    let call_id = paused.approvals()[0].call_id.clone();
+    agent.approve(paused.run_id(), &call_id).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.error(), None);
+    assert_eq!(done.output().map(String::as_str), Some("3"));
     assert_eq!(adds.load(Ordering::SeqCst), 1);
 }
 
@@ -1278,11 +1281,12 @@ async fn stream_shows_only_final_tokens_and_the_result() {
             StreamItem::Event(e) => kinds.push(e.kind()),
             StreamItem::Completed(r) => result = Some(r),
             StreamItem::Failed(r) => panic!("failed: {:?}", r.error),
+            StreamItem::Paused(p) => panic!("paused: {:?}", p.approvals),
         }
     }
     assert_eq!(kinds, vec!["run_started", "final_delta", "final_delta"]);
     assert_eq!(text, "The answer is 3.");
-    assert_eq!(result.unwrap().output.as_deref(), Some("The answer is 3."));
+    assert_eq!(result.map(|r| r.output), Some("The answer is 3.".to_owned()));
 }
 
 #[tokio::test]
@@ -1315,4 +1319,9 @@ async fn stream_all_shows_plan_step_tool_and_step_delta_events() {
     }
     assert!(!kinds.contains(&"model_delta"), "strict runs route deltas by stage");
     assert!(step_text.contains("internal draft"));
+}
+
+/// A strict run's plan report as JSON (plan, tool_trace, usage, failure, final_replayed).
+fn plan_json<O>(outcome: &modu_core::RunOutcome<O>) -> serde_json::Value {
+    serde_json::to_value(outcome.plan().expect("a strict run has a plan report")).expect("the plan report serializes")
 }

@@ -53,13 +53,13 @@ async fn one_large_argument_does_not_make_a_large_trace_or_checkpoint() {
         .build()
         .unwrap();
     let result = agent.run("store the blob").await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let trace = result.metadata["tool_trace"].to_string();
+    assert!(result.is_completed(), "{:?}", result.error());
+    let trace = plan_json(&result)["tool_trace"].to_string();
     assert!(trace.len() < 8_000, "trace is {} bytes", trace.len());
     assert!(trace.contains("truncated:"), "no visible marker in {trace}");
     // The DONE checkpoint carries the trace (the run's messages still hold the argument, as
     // they must, but the trace adds no second copy).
-    let saved = store.load(&result.run_id).await.unwrap().unwrap();
+    let saved = store.load(result.run_id()).await.unwrap().unwrap();
     assert!(
         saved.len() < 2 * 1_500_000,
         "checkpoint is {} bytes: the trace copied the argument",
@@ -113,7 +113,7 @@ async fn the_final_checkpoint_delete_obeys_the_run_timeout() {
         "the run took {took:?} under a 300 ms timeout"
     );
     // The answer stands; the delete that did not finish is reported, not fatal.
-    assert_eq!(result.output.as_deref(), Some("hi"), "{:?}", result.error);
+    assert_eq!(result.output().map(String::as_str), Some("hi"), "{:?}", result.error());
 }
 
 #[tokio::test]
@@ -134,9 +134,9 @@ async fn a_resume_counts_its_checkpoint_load_toward_the_run_timeout() {
         "the resume took {took:?} under a 300 ms timeout"
     );
     assert!(
-        matches!(result.error, Some(AgentError::Timeout { .. })),
+        matches!(result.error(), Some(AgentError::Timeout { .. })),
         "{:?}",
-        result.error
+        result.error()
     );
 }
 
@@ -177,10 +177,16 @@ async fn the_public_stream_shows_the_structured_answer_that_is_returned() {
             StreamItem::Event(_) => {}
             StreamItem::Completed(r) => result = Some(r),
             StreamItem::Failed(r) => panic!("failed: {:?}", r.error),
+            StreamItem::Paused(p) => panic!("paused: {:?}", p.approvals),
         }
     }
     let result = result.unwrap();
-    assert_eq!(result.output, Some(Answer { value: 4 }));
+    assert_eq!(result.output, Answer { value: 4 });
     let shown: Answer = serde_json::from_str(&shown).unwrap_or_else(|e| panic!("FinalDelta showed {shown:?}: {e}"));
     assert_eq!(shown, Answer { value: 4 });
+}
+
+/// A strict run's plan report as JSON (plan, tool_trace, usage, failure, final_replayed).
+fn plan_json<O>(outcome: &modu_core::RunOutcome<O>) -> serde_json::Value {
+    serde_json::to_value(outcome.plan().expect("a strict run has a plan report")).expect("the plan report serializes")
 }

@@ -60,7 +60,7 @@ async fn multi_turn_loop_runs_parallel_calls_and_keeps_call_order() {
         .unwrap();
     let started = std::time::Instant::now();
     let result = agent.run("go").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     // The two calls ran concurrently: together they took about as long as the slower one.
     assert!(
         started.elapsed() < Duration::from_millis(150 + 120),
@@ -68,7 +68,7 @@ async fn multi_turn_loop_runs_parallel_calls_and_keeps_call_order() {
     );
     assert_eq!(*order.lock().unwrap(), vec!["fast", "slow", "second turn"]);
     // Results are in call order, not completion order, and answer the right ids.
-    let results = tool_results(&result.messages);
+    let results = tool_results(result.messages());
     assert_eq!(
         results,
         vec![
@@ -78,8 +78,8 @@ async fn multi_turn_loop_runs_parallel_calls_and_keeps_call_order() {
         ]
     );
     // user, assistant(2 calls), 2 results, assistant(1 call), 1 result, final answer
-    assert_eq!(result.messages.len(), 7);
-    assert_eq!(result.output.as_deref(), Some("done"));
+    assert_eq!(result.messages().len(), 7);
+    assert_eq!(result.output().map(String::as_str), Some("done"));
     // The second request carried both results, in call order, after the assistant's calls.
     let requests = model.requests();
     assert_eq!(requests.len(), 3);
@@ -88,9 +88,9 @@ async fn multi_turn_loop_runs_parallel_calls_and_keeps_call_order() {
     assert_eq!(second[n - 3].tool_calls.len(), 2);
     assert_eq!(second[n - 2].tool_call_id.as_deref(), Some("call_0_0"));
     assert_eq!(second[n - 1].tool_call_id.as_deref(), Some("call_0_1"));
-    assert_eq!(result.usage.requests, 3);
-    assert_eq!(result.usage.input_tokens, 30);
-    assert_eq!(result.metadata["tool_calls"], json!(3));
+    assert_eq!(result.usage().requests, 3);
+    assert_eq!(result.usage().input_tokens, 30);
+    assert_eq!(result.stats().tool_calls, 3);
 }
 
 #[tokio::test]
@@ -107,8 +107,8 @@ async fn tool_timeout_is_reported_to_the_model() {
     let started = std::time::Instant::now();
     let result = agent.run("go").await;
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(result.output.as_deref(), Some("gave up"));
-    let tool_msg = result.messages.iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(result.output().map(String::as_str), Some("gave up"));
+    let tool_msg = result.messages().iter().find(|m| m.role == Role::Tool).unwrap();
     assert!(tool_msg.is_error);
     let content: Value = serde_json::from_str(&tool_msg.text()).unwrap();
     assert_eq!(content["error"]["type"], "timeout");
@@ -143,7 +143,7 @@ async fn idempotent_tool_is_retried_non_idempotent_is_not() {
             .build()
             .unwrap();
         let result = agent.run("go").await;
-        assert!(result.is_ok());
+        assert!(result.is_completed());
         assert_eq!(calls.load(Ordering::SeqCst), expected_calls, "idempotent={idempotent}");
         let finished = sink
             .events()
@@ -178,13 +178,13 @@ async fn sync_tool_timeout_is_not_retried_even_when_idempotent() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert!(result.is_ok());
+    assert!(result.is_completed());
     assert_eq!(
         calls.load(Ordering::SeqCst),
         1,
         "a timed-out blocking tool must not be re-run"
     );
-    let tool_msg = result.messages.iter().find(|m| m.role == Role::Tool).unwrap();
+    let tool_msg = result.messages().iter().find(|m| m.role == Role::Tool).unwrap();
     let content: Value = serde_json::from_str(&tool_msg.text()).unwrap();
     assert_eq!(content["error"]["type"], "timeout");
     assert!(content["error"].get("retryable").is_none());
@@ -216,9 +216,9 @@ async fn malformed_arguments_go_back_to_the_model_which_corrects_them() {
         .build()
         .unwrap();
     let result = agent.run("1 + 2?").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     assert_eq!(calls.load(Ordering::SeqCst), 1, "only the valid call ran");
-    let results = tool_results(&result.messages);
+    let results = tool_results(result.messages());
     let first: Value = serde_json::from_str(&results[0].1).unwrap();
     assert_eq!(first["error"]["type"], "validation");
     assert_eq!(first["error"]["reason"], "invalid_json");
@@ -239,8 +239,8 @@ async fn unknown_tool_is_refused_with_the_list_of_tools() {
         .text("sorry");
     let agent = Agent::builder(model).tool(add_tool(calls)).build().unwrap();
     let result = agent.run("go").await;
-    assert!(result.is_ok());
-    let content: Value = serde_json::from_str(&tool_results(&result.messages)[0].1).unwrap();
+    assert!(result.is_completed());
+    let content: Value = serde_json::from_str(&tool_results(result.messages())[0].1).unwrap();
     assert_eq!(content["error"]["type"], "not_found");
     assert!(content["error"]["message"].as_str().unwrap().contains("add"));
 }
@@ -258,8 +258,8 @@ async fn max_tool_calls_ends_the_run_with_a_typed_error() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.error, Some(AgentError::MaxToolCallsExceeded { limit: 2 }));
-    assert!(result.output.is_none());
+    assert_eq!(result.error(), Some(&AgentError::MaxToolCallsExceeded { limit: 2 }));
+    assert!(result.output().is_none());
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the batch over the limit did not run");
 }
 
@@ -272,7 +272,7 @@ async fn max_turns_ends_a_model_that_never_stops_calling_tools() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.error, Some(AgentError::MaxTurnsExceeded { limit: 3 }));
+    assert_eq!(result.error(), Some(&AgentError::MaxTurnsExceeded { limit: 3 }));
 }
 
 #[tokio::test]
@@ -296,10 +296,10 @@ async fn one_timeout_is_shared_by_every_call_of_the_run() {
         .unwrap();
     let started = std::time::Instant::now();
     let result = agent.run("go").await;
-    assert_eq!(result.error, Some(AgentError::Timeout { after_ms: 200 }));
+    assert_eq!(result.error(), Some(&AgentError::Timeout { after_ms: 200 }));
     assert!(started.elapsed() < Duration::from_millis(600));
     // The completed first call is kept in the result.
-    assert!(result.messages.iter().any(|m| m.role == Role::Tool));
+    assert!(result.messages().iter().any(|m| m.role == Role::Tool));
 }
 
 #[derive(Debug, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -314,8 +314,8 @@ async fn structured_output_without_tools_is_one_request_with_the_schema() {
     let agent = Agent::<()>::builder(model.clone()).output::<Capital>().build().unwrap();
     let result = agent.run("Capital of Korea?").await;
     assert_eq!(
-        result.output,
-        Some(Capital {
+        result.output(),
+        Some(&Capital {
             country: "Korea".into(),
             city: "Seoul".into()
         })
@@ -340,8 +340,8 @@ async fn structured_output_with_tools_separates_tool_and_schema_requests() {
         .build()
         .unwrap();
     let result = agent.run("Capital of Korea?").await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    assert_eq!(result.output.unwrap().city, "Seoul");
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert_eq!(result.output().unwrap().city, "Seoul");
     let requests = model.requests();
     assert_eq!(requests.len(), 3);
     for act in &requests[..2] {
@@ -359,8 +359,8 @@ async fn structured_output_with_tools_separates_tool_and_schema_requests() {
     );
     // The draft answer is context for the final request, and the stored answer is the JSON.
     assert!(fin.messages.iter().any(|m| m.text() == "The capital is Seoul."));
-    assert!(result.messages.last().unwrap().text().contains("Seoul"));
-    assert!(!result.messages.iter().any(|m| m.text() == "The capital is Seoul."));
+    assert!(result.messages().last().unwrap().text().contains("Seoul"));
+    assert!(!result.messages().iter().any(|m| m.text() == "The capital is Seoul."));
 }
 
 #[tokio::test]
@@ -371,7 +371,7 @@ async fn finalization_modes_always_and_disabled() {
         .finalization_mode(FinalizationMode::Always)
         .build()
         .unwrap();
-    assert_eq!(agent.run("q").await.output.as_deref(), Some("final"));
+    assert_eq!(agent.run("q").await.output().map(String::as_str), Some("final"));
     assert_eq!(model.requests().len(), 2);
     // disabled: structured output with tools parses the tool loop's last answer directly.
     let model = ScriptedModel::new().text(r#"{"country": "Korea", "city": "Seoul"}"#);
@@ -381,7 +381,7 @@ async fn finalization_modes_always_and_disabled() {
         .finalization_mode(FinalizationMode::Disabled)
         .build()
         .unwrap();
-    assert_eq!(agent.run("q").await.output.unwrap().city, "Seoul");
+    assert_eq!(agent.run("q").await.output().unwrap().city, "Seoul");
     let requests = model.requests();
     assert_eq!(requests.len(), 1);
     assert!(requests[0].response_format.is_none() && !requests[0].tools.is_empty());
@@ -394,7 +394,7 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
         .text(r#"{"country":"Korea","city":"Seoul"}"#);
     let agent = Agent::<()>::builder(model.clone()).output::<Capital>().build().unwrap();
     let result = agent.run("q").await;
-    assert_eq!(result.output.unwrap().city, "Seoul");
+    assert_eq!(result.output().unwrap().city, "Seoul");
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     assert!(
@@ -410,9 +410,9 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
     let agent = Agent::<()>::builder(model).output::<Capital>().build().unwrap();
     let result = agent.run("q").await;
     assert!(
-        matches!(result.error, Some(AgentError::Output { .. })),
+        matches!(result.error(), Some(AgentError::Output { .. })),
         "{:?}",
-        result.error
+        result.error()
     );
 }
 
@@ -451,6 +451,7 @@ async fn streaming_yields_events_in_order_and_the_result_last() {
             }
             StreamItem::Completed(r) => last = Some(r),
             StreamItem::Failed(r) => panic!("run failed: {:?}", r.error),
+            StreamItem::Paused(p) => panic!("paused: {:?}", p.approvals),
         }
     }
     assert_eq!(
@@ -475,7 +476,7 @@ async fn streaming_yields_events_in_order_and_the_result_last() {
     );
     assert_eq!(deltas, "2 + 2 = 4");
     assert_eq!(results, [("add".to_owned(), "4".to_owned(), false)]);
-    assert_eq!(last.unwrap().output.as_deref(), Some("2 + 2 = 4"));
+    assert_eq!(last.map(|r| r.output), Some("2 + 2 = 4".to_owned()));
     // The sink saw the same events but the raw tool-call fragments (no sink may see them:
     // masking needs whole JSON) and the tool's result, plus the terminal one.
     let sink_kinds: Vec<&str> = sink.events().iter().map(AgentEvent::kind).collect();
@@ -507,7 +508,7 @@ async fn instructions_are_computed_from_the_run_context() {
         .unwrap();
     for name in ["acme", "globex"] {
         let request = AgentRequest::new(Tenant { name: name.into() }, "hello").user(UserContext::with_roles(["admin"]));
-        assert!(agent.run(request).await.is_ok());
+        assert!(agent.run(request).await.is_completed());
     }
     let requests = model.requests();
     assert_eq!(requests[0].messages[0].role, Role::System);
@@ -525,7 +526,7 @@ async fn transient_model_errors_are_retried_honouring_retry_after() {
     let agent = Agent::<()>::builder(model).retry(fast_retry(2)).build().unwrap();
     let started = std::time::Instant::now();
     let result = agent.run("q").await;
-    assert_eq!(result.output.as_deref(), Some("ok"));
+    assert_eq!(result.output().map(String::as_str), Some("ok"));
     assert!(
         started.elapsed() >= Duration::from_millis(80),
         "retry_after was not honoured"
@@ -543,7 +544,7 @@ async fn transient_model_errors_are_retried_honouring_retry_after() {
         .unwrap();
     let result = agent.run("q").await;
     assert!(
-        matches!(result.error, Some(AgentError::Model { ref kind, retryable: false, .. }) if kind == "authentication")
+        matches!(result.error(), Some(AgentError::Model { kind, retryable: false, .. }) if kind == "authentication")
     );
     assert_eq!(model.remaining(), 1);
 }
@@ -557,7 +558,7 @@ async fn results_over_max_result_bytes_are_cut_with_a_marker() {
     let model = ScriptedModel::new().tool_call("big", json!({})).text("ok");
     let agent = Agent::builder(model).tool(big).build().unwrap();
     let result = agent.run("q").await;
-    let content = &tool_results(&result.messages)[0].1;
+    let content = &tool_results(result.messages())[0].1;
     assert!(content.len() < 200);
     assert!(content.ends_with("[truncated: 100 of 10000 bytes shown]"), "{content}");
 }
@@ -577,7 +578,7 @@ async fn rbac_denies_before_execution_and_tells_the_model() {
         .run(AgentRequest::new((), "go").user(UserContext::with_roles(["guest"])))
         .await;
     assert_eq!(calls.load(Ordering::SeqCst), 0);
-    let content: Value = serde_json::from_str(&tool_results(&result.messages)[0].1).unwrap();
+    let content: Value = serde_json::from_str(&tool_results(result.messages())[0].1).unwrap();
     assert_eq!(content["error"]["type"], ToolErrorKind::Authorization.as_str());
 }
 
@@ -603,7 +604,7 @@ async fn disabled_tools_are_hidden_and_refused() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     let offered: Vec<String> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     assert_eq!(offered, vec!["add"]);
-    let content: Value = serde_json::from_str(&tool_results(&result.messages)[0].1).unwrap();
+    let content: Value = serde_json::from_str(&tool_results(result.messages())[0].1).unwrap();
     assert_eq!(content["error"]["type"], "not_found");
 }
 
@@ -621,13 +622,13 @@ async fn sessions_continue_through_the_conversation_store() {
         agent
             .run(AgentRequest::new((), "I am Ada.").session("s1"))
             .await
-            .is_ok()
+            .is_completed()
     );
     let second = agent.run(AgentRequest::new((), "What is my name?").session("s1")).await;
-    assert_eq!(second.output.as_deref(), Some("Your name is Ada."));
+    assert_eq!(second.output().map(String::as_str), Some("Your name is Ada."));
     // The second request saw the first turn; the result holds only the new turn.
     assert_eq!(model.requests()[1].messages.len(), 3);
-    assert_eq!(second.messages.len(), 2);
+    assert_eq!(second.messages().len(), 2);
     use modu_core::ConversationStore;
     assert_eq!(store.load("s1").await.unwrap().len(), 4);
 }
@@ -650,22 +651,27 @@ async fn resume_continues_after_a_transient_failure_without_rerunning_tools() {
         .build()
         .unwrap();
     let failed = agent.run("20 + 22?").await;
-    let error = failed.error.clone().unwrap();
+    let error = failed.error().unwrap();
     assert!(error.is_resumable(), "{error:?}");
-    assert!(agent.has_checkpoint(&failed.run_id).await.unwrap());
-    let resumed = agent.resume(&failed.run_id, ()).await;
-    assert_eq!(resumed.output.as_deref(), Some("42"), "{:?}", resumed.error);
+    assert!(agent.has_checkpoint(failed.run_id()).await.unwrap());
+    let resumed = agent.resume(failed.run_id(), ()).await;
+    assert_eq!(
+        resumed.output().map(String::as_str),
+        Some("42"),
+        "{:?}",
+        resumed.error()
+    );
     assert_eq!(
         calls.load(Ordering::SeqCst),
         1,
         "the completed tool call was not run again"
     );
-    assert_eq!(resumed.metadata["resumed"], json!(true));
-    assert_eq!(resumed.messages.len(), 4);
+    assert!(resumed.stats().resumed);
+    assert_eq!(resumed.messages().len(), 4);
     // A completed run deletes its checkpoint; resuming again is a typed error.
-    assert!(!agent.has_checkpoint(&failed.run_id).await.unwrap());
-    let again = agent.resume(&failed.run_id, ()).await;
-    assert!(matches!(again.error, Some(AgentError::CheckpointNotFound { .. })));
+    assert!(!agent.has_checkpoint(failed.run_id()).await.unwrap());
+    let again = agent.resume(failed.run_id(), ()).await;
+    assert!(matches!(again.error(), Some(AgentError::CheckpointNotFound { .. })));
 }
 
 #[tokio::test]
@@ -680,17 +686,17 @@ async fn resume_refuses_an_incompatible_agent_and_corrupted_checkpoints() {
         .build()
         .unwrap();
     let failed = agent.run("q").await;
-    assert!(failed.error.unwrap().is_resumable());
+    assert!(failed.error().unwrap().is_resumable());
     // Another agent: no tools.
     let other = Agent::builder(ScriptedModel::new().text("x"))
         .checkpoint_store(checkpoints.clone())
         .build()
         .unwrap();
-    let r = other.resume(&failed.run_id, ()).await;
+    let r = other.resume(failed.run_id(), ()).await;
     assert!(
-        matches!(r.error, Some(AgentError::ResumeIncompatible { .. })),
+        matches!(r.error(), Some(AgentError::ResumeIncompatible { .. })),
         "{:?}",
-        r.error
+        r.error()
     );
     // Corrupted bytes and an unknown schema version.
     checkpoints
@@ -702,7 +708,7 @@ async fn resume_refuses_an_incompatible_agent_and_corrupted_checkpoints() {
         .await
         .unwrap();
     let r = agent.resume("broken", ()).await;
-    assert!(matches!(r.error, Some(AgentError::CheckpointInvalid { .. })));
+    assert!(matches!(r.error(), Some(AgentError::CheckpointInvalid { .. })));
     checkpoints
         .save(
             "future",
@@ -712,7 +718,7 @@ async fn resume_refuses_an_incompatible_agent_and_corrupted_checkpoints() {
         .await
         .unwrap();
     let r = agent.resume("future", ()).await;
-    match r.error {
+    match r.error() {
         Some(AgentError::CheckpointInvalid { message, .. }) => assert!(message.contains("99")),
         other => panic!("{other:?}"),
     }
@@ -756,8 +762,8 @@ async fn a_tool_can_ask_the_runs_model_through_its_context() {
     );
     let agent: Agent = Agent::builder(model).tool(tool).build().unwrap();
     let result = agent.run("go").await;
-    assert!(result.error.is_none(), "{:?}", result.error);
-    let results = tool_results(&result.messages);
+    assert!(result.error().is_none(), "{:?}", result.error());
+    let results = tool_results(result.messages());
     let value: Value = serde_json::from_str(&results[0].1).unwrap();
     assert_eq!(value, json!({"model": "house-model", "text": "a haiku about rust"}));
 

@@ -61,8 +61,9 @@ async fn streamed_text(agent: &Agent<()>) -> (String, String) {
     while let Some(item) = stream.next().await {
         match item {
             StreamItem::Event(AgentEvent::ModelDelta { text, .. }) => deltas.push_str(&text),
-            StreamItem::Completed(result) => output = result.output.clone().unwrap(),
+            StreamItem::Completed(result) => output = result.output.clone(),
             StreamItem::Failed(result) => panic!("{:?}", result.error),
+            StreamItem::Paused(p) => panic!("paused: {:?}", p.approvals),
             StreamItem::Event(_) => {}
         }
     }
@@ -125,7 +126,7 @@ fn counting(model: ScriptedModel) -> Arc<Counting> {
 async fn a_run_nobody_streams_asks_for_whole_answers_and_a_streamed_run_streams() {
     let model = counting(ScriptedModel::new().text("one").text("two"));
     let agent = Agent::<()>::builder(Arc::clone(&model)).build().unwrap();
-    assert_eq!(agent.run("q").await.output.as_deref(), Some("one"));
+    assert_eq!(agent.run("q").await.output().map(String::as_str), Some("one"));
     assert_eq!(
         (
             model.completed.load(Ordering::SeqCst),
@@ -162,7 +163,7 @@ async fn a_sink_that_wants_deltas_gets_them_from_a_run_and_one_that_does_not_get
         .event_sink(sink.clone())
         .build()
         .unwrap();
-    assert_eq!(agent.run("q").await.output.as_deref(), Some("ab"));
+    assert_eq!(agent.run("q").await.output().map(String::as_str), Some("ab"));
     let deltas: Vec<_> = sink
         .events()
         .into_iter()
@@ -179,7 +180,7 @@ async fn a_sink_that_wants_deltas_gets_them_from_a_run_and_one_that_does_not_get
         .event_sink(quiet.clone())
         .build()
         .unwrap();
-    assert_eq!(agent.run("q").await.output.as_deref(), Some("c"));
+    assert_eq!(agent.run("q").await.output().map(String::as_str), Some("c"));
     assert_eq!(model.completed.load(Ordering::SeqCst), 1);
     assert!(
         quiet
@@ -235,12 +236,12 @@ async fn with_retry_off_a_user_retry_layer_alone_decides_the_attempts() {
         .unwrap();
     let result = agent.run("q").await;
     assert!(
-        matches!(result.error, Some(AgentError::Model { .. })),
+        matches!(result.error(), Some(AgentError::Model { .. })),
         "{:?}",
-        result.error
+        result.error()
     );
     assert_eq!(model.requests().len(), 3);
-    assert_eq!(result.usage.requests, 3);
+    assert_eq!(result.usage().requests, 3);
 }
 
 #[tokio::test]
@@ -259,9 +260,9 @@ async fn the_default_retry_makes_exactly_max_attempts_attempts() {
         .unwrap();
     let result = agent.run("q").await;
     assert!(
-        matches!(result.error, Some(AgentError::Model { .. })),
+        matches!(result.error(), Some(AgentError::Model { .. })),
         "{:?}",
-        result.error
+        result.error()
     );
     let attempts = RetryConfig::default().max_attempts as usize;
     assert_eq!(model.requests().len(), attempts);
@@ -283,7 +284,7 @@ async fn the_default_retry_makes_exactly_max_attempts_attempts() {
         .retry(RetryConfig::new(2).with_backoff(Duration::from_millis(1), Duration::from_millis(1)))
         .build()
         .unwrap();
-    assert_eq!(agent.run("q").await.output.as_deref(), Some("ok"));
+    assert_eq!(agent.run("q").await.output().map(String::as_str), Some("ok"));
     assert_eq!(model.requests().len(), 2);
 }
 
@@ -372,16 +373,21 @@ async fn an_agent_layer_sees_resumed_runs_too() {
         .build()
         .unwrap();
     let paused = agent.run("pay").await;
-    assert_eq!(paused.interruptions.len(), 1);
+    assert_eq!(paused.approvals().len(), 1);
     agent
-        .approve(&paused.run_id, &paused.interruptions[0].call_id)
+        .approve(paused.run_id(), &paused.approvals()[0].call_id)
         .await
         .unwrap();
-    let resumed = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(resumed.output.as_deref(), Some("done"), "{:?}", resumed.error);
+    let resumed = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        resumed.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        resumed.error()
+    );
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen, vec![(None, false), (Some(paused.run_id.clone()), true)]);
+    assert_eq!(seen, vec![(None, false), (Some(paused.run_id().to_owned()), true)]);
 }
 
 /// A function layer that counts the invocations it sees.
@@ -443,7 +449,12 @@ async fn function_layers_see_one_invocation_and_the_retry_below_them_repeats_the
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     assert_eq!(seen.load(Ordering::SeqCst), 1);
     // The model saw the result of the third attempt.

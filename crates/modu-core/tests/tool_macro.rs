@@ -130,8 +130,8 @@ async fn macro_tools_drive_an_agent() {
             "greet Ada",
         ))
         .await;
-    assert!(result.is_ok());
-    let tool_msg = &result.messages[2];
+    assert!(result.is_completed());
+    let tool_msg = &result.messages()[2];
     assert_eq!(tool_msg.text(), "Welcome, Ada");
     let offered: Vec<Value> = model.requests()[0]
         .tools

@@ -41,9 +41,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let result = agent.run("Say hello through the echo tool.").await;
     let tools: Vec<String> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     println!("tools offered to the model: {tools:?}");
-    for message in result.messages.iter().filter(|m| m.role == Role::Tool) {
+    for message in result.messages().iter().filter(|m| m.role == Role::Tool) {
         println!("tool result: {}", message.text());
     }
-    println!("answer: {}", result.into_output()?);
+    println!("answer: {}", result.into_result()?);
     Ok(())
 }

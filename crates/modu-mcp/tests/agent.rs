@@ -47,7 +47,7 @@ async fn first_request_carries_only_the_two_meta_tools_and_calls_reach_the_right
         .build()
         .unwrap();
     let result = agent.run("Will I see the aurora?").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
 
     let requests = model.requests();
     let mut first: Vec<String> = requests[0].tools.iter().map(|t| t.name.clone()).collect();
@@ -58,7 +58,7 @@ async fn first_request_carries_only_the_two_meta_tools_and_calls_reach_the_right
         "200 tools discovered, two offered"
     );
 
-    let results = tool_results(&result.messages);
+    let results = tool_results(result.messages());
     let search = &results[0];
     assert_eq!(search["total"], 2, "{search}");
     let names: Vec<&str> = search["tools"]
@@ -126,8 +126,8 @@ async fn run_metadata_selects_servers_and_the_filter_hides_tools_per_request() {
     // Only beta, and a user without the role: tool_042 is hidden from search and calls.
     let request = AgentRequest::new((), "look").metadata("mcp", json!({"servers": ["beta"]}));
     let result = agent.run(request).await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let results = tool_results(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let results = tool_results(result.messages());
     assert_eq!(results[0]["total"], 0, "{}", results[0]);
     assert_eq!(results[1]["error"]["type"], "not_found", "{}", results[1]);
     assert_eq!(
@@ -141,7 +141,7 @@ async fn run_metadata_selects_servers_and_the_filter_hides_tools_per_request() {
         .metadata("mcp", json!({"servers": ["beta"]}))
         .user(UserContext::with_roles(["astronomer"]));
     let result = agent.run(request).await;
-    let results = tool_results(&result.messages);
+    let results = tool_results(result.messages());
     assert_eq!(results[0]["total"], 1);
     assert_eq!(results[0]["tools"][0]["name"], "beta__tool_042");
     support::assert_no_children(&marker, Duration::from_secs(1)).await;
@@ -157,7 +157,7 @@ async fn a_failed_run_still_closes_its_servers() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert!(!result.is_ok());
+    assert!(!result.is_completed());
     support::assert_no_children(&marker, Duration::from_secs(1)).await;
 }
 
@@ -191,8 +191,8 @@ async fn approvals_name_the_external_tool_and_the_call_runs_once_approved() {
         .build()
         .unwrap();
     let paused = agent.run("call it").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    let request = &paused.interruptions[0];
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let request = &paused.approvals()[0];
     assert_eq!(
         request.tool_name, "beta__tool_007",
         "the external tool, not mcp_call_tool"
@@ -200,12 +200,12 @@ async fn approvals_name_the_external_tool_and_the_call_runs_once_approved() {
     assert_eq!(request.metadata["mcp_tool_name"], "tool_007");
     assert_eq!(request.metadata["mcp_arguments"], json!({"value": "go"}));
     // Nothing reached the server yet; after approval the call runs (in a new session).
-    assert!(tool_results(&paused.messages).is_empty());
+    assert!(tool_results(paused.messages()).is_empty());
     support::assert_no_children(&marker, Duration::from_secs(1)).await;
-    agent.approve(&paused.run_id, &request.call_id).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
-    let results = tool_results(&done.messages);
+    agent.approve(paused.run_id(), &request.call_id).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("done"), "{:?}", done.error());
+    let results = tool_results(done.messages());
     assert_eq!(results[0]["tool"], "tool_007");
     support::assert_no_children(&marker, Duration::from_secs(1)).await;
 }
@@ -230,7 +230,7 @@ async fn direct_tools_offer_each_external_tool_under_its_name_and_honour_filter_
         .build()
         .unwrap();
     let paused = agent.run("go").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
+    assert!(paused.is_paused(), "{:?}", paused.error());
     let first = &model.requests()[0];
     let names: Vec<&str> = first.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names.len(), 2 * 100 - 2, "every tool but the filtered ones");
@@ -244,16 +244,16 @@ async fn direct_tools_offer_each_external_tool_under_its_name_and_honour_filter_
         .parameters;
     assert!(schema["properties"]["value"].is_object(), "{schema}");
     // The direct call reached the right server; the approval names the external tool.
-    let results = tool_results(&paused.messages);
+    let results = tool_results(paused.messages());
     assert_eq!(results.len(), 1, "the approved-later call has not run");
     assert_eq!(results[0]["tool"], "tool_042");
-    let request = &paused.interruptions[0];
+    let request = &paused.approvals()[0];
     assert_eq!(request.tool_name, "alpha__tool_001");
     assert_eq!(request.metadata["mcp_server"], "alpha");
-    agent.approve(&paused.run_id, &request.call_id).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
-    let results = tool_results(&done.messages);
+    agent.approve(paused.run_id(), &request.call_id).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("done"), "{:?}", done.error());
+    let results = tool_results(done.messages());
     assert_eq!(
         results[0],
         json!({"tool": "tool_042", "server": format!("beta-{marker}"), "args": {"value": "north"}})
@@ -278,7 +278,7 @@ async fn a_strict_plan_restricts_each_step_to_the_external_tools_it_names() {
         .build()
         .unwrap();
     let result = agent.run("ask beta").await;
-    assert_eq!(result.error, None);
+    assert_eq!(result.error(), None);
     let requests = model.requests();
     // The planner's schema lists the external tools; the step's request offers only its tool.
     let tools_enum = &requests[0].response_format.as_ref().unwrap().schema["properties"]["steps"]["items"]["properties"]
@@ -286,7 +286,7 @@ async fn a_strict_plan_restricts_each_step_to_the_external_tools_it_names() {
     assert_eq!(tools_enum.as_array().unwrap().len(), 200);
     let act: Vec<&str> = requests[1].tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(act, ["beta__tool_042"]);
-    assert_eq!(result.metadata["tool_trace"][0]["tool_name"], "beta__tool_042");
-    assert_eq!(result.metadata["tool_trace"][0]["ok"], true);
+    assert_eq!(result.plan().unwrap().tool_trace[0].tool_name, "beta__tool_042");
+    assert!(result.plan().unwrap().tool_trace[0].ok);
     support::assert_no_children(&marker, Duration::from_secs(1)).await;
 }

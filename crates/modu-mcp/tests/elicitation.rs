@@ -51,8 +51,8 @@ async fn an_elicitation_pauses_the_run_and_the_answer_reaches_the_server_on_resu
     let agent = agent(&script, &marker, model.clone());
 
     let paused = agent.run("fill in the form").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    let request = &paused.input_requests[0];
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let request = &paused.inputs()[0];
     assert_eq!(request.tool_name, TOOL);
     assert_eq!(request.prompt, "Please provide inputs for the following fields:");
     assert_eq!(request.metadata["mcp_server"], "everything");
@@ -62,20 +62,20 @@ async fn an_elicitation_pauses_the_run_and_the_answer_reaches_the_server_on_resu
 
     // The answer is checked against the server's schema before it is recorded.
     let wrong = agent
-        .answer(&paused.run_id, &request.call_id, json!({"check": true}))
+        .answer(paused.run_id(), &request.call_id, json!({"check": true}))
         .await;
     assert!(matches!(wrong, Err(AgentError::InvalidInput { .. })), "{wrong:?}");
     agent
         .answer(
-            &paused.run_id,
+            paused.run_id(),
             &request.call_id,
             json!({"name": "Ada Lovelace", "check": true}),
         )
         .await
         .unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("thanks"), "{:?}", done.error);
-    let seen = tool_text(&done.messages);
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("thanks"), "{:?}", done.error());
+    let seen = tool_text(done.messages());
     assert!(seen.contains("User provided the requested information"), "{seen}");
     assert!(
         seen.contains("- Name: Ada Lovelace") && seen.contains("- Agreed to terms: true"),
@@ -94,12 +94,12 @@ async fn a_declined_elicitation_is_declined_to_the_server() {
     let marker = support::marker("elicit-decline");
     let agent = agent(&script, &marker, call());
     let paused = agent.run("fill in the form").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    let call_id = paused.input_requests[0].call_id.clone();
-    agent.decline(&paused.run_id, &call_id, None).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "{:?}", done.error);
-    let seen = tool_text(&done.messages);
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let call_id = paused.inputs()[0].call_id.clone();
+    agent.decline(paused.run_id(), &call_id, None).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    let seen = tool_text(done.messages());
     assert!(
         seen.contains("User declined to provide the requested information"),
         "{seen}"
@@ -175,14 +175,14 @@ async fn with_a_live_handler_a_run_does_not_pause_and_the_call_runs_once() {
         .build()
         .unwrap();
     let done = agent.run("fill in the form").await;
-    assert_eq!(done.output.as_deref(), Some("thanks"), "{:?}", done.error);
-    assert!(done.input_requests.is_empty());
+    assert_eq!(done.output().map(String::as_str), Some("thanks"), "{:?}", done.error());
+    assert!(done.inputs().is_empty());
     assert_eq!(
         person.asked.lock().unwrap().len(),
         1,
         "asked once: the call is not made again"
     );
-    let seen = tool_text(&done.messages);
+    let seen = tool_text(done.messages());
     assert!(
         seen.contains("- Name: Ada Lovelace") && seen.contains("- Favorite Number: 3.14"),
         "{seen}"

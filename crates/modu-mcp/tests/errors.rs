@@ -250,8 +250,8 @@ fn agent_over(connector: McpConnector) -> modu_core::Agent<()> {
         .unwrap()
 }
 
-fn provider_error(result: &modu_core::AgentResult<String>) -> (ToolProviderErrorKind, bool) {
-    match result.error.as_ref() {
+fn provider_error(result: &modu_core::RunOutcome<String>) -> (ToolProviderErrorKind, bool) {
+    match result.error() {
         Some(e @ AgentError::ToolProvider { kind, message, .. }) => {
             assert_plain(message);
             (*kind, e.is_resumable())

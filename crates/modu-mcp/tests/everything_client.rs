@@ -385,7 +385,7 @@ async fn an_agent_reads_resources_samples_and_reports_progress_with_run_ids() {
         .build()
         .unwrap();
     let result = agent.run("Use the server.").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
 
     let mut offered: Vec<String> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     offered.sort();
@@ -398,7 +398,7 @@ async fn an_agent_reads_resources_samples_and_reports_progress_with_run_ids() {
             "mcp_search_tools"
         ]
     );
-    let texts = tool_texts(&result.messages);
+    let texts = tool_texts(result.messages());
     assert!(
         texts[0].contains("demo://resource/dynamic/text/{resourceId}"),
         "{}",
@@ -408,13 +408,13 @@ async fn an_agent_reads_resources_samples_and_reports_progress_with_run_ids() {
     assert!(read["contents"][0]["text"].as_str().unwrap().starts_with("Resource 5:"));
     assert!(texts[2].contains("sampled text"), "{}", texts[2]);
     // The sampling usage is in the run's usage: 5 agent requests and 1 sampling request.
-    assert_eq!(result.usage.requests, 6, "{:?}", result.usage);
-    assert_eq!(result.usage.input_tokens, 5 * 100 + 11);
-    assert_eq!(result.usage.output_tokens, 5 * 10 + 4);
+    assert_eq!(result.usage().requests, 6, "{:?}", result.usage());
+    assert_eq!(result.usage().input_tokens, 5 * 100 + 11);
+    assert_eq!(result.usage().output_tokens, 5 * 10 + 4);
     // Progress carries the run and the tool call.
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 4, "{seen:?}");
-    assert!(seen.iter().all(|p| p.run_id.as_deref() == Some(result.run_id.as_str())));
+    assert!(seen.iter().all(|p| p.run_id.as_deref() == Some(result.run_id())));
     assert!(
         seen.iter().all(|p| p.call_id.as_deref() == Some("call-long")),
         "{seen:?}"
@@ -449,8 +449,8 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
         .unwrap();
 
     let paused = agent.run("Sample something.").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    let request = &paused.input_requests[0];
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let request = &paused.inputs()[0];
     assert_eq!(request.call_id, "call-sample");
     assert_eq!(request.schema, json!({"type": "boolean"}));
     assert_eq!(request.metadata["mcp_server"], "everything");
@@ -464,10 +464,10 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
     );
     assert_eq!(model.requests().len(), 1, "nothing was sampled before the answer");
 
-    agent.answer(&paused.run_id, "call-sample", json!(true)).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("done"), "{:?}", done.error);
-    let texts = tool_texts(&done.messages);
+    agent.answer(paused.run_id(), "call-sample", json!(true)).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("done"), "{:?}", done.error());
+    let texts = tool_texts(done.messages());
     assert!(texts[0].contains("moss on the north side"), "{}", texts[0]);
     assert!(
         texts[0].contains("house-model"),
@@ -478,14 +478,16 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
     assert_eq!(sampled.messages[0].text(), "You are a helpful test server.");
     assert!(sampled.tools.is_empty(), "a sampling request offers no tools");
     assert_eq!(
-        done.usage.requests, 3,
+        done.usage().requests,
+        3,
         "two agent requests and the sampling: {:?}",
-        done.usage
+        done.usage()
     );
     assert_eq!(
-        done.usage_by_model["house-model"].requests, 3,
+        done.report().usage_by_model["house-model"].requests,
+        3,
         "{:?}",
-        done.usage_by_model
+        done.report().usage_by_model
     );
     // The served request is the run's event, with the call, the model and its usage.
     let served: Vec<_> = sink
@@ -514,11 +516,16 @@ async fn an_ask_policy_pauses_for_a_person_and_the_agents_own_model_serves_the_s
 
     // Declined: the server's request is refused and the model is not asked for it.
     let paused = agent.run("Sample again.").await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    agent.decline(&paused.run_id, "call-again", None).await.unwrap();
-    let done = agent.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("understood"), "{:?}", done.error);
-    let texts = tool_texts(&done.messages);
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    agent.decline(paused.run_id(), "call-again", None).await.unwrap();
+    let done = agent.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("understood"),
+        "{:?}",
+        done.error()
+    );
+    let texts = tool_texts(done.messages());
     assert!(texts[0].contains("refused the sampling request"), "{}", texts[0]);
     assert_eq!(model.requests().len(), 5);
     support::assert_no_children(&marker, Duration::from_secs(2)).await;
@@ -560,8 +567,9 @@ async fn a_servers_progress_becomes_the_runs_tool_progress_events() {
                     progress.push((call_id, p, total));
                 }
             }
-            modu_core::StreamItem::Completed(result) => assert!(result.is_ok(), "{:?}", result.error),
+            modu_core::StreamItem::Completed(_) => {}
             modu_core::StreamItem::Failed(result) => panic!("{:?}", result.error),
+            modu_core::StreamItem::Paused(paused) => panic!("paused: {:?}", paused.approvals),
         }
     }
     // Four reports, in order, for the call, between its start and its end.

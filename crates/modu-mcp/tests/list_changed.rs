@@ -131,8 +131,8 @@ async fn an_agent_finds_a_tool_added_during_its_run_and_is_refused_a_removed_one
         .build()
         .unwrap();
     let result = agent.run("Make a gizmo.").await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let texts = tool_texts(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let texts = tool_texts(result.messages());
     let before: Value = serde_json::from_str(&texts[0]).unwrap();
     assert_eq!(before["total"], 0, "{before}");
     let after: Value = serde_json::from_str(&texts[2]).unwrap();
@@ -201,7 +201,7 @@ async fn in_direct_tools_mode_the_next_request_offers_an_added_tool_and_not_a_re
         .build()
         .unwrap();
     let result = agent.run("Make a widget, use it, remove it.").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     let offered: Vec<bool> = model
         .requests()
         .iter()
@@ -209,7 +209,7 @@ async fn in_direct_tools_mode_the_next_request_offers_an_added_tool_and_not_a_re
         .collect();
     // Before the add, after it, after the use, after the removal, after the refused call.
     assert_eq!(offered, [false, true, true, false, false]);
-    let texts = tool_texts(&result.messages);
+    let texts = tool_texts(result.messages());
     assert!(texts[1].contains("widget is here"), "{}", texts[1]);
     assert!(
         texts[3].contains("dyn__widget"),

@@ -35,10 +35,10 @@ async fn an_mcp_image_reaches_the_next_model_request_as_an_image_url_part() -> T
         .build()?;
     let result = agent.run("Show me the tiny image.").await;
     assert_eq!(
-        result.output.as_deref(),
+        result.output().map(String::as_str),
         Some("It is the MCP logo."),
         "{:?}",
-        result.error
+        result.error()
     );
 
     let requests = server.requests();

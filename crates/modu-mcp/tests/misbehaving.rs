@@ -247,8 +247,8 @@ async fn the_cap_applies_through_the_meta_tool_and_direct_tools_and_the_provider
             .build()
             .unwrap();
         let result = agent.run("Get the big texts.").await;
-        assert!(result.is_ok(), "direct={direct}: {:?}", result.error);
-        let results = tool_messages(&result.messages);
+        assert!(result.is_completed(), "direct={direct}: {:?}", result.error());
+        let results = tool_messages(result.messages());
         assert_eq!(
             results,
             [
@@ -298,8 +298,8 @@ async fn the_bearer_token_never_reaches_the_model_in_a_successful_result() {
         .build()
         .unwrap();
     let result = agent.run("Who am I?").await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let results = tool_messages(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let results = tool_messages(result.messages());
     assert_eq!(results.len(), 1);
     assert!(results[0].contains("Bearer [redacted]"), "{}", results[0]);
     let sent = format!("{:?}", model.requests());

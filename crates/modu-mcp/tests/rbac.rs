@@ -61,8 +61,8 @@ async fn a_role_allowed_one_external_tool_calls_only_that_tool_through_the_meta_
     let result = agent
         .run(AgentRequest::new((), "go").user(UserContext::with_roles(["echoer"])))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let r = results(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let r = results(result.messages());
     assert!(!r[0].0, "echo is allowed: {}", r[0].1);
     assert!(r[0].1.contains("hi"), "the real server answered: {}", r[0].1);
     for (is_error, text) in &r[1..] {
@@ -99,7 +99,7 @@ async fn a_role_allowed_one_external_tool_calls_only_that_tool_through_the_meta_
     let result = agent
         .run(AgentRequest::new((), "go").user(UserContext::with_roles(["meta_only"])))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    assert!(results(&result.messages).iter().all(|(is_error, _)| *is_error));
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert!(results(result.messages()).iter().all(|(is_error, _)| *is_error));
     support::assert_no_children(&marker, std::time::Duration::from_secs(3)).await;
 }

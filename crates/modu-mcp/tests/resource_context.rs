@@ -36,7 +36,12 @@ async fn resources_are_in_every_requests_instructions() {
         .build()
         .unwrap();
     let result = agent.run("What do the resources say?").await;
-    assert_eq!(result.output.as_deref(), Some("answered"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("answered"),
+        "{:?}",
+        result.error()
+    );
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     for request in &requests {
@@ -61,7 +66,7 @@ async fn a_resource_that_cannot_be_read_ends_the_run_naming_it() {
         McpResourceContext::new(connector(&script, &marker)).resource("everything", "demo://no/such/resource");
     let agent: Agent = Agent::builder(model.clone()).context_provider(context).build().unwrap();
     let result = agent.run("Go.").await;
-    match &result.error {
+    match &result.error() {
         Some(AgentError::ContextProvider { provider, message }) => {
             assert_eq!(provider, "mcp_resources");
             assert!(message.contains("demo://no/such/resource"), "{message}");
@@ -82,11 +87,11 @@ async fn a_resource_that_cannot_be_read_ends_the_run_naming_it() {
     let result = agent.run("Go.").await;
     assert!(
         result
-            .error
+            .error()
             .as_ref()
             .is_some_and(|e| e.to_string().contains("\"nowhere\"")),
         "{:?}",
-        result.error
+        result.error()
     );
     support::assert_no_children(&marker, Duration::from_secs(2)).await;
 }

@@ -222,7 +222,7 @@ async fn agent_errors_of_a_run_hold_no_credentials() {
             .build()
             .unwrap();
         let result = agent.run("hello").await;
-        let err = result.error.expect("the run fails");
+        let err = result.error().expect("the run fails");
         let display = err.to_string();
         let json = serde_json::to_string(&err).unwrap();
         assert!(!display.contains(MARK), "{display}");

@@ -363,7 +363,7 @@ async fn an_agent_runs_tools_then_structured_output_over_ollama() {
         .build()
         .unwrap();
     let result = agent.run("Weather in Toronto?").await;
-    let report = result.output.as_ref().unwrap_or_else(|| panic!("{:?}", result.error));
+    let report = result.output().unwrap_or_else(|| panic!("{:?}", result.error()));
     assert!(
         !report.city.is_empty(),
         "the mock's schema instance parsed into Report: {report:?}"

@@ -49,25 +49,26 @@ async fn a_primary_that_refuses_connections_falls_back_to_the_secondary() -> Tes
 
     let result = agent.run("hi").await;
     assert_eq!(
-        result.output.as_deref(),
+        result.output().map(String::as_str),
         Some("hello from the secondary"),
         "{:?}",
-        result.error
+        result.error()
     );
     assert_eq!(
         finished(&sink),
         vec![("primary-model".to_owned(), Some("secondary-model".to_owned()))]
     );
     let usage = result
+        .report()
         .usage_by_model
         .get("secondary-model")
         .ok_or("no usage for the secondary")?;
     assert_eq!(usage.requests, 1);
     assert!(usage.input_tokens > 0, "{usage:?}");
     assert!(
-        !result.usage_by_model.contains_key("primary-model"),
+        !result.report().usage_by_model.contains_key("primary-model"),
         "{:?}",
-        result.usage_by_model
+        result.report().usage_by_model
     );
     assert_eq!(secondary.requests().len(), 1);
 
@@ -112,12 +113,22 @@ async fn a_503_with_retry_after_opens_the_circuit_for_that_long() -> TestResult 
 
     // Run 1: the primary answers 503 (Retry-After: 30 s), the secondary answers.
     let result = agent.run("one").await;
-    assert_eq!(result.output.as_deref(), Some("secondary 1"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("secondary 1"),
+        "{:?}",
+        result.error()
+    );
     assert_eq!(primary.requests().len(), 1);
 
     // Run 2, within the window: the primary is not asked at all.
     let result = agent.run("two").await;
-    assert_eq!(result.output.as_deref(), Some("secondary 2"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("secondary 2"),
+        "{:?}",
+        result.error()
+    );
     assert_eq!(primary.requests().len(), 1, "the primary is skipped during Retry-After");
 
     // After the window the primary is tried again, and answers.
@@ -126,10 +137,10 @@ async fn a_503_with_retry_after_opens_the_circuit_for_that_long() -> TestResult 
     tokio::time::resume();
     let result = agent.run("three").await;
     assert_eq!(
-        result.output.as_deref(),
+        result.output().map(String::as_str),
         Some("the primary is back"),
         "{:?}",
-        result.error
+        result.error()
     );
     assert_eq!(primary.requests().len(), 2);
     assert_eq!(secondary.requests().len(), 2);
@@ -139,7 +150,10 @@ async fn a_503_with_retry_after_opens_the_circuit_for_that_long() -> TestResult 
         answered,
         vec![name("secondary-model"), name("secondary-model"), name("primary-model")]
     );
-    assert_eq!(result.usage_by_model.keys().collect::<Vec<_>>(), vec!["primary-model"]);
+    assert_eq!(
+        result.report().usage_by_model.keys().collect::<Vec<_>>(),
+        vec!["primary-model"]
+    );
     Ok(())
 }
 

@@ -117,8 +117,8 @@ async fn live_structured_output_through_an_agent() {
         .build()
         .unwrap();
     let result = agent.run("Is the weather nice today?").await;
-    let usage = result.usage;
-    let verdict = result.into_output().unwrap();
+    let usage = *result.usage();
+    let verdict = result.into_result().unwrap();
     // Any values will do: the grammar made the JSON fit the schema and serde parsed it.
     println!("verdict: {verdict:?}");
     assert!(usage.requests >= 1 && usage.input_tokens > 0);
@@ -302,8 +302,8 @@ async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
         .build()
         .unwrap();
     let result = agent.run("What is 2 + 3?").await;
-    println!("error: {:?}", result.error);
-    println!("metadata: {}", serde_json::Value::Object(result.metadata.clone()));
+    println!("error: {:?}", result.error());
+    println!("report: {}", serde_json::to_string(result.report()).unwrap_or_default());
     // The plan validated on the first try: one model call before PlanCreated, and the first plan
     // has 1..=2 steps naming only known tools.
     let events = sink.events();
@@ -328,8 +328,8 @@ async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
         }
     }
     // Whatever the small model does next ends in an answer or a typed, sanitised outcome.
-    match &result.error {
-        None => assert!(result.output.is_some()),
+    match &result.error() {
+        None => assert!(result.output().is_some()),
         Some(AgentError::PlanFailed { .. } | AgentError::MaxTurnsExceeded { .. } | AgentError::Output { .. }) => {}
         Some(other) => panic!("unexpected error: {other:?}"),
     }

@@ -322,7 +322,12 @@ async fn rate_limit_with_retry_after_is_honoured_by_the_agent_retry() {
     let started = Instant::now();
     let result = agent.run("hello").await;
     let elapsed = started.elapsed();
-    assert_eq!(result.output.as_deref(), Some("You said: hello"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("You said: hello"),
+        "{:?}",
+        result.error()
+    );
     assert_eq!(server.requests().len(), 2, "one 429, one success");
     assert!(
         elapsed >= Duration::from_millis(950),
@@ -702,7 +707,10 @@ async fn agent_with_tools_and_structured_output_never_sends_both() {
         .unwrap();
     let result = agent.run("What is 2 + 3?").await;
     // The mock's answer fits the schema; serde parsed it into `Sum` (values are the mock's).
-    let _sum: &Sum = result.output.as_ref().unwrap_or_else(|| panic!("{:?}", result.error));
+    let _sum: &Sum = result
+        .output()
+        .as_ref()
+        .unwrap_or_else(|| panic!("{:?}", result.error()));
     let requests = server.requests();
     assert!(requests.len() >= 2, "{requests:?}");
     for body in &requests {
@@ -906,9 +914,9 @@ async fn a_run_adds_up_cached_tokens_over_its_requests() {
     let agent = Agent::<()>::builder(client(&server)).build().unwrap();
     let first = agent.run("a").await;
     let second = agent.run("b").await;
-    assert_eq!(first.usage.cached_input_tokens, 1920);
-    assert_eq!((first.usage + second.usage).cached_input_tokens, 3840);
-    assert_eq!(second.usage.reasoning_tokens, 192);
+    assert_eq!(first.usage().cached_input_tokens, 1920);
+    assert_eq!((*first.usage() + *second.usage()).cached_input_tokens, 3840);
+    assert_eq!(second.usage().reasoning_tokens, 192);
 }
 
 /// vLLM's reasoning parser streams `reasoning_content` (before 0.10) or `reasoning` (0.10 and
@@ -1062,8 +1070,8 @@ async fn a_run_streams_and_keeps_reasoning() {
     }
     let result = result.unwrap();
     assert_eq!(reasoning, "short thought");
-    assert_eq!(result.output.as_deref(), Some("answer"));
-    let last = result.messages.last().unwrap();
+    assert_eq!(result.output, "answer");
+    let last = result.report.messages.last().unwrap();
     assert_eq!(last.reasoning().as_deref(), Some("short thought"));
     assert_eq!(server.requests()[0]["reasoning_effort"], "medium");
 }
@@ -1116,7 +1124,7 @@ async fn a_streamed_run_emits_tool_call_argument_deltas() {
             modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallStarted { call_id, arguments, .. }) => {
                 started = Some((call_id, arguments));
             }
-            modu_core::StreamItem::Completed(r) => assert_eq!(r.output.as_deref(), Some("Sunny.")),
+            modu_core::StreamItem::Completed(r) => assert_eq!(r.output, "Sunny."),
             modu_core::StreamItem::Failed(r) => panic!("{:?}", r.error),
             _ => {}
         }

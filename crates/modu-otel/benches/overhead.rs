@@ -85,25 +85,25 @@ fn main() {
     let plain = agent(None);
     let observed = agent(Some(Arc::new(composite.clone())));
     for _ in 0..200 {
-        assert!(rt.block_on(plain.run("What is 2 + 3?")).is_ok());
-        assert!(rt.block_on(observed.run("What is 2 + 3?")).is_ok());
+        assert!(rt.block_on(plain.run("What is 2 + 3?")).is_completed());
+        assert!(rt.block_on(observed.run("What is 2 + 3?")).is_completed());
     }
     assert!(rt.block_on(composite.flush(Duration::from_secs(10))));
 
     let mut c = Criterion::default().configure_from_args();
     c.bench_function("overhead/no_sink", |b| {
         b.to_async(&rt)
-            .iter(|| async { assert!(plain.run("What is 2 + 3?").await.is_ok()) })
+            .iter(|| async { assert!(plain.run("What is 2 + 3?").await.is_completed()) })
     });
     c.bench_function("overhead/all_sinks", |b| {
         b.to_async(&rt).iter(|| async {
-            assert!(observed.run("What is 2 + 3?").await.is_ok());
+            assert!(observed.run("What is 2 + 3?").await.is_completed());
             spans.reset();
         })
     });
     c.bench_function("overhead/all_sinks_flushed", |b| {
         b.to_async(&rt).iter(|| async {
-            assert!(observed.run("What is 2 + 3?").await.is_ok());
+            assert!(observed.run("What is 2 + 3?").await.is_completed());
             assert!(composite.flush(Duration::from_secs(10)).await);
             spans.reset();
         })

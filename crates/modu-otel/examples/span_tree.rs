@@ -88,7 +88,7 @@ async fn main() {
         .build()
         .unwrap();
     let result = agent.run("weather and stocks?").await;
-    println!("output: {:?}\n", result.output);
+    println!("output: {:?}\n", result.output());
 
     // A simulated agent-as-tool run: orchestrator → execute_tool researcher → invoke_agent researcher.
     let ev = |v: serde_json::Value| -> AgentEvent { serde_json::from_value(v).unwrap() };

@@ -115,14 +115,20 @@ async fn no_secret_reaches_logging_or_audit_output() {
         .build()
         .unwrap();
     let result = agent.run("go").await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     // The secrets really flowed through the run.
     assert_eq!(*seen_password.lock().unwrap(), "Sx-pass-3deep");
-    let transcript = serde_json::to_string(&result.messages).unwrap();
+    let transcript = serde_json::to_string(&result.messages()).unwrap();
     for s in ["Sx-result-access", "Sx-toolerr-passwd", "Sx-apikey-arr"] {
         assert!(transcript.contains(s), "{s} should be in the run's messages");
     }
-    assert!(result.output.as_deref().unwrap().contains("Sx-model-refresh"));
+    assert!(
+        result
+            .output()
+            .map(String::as_str)
+            .unwrap()
+            .contains("Sx-model-refresh")
+    );
 
     // A failing run: the model error text carries secrets.
     let failing_model = ScriptedModel::new().error(|| ModelError::Authentication {
@@ -137,7 +143,7 @@ async fn no_secret_reaches_logging_or_audit_output() {
         .build()
         .unwrap();
     let failed = agent2.run("go").await;
-    let err = failed.error.expect("the run fails").to_string();
+    let err = failed.error().expect("the run fails").to_string();
     assert!(err.contains("Sx-runerr-apikey"));
 
     assert!(sink.flush(Duration::from_secs(5)).await);

@@ -86,7 +86,7 @@ async fn spans_and_metrics_reach_an_otlp_http_receiver() {
         .event_sink(sink)
         .build()
         .unwrap();
-    assert!(agent.run("go").await.is_ok());
+    assert!(agent.run("go").await.is_completed());
 
     let pipeline = otlp.clone();
     tokio::task::spawn_blocking(move || pipeline.force_flush())

@@ -54,7 +54,12 @@ async fn chat_span_and_metrics_carry_cached_reasoning_tokens_and_the_answering_m
         .event_sink(sink)
         .build()?;
     let result = agent.run("hi").await;
-    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
 
     let finished = spans.get_finished_spans()?;
     let chat = finished.iter().find(|s| s.name == "chat primary").ok_or_else(|| {
@@ -119,7 +124,7 @@ async fn a_plain_model_without_cached_or_reasoning_tokens_sets_neither() -> Test
     let agent = Agent::<()>::builder(ScriptedModel::new().named("plain").text("ok"))
         .event_sink(sink)
         .build()?;
-    assert!(agent.run("hi").await.is_ok());
+    assert!(agent.run("hi").await.is_completed());
     let finished = spans.get_finished_spans()?;
     let chat = finished.iter().find(|s| s.name == "chat plain").ok_or("no chat span")?;
     assert_eq!(attr(chat, semconv::RESPONSE_MODEL), Some(&Value::from("plain")));

@@ -66,22 +66,22 @@ async fn postgres_resume_after_model_failure_does_not_rerun_tools() {
     let s = setup(&url, "resume").await;
 
     let failed = s.agent.run(AgentRequest::new((), "count, please").session("s1")).await;
-    let err = failed.error.clone().expect("the model failure must end the run");
+    let err = failed.error().expect("the model failure must end the run");
     assert!(matches!(err, AgentError::Model { retryable: true, .. }), "{err:?}");
     assert!(err.is_resumable());
     assert_eq!(s.calls.load(Ordering::SeqCst), 1);
-    assert!(s.ckpt.load(&failed.run_id).await.unwrap().is_some());
+    assert!(s.ckpt.load(failed.run_id()).await.unwrap().is_some());
     assert!(s.conv.load("s1").await.unwrap().is_empty());
 
-    let resumed = s.agent.resume(&failed.run_id, ()).await;
-    assert!(resumed.error.is_none(), "{:?}", resumed.error);
-    assert_eq!(resumed.output.as_deref(), Some("counted once"));
+    let resumed = s.agent.resume(failed.run_id(), ()).await;
+    assert!(resumed.error().is_none(), "{:?}", resumed.error());
+    assert_eq!(resumed.output().map(String::as_str), Some("counted once"));
     assert_eq!(s.calls.load(Ordering::SeqCst), 1, "the tool ran exactly once in total");
     let stored = s.conv.load("s1").await.unwrap();
     let roles: Vec<Role> = stored.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
     assert_eq!(
-        s.ckpt.load(&failed.run_id).await.unwrap(),
+        s.ckpt.load(failed.run_id()).await.unwrap(),
         None,
         "completed run deleted its checkpoint"
     );
@@ -98,36 +98,36 @@ async fn postgres_corrupted_checkpoint_row_is_checkpoint_invalid() {
         .unwrap();
 
     let failed = s.agent.run(AgentRequest::new((), "count").session("s1")).await;
-    assert!(failed.error.as_ref().is_some_and(AgentError::is_resumable));
+    assert!(failed.error().is_some_and(AgentError::is_resumable));
 
     // Garbage bytes (not UTF-8, not JSON) straight into the row, bypassing the store.
     sqlx::query("UPDATE modu_checkpoints SET state = $1 WHERE run_id = $2")
         .bind(&[0xffu8, 0x00, 0xfe, b'{', 0x80][..])
-        .bind(&failed.run_id)
+        .bind(failed.run_id())
         .execute(s.ckpt.pool())
         .await
         .unwrap();
-    let resumed = s.agent.resume(&failed.run_id, ()).await;
+    let resumed = s.agent.resume(failed.run_id(), ()).await;
     assert!(
-        matches!(&resumed.error, Some(AgentError::CheckpointInvalid { run_id, .. }) if *run_id == failed.run_id),
+        matches!(&resumed.error(), Some(AgentError::CheckpointInvalid { run_id, .. }) if *run_id == failed.run_id()),
         "{:?}",
-        resumed.error
+        resumed.error()
     );
-    assert!(resumed.output.is_none());
+    assert!(resumed.output().is_none());
 
     // Truncated JSON, written as text by another tool (the server converts it), is reported
     // the same way.
     sqlx::query("UPDATE modu_checkpoints SET state = convert_to($1, 'UTF8') WHERE run_id = $2")
         .bind("{\"schema_version\":1,\"run_id\":")
-        .bind(&failed.run_id)
+        .bind(failed.run_id())
         .execute(s.ckpt.pool())
         .await
         .unwrap();
-    let resumed = s.agent.resume(&failed.run_id, ()).await;
+    let resumed = s.agent.resume(failed.run_id(), ()).await;
     assert!(
-        matches!(resumed.error, Some(AgentError::CheckpointInvalid { .. })),
+        matches!(resumed.error(), Some(AgentError::CheckpointInvalid { .. })),
         "{:?}",
-        resumed.error
+        resumed.error()
     );
 
     // Nothing else was touched: no tool ran again, the other conversation is intact.
@@ -144,36 +144,36 @@ async fn postgres_checkpoint_of_unknown_schema_version_is_checkpoint_invalid() {
     let Some(url) = support::url() else { return };
     let s = setup(&url, "version").await;
     let failed = s.agent.run(AgentRequest::new((), "count").session("s1")).await;
-    assert!(failed.error.as_ref().is_some_and(AgentError::is_resumable));
+    assert!(failed.error().is_some_and(AgentError::is_resumable));
 
-    let bytes = s.ckpt.load(&failed.run_id).await.unwrap().unwrap();
+    let bytes = s.ckpt.load(failed.run_id()).await.unwrap().unwrap();
     let mut state: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(state["schema_version"], json!(modu_core::CHECKPOINT_SCHEMA_VERSION));
     state["schema_version"] = json!(999);
     // Saved again with the metadata the run loop wrote (a resumable failure).
     let listed = s.ckpt.list(&CheckpointQuery::default()).await.unwrap();
     assert_eq!(listed.items.len(), 1, "{listed:?}");
-    assert_eq!(listed.items[0].run_id, failed.run_id);
+    assert_eq!(listed.items[0].run_id, failed.run_id());
     assert_eq!(listed.items[0].meta.status, CheckpointStatus::Failed);
     assert_eq!(listed.items[0].meta.session_id.as_deref(), Some("s1"));
     s.ckpt
         .save(
-            &failed.run_id,
+            failed.run_id(),
             &listed.items[0].meta,
             &serde_json::to_vec(&state).unwrap(),
         )
         .await
         .unwrap();
 
-    let resumed = s.agent.resume(&failed.run_id, ()).await;
-    match &resumed.error {
+    let resumed = s.agent.resume(failed.run_id(), ()).await;
+    match &resumed.error() {
         Some(AgentError::CheckpointInvalid { message, .. }) => assert!(message.contains("999"), "{message}"),
         other => panic!("expected CheckpointInvalid, got {other:?}"),
     }
     assert_eq!(s.calls.load(Ordering::SeqCst), 1);
     // The checkpoint is kept as it was (an operator can inspect it).
     assert_eq!(
-        s.ckpt.load(&failed.run_id).await.unwrap(),
+        s.ckpt.load(failed.run_id()).await.unwrap(),
         Some(serde_json::to_vec(&state).unwrap())
     );
 }

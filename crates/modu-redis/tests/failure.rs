@@ -137,7 +137,7 @@ async fn server_dying_mid_run_gives_resumable_error_and_resume_completes() {
         .unwrap();
 
     let failed = agent.run(AgentRequest::new((), "do both").session("s")).await;
-    let err = failed.error.clone().expect("the run must fail while redis is down");
+    let err = failed.error().expect("the run must fail while redis is down");
     assert!(matches!(err, AgentError::Store { .. }), "{err:?}");
     assert!(err.is_resumable(), "{err:?}");
     assert!(!err.to_string().contains(&url), "{err}");
@@ -147,13 +147,13 @@ async fn server_dying_mid_run_gives_resumable_error_and_resume_completes() {
     server.lock().unwrap().restart();
     // The first request after the restart succeeds (the store reconnects and retries once).
     assert!(
-        agent.has_checkpoint(&failed.run_id).await.unwrap(),
+        agent.has_checkpoint(failed.run_id()).await.unwrap(),
         "the checkpoint survived the crash"
     );
 
-    let resumed = agent.resume(&failed.run_id, ()).await;
-    assert!(resumed.error.is_none(), "{:?}", resumed.error);
-    assert_eq!(resumed.output.as_deref(), Some("all done"));
+    let resumed = agent.resume(failed.run_id(), ()).await;
+    assert!(resumed.error().is_none(), "{:?}", resumed.error());
+    assert_eq!(resumed.output().map(String::as_str), Some("all done"));
     assert_eq!(
         first.load(Ordering::SeqCst),
         1,
@@ -169,7 +169,7 @@ async fn server_dying_mid_run_gives_resumable_error_and_resume_completes() {
     assert_eq!(stored.last().map(Message::text).as_deref(), Some("all done"));
     assert_eq!(stored.iter().filter(|m| m.role == modu_core::Role::Tool).count(), 2);
     assert_eq!(
-        ckpt.load(&failed.run_id).await.unwrap(),
+        ckpt.load(failed.run_id()).await.unwrap(),
         None,
         "a completed run deletes its checkpoint"
     );

@@ -182,16 +182,16 @@ async fn agent_run_right_after_a_restart_succeeds() {
         .build()
         .unwrap();
     let first = agent.run(AgentRequest::new((), "one").session("s")).await;
-    assert!(first.error.is_none(), "{:?}", first.error);
+    assert!(first.error().is_none(), "{:?}", first.error());
 
     restart(&mut server, &conn).await;
     let second = agent.run(AgentRequest::new((), "two").session("s")).await;
     assert!(
-        second.error.is_none(),
+        second.error().is_none(),
         "the run right after a restart: {:?}",
-        second.error
+        second.error()
     );
-    assert_eq!(second.output.as_deref(), Some("second answer"));
+    assert_eq!(second.output().map(String::as_str), Some("second answer"));
     let texts: Vec<String> = conv.load("s").await.unwrap().iter().map(Message::text).collect();
     assert_eq!(texts, vec!["one", "first answer", "two", "second answer"]);
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentRequest, AgentResult, ApprovalDecision, ApprovalRequest, Message, Usage};
+use modu_core::{Agent, AgentRequest, ApprovalDecision, ApprovalRequest, Message, RunOutcome, Usage};
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -141,12 +141,12 @@ where
             .run_id(run_id.clone());
         request.metadata = input.metadata;
         let mut result = journal::drive(&ctx, self.agent.run(request)).await;
-        while result.is_interrupted() {
+        while result.is_paused() {
             result = self.wait_for_people(&ctx, &run_id, result).await?;
         }
         ctx.clear(APPROVALS_KEY);
-        if result.is_ok() {
-            ctx.set(HISTORY_KEY, Json(result.messages.clone()));
+        if result.is_completed() {
+            ctx.set(HISTORY_KEY, Json(result.messages().to_vec()));
         }
         Ok(Json(output(result, known)))
     }
@@ -202,11 +202,11 @@ where
         &self,
         ctx: &ObjectContext<'_>,
         run_id: &str,
-        paused: AgentResult<O>,
-    ) -> Result<AgentResult<O>, HandlerError> {
+        paused: RunOutcome<O>,
+    ) -> Result<RunOutcome<O>, HandlerError> {
         let mut listed = Vec::new();
         let mut waits = Vec::new();
-        for request in paused.interruptions {
+        for request in paused.approvals().to_vec() {
             let (awakeable_id, wait) = ctx.awakeable::<Json<ApprovalDecision>>();
             listed.push(PendingApproval {
                 run_id: run_id.to_owned(),
@@ -229,14 +229,29 @@ where
     }
 }
 
-fn output<O: Serialize>(result: AgentResult<O>, known: usize) -> RunOutput {
-    let error = result.error.as_ref().map(ToString::to_string);
-    let output = result.output.as_ref().and_then(|o| serde_json::to_value(o).ok());
+fn output<O: Serialize>(outcome: RunOutcome<O>, known: usize) -> RunOutput {
+    let (output, error) = match &outcome {
+        RunOutcome::Completed(done) => (serde_json::to_value(&done.output).ok(), None),
+        RunOutcome::Paused(paused) => {
+            let pending = modu_core::AgentError::Interrupted {
+                pending: paused.approvals.len() + paused.inputs.len(),
+            };
+            (None, Some(pending.to_string()))
+        }
+        RunOutcome::Failed(failed) => (
+            failed
+                .unstored_output
+                .as_ref()
+                .and_then(|o| serde_json::to_value(o).ok()),
+            Some(failed.error.to_string()),
+        ),
+    };
+    let report = outcome.into_report();
     RunOutput {
-        run_id: result.run_id,
+        run_id: report.run_id,
         output,
         error,
-        usage: result.usage,
-        messages: result.messages.into_iter().skip(known).collect(),
+        usage: report.usage,
+        messages: report.messages.into_iter().skip(known).collect(),
     }
 }

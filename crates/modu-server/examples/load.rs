@@ -246,7 +246,7 @@ fn inproc(mock_url: &str, runs: usize, concurrency: usize, cpu: usize) {
                     let mut ok = false;
                     while let Some(item) = stream.next().await {
                         if let StreamItem::Completed(result) = item {
-                            ok = result.output.as_deref() == Some("The tool answered: 5");
+                            ok = result.output == "The tool answered: 5";
                         }
                     }
                     ok

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, AgentResult, ApprovalRequest, CheckpointQuery, CheckpointStatus,
-    Message, Role, StreamItem, Usage, UserContext,
+    Agent, AgentError, AgentEvent, AgentRequest, ApprovalRequest, CheckpointQuery, CheckpointStatus, Message, Role,
+    RunOutcome, StreamItem, Usage, UserContext,
 };
 use serde::{Deserialize, Serialize};
 
@@ -180,26 +180,56 @@ pub(crate) fn called_tool(earlier: &[Message], call_id: &str) -> String {
         .unwrap_or_default()
 }
 
-pub(crate) fn finished<O: Serialize>(result: AgentResult<O>) -> Finished {
-    let output = result.output.as_ref().and_then(|o| serde_json::to_value(o).ok());
+/// A stream item of a run as the server hands it on.
+fn item<O: Serialize>(item: StreamItem<O>) -> Item {
+    match item {
+        StreamItem::Event(event) => Item::Event(event),
+        StreamItem::Completed(done) => Item::Done(Box::new(finished(RunOutcome::Completed(*done)))),
+        StreamItem::Paused(paused) => Item::Done(Box::new(finished(RunOutcome::<O>::Paused(*paused)))),
+        StreamItem::Failed(failed) => Item::Done(Box::new(finished(RunOutcome::Failed(*failed)))),
+    }
+}
+
+pub(crate) fn finished<O: Serialize>(outcome: RunOutcome<O>) -> Finished {
+    // The wire keeps its shape: a paused run answers with the `approval_required` error and
+    // lists the calls that wait.
+    let (output, error, interruptions, report) = match outcome {
+        RunOutcome::Completed(done) => match serde_json::to_value(&done.output) {
+            Ok(value) => (Some(value), None, Vec::new(), done.report),
+            // An output that cannot be turned into JSON is an output error, not a success.
+            Err(_) => (
+                None,
+                Some(AgentError::Output {
+                    message: "the output could not be serialised".into(),
+                }),
+                Vec::new(),
+                done.report,
+            ),
+        },
+        RunOutcome::Paused(paused) => (
+            None,
+            Some(AgentError::Interrupted {
+                pending: paused.approvals.len() + paused.inputs.len(),
+            }),
+            paused.approvals,
+            paused.report,
+        ),
+        RunOutcome::Failed(failed) => {
+            let output = failed.unstored_output.and_then(|o| serde_json::to_value(&o).ok());
+            (output, Some(failed.error), Vec::new(), failed.report)
+        }
+    };
     let text = output.as_ref().map(|value| match value {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     });
-    let error = match (&output, result.error) {
-        // An output that cannot be turned into JSON is an output error, not a success.
-        (None, None) if result.output.is_some() => Some(AgentError::Output {
-            message: "the output could not be serialised".into(),
-        }),
-        (_, error) => error,
-    };
     Finished {
         text,
         output,
         error,
-        usage: result.usage,
-        messages: result.messages,
-        interruptions: result.interruptions,
+        usage: report.usage,
+        messages: report.messages,
+        interruptions,
     }
 }
 
@@ -215,13 +245,7 @@ where
     }
 
     fn stream(&self, principal: &Principal, input: RunInput) -> BoxStream<'static, Item> {
-        self.agent
-            .stream(self.request(principal, input))
-            .map(|item| match item {
-                StreamItem::Event(event) => Item::Event(event),
-                StreamItem::Completed(result) | StreamItem::Failed(result) => Item::Done(Box::new(finished(*result))),
-            })
-            .boxed()
+        self.agent.stream(self.request(principal, input)).map(item).boxed()
     }
 
     fn keeps_history(&self) -> bool {
@@ -301,10 +325,7 @@ where
     ) -> BoxStream<'static, Item> {
         self.agent
             .resume_stream_cancellable(run_id, Arc::new((self.context)(principal)), cancel)
-            .map(|item| match item {
-                StreamItem::Event(event) => Item::Event(event),
-                StreamItem::Completed(result) | StreamItem::Failed(result) => Item::Done(Box::new(finished(*result))),
-            })
+            .map(item)
             .boxed()
     }
 

@@ -88,7 +88,7 @@ async fn main() {
     let offered: Vec<&str> = first.tools.iter().map(|t| t.name.as_str()).collect();
     println!("\n--- tools offered (allowed-tools narrows; delete_invoice is gone) ---\n{offered:?}");
     println!("\n--- run messages (no skill text here) ---");
-    for m in &result.messages {
+    for m in result.messages() {
         let text = m.text();
         let shown: String = text.chars().take(100).collect();
         match m.role {
@@ -99,6 +99,6 @@ async fn main() {
             role => println!("{role:?}: {shown}"),
         }
     }
-    println!("\noutput: {}", result.output.as_deref().unwrap_or("(none)"));
-    assert!(result.is_ok(), "{:?}", result.error);
+    println!("\noutput: {}", result.output().map(String::as_str).unwrap_or("(none)"));
+    assert!(result.is_completed(), "{:?}", result.error());
 }

@@ -115,7 +115,7 @@ async fn explicit_skill_goes_to_instructions_never_to_stored_messages() {
     let result = agent
         .run(request("Review invoice 42", json!(["invoice-review"])).session("s1"))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     for r in &requests {
@@ -136,12 +136,12 @@ async fn explicit_skill_goes_to_instructions_never_to_stored_messages() {
     }
     let stored = store.load("s1").await.unwrap();
     assert!(!stored.is_empty());
-    for m in stored.iter().chain(result.messages.iter()) {
+    for m in stored.iter().chain(result.messages().iter()) {
         assert_ne!(m.role, Role::System);
         assert!(!m.text().contains("INVOICE-PROCEDURE"), "skill text leaked: {m:?}");
     }
     // The resource read itself is an ordinary tool result.
-    assert!(tool_results(&result.messages)[0].contains("second approval"));
+    assert!(tool_results(result.messages())[0].contains("second approval"));
     // The per-run cache is dropped when the run ends.
     assert_eq!(provider.cached_runs(), 0);
 }
@@ -155,7 +155,7 @@ async fn no_skills_selected_means_no_instructions_and_no_resource_tools() {
         .tool(counting_tool("lookup_invoice", Arc::default()))
         .build()
         .unwrap();
-    assert!(agent.run("hello").await.is_ok());
+    assert!(agent.run("hello").await.is_completed());
     let r = &model.requests()[0];
     assert!(!system_text(r).contains("<skill"));
     assert_eq!(tool_names(r), ["lookup_invoice"]);
@@ -167,7 +167,7 @@ async fn unknown_explicit_skill_fails_the_run_with_a_typed_error() {
     let model = ScriptedModel::new().text("never");
     let agent = provider.install(Agent::builder(model.clone())).build().unwrap();
     let result = agent.run(request("x", json!(["invoice-reviw"]))).await;
-    match result.error {
+    match result.error() {
         Some(AgentError::ContextProvider { provider, message }) => {
             assert_eq!(provider, "skills");
             assert!(message.contains("unknown skill \"invoice-reviw\""), "{message}");
@@ -181,14 +181,14 @@ async fn unknown_explicit_skill_fails_the_run_with_a_typed_error() {
     let result = agent
         .run(request("x", json!("invoice-review")).metadata("skill_mode", json!("magic")))
         .await;
-    assert!(matches!(result.error, Some(AgentError::ContextProvider { ref message, .. }) if message.contains("magic")));
+    assert!(matches!(result.error(), Some(AgentError::ContextProvider { message, .. }) if message.contains("magic")));
     let result = agent
         .run(AgentRequest::new((), "x").metadata("skill_mode", json!("auto")))
         .await;
     assert!(
-        matches!(result.error, Some(AgentError::ContextProvider { ref message, .. }) if message.contains("selector")),
+        matches!(result.error(), Some(AgentError::ContextProvider { message, .. }) if message.contains("selector")),
         "{:?}",
-        result.error
+        result.error()
     );
 }
 
@@ -206,7 +206,7 @@ async fn auto_selection_is_a_separate_structured_call_without_tools() {
     let result = agent
         .run(AgentRequest::new((), "Please review this invoice").metadata("skill_mode", json!("auto")))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
 
     let sel = selector_model.requests();
     assert_eq!(sel.len(), 1);
@@ -243,7 +243,7 @@ async fn hybrid_pins_explicit_skills_and_fills_the_rest() {
     let result = agent
         .run(request("Review it", json!(["other"])).metadata("skill_mode", json!("hybrid")))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     // The pinned skill is not offered to the selector, which may add one more.
     let sel = &selector_model.requests()[0];
     let names = &sel.response_format.as_ref().unwrap().schema["properties"]["skills"]["items"]["enum"];
@@ -264,7 +264,7 @@ async fn hybrid_pins_explicit_skills_and_fills_the_rest() {
     let result = agent
         .run(request("Review it", json!(["other"])).metadata("skill_mode", json!("hybrid")))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     assert!(idle.requests().is_empty());
     assert!(system_text(&model.requests()[0]).contains(OTHER_BODY));
 }
@@ -281,9 +281,9 @@ async fn selector_answer_that_is_not_json_fails_the_run() {
         .run(AgentRequest::new((), "x").metadata("skill_mode", json!("auto")))
         .await;
     assert!(
-        matches!(result.error, Some(AgentError::ContextProvider { ref message, .. }) if message.contains("not JSON")),
+        matches!(result.error(), Some(AgentError::ContextProvider { message, .. }) if message.contains("not JSON")),
         "{:?}",
-        result.error
+        result.error()
     );
 }
 
@@ -308,8 +308,8 @@ async fn applies_to_limits_instructions_to_their_stages() {
     let result = agent
         .run(request("Review invoice 42", json!(["invoice-review", "final-format"])))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    assert!(result.output.unwrap().approved);
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert!(result.output().unwrap().approved);
     let requests = model.requests();
     assert_eq!(requests.len(), 3, "act, act, finalize");
     for act in &requests[..2] {
@@ -346,7 +346,7 @@ async fn allowed_tools_narrows_the_offered_tools_and_grants_nothing() {
         .build()
         .unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     // lookup_vendor is declared but not registered: declaring grants nothing.
     assert_eq!(
         tool_names(&model.requests()[0]),
@@ -358,7 +358,7 @@ async fn allowed_tools_narrows_the_offered_tools_and_grants_nothing() {
         "a tool outside allowed-tools never runs"
     );
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
-    let results = tool_results(&result.messages);
+    let results = tool_results(result.messages());
     assert!(
         results[0].contains("not_found") || results[0].contains("unknown_tool"),
         "{}",
@@ -373,7 +373,7 @@ async fn allowed_tools_narrows_the_offered_tools_and_grants_nothing() {
         .tool(counting_tool("delete_invoice", Arc::default()))
         .build()
         .unwrap();
-    assert!(agent.run(request("x", json!(["other"]))).await.is_ok());
+    assert!(agent.run(request("x", json!(["other"]))).await.is_completed());
     assert_eq!(tool_names(&model.requests()[0]), ["delete_invoice", "lookup_invoice"]);
 }
 
@@ -411,8 +411,8 @@ async fn resource_reads_ranges_search_and_refusals() {
         .text("done");
     let agent = provider.install(Agent::builder(model.clone())).build().unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let r = tool_results(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let r = tool_results(result.messages());
     assert_eq!(r.len(), 10);
     let first: serde_json::Value = serde_json::from_str(&r[0]).unwrap();
     assert_eq!(first["content"], "Invoices");
@@ -457,8 +457,8 @@ async fn resource_read_limit_is_enforced_per_run() {
         .build()
         .unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let r = tool_results(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let r = tool_results(result.messages());
     assert!(r[0].contains("second approval"));
     assert!(r[1].contains("matches"));
     assert!(
@@ -468,8 +468,8 @@ async fn resource_read_limit_is_enforced_per_run() {
     );
     // A new run starts with a fresh budget.
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert!(result.is_ok());
-    assert!(tool_results(&result.messages)[0].contains("second approval"));
+    assert!(result.is_completed());
+    assert!(tool_results(result.messages())[0].contains("second approval"));
 }
 
 #[tokio::test]
@@ -488,8 +488,13 @@ async fn resource_reads_do_not_count_against_max_tool_calls() {
         .build()
         .unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert_eq!(result.output.as_deref(), Some("done"), "{:?}", result.error);
-    assert_eq!(result.metadata["tool_calls"], json!(0));
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
+    assert_eq!(result.stats().tool_calls, 0);
 }
 
 #[tokio::test]
@@ -515,8 +520,8 @@ async fn the_authorizer_still_decides_for_skill_and_business_tools() {
     let result = agent
         .run(request("Review", json!(["invoice-review"])).user(UserContext::with_roles(["clerk"])))
         .await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let r = tool_results(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let r = tool_results(result.messages());
     assert!(r[0].contains("authorization"), "{}", r[0]);
     assert!(!r[0].contains("second approval"));
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
@@ -571,11 +576,11 @@ async fn allowed_tools_admit_external_tools_through_a_meta_tool_by_identity() {
         .build()
         .unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(result.is_completed(), "{:?}", result.error());
     // The meta tool stays offered; only lookup_vendor (listed in allowed-tools) runs through it.
     assert!(tool_names(&model.requests()[0]).contains(&"call_external".to_owned()));
     assert_eq!(*ran.lock().unwrap(), ["lookup_vendor"]);
-    let results = tool_results(&result.messages);
+    let results = tool_results(result.messages());
     assert!(results[1].contains("tool_not_allowed"), "{}", results[1]);
 }
 
@@ -609,8 +614,8 @@ async fn modu_skill_read_refuses_a_hard_linked_file() {
         .text("done");
     let agent = provider.install(Agent::builder(model.clone())).build().unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    assert!(result.is_ok(), "{:?}", result.error);
-    let r = tool_results(&result.messages);
+    assert!(result.is_completed(), "{:?}", result.error());
+    let r = tool_results(result.messages());
     assert_eq!(r.len(), 1);
     assert!(
         r[0].contains("path_refused_hard_link") && !r[0].contains("second approval"),
@@ -627,6 +632,6 @@ async fn modu_skill_read_refuses_a_hard_linked_file() {
         .text("done");
     let agent = provider.install(Agent::builder(model)).build().unwrap();
     let result = agent.run(request("Review", json!(["invoice-review"]))).await;
-    let r = tool_results(&result.messages);
+    let r = tool_results(result.messages());
     assert!(r[0].contains("second approval"), "{}", r[0]);
 }

@@ -90,8 +90,8 @@ pub(crate) async fn check_fence(
 ///     .checkpoint_store(Arc::new(SqliteCheckpointStore::from_pool(pool.clone()).await?))
 ///     .session_leases(SqliteLeaseStore::from_pool(pool).await?, LeaseOptions::new())
 ///     .build()?;
-/// let result = agent.run(AgentRequest::new((), "hi").session("session-42")).await;
-/// assert_eq!(result.output.as_deref(), Some("hello"));
+/// let answer = agent.run(AgentRequest::new((), "hi").session("session-42")).await.into_result()?;
+/// assert_eq!(answer, "hello");
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]

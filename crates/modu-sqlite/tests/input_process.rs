@@ -50,13 +50,13 @@ async fn an_ask_for_input_is_answered_and_resumed_by_another_os_process() {
     let path = dir.path().join("input.db");
     let (a, conv) = agent(&path, ScriptedModel::new().tool_call("book", json!({}))).await;
     let paused = a.run(AgentRequest::new((), "book me a seat").session("s")).await;
-    assert!(paused.is_interrupted(), "{:?}", paused.error);
-    assert_eq!(paused.input_requests[0].prompt, "Which seat?");
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    assert_eq!(paused.inputs()[0].prompt, "Which seat?");
 
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_answers_and_resumes", "--ignored", "--nocapture"])
         .env(DB, &path)
-        .env(RUN, &paused.run_id)
+        .env(RUN, paused.run_id())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -76,7 +76,7 @@ async fn an_ask_for_input_is_answered_and_resumed_by_another_os_process() {
         "the call ran in the child: {result}"
     );
     assert!(
-        a.pending_inputs(&paused.run_id).await.is_err(),
+        a.pending_inputs(paused.run_id()).await.is_err(),
         "the finished run's checkpoint is gone"
     );
 }
@@ -95,7 +95,7 @@ async fn child_answers_and_resumes() {
         .await
         .unwrap();
     let done = b.resume(&run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("booked"), "{:?}", done.error);
-    let result = done.messages.iter().find(|m| m.role == Role::Tool).unwrap().text();
+    assert_eq!(done.output().map(String::as_str), Some("booked"), "{:?}", done.error());
+    let result = done.messages().iter().find(|m| m.role == Role::Tool).unwrap().text();
     println!("CHILD DONE: {result}");
 }

@@ -82,40 +82,46 @@ async fn sqlite_strict_run_resumes_mid_plan_and_is_not_finalized_twice() {
             .await
     };
     assert!(
-        failed.error.as_ref().is_some_and(AgentError::is_resumable),
+        failed.error().is_some_and(AgentError::is_resumable),
         "{:?}",
-        failed.error
+        failed.error()
     );
-    assert_eq!(failed.metadata["plan"]["steps"][0]["status"], "completed");
-    assert_eq!(failed.metadata["plan"]["steps"][1]["status"], "in_progress");
+    assert_eq!(
+        failed.plan().unwrap().plan.steps[0].status,
+        modu_core::plan::StepStatus::Completed
+    );
+    assert_eq!(
+        failed.plan().unwrap().plan.steps[1].status,
+        modu_core::plan::StepStatus::InProgress
+    );
 
     // Process 2: a fresh pool on the same file resumes at step 2.
     let s = stores(&path).await;
-    let raw: Value = serde_json::from_slice(&s.ckpt.load(&failed.run_id).await.unwrap().unwrap()).unwrap();
+    let raw: Value = serde_json::from_slice(&s.ckpt.load(failed.run_id()).await.unwrap().unwrap()).unwrap();
     assert_eq!(raw["state"]["policy"]["state"]["phase"]["phase"], "act");
     assert_eq!(raw["state"]["policy"]["state"]["current"], 1);
     let model = ScriptedModel::new()
         .tool_call("second", json!({}))
         .text(step_ok("second ran"))
         .text("Both tools ran.");
-    let resumed = agent(&model, &s, &first, &second).resume(&failed.run_id, ()).await;
-    assert_eq!(resumed.error, None);
-    assert_eq!(resumed.output.as_deref(), Some("Both tools ran."));
+    let resumed = agent(&model, &s, &first, &second).resume(failed.run_id(), ()).await;
+    assert_eq!(resumed.error(), None);
+    assert_eq!(resumed.output().map(String::as_str), Some("Both tools ran."));
     assert_eq!(first.load(Ordering::SeqCst), 1, "step 1's tool ran once");
     assert_eq!(second.load(Ordering::SeqCst), 1);
     let requests = model.requests();
     assert_eq!(requests[0].tools.len(), 1, "the resumed process starts at step 2's ACT");
     assert_eq!(requests[0].tools[0].name, "second");
-    assert_eq!(resumed.metadata["tool_trace"].as_array().unwrap().len(), 2);
+    assert_eq!(resumed.plan().unwrap().tool_trace.len(), 2);
     let history = s.conv.load("s-plan").await.unwrap();
     assert_eq!(history.len(), 2, "input and answer, once");
 
     // Resuming the finished run again returns the stored answer: no model call, no new append.
     let idle = ScriptedModel::new();
-    let again = agent(&idle, &s, &first, &second).resume(&failed.run_id, ()).await;
-    assert_eq!(again.error, None);
-    assert_eq!(again.output.as_deref(), Some("Both tools ran."));
-    assert_eq!(again.metadata["final_replayed"], true);
+    let again = agent(&idle, &s, &first, &second).resume(failed.run_id(), ()).await;
+    assert_eq!(again.error(), None);
+    assert_eq!(again.output().map(String::as_str), Some("Both tools ran."));
+    assert!(again.plan().unwrap().final_replayed);
     assert!(idle.requests().is_empty());
     assert_eq!(s.conv.load("s-plan").await.unwrap().len(), 2);
 }

@@ -100,8 +100,8 @@ where
         .build()
         .expect("agent A");
     let paused = a.run("book me a seat").await;
-    assert!(paused.is_interrupted(), "input: {:?}", paused.error);
-    let request = paused.input_requests.first().expect("an input request");
+    assert!(paused.is_paused(), "input: {:?}", paused.error());
+    let request = paused.inputs().first().expect("an input request");
     assert_eq!(request.prompt, "Which seat?");
 
     // Process B knows the run only by its id: it answers from the store, and resumes.
@@ -111,25 +111,30 @@ where
         .checkpoint_store(open().await)
         .build()
         .expect("agent B");
-    let pending = b.pending_inputs(&paused.run_id).await.expect("pending inputs");
-    assert_eq!(pending, paused.input_requests, "the request survives in the store");
-    let refused = b.answer(&paused.run_id, &request.call_id, json!({"seat": 12})).await;
+    let pending = b.pending_inputs(paused.run_id()).await.expect("pending inputs");
+    assert_eq!(pending, paused.inputs(), "the request survives in the store");
+    let refused = b.answer(paused.run_id(), &request.call_id, json!({"seat": 12})).await;
     assert!(
         matches!(refused, Err(modu_core::AgentError::InvalidInput { .. })),
         "input: an answer off the schema is refused: {refused:?}"
     );
-    b.answer(&paused.run_id, &request.call_id, json!({"seat": "12A"}))
+    b.answer(paused.run_id(), &request.call_id, json!({"seat": "12A"}))
         .await
         .expect("answer");
-    let done = b.resume(&paused.run_id, ()).await;
-    assert_eq!(done.output.as_deref(), Some("booked"), "input: {:?}", done.error);
+    let done = b.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("booked"),
+        "input: {:?}",
+        done.error()
+    );
     assert_eq!(*booked_b.lock().expect("lock"), ["12A"], "the tool got the answer");
     assert!(
         booked_a.lock().expect("lock").is_empty(),
         "nothing booked before the answer"
     );
     assert!(
-        done.messages
+        done.messages()
             .iter()
             .any(|m| m.role == Role::Tool && m.text() == "booked 12A"),
         "the model sees the result"
@@ -152,7 +157,7 @@ where
         .build()
         .expect("agent A");
     let paused = a.run("move").await;
-    let ids: Vec<&str> = paused.interruptions.iter().map(|r| r.call_id.as_str()).collect();
+    let ids: Vec<&str> = paused.approvals().iter().map(|r| r.call_id.as_str()).collect();
     assert_eq!(ids, ["call_0", "call_0_2"], "repeated ids: two approvals, two ids");
 
     let ran_b = Arc::new(Mutex::new(Vec::new()));
@@ -161,13 +166,13 @@ where
         .checkpoint_store(open().await)
         .build()
         .expect("agent B");
-    b.approve(&paused.run_id, "call_0_2").await.expect("approve");
-    b.reject(&paused.run_id, "call_0", None).await.expect("reject");
-    let done = b.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "repeated ids: {:?}", done.error);
+    b.approve(paused.run_id(), "call_0_2").await.expect("approve");
+    b.reject(paused.run_id(), "call_0", None).await.expect("reject");
+    let done = b.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "repeated ids: {:?}", done.error());
     assert_eq!(*ran_b.lock().expect("lock"), [20], "only the approved call ran");
     assert!(ran_a.lock().expect("lock").is_empty());
-    assert_eq!(tool_ids(&done.messages), ["call_0", "call_0_2"], "one result per call");
+    assert_eq!(tool_ids(done.messages()), ["call_0", "call_0_2"], "one result per call");
 }
 
 async fn a_rejection_binds_in_another_process<F, Fut>(open: &F)
@@ -194,9 +199,9 @@ where
         .build()
         .expect("agent A");
     let paused = a.run("clean up").await;
-    assert!(paused.is_interrupted(), "rejection: {:?}", paused.error);
-    let call_id = paused.interruptions[0].call_id.clone();
-    a.reject(&paused.run_id, &call_id, Some("no".into()))
+    assert!(paused.is_paused(), "rejection: {:?}", paused.error());
+    let call_id = paused.approvals()[0].call_id.clone();
+    a.reject(paused.run_id(), &call_id, Some("no".into()))
         .await
         .expect("reject");
 
@@ -206,8 +211,8 @@ where
         .checkpoint_store(open().await)
         .build()
         .expect("agent B");
-    let done = b.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "rejection: {:?}", done.error);
+    let done = b.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "rejection: {:?}", done.error());
     assert_eq!(ran.load(Ordering::SeqCst), 0, "a rejected call ran on resume");
 }
 
@@ -237,8 +242,8 @@ where
         open().await,
     );
     let paused = a.run("pay 30").await;
-    assert!(paused.is_interrupted(), "nested: {:?}", paused.error);
-    let request = paused.interruptions[0].clone();
+    assert!(paused.is_paused(), "nested: {:?}", paused.error());
+    let request = paused.approvals()[0].clone();
     assert_eq!(request.tool_name, "transfer");
     assert_eq!(request.metadata.get("nested_agent"), Some(&json!("treasurer")));
 
@@ -249,12 +254,12 @@ where
         Arc::clone(&ran_b),
         open().await,
     );
-    let pending = b.pending_approvals(&paused.run_id).await.expect("pending approvals");
-    assert_eq!(pending, paused.interruptions, "the store keeps the nested interruption");
-    b.approve(&paused.run_id, &request.call_id).await.expect("approve");
-    let done = b.resume(&paused.run_id, ()).await;
-    assert!(done.is_ok(), "nested: {:?}", done.error);
-    assert_eq!(done.output.as_deref(), Some("the treasurer paid"));
+    let pending = b.pending_approvals(paused.run_id()).await.expect("pending approvals");
+    assert_eq!(pending, paused.approvals(), "the store keeps the nested interruption");
+    b.approve(paused.run_id(), &request.call_id).await.expect("approve");
+    let done = b.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "nested: {:?}", done.error());
+    assert_eq!(done.output().map(String::as_str), Some("the treasurer paid"));
     assert_eq!(
         *ran_b.lock().expect("lock"),
         [30],
@@ -262,7 +267,7 @@ where
     );
     assert!(ran_a.lock().expect("lock").is_empty());
     assert!(
-        !b.has_checkpoint(&paused.run_id).await.expect("has_checkpoint"),
+        !b.has_checkpoint(paused.run_id()).await.expect("has_checkpoint"),
         "the finished run's checkpoint is gone"
     );
 }

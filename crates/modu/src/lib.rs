@@ -29,13 +29,14 @@
 //!     a + b
 //! }
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let model = ScriptedModel::new()
 //!     .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
 //!     .text("5");
-//! let agent = Agent::<()>::builder(model).tool(Add).build().unwrap();
-//! assert_eq!(agent.run("2 + 3?").await.output.as_deref(), Some("5"));
-//! # }
+//! let agent = Agent::<()>::builder(model).tool(Add).build()?;
+//! let answer = agent.run("2 + 3?").await.into_result()?;
+//! assert_eq!(answer, "5");
+//! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -99,7 +99,7 @@ async fn main() -> Result<(), modu_core::AgentError> {
         .tool(WordCount::new())
         .build()?;
     let result = agent.run("the quick brown fox jumps").await;
-    let output = result.into_output()?;
+    let output = result.into_result()?;
     println!("{output}");
     assert_eq!(output, "Your text has 5 words.");
     Ok(())

@@ -112,11 +112,11 @@ async fn main() -> Result<(), BoxError> {
             .await
     };
     let line = json!({
-        "run_id": result.run_id,
-        "output": result.output,
-        "error": result.error.as_ref().map(ToString::to_string),
-        "messages": result.messages.len(),
-        "resumed": result.metadata.get("resumed"),
+        "run_id": result.run_id(),
+        "output": result.output(),
+        "error": result.error().map(ToString::to_string),
+        "messages": result.messages().len(),
+        "resumed": result.stats().resumed,
     });
     println!("{line}");
     Ok(())

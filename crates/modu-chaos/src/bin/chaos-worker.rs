@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modu_chaos::{AgentConfig, Backend, LineFile, Stores, Worker, agent, error_kind};
-use modu_core::{AgentRequest, AgentResult};
+use modu_core::{AgentRequest, RunOutcome};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -33,13 +33,13 @@ fn ms(args: &HashMap<String, String>, key: &str, default: u64) -> Result<Duratio
     }
 }
 
-fn report(result: &AgentResult, recovered: bool) -> String {
+fn report(result: &RunOutcome, recovered: bool) -> String {
     let tail = if recovered { " recovered" } else { "" };
-    match &result.error {
-        None => format!("done {}{tail}", result.run_id),
+    match result.error() {
+        None => format!("done {}{tail}", result.run_id()),
         Some(e) => {
             let text = e.to_string().replace('\n', " ");
-            format!("failed {} {} {text}{tail}", result.run_id, error_kind(e))
+            format!("failed {} {} {text}{tail}", result.run_id(), error_kind(e))
         }
     }
 }

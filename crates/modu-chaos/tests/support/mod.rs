@@ -761,8 +761,8 @@ pub async fn taken_over_lease_cannot_write(backend: Backend, url: &str) {
     let b = agent_b
         .run(AgentRequest::new((), "from b").session(session).run_id("run-b"))
         .await;
-    assert_eq!(b.error, None);
-    assert_eq!(b.output.as_deref(), Some("b's answer"));
+    assert_eq!(b.error(), None);
+    assert_eq!(b.output().map(String::as_str), Some("b's answer"));
     assert!(
         t.elapsed() < pause,
         "B completed while A was still paused ({:?})",
@@ -773,9 +773,9 @@ pub async fn taken_over_lease_cannot_write(backend: Backend, url: &str) {
         .await
         .unwrap();
     assert!(
-        matches!(&a.error, Some(AgentError::LeaseLost { session_id }) if session_id == session),
+        matches!(&a.error(), Some(AgentError::LeaseLost { session_id }) if session_id == session),
         "run A ends with LeaseLost: {:?}",
-        a.error
+        a.error()
     );
     let history = stores.conversations.load(session).await.unwrap();
     let texts: Vec<(Role, String)> = history.iter().map(|m| (m.role, m.text())).collect();

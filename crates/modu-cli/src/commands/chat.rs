@@ -54,7 +54,7 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
             break;
         }
         let mut result = ui::stream(&built.agent, built.request(line, &session), show).await;
-        if result.is_interrupted() {
+        if result.is_paused() {
             match ui::settle(&built.agent, result, &mut input, show).await {
                 Ok(settled) => result = settled,
                 Err(message) => {
@@ -63,14 +63,15 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
                 }
             }
         }
-        if result.is_interrupted() {
+        if result.is_paused() {
             // End of input during an approval prompt: leave the run paused, say how to go on.
             return Err(Failure::Invalid(format!(
                 "run {} is waiting for approval; answer with `modu resume {}`",
-                result.run_id, result.run_id
+                result.run_id(),
+                result.run_id()
             )));
         }
-        if let Some(error) = &result.error {
+        if let Some(error) = &result.error() {
             eprintln!("error: {}", ui::run_error(error, built.model.base_url()));
         }
     }

@@ -17,7 +17,7 @@ use crate::ui::{self, Input};
 pub struct ResumeArgs {
     /// The run to continue (printed when a run fails or pauses).
     pub run_id: String,
-    /// Print the whole AgentResult as JSON.
+    /// Print the whole RunOutcome as JSON.
     #[arg(long)]
     pub json: bool,
     /// Do not print a reasoning model's reasoning (shown dimmed on stderr by default).

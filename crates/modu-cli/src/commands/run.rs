@@ -17,7 +17,7 @@ use crate::ui::{self, Input, Show};
 pub struct RunArgs {
     /// The prompt; `-` reads it from stdin.
     pub prompt: String,
-    /// Print the whole AgentResult as JSON instead of streaming the answer.
+    /// Print the whole RunOutcome as JSON instead of streaming the answer.
     #[arg(long)]
     pub json: bool,
     /// Continue this session (default: a new one, whose id is printed on stderr).
@@ -56,7 +56,7 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
         reasoning: !args.hide_reasoning,
     };
     let first = ui::stream(&built.agent, built.request(&prompt, &session), show).await;
-    let result = if first.is_interrupted() {
+    let result = if first.is_paused() {
         let mut input = Input::stdin();
         ui::settle(&built.agent, first, &mut input, show)
             .await
@@ -72,21 +72,20 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
 }
 
 /// The exit status of a finished (or paused) run, with a hint to resume it.
-pub async fn finish(built: &Built, result: &modu_core::AgentResult<String>) -> CommandResult {
-    if result.is_interrupted() {
-        let names: Vec<&str> = result.interruptions.iter().map(|r| r.tool_name.as_str()).collect();
+pub async fn finish(built: &Built, result: &modu_core::RunOutcome<String>) -> CommandResult {
+    let run_id = result.run_id();
+    if let Some(paused) = result.pause() {
+        let names: Vec<&str> = paused.approvals.iter().map(|r| r.tool_name.as_str()).collect();
         return Err(Failure::Invalid(format!(
-            "run {} is waiting for approval of {}; answer with `modu resume {}`",
-            result.run_id,
+            "run {run_id} is waiting for approval of {}; answer with `modu resume {run_id}`",
             names.join(", "),
-            result.run_id
         )));
     }
-    match &result.error {
+    match result.error() {
         None => Ok(()),
         Some(error) => {
-            if !result.run_id.is_empty() && built.agent.has_checkpoint(&result.run_id).await.unwrap_or(false) {
-                eprintln!("hint: continue this run with `modu resume {}`", result.run_id);
+            if !run_id.is_empty() && built.agent.has_checkpoint(run_id).await.unwrap_or(false) {
+                eprintln!("hint: continue this run with `modu resume {run_id}`");
             }
             Err(Failure::Invalid(ui::run_error(error, built.model.base_url())))
         }

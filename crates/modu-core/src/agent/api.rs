@@ -5,11 +5,11 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Agent, AgentRequest, AgentResult};
+use super::{Agent, AgentRequest};
 use crate::approval::{ApprovalDecision, ApprovalRequest, NestedResume};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
-use crate::message::Usage;
+use crate::outcome::RunOutcome;
 use crate::runner::RunStream;
 use crate::runner::chat::with_deadline;
 use crate::runner::start::{resume_request, run_through_layers};
@@ -21,8 +21,8 @@ where
 {
     /// Runs the agent to its answer.
     ///
-    /// Never panics on bad input: a failure ends up in [`AgentResult::error`].
-    pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> AgentResult<O> {
+    /// Never panics on bad input: a failure is a [`RunOutcome::Failed`].
+    pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> RunOutcome<O> {
         // Boxed once here, so that the caller's future stays small (a run's state machine is
         // several KB, and every move of an unboxed one copies it: into `join_all`, a
         // `FuturesUnordered`, a spawned task).
@@ -32,7 +32,7 @@ where
     /// Runs the agent, yielding its events as they happen and the result at the end.
     ///
     /// The run proceeds on a spawned task; dropping the stream cancels it. The last item is
-    /// always [`StreamItem::Completed`](crate::StreamItem::Completed) or [`StreamItem::Failed`](crate::StreamItem::Failed) carrying the result (the
+    /// always [`StreamItem::Completed`](crate::StreamItem::Completed), [`StreamItem::Paused`](crate::StreamItem::Paused) or [`StreamItem::Failed`](crate::StreamItem::Failed), carrying the outcome (the
     /// `RunCompleted` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
     /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
     /// FINALIZE tokens as `FinalDelta`, then the result; the internal PLAN / ACT / STEP_RESULT
@@ -65,12 +65,12 @@ where
     /// Tool calls whose results were checkpointed are not run again. Fails with a typed error
     /// when there is no checkpoint, when it cannot be read, or when it was written by an
     /// incompatible agent (other tools, output schema or policy).
-    pub async fn resume(&self, run_id: &str, context: C) -> AgentResult<O> {
+    pub async fn resume(&self, run_id: &str, context: C) -> RunOutcome<O> {
         self.resume_arc(run_id, Arc::new(context)).await
     }
 
     /// [`Agent::resume`] with a shared context.
-    pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> AgentResult<O> {
+    pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> RunOutcome<O> {
         self.resume_with(run_id, context, None, None).await
     }
 
@@ -81,7 +81,7 @@ where
         run_id: &str,
         context: Arc<C>,
         token: tokio_util::sync::CancellationToken,
-    ) -> AgentResult<O> {
+    ) -> RunOutcome<O> {
         self.resume_with(run_id, context, None, Some(token)).await
     }
 
@@ -127,7 +127,7 @@ where
         context: Arc<C>,
         approvals: Arc<std::sync::Mutex<crate::context::SharedApprovals>>,
         slot: crate::agent::PauseSlot,
-    ) -> AgentResult<O> {
+    ) -> RunOutcome<O> {
         let run_id = resume.pause.run_id.clone();
         match self.decode_checkpoint(&run_id, resume.pause.state) {
             Ok(mut checkpoint) => {
@@ -142,18 +142,7 @@ where
                 request.nested_pause = Some(slot);
                 run_through_layers(&self.inner, request).await
             }
-            Err(error) => AgentResult {
-                run_id,
-                agent: self.inner.name.clone(),
-                output: None,
-                messages: Vec::new(),
-                usage: Usage::default(),
-                usage_by_model: Default::default(),
-                metadata: serde_json::Map::new(),
-                error: Some(error),
-                interruptions: Vec::new(),
-                input_requests: Vec::new(),
-            },
+            Err(error) => RunOutcome::failed(run_id, self.inner.name.clone(), error),
         }
     }
 
@@ -163,7 +152,7 @@ where
         context: Arc<C>,
         stream: Option<mpsc::Sender<AgentEvent>>,
         cancel: Option<tokio_util::sync::CancellationToken>,
-    ) -> AgentResult<O> {
+    ) -> RunOutcome<O> {
         let started = Instant::now();
         let deadline = self.inner.limits.timeout.map(|t| started + t);
         let loaded = match with_deadline(deadline, self.inner.limits.timeout, self.load_checkpoint(run_id)).await {
@@ -177,18 +166,7 @@ where
                 request.cancel = cancel;
                 run_through_layers(&self.inner, request).await
             }
-            Err(error) => AgentResult {
-                run_id: run_id.to_owned(),
-                agent: self.inner.name.clone(),
-                output: None,
-                messages: Vec::new(),
-                usage: Usage::default(),
-                usage_by_model: Default::default(),
-                metadata: serde_json::Map::new(),
-                error: Some(error),
-                interruptions: Vec::new(),
-                input_requests: Vec::new(),
-            },
+            Err(error) => RunOutcome::failed(run_id, self.inner.name.clone(), error),
         }
     }
 

@@ -12,8 +12,8 @@ use std::sync::{Arc, PoisonError};
 use crate::agent::{Agent, AgentRequest};
 use crate::approval::NestedPause;
 use crate::context::RunContext;
-use crate::error::AgentError;
 use crate::message::Usage;
+use crate::outcome::RunOutcome;
 use crate::tool::{Tool, ToolError, ToolErrorKind, ToolSpec, parse_arguments};
 
 /// An agent used as a tool by another agent ([`Agent::as_tool`]).
@@ -51,18 +51,17 @@ where
     /// #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
     /// struct Question { text: String }
     ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let expert = Agent::<()>::builder(ScriptedModel::new().text("42")).name("expert").build().unwrap();
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let expert = Agent::<()>::builder(ScriptedModel::new().text("42")).name("expert").build()?;
     /// let boss = Agent::builder(
     ///     ScriptedModel::new().tool_call("ask_expert", serde_json::json!({"text": "meaning?"})).text("It is 42."),
     /// )
     /// .tool(expert.as_tool::<Question>("ask_expert", "Ask the expert"))
-    /// .build()
-    /// .unwrap();
-    /// let result = boss.run("What is the meaning?").await;
-    /// assert_eq!(result.output.as_deref(), Some("It is 42."));
-    /// assert_eq!(result.usage.requests, 3); // two of the boss, one of the expert
-    /// # }
+    /// .build()?;
+    /// let outcome = boss.run("What is the meaning?").await;
+    /// assert_eq!(outcome.usage().requests, 3); // two of the boss, one of the expert
+    /// assert_eq!(outcome.into_result()?, "It is 42.");
+    /// # Ok(()) }
     /// ```
     pub fn as_tool<A>(&self, name: impl Into<String>, description: impl Into<String>) -> AgentTool<C, O, A>
     where
@@ -137,31 +136,32 @@ where
                 (self.agent.run(request).await, Usage::default(), BTreeMap::new())
             }
         };
-        ctx.add_usage(result.usage - earlier);
-        for (model, usage) in &result.usage_by_model {
+        let report = result.report();
+        ctx.add_usage(report.usage - earlier);
+        for (model, usage) in &report.usage_by_model {
             let before = earlier_by_model.get(model).copied().unwrap_or_default();
             ctx.add_model_usage(model, *usage - before);
         }
-        match (result.output, result.error) {
-            (Some(output), None) => Ok(self.agent.inner.codec.to_json(&output)),
-            (_, Some(AgentError::Interrupted { .. })) if !result.input_requests.is_empty() => {
+        match result {
+            RunOutcome::Completed(done) => Ok(self.agent.inner.codec.to_json(&done.output)),
+            RunOutcome::Paused(paused) if !paused.inputs.is_empty() => {
                 Err(ToolError::execution("nested_input_unsupported").with_message(format!(
                     "the nested agent {} asked a person for input, which a nested run cannot do",
                     self.agent.name()
                 )))
             }
-            (_, Some(AgentError::Interrupted { .. })) => {
+            RunOutcome::Paused(paused) => {
+                let tools: Vec<String> = paused.approvals.iter().map(|r| r.tool_name.clone()).collect();
                 let state = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
                 if let (Some(scope), Some(state)) = (&scope, state) {
                     // The parent pauses too, listing these calls; its decisions resume us.
                     *scope.pause.lock().unwrap_or_else(PoisonError::into_inner) = Some(NestedPause {
                         agent: self.agent.name().to_owned(),
-                        run_id: result.run_id.clone(),
+                        run_id: paused.report.run_id,
                         state,
-                        requests: result.interruptions.clone(),
+                        requests: paused.approvals,
                     });
                 }
-                let tools: Vec<String> = result.interruptions.iter().map(|r| r.tool_name.clone()).collect();
                 Err(
                     ToolError::new(ToolErrorKind::Rejected, "nested_approval_required").with_message(format!(
                         "the nested agent {} needs approval for {}",
@@ -170,12 +170,11 @@ where
                     )),
                 )
             }
-            (_, Some(error)) => Err(ToolError::execution("nested_run_failed").with_message(format!(
+            RunOutcome::Failed(failed) => Err(ToolError::execution("nested_run_failed").with_message(format!(
                 "the nested agent {} failed: {}",
                 self.agent.name(),
-                error
+                failed.error
             ))),
-            (None, None) => Err(ToolError::execution("nested_run_failed")),
         }
     }
 }
@@ -189,7 +188,7 @@ type HandoffEnabled<C> = Arc<dyn Fn(&RunContext<C>) -> bool + Send + Sync>;
 /// When the model calls it, the input is validated against the handoff's schema and
 /// `on_handoff` runs first — it can refuse (the model gets a `rejected` tool error and nothing
 /// else happens). Once it accepts, the run continues with the target agent's instructions,
-/// model and tools, on the same conversation; [`crate::AgentResult::agent`] names the agent that
+/// model and tools, on the same conversation; [`RunReport::agent`](crate::RunReport::agent) names the agent that
 /// answered. `enabled_when` hides the handoff for a turn, like a tool's `is_enabled`.
 pub struct Handoff<C, O> {
     pub(crate) target: Agent<C, O>,

@@ -87,7 +87,7 @@ impl std::fmt::Debug for AgentGuardrail {
 impl AgentGuardrail {
     async fn decide(&self, text: String) -> Verdict {
         let result = self.agent.run(AgentRequest::new((), text)).await;
-        match result.into_output() {
+        match result.into_result() {
             Ok(GuardrailDecision { tripped: false, .. }) => Verdict::Pass,
             Ok(GuardrailDecision { tripped: true, reason }) => Verdict::Trip(Tripwire::new("tripped", reason)),
             Err(e) => Verdict::Trip(Tripwire::new(

@@ -28,8 +28,8 @@ mod recover;
 pub(crate) mod request;
 pub(crate) mod settings;
 
+pub use request::AgentRequest;
 pub(crate) use request::PauseSlot;
-pub use request::{AgentRequest, AgentResult};
 pub use settings::{FinalizationMode, ModelSettings, RetryConfig, RunLimits};
 
 type InstructionFn<C> = Arc<dyn Fn(&RunContext<C>) -> String + Send + Sync>;
@@ -155,16 +155,16 @@ pub(crate) struct AgentInner<C, O> {
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
 /// struct AddArgs { a: i64, b: i64 }
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let add = FunctionTool::<()>::typed("add", "Add two integers", |_ctx, a: AddArgs| async move { Ok(a.a + a.b) });
 /// let model = ScriptedModel::new()
 ///     .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
 ///     .text("2 + 3 = 5");
-/// let agent = Agent::builder(model).instructions("Use the tools.").tool(add).build().unwrap();
-/// let result = agent.run("What is 2 + 3?").await;
-/// assert_eq!(result.output.as_deref(), Some("2 + 3 = 5"));
-/// assert_eq!(result.messages.len(), 4); // user, tool call, tool result, answer
-/// # }
+/// let agent = Agent::builder(model).instructions("Use the tools.").tool(add).build()?;
+/// let outcome = agent.run("What is 2 + 3?").await;
+/// assert_eq!(outcome.messages().len(), 4); // user, tool call, tool result, answer
+/// assert_eq!(outcome.into_result()?, "2 + 3 = 5");
+/// # Ok(()) }
 /// ```
 pub struct Agent<C = (), O = String> {
     pub(crate) inner: Arc<AgentInner<C, O>>,
@@ -336,7 +336,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
     pub fn agent_layer<L>(mut self, layer: L) -> Self
     where
         L: tower::Layer<AgentService<C, O>> + Send + Sync + 'static,
-        L::Service: tower::Service<AgentRequest<C>, Response = AgentResult<O>, Error = std::convert::Infallible>
+        L::Service: tower::Service<AgentRequest<C>, Response = crate::outcome::RunOutcome<O>, Error = std::convert::Infallible>
             + Clone
             + Send
             + Sync

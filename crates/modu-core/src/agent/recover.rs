@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::agent::{Agent, AgentResult};
+use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::outcome::RunOutcome;
 use crate::runner::start::{resume_request, run_through_layers};
 use crate::store::{CheckpointQuery, CheckpointStatus};
 
@@ -44,7 +45,7 @@ where
     /// assert!(worker.recover_orphans(()).await.unwrap().is_empty());
     /// # }
     /// ```
-    pub async fn recover_orphans(&self, context: impl Into<Arc<C>>) -> Result<Vec<AgentResult<O>>, AgentError> {
+    pub async fn recover_orphans(&self, context: impl Into<Arc<C>>) -> Result<Vec<RunOutcome<O>>, AgentError> {
         let (Some(store), Some(_)) = (&self.inner.checkpoints, &self.inner.leases) else {
             return Err(AgentError::Configuration {
                 message: "recovering orphaned runs needs a checkpoint store and session leases".into(),
@@ -75,12 +76,12 @@ where
                     Ok(checkpoint) => checkpoint,
                     // Finished (and removed) since it was listed.
                     Err(AgentError::CheckpointNotFound { .. }) => return None,
-                    Err(e) => return Some(AgentResult::failed(item.run_id, self.inner.name.clone(), e)),
+                    Err(e) => return Some(RunOutcome::failed(item.run_id, self.inner.name.clone(), e)),
                 };
                 let mut request = resume_request(checkpoint, context, tokio::time::Instant::now());
                 request.claim = true;
                 let result = run_through_layers(&self.inner, request).await;
-                match result.error {
+                match result.error() {
                     // Alive elsewhere, or claimed by another worker first.
                     Some(AgentError::SessionBusy { .. } | AgentError::CheckpointNotFound { .. }) => None,
                     _ => Some(result),

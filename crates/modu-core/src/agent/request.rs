@@ -1,13 +1,10 @@
-//! What goes into a run ([`AgentRequest`]) and what comes out ([`AgentResult`]).
+//! What goes into a run ([`AgentRequest`]) and what comes out ([`RunOutcome`](crate::RunOutcome)).
 
 use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::context::UserContext;
-use crate::error::AgentError;
-use crate::message::{Message, Usage};
+use crate::message::Message;
 use crate::model::ToolChoice;
 
 use super::settings::ModelSettings;
@@ -153,8 +150,8 @@ impl<C> AgentRequest<C> {
     /// let agent: Agent<()> = Agent::builder(ScriptedModel::new().text("hello")).build().unwrap();
     /// let token = CancellationToken::new();
     /// token.cancel();
-    /// let result = agent.run(AgentRequest::new((), "hi").cancel_token(token)).await;
-    /// assert_eq!(result.error, Some(AgentError::Cancelled));
+    /// let outcome = agent.run(AgentRequest::new((), "hi").cancel_token(token)).await;
+    /// assert_eq!(outcome.error(), Some(&AgentError::Cancelled));
     /// # }
     /// ```
     pub fn cancel_token(mut self, token: tokio_util::sync::CancellationToken) -> Self {
@@ -228,79 +225,5 @@ impl<C: Default> From<&str> for AgentRequest<C> {
 impl<C: Default> From<String> for AgentRequest<C> {
     fn from(s: String) -> Self {
         AgentRequest::new(C::default(), s)
-    }
-}
-
-/// What a run produced.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AgentResult<O = String> {
-    /// The run's id (also the checkpoint key).
-    pub run_id: String,
-    /// The agent that answered.
-    pub agent: String,
-    /// The output, when the run succeeded.
-    pub output: Option<O>,
-    /// The run's messages: the input, every tool call and result, and the answer. History
-    /// loaded from the session is not repeated here.
-    pub messages: Vec<Message>,
-    /// The run's usage (tokens and requests).
-    pub usage: Usage,
-    /// `usage` of the run's model calls by model: the model that answered each call (the
-    /// member of a [`FallbackModel`](crate::fallback::FallbackModel) chain that answered, else
-    /// the agent's or planner's model), or that was asked, for a failed call. The usage of
-    /// nested agents' model calls is included. Usage only added to the total
-    /// ([`RunContext::add_usage`](crate::context::RunContext::add_usage): memory summaries,
-    /// compaction) is not broken down.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub usage_by_model: std::collections::BTreeMap<String, Usage>,
-    /// Counters and policy data (`model_calls`, `tool_calls`, `turns`, `resumed`, …).
-    pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Why the run failed, if it did. A run paused for approvals or input has
-    /// [`AgentError::Interrupted`] here and lists the calls in `interruptions` and
-    /// `input_requests`.
-    pub error: Option<AgentError>,
-    /// Tool calls waiting for a person's approval (empty unless the run is paused).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub interruptions: Vec<crate::approval::ApprovalRequest>,
-    /// Tool calls waiting for a person's input ([`crate::input`]; empty unless the run is
-    /// paused).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub input_requests: Vec<crate::input::InputRequest>,
-}
-
-impl<O> AgentResult<O> {
-    /// The result of a run that ended with `error` before it did anything.
-    pub(crate) fn failed(run_id: impl Into<String>, agent: impl Into<String>, error: AgentError) -> Self {
-        AgentResult {
-            run_id: run_id.into(),
-            agent: agent.into(),
-            output: None,
-            messages: Vec::new(),
-            usage: crate::message::Usage::default(),
-            usage_by_model: Default::default(),
-            metadata: serde_json::Map::new(),
-            error: Some(error),
-            interruptions: Vec::new(),
-            input_requests: Vec::new(),
-        }
-    }
-
-    /// Whether the run is paused, waiting for approvals or input.
-    pub fn is_interrupted(&self) -> bool {
-        !self.interruptions.is_empty() || !self.input_requests.is_empty()
-    }
-
-    /// Whether the run succeeded.
-    pub fn is_ok(&self) -> bool {
-        self.error.is_none() && self.output.is_some()
-    }
-
-    /// The output, or the error.
-    pub fn into_output(self) -> Result<O, AgentError> {
-        match (self.output, self.error) {
-            (_, Some(e)) => Err(e),
-            (Some(o), None) => Ok(o),
-            (None, None) => Err(AgentError::Cancelled),
-        }
     }
 }

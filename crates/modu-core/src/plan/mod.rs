@@ -31,7 +31,7 @@
 //! sanitised message in [`FeedbackMode::SafeMessage`]) — never a raw error, never a result.
 //!
 //! ```
-//! use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+//! use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy, StepStatus};
 //! use modu_core::{Agent, FunctionTool, RunLimits};
 //! use modu_testing::ScriptedModel;
 //! use serde_json::json;
@@ -39,7 +39,7 @@
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]
 //! struct AddArgs { a: i64, b: i64 }
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let add = FunctionTool::<()>::typed("add", "Add two integers", |_ctx, a: AddArgs| async move { Ok(a.a + a.b) });
 //! let model = ScriptedModel::new()
 //!     // PLAN
@@ -54,13 +54,13 @@
 //!     .tool(add)
 //!     .limits(RunLimits::default().max_steps(4))
 //!     .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
-//!     .build()
-//!     .unwrap();
-//! let result = agent.run("What is 2 + 3?").await;
-//! assert_eq!(result.output.as_deref(), Some("2 + 3 = 5"));
-//! assert_eq!(result.metadata["plan"]["steps"][0]["status"], "completed");
-//! assert_eq!(result.metadata["tool_trace"][0]["tool_name"], "add");
-//! # }
+//!     .build()?;
+//! let outcome = agent.run("What is 2 + 3?").await;
+//! let report = outcome.plan().expect("a strict run reports its plan");
+//! assert_eq!(report.plan.steps[0].status, StepStatus::Completed);
+//! assert_eq!(report.tool_trace[0].tool_name, "add");
+//! assert_eq!(outcome.into_result()?, "2 + 3 = 5");
+//! # Ok(()) }
 //! ```
 //!
 //! [`RetryConfig`]: crate::RetryConfig
@@ -126,7 +126,7 @@ impl PlanAndExecutePolicy {
         self
     }
 
-    /// What `result.metadata["tool_trace"]` records.
+    /// What [`PlanReport::tool_trace`](crate::PlanReport::tool_trace) records.
     pub fn tool_trace_mode(mut self, mode: ToolTraceMode) -> Self {
         self.trace_mode = mode;
         self
@@ -259,7 +259,7 @@ impl ToolFailureRecoveryConfig {
     }
 }
 
-/// What `result.metadata["tool_trace"]` records.
+/// What [`PlanReport::tool_trace`](crate::PlanReport::tool_trace) records.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolTraceMode {

@@ -112,7 +112,7 @@ pub enum ArgumentsSource {
     Requested,
 }
 
-/// One tool call attempt of a strict run (`result.metadata["tool_trace"][i]`). Never holds a
+/// One tool call attempt of a strict run ([`PlanReport::tool_trace`](crate::PlanReport::tool_trace)). Never holds a
 /// tool's result or raw error message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolTraceEntry {
@@ -142,7 +142,7 @@ pub struct ToolTraceEntry {
     pub arguments_source: Option<ArgumentsSource>,
 }
 
-/// Why a strict run failed (`result.metadata["failure"]`): sanitised, length-capped identifiers
+/// Why a strict run failed ([`PlanReport::failure`](crate::PlanReport::failure)): sanitised, length-capped identifiers
 /// and classifications only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanFailure {

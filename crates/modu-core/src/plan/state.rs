@@ -186,48 +186,26 @@ impl StrictState {
         }
     }
 
-    /// `plan`, `tool_trace`, `plan_usage` and `failure` for the result's metadata.
-    pub(crate) fn write_metadata(
-        &self,
-        metadata: &mut serde_json::Map<String, serde_json::Value>,
-        mode: ToolTraceMode,
-    ) {
-        metadata.insert("policy".into(), "plan_and_execute".into());
-        metadata.insert(
-            "plan".into(),
-            serde_json::to_value(&self.plan).unwrap_or(serde_json::Value::Null),
-        );
-        if mode != ToolTraceMode::Off {
-            metadata.insert(
-                "tool_trace".into(),
-                serde_json::to_value(&self.trace).unwrap_or(serde_json::Value::Null),
-            );
-            if self.trace_dropped > 0 {
-                metadata.insert("tool_trace_dropped".into(), self.trace_dropped.into());
-            }
-        }
-        let completed = self
+    /// The plan, tool trace, counters and failure for the run's report.
+    pub(crate) fn report(&self, mode: ToolTraceMode) -> crate::outcome::PlanReport {
+        let traced = mode != ToolTraceMode::Off;
+        let steps_completed = self
             .plan
             .steps
             .iter()
             .filter(|s| s.status == StepStatus::Completed)
             .count();
-        metadata.insert(
-            "plan_usage".into(),
-            serde_json::json!({
-                "steps_completed": completed,
-                "replans": self.replans,
-                "tool_repairs": self.tool_repairs,
-            }),
-        );
-        if let Some(failure) = &self.failure {
-            metadata.insert(
-                "failure".into(),
-                serde_json::to_value(failure).unwrap_or(serde_json::Value::Null),
-            );
-        }
-        if self.replayed {
-            metadata.insert("final_replayed".into(), true.into());
+        crate::outcome::PlanReport {
+            plan: self.plan.clone(),
+            tool_trace: if traced { self.trace.clone() } else { Vec::new() },
+            tool_trace_dropped: if traced { self.trace_dropped } else { 0 },
+            usage: crate::outcome::PlanUsage {
+                steps_completed: u32::try_from(steps_completed).unwrap_or(u32::MAX),
+                replans: self.replans,
+                tool_repairs: self.tool_repairs,
+            },
+            failure: self.failure.clone(),
+            final_replayed: self.replayed,
         }
     }
 }

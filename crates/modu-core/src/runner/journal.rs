@@ -7,10 +7,11 @@ use serde::Serialize;
 use super::chat::with_deadline;
 use super::state::{CHECKPOINT_SCHEMA_VERSION, Checkpoint, OLDEST_READABLE_SCHEMA_VERSION};
 use super::{Env, Run, RunState};
-use crate::agent::{Agent, AgentResult};
+use crate::agent::Agent;
 use crate::context::UserContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
+use crate::outcome::RunOutcome;
 use crate::store::{CheckpointMeta, CheckpointStatus};
 
 impl<C, O> Run<C, O>
@@ -40,25 +41,27 @@ where
         }
     }
 
-    pub(super) async fn finish(mut self, outcome: Result<O, AgentError>) -> AgentResult<O> {
+    pub(super) async fn finish(mut self, outcome: Result<O, AgentError>) -> RunOutcome<O> {
         let strict_done = self.state.strict().is_some_and(|s| s.is_done());
         let already_stored = self.state.strict().is_some_and(|s| s.conversation_stored);
         let env = &self.env;
         let agent = &env.agent;
         let run_id = env.ctx.run_id().to_owned();
-        let mut metadata = env.ctx.metadata().clone();
-        metadata.insert("model_calls".into(), self.state.model_calls.into());
-        metadata.insert("tool_calls".into(), self.state.tool_calls.into());
-        metadata.insert("turns".into(), self.state.turns.into());
-        if self.resumed {
-            metadata.insert("resumed".into(), true.into());
-        }
-        if let (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) =
-            (self.state.strict(), &agent.policy)
-        {
-            strict.write_metadata(&mut metadata, policy.trace_mode);
-        }
-        let (mut output, mut error) = match outcome {
+        let metadata = env.ctx.metadata().clone();
+        let mut stats = crate::outcome::RunStats {
+            model_calls: self.state.model_calls,
+            tool_calls: self.state.tool_calls,
+            turns: self.state.turns,
+            resumed: self.resumed,
+            answer_not_stored: false,
+        };
+        let plan = match (self.state.strict(), &agent.policy) {
+            (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) => {
+                Some(strict.report(policy.trace_mode))
+            }
+            _ => None,
+        };
+        let (output, mut error) = match outcome {
             Ok(o) => (Some(o), None),
             Err(e) => (None, Some(e)),
         };
@@ -91,7 +94,6 @@ where
             }
         }
         let (interruptions, input_requests) = if matches!(error, Some(AgentError::Interrupted { .. })) {
-            metadata.insert("status".into(), "interrupted".into());
             if let Some(slot) = &env.nested_pause {
                 // The parent keeps the nested run's state in its own checkpoint.
                 match serde_json::to_value(checkpoint_ref(env, &self.state)) {
@@ -148,7 +150,7 @@ where
         }
         if error.is_some() && output.is_some() {
             // The answer exists but was not stored: report both.
-            metadata.insert("answer_not_stored".into(), true.into());
+            stats.answer_not_stored = true;
         }
         let usage = env.ctx.usage();
         let duration_ms = env.started.elapsed().as_millis() as u64;
@@ -178,21 +180,28 @@ where
             };
             env.emitter.emit(event).await;
         }
-        if output.is_none() && error.is_none() {
-            error = Some(AgentError::Cancelled);
-            output = None;
-        }
-        AgentResult {
+        let report = crate::outcome::RunReport {
             run_id,
             agent: agent.name.clone(),
-            output,
             messages: self.state.messages,
             usage,
             usage_by_model: env.ctx.usage_by_model(),
+            stats,
+            plan,
             metadata,
-            error,
-            interruptions,
-            input_requests,
+        };
+        match (output, error) {
+            (Some(output), None) => RunOutcome::Completed(crate::outcome::CompletedRun { output, report }),
+            (_, Some(AgentError::Interrupted { .. })) => RunOutcome::Paused(crate::outcome::PausedRun {
+                approvals: interruptions,
+                inputs: input_requests,
+                report,
+            }),
+            (unstored_output, error) => RunOutcome::Failed(crate::outcome::FailedRun {
+                error: error.unwrap_or(AgentError::Cancelled),
+                unstored_output,
+                report,
+            }),
         }
     }
 }

@@ -25,12 +25,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::agent::{AgentInner, AgentResult, VisibleTool};
+use crate::agent::{AgentInner, VisibleTool};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::{ContentPart, Message};
 use crate::model::{ResponseFormat, ToolDefinition};
+use crate::outcome::RunOutcome;
 use crate::plan::machine::Strict;
 use crate::plan::{DecisionPolicy, PlanAndExecutePolicy};
 use crate::provider::ToolSession;
@@ -118,7 +119,7 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    async fn execute(mut self) -> AgentResult<O> {
+    async fn execute(mut self) -> RunOutcome<O> {
         let env = &self.env;
         if env.emitter.active() {
             env.emitter

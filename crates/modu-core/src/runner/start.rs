@@ -11,12 +11,13 @@ use super::lease;
 use super::state::RunState;
 use super::state::{Checkpoint, Resume};
 use super::{Env, Run, chat};
-use crate::agent::{AgentInner, AgentRequest, AgentResult};
+use crate::agent::{AgentInner, AgentRequest};
 use crate::context::{RunContext, RunParts};
 use crate::error::AgentError;
 use crate::lease::Fence;
 use crate::message::Usage;
 use crate::middleware::AgentService;
+use crate::outcome::RunOutcome;
 use crate::store::CheckpointStatus;
 
 pub(super) enum Start<C> {
@@ -34,7 +35,7 @@ pub(super) enum Start<C> {
 }
 
 /// A run (fresh or resumed), through the agent stack when the agent has layers.
-pub(crate) async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> AgentResult<O>
+pub(crate) async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> RunOutcome<O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -68,7 +69,7 @@ where
 }
 
 /// One run, after the agent middleware: a fresh one, or the resumed one the request carries.
-async fn run_raw<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>) -> AgentResult<O>
+async fn run_raw<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>) -> RunOutcome<O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -86,11 +87,7 @@ where
 }
 
 /// [`run_raw`] under the session's lease.
-async fn run_leased<C, O>(
-    inner: Arc<AgentInner<C, O>>,
-    mut request: AgentRequest<C>,
-    emitter: Emitter,
-) -> AgentResult<O>
+async fn run_leased<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>, emitter: Emitter) -> RunOutcome<O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -104,7 +101,7 @@ where
         .clone();
     let held = match lease::take(leases, session, !request.claim).await {
         Ok(held) => held,
-        Err(e) => return AgentResult::failed(run_id, inner.name.clone(), e),
+        Err(e) => return RunOutcome::failed(run_id, inner.name.clone(), e),
     };
     // Under the lease, a resume reads its checkpoint again: the last holder may have moved the
     // run on since it was loaded.
@@ -127,7 +124,7 @@ where
             Ok(fresh) => resume.checkpoint = fresh,
             Err(e) => {
                 held.release().await;
-                return AgentResult::failed(run_id, inner.name.clone(), e);
+                return RunOutcome::failed(run_id, inner.name.clone(), e);
             }
         }
     }
@@ -182,7 +179,7 @@ async fn start<C, O>(
     mut request: AgentRequest<C>,
     emitter: Emitter,
     fence: Option<Fence>,
-) -> AgentResult<O>
+) -> RunOutcome<O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -242,9 +239,9 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    type Response = AgentResult<O>;
+    type Response = RunOutcome<O>;
     type Error = std::convert::Infallible;
-    type Future = futures::future::BoxFuture<'static, Result<AgentResult<O>, std::convert::Infallible>>;
+    type Future = futures::future::BoxFuture<'static, Result<RunOutcome<O>, std::convert::Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -256,7 +253,7 @@ where
             Ok(match inner {
                 Some(inner) => run_raw(inner, request).await,
                 // Only reachable by a layer that keeps the stack after the agent was dropped.
-                None => AgentResult::failed(
+                None => RunOutcome::failed(
                     request.run_id.unwrap_or_default(),
                     String::new(),
                     AgentError::Configuration {
@@ -277,7 +274,7 @@ pub(super) async fn execute_from<C, O>(
     emitter: Emitter,
     started: Instant,
     fence: Option<Fence>,
-) -> AgentResult<O>
+) -> RunOutcome<O>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -369,8 +366,8 @@ where
     };
     let result = tracing::Instrument::instrument(run.execute(), span.clone()).await;
     if !span.is_disabled() {
-        super::spans::record_usage(&span, result.usage);
-        if let Some(kind) = result.error.as_ref().and_then(AgentError::type_tag) {
+        super::spans::record_usage(&span, *result.usage());
+        if let Some(kind) = result.error().and_then(AgentError::type_tag) {
             super::spans::record_error(&span, &kind);
         }
     }

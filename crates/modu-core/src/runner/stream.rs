@@ -7,20 +7,19 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use tokio::sync::mpsc;
 
-use crate::agent::AgentResult;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
-use crate::message::Usage;
+use crate::outcome::{CompletedRun, FailedRun, PausedRun, RunOutcome};
 
 /// The events of a streamed run, then its result.
 pub struct RunStream<O> {
     rx: mpsc::Receiver<AgentEvent>,
-    handle: Option<tokio::task::JoinHandle<AgentResult<O>>>,
+    handle: Option<tokio::task::JoinHandle<RunOutcome<O>>>,
     agent: String,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
     /// The run's result, once its task has ended, handed out after the last event.
-    finished: Option<AgentResult<O>>,
+    finished: Option<RunOutcome<O>>,
 }
 
 /// Whether a strict run's [`Agent::stream`] shows this event.
@@ -41,10 +40,34 @@ fn is_public(event: &AgentEvent) -> bool {
 pub enum StreamItem<O> {
     /// An event of the run.
     Event(AgentEvent),
-    /// The run succeeded; its result (always the last item).
-    Completed(Box<AgentResult<O>>),
-    /// The run failed; its result (always the last item).
-    Failed(Box<AgentResult<O>>),
+    /// The run answered (always the last item).
+    Completed(Box<CompletedRun<O>>),
+    /// The run waits for a person (always the last item); not a failure.
+    Paused(Box<PausedRun>),
+    /// The run failed (always the last item).
+    Failed(Box<FailedRun<O>>),
+}
+
+impl<O> StreamItem<O> {
+    /// The run's outcome, if this is the last item.
+    pub fn into_outcome(self) -> Option<RunOutcome<O>> {
+        match self {
+            StreamItem::Event(_) => None,
+            StreamItem::Completed(c) => Some(RunOutcome::Completed(*c)),
+            StreamItem::Paused(p) => Some(RunOutcome::Paused(*p)),
+            StreamItem::Failed(f) => Some(RunOutcome::Failed(*f)),
+        }
+    }
+}
+
+impl<O> From<RunOutcome<O>> for StreamItem<O> {
+    fn from(outcome: RunOutcome<O>) -> Self {
+        match outcome {
+            RunOutcome::Completed(c) => StreamItem::Completed(Box::new(c)),
+            RunOutcome::Paused(p) => StreamItem::Paused(Box::new(p)),
+            RunOutcome::Failed(f) => StreamItem::Failed(Box::new(f)),
+        }
+    }
 }
 
 impl<O> RunStream<O> {
@@ -77,13 +100,7 @@ impl<O> Stream for RunStream<O> {
             match this.next_event(cx) {
                 Poll::Ready(Some(event)) => return Poll::Ready(Some(StreamItem::Event(event))),
                 Poll::Ready(None) if this.handle.is_none() => {
-                    return Poll::Ready(this.finished.take().map(|result| {
-                        if result.error.is_none() {
-                            StreamItem::Completed(Box::new(result))
-                        } else {
-                            StreamItem::Failed(Box::new(result))
-                        }
-                    }));
+                    return Poll::Ready(this.finished.take().map(StreamItem::from));
                 }
                 // Every sender is gone, or none has sent yet: has the run ended?
                 Poll::Ready(None) | Poll::Pending => {}
@@ -95,23 +112,18 @@ impl<O> Stream for RunStream<O> {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(joined) => {
                     this.handle = None;
-                    this.finished = Some(joined.unwrap_or_else(|e| AgentResult {
-                        run_id: String::new(),
-                        agent: this.agent.clone(),
-                        output: None,
-                        messages: Vec::new(),
-                        usage: Usage::default(),
-                        usage_by_model: Default::default(),
-                        metadata: serde_json::Map::new(),
-                        error: Some(if e.is_cancelled() {
-                            AgentError::Cancelled
-                        } else {
-                            AgentError::Configuration {
-                                message: "the run task panicked".into(),
-                            }
-                        }),
-                        interruptions: Vec::new(),
-                        input_requests: Vec::new(),
+                    this.finished = Some(joined.unwrap_or_else(|e| {
+                        RunOutcome::failed(
+                            String::new(),
+                            this.agent.clone(),
+                            if e.is_cancelled() {
+                                AgentError::Cancelled
+                            } else {
+                                AgentError::Configuration {
+                                    message: "the run task panicked".into(),
+                                }
+                            },
+                        )
                     }));
                 }
             }
@@ -131,7 +143,7 @@ impl<O> RunStream<O> {
     /// The stream of a run on `handle` that sends its events to `rx`.
     pub(crate) fn new(
         rx: mpsc::Receiver<AgentEvent>,
-        handle: tokio::task::JoinHandle<AgentResult<O>>,
+        handle: tokio::task::JoinHandle<RunOutcome<O>>,
         agent: String,
         public_only: bool,
     ) -> Self {

@@ -17,7 +17,7 @@
 //! use modu_core::Agent;
 //! use modu_testing::ScriptedModel;
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let metrics = InMemoryMetricRecorder::new();
 //! let audit = Arc::new(AuditEventSink::new(Vec::<u8>::new()));
 //! let events = CompositeEventSink::builder()
@@ -26,13 +26,12 @@
 //!     .sink("audit", audit.clone())
 //!     .build();
 //! let model = ScriptedModel::new().text("hello");
-//! let agent = Agent::<()>::builder(model).event_sink(Arc::new(events.clone())).build().unwrap();
-//! let result = agent.run("hi").await;
-//! assert!(result.is_ok());
+//! let agent = Agent::<()>::builder(model).event_sink(Arc::new(events.clone())).build()?;
+//! agent.run("hi").await.into_result()?;
 //! assert!(events.flush(Duration::from_secs(5)).await);
 //! assert_eq!(metrics.snapshot().counter("modu.runs.completed", &[]), 1);
 //! assert!(audit.with_writer(|w| String::from_utf8_lossy(w).contains("run_completed")));
-//! # }
+//! # Ok(()) }
 //! ```
 
 mod audit;
