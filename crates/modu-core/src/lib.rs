@@ -38,8 +38,8 @@ pub mod tool;
 mod tripwire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentGuardrail, AgentRequest, AgentResult, FinalizationMode, Instructions, ModelSettings,
-    RetryConfig, RunLimits,
+    Agent, AgentBuilder, AgentGuardrail, AgentRequest, AgentResult, BuildError, FinalizationMode, Fixed, Instructions,
+    ModelSettings, Open, RetryConfig, RunLimits, TypesOpen,
 };
 pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use compose::{AgentTool, Handoff};

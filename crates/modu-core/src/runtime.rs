@@ -22,7 +22,7 @@ use crate::agent::{Agent, AgentRequest, AgentResult};
 /// use modu_core::{Agent, AgentRequest, AgentRuntime};
 /// use modu_testing::ScriptedModel;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hi")).build().unwrap();
+/// let agent = Agent::builder(ScriptedModel::new().text("hi")).build().unwrap();
 /// let runtime = AgentRuntime::new();
 /// let result = runtime.run(&agent, AgentRequest::new((), "hello").session("s1")).await;
 /// assert!(result.is_ok());

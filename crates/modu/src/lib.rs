@@ -33,7 +33,7 @@
 //! let model = ScriptedModel::new()
 //!     .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
 //!     .text("5");
-//! let agent = Agent::<()>::builder(model).tool(Add).build().unwrap();
+//! let agent = Agent::builder(model).tool(Add).build().unwrap();
 //! assert_eq!(agent.run("2 + 3?").await.output.as_deref(), Some("5"));
 //! # }
 //! ```

@@ -26,7 +26,7 @@
 //!     .sink("audit", audit.clone())
 //!     .build();
 //! let model = ScriptedModel::new().text("hello");
-//! let agent = Agent::<()>::builder(model).event_sink(Arc::new(events.clone())).build().unwrap();
+//! let agent = Agent::builder(model).event_sink(Arc::new(events.clone())).build().unwrap();
 //! let result = agent.run("hi").await;
 //! assert!(result.is_ok());
 //! assert!(events.flush(Duration::from_secs(5)).await);
