@@ -56,15 +56,14 @@ async fn a_paused_run_is_approved_in_a_fresh_agent_and_the_call_runs_once() {
     let moved = Arc::new(AtomicUsize::new(0));
     let read = Arc::new(AtomicUsize::new(0));
     let sink = Arc::new(CollectingEventSink::new());
-    let first = Agent::builder(
-        ScriptedModel::new().tool_calls([("balance", json!({})), ("transfer", json!({"amount": 30}))]),
-    )
-    .tool(transfer(Arc::clone(&moved)))
-    .tool(lookup(Arc::clone(&read)))
-    .checkpoint_store(store.clone())
-    .event_sink(sink.clone())
-    .build()
-    .unwrap();
+    let first =
+        Agent::builder(ScriptedModel::new().tool_calls([("balance", json!({})), ("transfer", json!({"amount": 30}))]))
+            .tool(transfer(Arc::clone(&moved)))
+            .tool(lookup(Arc::clone(&read)))
+            .checkpoint_store(store.clone())
+            .event_sink(sink.clone())
+            .build()
+            .unwrap();
     let paused = first.run("pay 30").await;
     assert!(paused.is_interrupted());
     assert!(matches!(paused.error, Some(AgentError::Interrupted { pending: 1 })));

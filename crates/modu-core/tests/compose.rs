@@ -31,7 +31,8 @@ fn write_tool() -> FunctionTool<App> {
 }
 
 fn researcher(model: ScriptedModel) -> Agent<App> {
-    Agent::builder(model).context::<App>()
+    Agent::builder(model)
+        .context::<App>()
         .name("researcher")
         .instructions_fn(|ctx| {
             format!(
@@ -51,7 +52,8 @@ async fn a_nested_agent_shares_context_and_usage_and_gets_its_input() {
     let parent_model = ScriptedModel::new()
         .tool_call("research", json!({"topic": "rust"}))
         .text("summary");
-    let parent = Agent::builder(parent_model).context::<App>()
+    let parent = Agent::builder(parent_model)
+        .context::<App>()
         .tool(child.as_tool::<Task>("research", "Research a topic"))
         .build()
         .unwrap();
@@ -77,7 +79,8 @@ async fn approvals_are_shared_with_nested_runs() {
     let parent_model = ScriptedModel::new()
         .tool_call("research", json!({"topic": "x"}))
         .text("could not write");
-    let parent = Agent::builder(parent_model.clone()).context::<App>()
+    let parent = Agent::builder(parent_model.clone())
+        .context::<App>()
         .tool(child.as_tool::<Task>("research", "Research"))
         .build()
         .unwrap();
@@ -105,7 +108,8 @@ async fn approvals_are_shared_with_nested_runs() {
         .tool_call("grant", json!({}))
         .tool_call("research", json!({"topic": "x"}))
         .text("done");
-    let parent = Agent::builder(parent_model).context::<App>()
+    let parent = Agent::builder(parent_model)
+        .context::<App>()
         .tool(grant)
         .tool(child.as_tool::<Task>("research", "Research"))
         .build()

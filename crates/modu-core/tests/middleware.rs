@@ -328,10 +328,7 @@ async fn streaming_deltas_pass_through_chat_middleware() {
     use futures::StreamExt;
     let log: Log = Arc::default();
     let model = ScriptedModel::new().text_deltas(["a", "b", "c"]);
-    let agent = Agent::builder(model)
-        .chat_layer(record("chat", &log))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model).chat_layer(record("chat", &log)).build().unwrap();
     let mut deltas = String::new();
     let mut stream = agent.stream("q");
     while let Some(item) = stream.next().await {

@@ -495,7 +495,8 @@ struct Tenant {
 #[tokio::test]
 async fn instructions_are_computed_from_the_run_context() {
     let model = ScriptedModel::new().text("hi").text("hi");
-    let agent = Agent::builder(model.clone()).context::<Tenant>()
+    let agent = Agent::builder(model.clone())
+        .context::<Tenant>()
         .instructions_fn(|ctx| {
             format!(
                 "You serve {} (roles: {}).",
@@ -537,10 +538,7 @@ async fn transient_model_errors_are_retried_honouring_retry_after() {
             message: "bad key".into(),
         })
         .text("never");
-    let agent = Agent::builder(model.clone())
-        .retry(fast_retry(3))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model.clone()).retry(fast_retry(3)).build().unwrap();
     let result = agent.run("q").await;
     assert!(
         matches!(result.error, Some(AgentError::Model { ref kind, retryable: false, .. }) if kind == "authentication")
@@ -725,7 +723,10 @@ async fn bad_tool_definitions_fail_at_build_time() {
         |_c, _a| async { Ok(json!(1)) },
     );
     assert!(matches!(
-        Agent::builder(ScriptedModel::new()).tool(bad).build().map_err(AgentError::from),
+        Agent::builder(ScriptedModel::new())
+            .tool(bad)
+            .build()
+            .map_err(AgentError::from),
         Err(AgentError::Configuration { .. })
     ));
     let bad_schema = FunctionTool::<()>::new(

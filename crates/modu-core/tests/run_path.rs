@@ -253,10 +253,7 @@ async fn the_default_retry_makes_exactly_max_attempts_attempts() {
         .error(transient)
         .text("never");
     let sink = Arc::new(modu_core::CollectingEventSink::new());
-    let agent = Agent::builder(model.clone())
-        .event_sink(sink.clone())
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model.clone()).event_sink(sink.clone()).build().unwrap();
     let result = agent.run("q").await;
     assert!(
         matches!(result.error, Some(AgentError::Model { .. })),

@@ -94,11 +94,7 @@ async fn a_run_emits_invoke_agent_with_chat_and_execute_tool_children() {
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
     let model = ScriptedModel::new().tool_call("add", json!({"a": 2, "b": 3})).text("5");
-    let agent = Agent::builder(model)
-        .name("calculator")
-        .tool(add())
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model).name("calculator").tool(add()).build().unwrap();
     let result = agent.run("What is 2 + 3?").await;
     assert!(result.is_ok(), "{:?}", result.error);
 

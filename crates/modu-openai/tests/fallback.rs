@@ -43,9 +43,7 @@ async fn a_primary_that_refuses_connections_falls_back_to_the_secondary() -> Tes
         .with_fallback(OpenAiClient::new(secondary.base_url(), "secondary-model")?);
     let model: Arc<dyn ChatModel> = Arc::new(model);
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::builder(Arc::clone(&model))
-        .event_sink(sink.clone())
-        .build()?;
+    let agent = Agent::builder(Arc::clone(&model)).event_sink(sink.clone()).build()?;
 
     let result = agent.run("hi").await;
     assert_eq!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use modu_core::middleware::{ChatService, FunctionService, ToolInvocation};
-use modu_core::{AgentBuilder, ChatRequest, Fixed, ChatResponse, ModelError, ToolError, ToolErrorKind};
+use modu_core::{AgentBuilder, ChatRequest, ChatResponse, Fixed, ModelError, ToolError, ToolErrorKind};
 use restate_sdk::context::RunRetryPolicy;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -10,8 +10,8 @@ use modu_core::provider::{
     ToolSession,
 };
 use modu_core::{
-    AgentBuilder, ChatModel, Fixed, ChatRequest, Message, ResponseFormat, Role, RunContext, Tool, ToolError, ToolErrorKind,
-    ToolSpec, Usage,
+    AgentBuilder, ChatModel, ChatRequest, Fixed, Message, ResponseFormat, Role, RunContext, Tool, ToolError,
+    ToolErrorKind, ToolSpec, Usage,
 };
 use serde_json::{Value, json};
 

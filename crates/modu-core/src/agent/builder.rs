@@ -245,7 +245,9 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
         <L::Service as tower::Service<ToolInvocation<C>>>::Future: Send + 'static,
     {
         let mut b = self.fix_types();
-        b.typed.function_layers.push(crate::middleware::function_layer_fn(layer));
+        b.typed
+            .function_layers
+            .push(crate::middleware::function_layer_fn(layer));
         b
     }
 
