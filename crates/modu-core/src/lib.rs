@@ -38,13 +38,13 @@ pub mod tool;
 mod tripwire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentGuardrail, AgentRequest, AgentResult, BuildError, FinalizationMode, Fixed, Instructions,
+    Agent, AgentBuilder, AgentGuardrail, AgentRequest, AgentResult, FinalizationMode, Fixed, Instructions,
     ModelSettings, Open, RetryConfig, RunLimits, TypesOpen,
 };
 pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use compose::{AgentTool, Handoff};
 pub use context::{RunContext, UserContext};
-pub use error::AgentError;
+pub use error::{AgentError, BuildError};
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
 pub use fallback::{CircuitBreaker, FallbackModel, SwitchPredicate};
 pub use input::{InputAnswer, InputRequest, InputSpec};

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::context::RunContext;
+use crate::error::BuildError;
 use crate::event::EventSink;
 use crate::memory::ConversationMemoryPolicy;
 use crate::middleware::{AgentService, ChatService, FunctionService};
@@ -16,7 +17,6 @@ use crate::tool::{Tool, ToolSpec};
 mod api;
 mod build;
 mod builder;
-pub use build::BuildError;
 pub use builder::{AgentBuilder, Fixed, Open, TypesOpen};
 mod guard;
 pub use guard::AgentGuardrail;
