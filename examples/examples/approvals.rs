@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             vec![modu::ChatEvent::TextDelta { text: text.into() }]
         });
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .instructions("Tidy the project.")
         .tool(DeleteFile)
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))

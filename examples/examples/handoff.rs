@@ -15,11 +15,11 @@ struct Escalation {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let billing = Agent::<()>::builder(ScriptedModel::new().text("Billing here: your refund of 30 EUR is approved."))
+    let billing = Agent::builder(ScriptedModel::new().text("Billing here: your refund of 30 EUR is approved."))
         .name("billing")
         .instructions("You handle refunds and invoices.")
         .build()?;
-    let triage = Agent::<()>::builder(
+    let triage = Agent::builder(
         ScriptedModel::new().tool_call("transfer_to_billing", serde_json::json!({"reason": "refund request"})),
     )
     .name("triage")

@@ -76,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    let agent = Agent::<()>::builder(client)
+    let agent = Agent::builder(client)
         .name("planner")
         .instructions("Solve arithmetic step by step with the tools. Use only verified step results.")
         .tool(Add)

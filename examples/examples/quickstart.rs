@@ -52,11 +52,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    let agent = Agent::<()>::builder(client)
+    let agent = Agent::builder(client)
+        .output::<Answer>()
         .name("calculator")
         .instructions("You are a calculator. Use the add tool for every addition, then answer.")
         .tool(Add)
-        .output::<Answer>()
         .retry(RetryConfig::new(2))
         .build()?;
 

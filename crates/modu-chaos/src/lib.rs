@@ -353,6 +353,7 @@ pub fn agent(config: &AgentConfig, stores: &Stores) -> Result<Agent<Worker>, Age
         message: format!("cannot open the events file: {e}"),
     })?;
     Agent::builder(ChaosModel::new(config.model, events.clone()))
+        .context::<Worker>()
         .name(AGENT_NAME)
         .instructions("You are a test agent.")
         .tool(record_tool())
@@ -373,6 +374,7 @@ pub fn agent(config: &AgentConfig, stores: &Stores) -> Result<Agent<Worker>, Age
         )
         .event_sink(Arc::new(StartedSink { events }))
         .build()
+        .map_err(AgentError::from)
 }
 
 /// A short name for an agent error, for the worker's `failed` lines.

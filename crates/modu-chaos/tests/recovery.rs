@@ -65,7 +65,7 @@ async fn a_run_killed_between_its_append_and_its_checkpoint_removal_is_stored_on
     let checkpoints: Arc<dyn CheckpointStore> = Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new()));
     let ttl = Duration::from_millis(200);
     let agent = |model: ScriptedModel, checkpoints: Arc<dyn CheckpointStore>, holder: &str| {
-        Agent::<()>::builder(model)
+        Agent::builder(model)
             .name("chaos")
             .tool(modu_core::FunctionTool::new(
                 modu_core::ToolSpec::new("noop", "Does nothing.", serde_json::json!({"type": "object"})),

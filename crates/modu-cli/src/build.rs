@@ -424,7 +424,8 @@ pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<
     settings.temperature = config.model.temperature;
     settings.max_tokens = config.model.max_tokens;
 
-    let mut builder = Agent::<()>::builder_arc(model.chat_model())
+    let mut builder = Agent::builder(model.chat_model())
+        .fix_types()
         .name(config.agent.name.clone())
         .conversation_store(Arc::clone(&stores.conversations))
         .checkpoint_store(Arc::clone(&stores.checkpoints))

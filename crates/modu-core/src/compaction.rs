@@ -23,7 +23,7 @@
 //! use modu_core::compaction::RunCompaction;
 //! use modu_core::{Agent, ApproximateTokenCounter, TokenBudget};
 //! # use modu_testing::ScriptedModel;
-//! let agent = Agent::<()>::builder(ScriptedModel::new().text("hi"))
+//! let agent = Agent::builder(ScriptedModel::new().text("hi"))
 //!     .run_compaction(RunCompaction::trim(TokenBudget::new(8_192, 1_024, 256), Arc::new(ApproximateTokenCounter::default())))
 //!     .build()?;
 //! # Ok::<(), modu_core::AgentError>(())

@@ -578,6 +578,16 @@ pub trait EventSink: Send + Sync {
     }
 }
 
+#[async_trait]
+impl<T: EventSink + ?Sized> EventSink for std::sync::Arc<T> {
+    async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError> {
+        (**self).publish(event).await
+    }
+    fn wants_deltas(&self) -> bool {
+        (**self).wants_deltas()
+    }
+}
+
 /// A sink that collects events in memory (for tests and debugging).
 #[derive(Debug, Default)]
 pub struct CollectingEventSink {

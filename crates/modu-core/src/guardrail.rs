@@ -25,7 +25,7 @@
 //! use modu_core::guardrail::{self, Tripwire, Verdict};
 //! use modu_core::Agent;
 //! # use modu_testing::ScriptedModel;
-//! let agent = Agent::<()>::builder(ScriptedModel::new().text("hi"))
+//! let agent = Agent::builder(ScriptedModel::new().text("hi"))
 //!     .input_guardrail(guardrail::input("no_secrets", |_ctx, input| {
 //!         if input.iter().any(|m| m.text().contains("password")) {
 //!             Verdict::Trip(Tripwire::new("secret_in_input", "the input contains a password"))

@@ -39,13 +39,13 @@ pub mod tool;
 mod tripwire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentGuardrail, AgentRequest, FinalizationMode, Instructions, ModelSettings, RetryConfig,
-    RunLimits,
+    Agent, AgentBuilder, AgentGuardrail, AgentRequest, FinalizationMode, Fixed, Instructions, ModelSettings, Open,
+    RetryConfig, RunLimits, TypesOpen,
 };
 pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use compose::{AgentTool, Handoff};
 pub use context::{RunContext, UserContext};
-pub use error::AgentError;
+pub use error::{AgentError, BuildError};
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
 pub use fallback::{CircuitBreaker, FallbackModel, SwitchPredicate};
 pub use input::{InputAnswer, InputRequest, InputSpec};

@@ -71,6 +71,16 @@ pub trait ConversationMemoryPolicy: Send + Sync {
     async fn select(&self, input: MemoryInput<'_>) -> Result<MemoryView, AgentError>;
 }
 
+#[async_trait]
+impl<T: ConversationMemoryPolicy + ?Sized> ConversationMemoryPolicy for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    async fn select(&self, input: MemoryInput<'_>) -> Result<MemoryView, AgentError> {
+        (**self).select(input).await
+    }
+}
+
 /// Splits messages into turns: each user message starts a turn. Messages before the first user
 /// message form a turn of their own.
 pub fn split_turns(messages: &[Message]) -> Vec<&[Message]> {

@@ -10,7 +10,7 @@
 //! use modu_testing::ScriptedModel;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let agent = Agent::<()>::builder(ScriptedModel::new().text("4")).build()?;
+//! let agent = Agent::builder(ScriptedModel::new().text("4")).build()?;
 //! let outcome = agent.run("What is 2 + 2?").await;
 //! assert_eq!(outcome.report().stats.model_calls, 1);
 //! let answer: String = outcome.into_result()?;

@@ -105,6 +105,16 @@ pub trait ToolProvider<C>: Send + Sync {
     async fn open(&self, ctx: &RunContext<C>) -> Result<Box<dyn ToolSession<C>>, ToolProviderError>;
 }
 
+#[async_trait]
+impl<C: Send + Sync, T: ToolProvider<C> + ?Sized> ToolProvider<C> for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    async fn open(&self, ctx: &RunContext<C>) -> Result<Box<dyn ToolSession<C>>, ToolProviderError> {
+        (**self).open(ctx).await
+    }
+}
+
 /// A session with a fixed list of tools and nothing to close.
 pub struct StaticToolSession<C> {
     tools: Vec<Arc<dyn Tool<C>>>,
@@ -129,6 +139,12 @@ impl<C: Send + Sync + 'static> ToolSession<C> for StaticToolSession<C> {
 pub trait ToolAuthorizer: Send + Sync {
     /// `Ok` to allow; an `authorization` [`ToolError`] to deny (the model sees it).
     fn authorize(&self, user: &UserContext, tool: &str) -> Result<(), ToolError>;
+}
+
+impl<T: ToolAuthorizer + ?Sized> ToolAuthorizer for Arc<T> {
+    fn authorize(&self, user: &UserContext, tool: &str) -> Result<(), ToolError> {
+        (**self).authorize(user, tool)
+    }
 }
 
 /// Allows every call (the default).
@@ -262,6 +278,22 @@ pub trait ContextProvider<C>: Send + Sync {
 
     /// Called once when the run ends, whatever the outcome (release per-run state here).
     async fn run_finished(&self, _ctx: &RunContext<C>) {}
+}
+
+#[async_trait]
+impl<C: Send + Sync, T: ContextProvider<C> + ?Sized> ContextProvider<C> for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    async fn invoking(&self, ctx: &RunContext<C>, context: &mut ModelContext) -> Result<(), ContextProviderError> {
+        (**self).invoking(ctx, context).await
+    }
+    async fn invoked(&self, ctx: &RunContext<C>, new_messages: &[Message]) -> Result<(), ContextProviderError> {
+        (**self).invoked(ctx, new_messages).await
+    }
+    async fn run_finished(&self, ctx: &RunContext<C>) {
+        (**self).run_finished(ctx).await
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::outcome::RunOutcome;
 /// use modu_core::{Agent, AgentRequest, AgentRuntime};
 /// use modu_testing::ScriptedModel;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hi")).build()?;
+/// let agent = Agent::builder(ScriptedModel::new().text("hi")).build()?;
 /// let runtime = AgentRuntime::new();
 /// let answer = runtime.run(&agent, AgentRequest::new((), "hello").session("s1")).await.into_result()?;
 /// assert_eq!(answer, "hi");

@@ -106,6 +106,25 @@ pub trait ConversationStore: Send + Sync {
     }
 }
 
+#[async_trait]
+impl<T: ConversationStore + ?Sized> ConversationStore for std::sync::Arc<T> {
+    async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        (**self).append(session_id, messages).await
+    }
+    async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        (**self).load(session_id).await
+    }
+    async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        (**self).delete(session_id).await
+    }
+    async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        (**self).list_sessions().await
+    }
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        (**self).append_fenced(session_id, messages, fence).await
+    }
+}
+
 /// One stored session, as [`ConversationStore::list_sessions`] shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -325,6 +344,37 @@ pub trait CheckpointStore: Send + Sync {
     }
 }
 
+#[async_trait]
+impl<T: CheckpointStore + ?Sized> CheckpointStore for std::sync::Arc<T> {
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        (**self).save(run_id, meta, state).await
+    }
+    async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        (**self).load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        (**self).delete(run_id).await
+    }
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        (**self).list(query).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        (**self).purge_expired().await
+    }
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &CheckpointMeta,
+        state: &[u8],
+        fence: &Fence,
+    ) -> Result<(), StoreError> {
+        (**self).save_fenced(run_id, meta, state, fence).await
+    }
+    async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        (**self).delete_fenced(run_id, fence).await
+    }
+}
+
 /// Keeps derived memory state, such as cached conversation summaries, by key.
 #[async_trait]
 pub trait MemoryStateStore: Send + Sync {
@@ -334,6 +384,19 @@ pub trait MemoryStateStore: Send + Sync {
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError>;
     /// Deletes `key` (no error when it does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+impl<T: MemoryStateStore + ?Sized> MemoryStateStore for std::sync::Arc<T> {
+    async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        (**self).put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        (**self).delete(key).await
+    }
 }
 
 struct Entry<T> {

@@ -403,6 +403,28 @@ pub trait Tool<C>: Send + Sync {
     }
 }
 
+#[async_trait]
+impl<C: Send + Sync, T: Tool<C> + ?Sized> Tool<C> for Arc<T> {
+    fn spec(&self) -> &ToolSpec {
+        (**self).spec()
+    }
+    async fn call(&self, ctx: &RunContext<C>, arguments: serde_json::Value) -> Result<serde_json::Value, ToolError> {
+        (**self).call(ctx, arguments).await
+    }
+    fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
+        (**self).is_enabled(ctx)
+    }
+    fn needs_approval(&self, ctx: &RunContext<C>, arguments: &serde_json::Value) -> bool {
+        (**self).needs_approval(ctx, arguments)
+    }
+    fn identity(&self, arguments: &serde_json::Value) -> std::borrow::Cow<'_, str> {
+        (**self).identity(arguments)
+    }
+    fn approval_request(&self, call_id: &str, arguments: &serde_json::Value) -> crate::approval::ApprovalRequest {
+        (**self).approval_request(call_id, arguments)
+    }
+}
+
 type Handler<C> = Arc<
     dyn Fn(RunContext<C>, serde_json::Value) -> BoxFuture<'static, Result<serde_json::Value, ToolError>> + Send + Sync,
 >;

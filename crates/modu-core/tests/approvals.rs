@@ -42,7 +42,7 @@ fn agent(
     moved: Arc<AtomicUsize>,
     read: Arc<AtomicUsize>,
 ) -> Agent {
-    Agent::<()>::builder(model)
+    Agent::builder(model)
         .tool(transfer(moved))
         .tool(lookup(read))
         .checkpoint_store(store)
@@ -56,15 +56,14 @@ async fn a_paused_run_is_approved_in_a_fresh_agent_and_the_call_runs_once() {
     let moved = Arc::new(AtomicUsize::new(0));
     let read = Arc::new(AtomicUsize::new(0));
     let sink = Arc::new(CollectingEventSink::new());
-    let first = Agent::<()>::builder(
-        ScriptedModel::new().tool_calls([("balance", json!({})), ("transfer", json!({"amount": 30}))]),
-    )
-    .tool(transfer(Arc::clone(&moved)))
-    .tool(lookup(Arc::clone(&read)))
-    .checkpoint_store(store.clone())
-    .event_sink(sink.clone())
-    .build()
-    .unwrap();
+    let first =
+        Agent::builder(ScriptedModel::new().tool_calls([("balance", json!({})), ("transfer", json!({"amount": 30}))]))
+            .tool(transfer(Arc::clone(&moved)))
+            .tool(lookup(Arc::clone(&read)))
+            .checkpoint_store(store.clone())
+            .event_sink(sink.clone())
+            .build()
+            .unwrap();
     let paused = first.run("pay 30").await;
     assert!(paused.is_paused());
     assert!(
@@ -208,7 +207,7 @@ async fn approvals_of_meta_tools_name_the_external_tool() {
             json!({"tool_name": "weather__forecast", "arguments": {"city": "Seoul"}}),
         )
         .text("sunny");
-    let a = Agent::<()>::builder(model)
+    let a = Agent::builder(model)
         .tool(MetaCall)
         .checkpoint_store(store)
         .build()
@@ -238,7 +237,7 @@ async fn approvals_of_meta_tools_name_the_external_tool() {
             json!({"tool_name": "weather__alerts", "arguments": {}}),
         )
         .text("done");
-    let a = Agent::<()>::builder(model)
+    let a = Agent::builder(model)
         .tool(MetaCallAll)
         .checkpoint_store(store)
         .build()

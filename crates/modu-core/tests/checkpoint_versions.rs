@@ -33,7 +33,7 @@ fn add(count: Arc<AtomicUsize>) -> FunctionTool<()> {
 }
 
 fn standard(model: ScriptedModel, count: Arc<AtomicUsize>) -> Agent<()> {
-    Agent::<()>::builder(model)
+    Agent::builder(model)
         .name("calc")
         .tool(add(count))
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
@@ -42,7 +42,7 @@ fn standard(model: ScriptedModel, count: Arc<AtomicUsize>) -> Agent<()> {
 }
 
 fn strict(model: ScriptedModel, count: Arc<AtomicUsize>) -> Agent<()> {
-    Agent::<()>::builder(model)
+    Agent::builder(model)
         .name("planner")
         .tool(add(count))
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))

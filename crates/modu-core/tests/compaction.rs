@@ -113,7 +113,7 @@ async fn check_requests(model: &ScriptedModel) {
 #[tokio::test]
 async fn without_compaction_the_loop_overflows_the_budget() {
     let model = long_loop();
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(pages())
         .limits(limits())
         .build()
@@ -133,7 +133,7 @@ async fn trimming_keeps_every_request_of_a_60_turn_loop_within_an_8k_budget() {
     let model = long_loop();
     let sink = Arc::new(CollectingEventSink::new());
     let store = Arc::new(InMemoryConversationStore::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(pages())
         .limits(limits())
         .run_compaction(RunCompaction::trim(
@@ -181,7 +181,7 @@ async fn summarizing_replaces_whole_old_rounds_incrementally_within_the_budget()
     let summarizer = Arc::new(CountingSummarizer {
         calls: AtomicUsize::new(0),
     });
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(pages())
         .limits(limits())
         .run_compaction(RunCompaction::summarize(

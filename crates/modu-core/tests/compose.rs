@@ -31,7 +31,8 @@ fn write_tool() -> FunctionTool<App> {
 }
 
 fn researcher(model: ScriptedModel) -> Agent<App> {
-    Agent::<App>::builder(model)
+    Agent::builder(model)
+        .context::<App>()
         .name("researcher")
         .instructions_fn(|ctx| {
             format!(
@@ -51,7 +52,8 @@ async fn a_nested_agent_shares_context_and_usage_and_gets_its_input() {
     let parent_model = ScriptedModel::new()
         .tool_call("research", json!({"topic": "rust"}))
         .text("summary");
-    let parent = Agent::<App>::builder(parent_model)
+    let parent = Agent::builder(parent_model)
+        .context::<App>()
         .tool(child.as_tool::<Task>("research", "Research a topic"))
         .build()
         .unwrap();
@@ -82,12 +84,13 @@ async fn approvals_are_shared_with_nested_runs() {
     let parent_model = ScriptedModel::new()
         .tool_call("research", json!({"topic": "x"}))
         .text("could not write");
-    let parent = Agent::<App>::builder(parent_model.clone())
+    let parent = Agent::builder(parent_model.clone())
+        .context::<App>()
         .tool(child.as_tool::<Task>("research", "Research"))
         .build()
         .unwrap();
     let app = Arc::new(App::default());
-    let result = parent.run(AgentRequest::with_context_arc(Arc::clone(&app), "go")).await;
+    let result = parent.run(AgentRequest::new(Arc::clone(&app), "go")).await;
     assert!(result.is_paused(), "{:?}", result.error());
     assert_eq!(result.approvals()[0].tool_name, "write");
     assert_eq!(
@@ -110,12 +113,13 @@ async fn approvals_are_shared_with_nested_runs() {
         .tool_call("grant", json!({}))
         .tool_call("research", json!({"topic": "x"}))
         .text("done");
-    let parent = Agent::<App>::builder(parent_model)
+    let parent = Agent::builder(parent_model)
+        .context::<App>()
         .tool(grant)
         .tool(child.as_tool::<Task>("research", "Research"))
         .build()
         .unwrap();
-    let result = parent.run(AgentRequest::with_context_arc(Arc::clone(&app), "go")).await;
+    let result = parent.run(AgentRequest::new(Arc::clone(&app), "go")).await;
     assert_eq!(
         result.output().map(String::as_str),
         Some("done"),
@@ -137,7 +141,7 @@ struct Escalation {
 #[tokio::test]
 async fn handoffs_switch_agents_after_on_handoff_accepts() {
     let billing_model = ScriptedModel::new().text("Your refund is on its way.");
-    let billing = Agent::<()>::builder(billing_model.clone())
+    let billing = Agent::builder(billing_model.clone())
         .name("billing")
         .instructions("You handle billing.")
         .tool(FunctionTool::new(
@@ -150,7 +154,7 @@ async fn handoffs_switch_agents_after_on_handoff_accepts() {
         .tool_call("transfer_to_billing", json!({"reason": ""}))
         .tool_call("transfer_to_billing", json!({"reason": "refund request"}));
     let sink = Arc::new(CollectingEventSink::new());
-    let triage = Agent::<()>::builder(triage_model.clone())
+    let triage = Agent::builder(triage_model.clone())
         .name("triage")
         .instructions("You route requests.")
         .tool(FunctionTool::new(
@@ -209,9 +213,9 @@ async fn handoffs_switch_agents_after_on_handoff_accepts() {
 
 #[tokio::test]
 async fn a_disabled_handoff_is_not_offered() {
-    let vip = Agent::<()>::builder(ScriptedModel::new()).name("vip").build().unwrap();
+    let vip = Agent::builder(ScriptedModel::new()).name("vip").build().unwrap();
     let model = ScriptedModel::new().text("hello").text("hello");
-    let front = Agent::<()>::builder(model.clone())
+    let front = Agent::builder(model.clone())
         .handoff(Handoff::to(&vip).enabled_when(|ctx| ctx.user().has_role("vip")))
         .build()
         .unwrap();

@@ -277,7 +277,7 @@ async fn a_run_reports_the_answering_model_and_its_usage() -> TestResult {
     let primary = ScriptedModel::new().named("primary").error(refused);
     let backup = ScriptedModel::new().named("backup").with_usage(7, 3).text("done");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(FallbackModel::new(primary).with_fallback(backup))
+    let agent = Agent::builder(FallbackModel::new(primary).with_fallback(backup))
         .event_sink(sink.clone())
         .build()?;
     let result = agent.run("hi").await;
@@ -311,7 +311,7 @@ async fn a_failed_attempt_counts_for_the_slot_model_and_json_stays_as_it_was() -
     // A plain model: `answered_by` stays absent, usage is keyed by the model's name.
     let model = ScriptedModel::new().named("plain").error(unavailable).text("ok");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .retry(RetryConfig::new(2).with_backoff(Duration::from_millis(1), Duration::from_millis(1)))
         .event_sink(sink.clone())
         .build()?;
@@ -353,7 +353,7 @@ async fn usage_by_model_survives_a_pause_and_old_checkpoints_read() -> TestResul
             ToolSpec::new("pay", "Pay", json!({"type": "object"})).needs_approval(true),
             |_c, _a| async { Ok(json!("paid")) },
         );
-        Agent::<()>::builder(FallbackModel::new(primary).with_fallback(backup))
+        Agent::builder(FallbackModel::new(primary).with_fallback(backup))
             .tool(pay)
             .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
             .build()

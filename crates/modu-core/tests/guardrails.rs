@@ -106,7 +106,7 @@ fn no_password() -> impl InputGuardrail<()> {
 async fn a_blocking_input_tripwire_ends_the_run_before_the_model_is_asked() {
     let model = ScriptedModel::new().text("never");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .input_guardrail(no_password())
         .guardrail_mode(GuardrailMode::Blocking)
         .event_sink(sink.clone())
@@ -129,7 +129,7 @@ async fn a_blocking_input_tripwire_ends_the_run_before_the_model_is_asked() {
 #[tokio::test]
 async fn a_passing_input_guardrail_lets_the_run_finish_and_is_reported() {
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+    let agent = Agent::builder(ScriptedModel::new().text("hello"))
         .input_guardrail(no_password())
         .event_sink(sink.clone())
         .build()
@@ -157,7 +157,7 @@ async fn concurrent_input_guardrails_run_with_the_model_request_and_a_tripwire_d
     let answered = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(AtomicUsize::new(0));
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(Watched {
+    let agent = Agent::builder(Watched {
         inner: inner.clone(),
         answered: Arc::clone(&answered),
     })
@@ -188,7 +188,7 @@ async fn a_model_answer_before_a_slow_tripwire_runs_no_tool() {
     let model = ScriptedModel::new()
         .tool_call("send", json!({"to": "everyone"}))
         .text("sent");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counting_tool("send", Arc::clone(&sends)))
         .input_guardrail(Slow {
             delay: Duration::from_secs(1),
@@ -213,7 +213,7 @@ async fn blocking_mode_checks_before_the_request_and_concurrent_mode_with_it() {
     for (mode, expected) in [(GuardrailMode::Blocking, 0), (GuardrailMode::Concurrent, 1)] {
         let model = ScriptedModel::new().delayed_text(Duration::from_secs(1), "ok");
         let seen = Arc::new(AtomicUsize::new(99));
-        let agent = Agent::<()>::builder(model.clone())
+        let agent = Agent::builder(model.clone())
             .input_guardrail(Slow {
                 delay: Duration::from_millis(10),
                 trip: false,
@@ -258,7 +258,7 @@ async fn an_output_guardrail_checks_the_structured_output_typed() {
         })
     };
     let agent = |answer: &str| {
-        Agent::<()>::builder(ScriptedModel::new().text(answer))
+        Agent::builder(ScriptedModel::new().text(answer))
             .output::<Refund>()
             .output_guardrail(cap())
             .build()
@@ -277,7 +277,7 @@ async fn an_output_guardrail_checks_the_structured_output_typed() {
 #[tokio::test]
 async fn a_tool_argument_tripwire_ends_the_run_before_the_tool_runs() {
     let sends = Arc::new(AtomicUsize::new(0));
-    let agent = Agent::<()>::builder(ScriptedModel::new().tool_call("send", json!({"to": "everyone"})))
+    let agent = Agent::builder(ScriptedModel::new().tool_call("send", json!({"to": "everyone"})))
         .tool(counting_tool("send", Arc::clone(&sends)))
         .tool_guardrail(guardrail::tool_arguments("no_broadcast", |_ctx, _tool, args| {
             if args["to"] == "everyone" {
@@ -303,7 +303,7 @@ async fn tool_guardrails_may_replace_the_arguments_call_or_the_result_with_a_mes
         .tool_calls([("send", json!({"to": "everyone"})), ("send", json!({"to": "bob"}))])
         .text("done");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counting_tool("send", Arc::clone(&sends)))
         .tool_guardrail(guardrail::tool_arguments("no_broadcast", |_ctx, _tool, args| {
             if args["to"] == "everyone" {
@@ -361,14 +361,14 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
             tripped,
             reason: "asks for a weapon".into(),
         };
-        Agent::<()>::builder(ScriptedModel::new().text(serde_json::to_string(&decision).unwrap()))
+        Agent::builder(ScriptedModel::new().text(serde_json::to_string(&decision).unwrap()))
             .instructions("Decide whether the text asks for something dangerous.")
             .output::<GuardrailDecision>()
             .build()
             .unwrap()
     };
     for (trips, expected) in [(true, Some("tripped")), (false, None)] {
-        let agent = Agent::<()>::builder(ScriptedModel::new().text("an answer"))
+        let agent = Agent::builder(ScriptedModel::new().text("an answer"))
             .input_guardrail(checker(trips).as_guardrail("safety"))
             .guardrail_mode(GuardrailMode::Blocking)
             .build()
@@ -385,11 +385,11 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
         }
     }
     // A checker that cannot answer fails closed.
-    let broken = Agent::<()>::builder(ScriptedModel::new().text("not json"))
+    let broken = Agent::builder(ScriptedModel::new().text("not json"))
         .output::<GuardrailDecision>()
         .build()
         .unwrap();
-    let agent = Agent::<()>::builder(ScriptedModel::new().text("x"))
+    let agent = Agent::builder(ScriptedModel::new().text("x"))
         .output_guardrail(broken.as_guardrail("safety"))
         .build()
         .unwrap();

@@ -60,7 +60,7 @@ async fn repeated_call_ids_are_renamed_and_each_call_gets_one_result() {
         ])
         .text("done");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(transfer(Arc::clone(&ran), false))
         .event_sink(sink.clone())
         .build()
@@ -113,7 +113,7 @@ async fn approving_one_of_two_calls_with_one_id_runs_only_that_call() {
             (Some("call_0"), "transfer", json!({"amount": 20}).to_string()),
         ])
         .text("done");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(transfer(Arc::clone(&ran), true))
         .checkpoint_store(store.clone())
         .build()
@@ -164,7 +164,7 @@ async fn a_rejected_call_never_runs_even_when_the_predicate_no_longer_asks() {
     let needs = Arc::new(AtomicBool::new(true));
     let store = Arc::new(InMemoryCheckpointStore::new());
     let build = |model: ScriptedModel| {
-        Agent::<()>::builder(model)
+        Agent::builder(model)
             .tool(guarded(Arc::clone(&ran), Arc::clone(&needs)))
             .checkpoint_store(store.clone())
             .build()
@@ -199,7 +199,7 @@ async fn an_approved_call_runs_once_even_when_the_predicate_asks_again() {
     let ran = Arc::new(AtomicUsize::new(0));
     let needs = Arc::new(AtomicBool::new(true));
     let store = Arc::new(InMemoryCheckpointStore::new());
-    let agent = Agent::<()>::builder(ScriptedModel::new().tool_call("delete_all", json!({})).text("done"))
+    let agent = Agent::builder(ScriptedModel::new().tool_call("delete_all", json!({})).text("done"))
         .tool(guarded(Arc::clone(&ran), Arc::clone(&needs)))
         .checkpoint_store(store.clone())
         .build()
@@ -258,7 +258,7 @@ async fn rbac_decides_on_the_tool_a_meta_tool_runs() {
         .text("done");
     let sink = Arc::new(CollectingEventSink::new());
     let rbac = Arc::new(RbacToolAuthorizer::new().allow("triager", ["github__list_issues"]));
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(meta)
         .authorizer(rbac)
         .event_sink(sink.clone())
@@ -299,7 +299,7 @@ async fn rbac_decides_on_the_tool_a_meta_tool_runs() {
     // A role allowed only the meta tool's own name may call nothing through it.
     let only_meta = Arc::new(RbacToolAuthorizer::new().allow("meta", ["call_external"]));
     let ran2 = Arc::new(Mutex::new(Vec::new()));
-    let agent = Agent::<()>::builder(
+    let agent = Agent::builder(
         ScriptedModel::new()
             .tool_call("call_external", json!({"server": "github", "tool": "list_issues"}))
             .text("done"),
@@ -323,7 +323,7 @@ async fn rbac_decides_on_the_tool_a_meta_tool_runs() {
 
 #[tokio::test]
 async fn importing_a_state_without_a_run_id_is_a_typed_error() {
-    let agent = Agent::<()>::builder(ScriptedModel::new())
+    let agent = Agent::builder(ScriptedModel::new())
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
         .build()
         .unwrap();
@@ -341,7 +341,7 @@ async fn importing_a_state_without_a_run_id_is_a_typed_error() {
 
 #[tokio::test]
 async fn limit_errors_name_the_setting_and_its_value() {
-    let agent = Agent::<()>::builder(
+    let agent = Agent::builder(
         ScriptedModel::new()
             .tool_call("transfer", json!({"amount": 1}))
             .tool_call("transfer", json!({"amount": 2})),
@@ -393,7 +393,7 @@ async fn a_provider_admits_tools_by_identity_through_a_meta_tool() {
             ("call_external", json!({"server": "github", "tool": "delete_repo"})),
         ])
         .text("done");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(meta)
         .context_provider(OnlyIdentity("github__list_issues"))
         .build()

@@ -66,7 +66,7 @@ async fn a_tool_asks_the_run_pauses_and_the_answer_reaches_the_tool_on_resume() 
     let model = ScriptedModel::new()
         .tool_call("book", json!({}))
         .text("Your seat is booked.");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(book(Arc::clone(&executions), Arc::clone(&booked)))
         .checkpoint_store(store)
         .event_sink(sink.clone())
@@ -137,7 +137,7 @@ async fn a_declined_ask_is_a_tool_error_the_model_sees() {
     let store = Arc::new(InMemoryCheckpointStore::new());
     let booked = Arc::new(Mutex::new(Vec::new()));
     let model = ScriptedModel::new().tool_call("book", json!({})).text("Not booked.");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(book(Arc::new(AtomicUsize::new(0)), Arc::clone(&booked)))
         .checkpoint_store(store)
         .build()
@@ -167,7 +167,7 @@ async fn a_declined_ask_is_a_tool_error_the_model_sees() {
 async fn a_call_that_asks_twice_pauses_twice_and_gets_both_answers_in_order() {
     let store = Arc::new(InMemoryCheckpointStore::new());
     let done = Arc::new(Mutex::new(Vec::new()));
-    let agent = Agent::<()>::builder(ScriptedModel::new().tool_call("signup", json!({})).text("Welcome."))
+    let agent = Agent::builder(ScriptedModel::new().tool_call("signup", json!({})).text("Welcome."))
         .tool(two_questions(Arc::clone(&done)))
         .checkpoint_store(store)
         .build()
@@ -209,7 +209,7 @@ async fn other_calls_of_the_batch_finish_and_are_not_run_again() {
         )
     };
     let booked = Arc::new(Mutex::new(Vec::new()));
-    let agent = Agent::<()>::builder(
+    let agent = Agent::builder(
         ScriptedModel::new()
             .tool_calls([("balance", json!({})), ("book", json!({}))])
             .text("ok"),

@@ -27,7 +27,7 @@ fn camera(image_data: String) -> FunctionTool<()> {
 #[tokio::test]
 async fn a_tool_result_with_an_image_reaches_the_model_as_parts() -> TestResult {
     let model = ScriptedModel::new().tool_call("snapshot", json!({})).text("a red dot");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(camera("iVBORw0KGgo=".into()))
         .build()?;
     let result = agent.run("what do you see?").await;
@@ -61,7 +61,7 @@ async fn a_tool_result_with_an_image_reaches_the_model_as_parts() -> TestResult 
 #[tokio::test]
 async fn an_inline_image_over_the_limit_is_a_tool_error_the_model_sees() -> TestResult {
     let model = ScriptedModel::new().tool_call("snapshot", json!({})).text("no picture");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(camera("A".repeat(DEFAULT_MAX_INLINE_MEDIA_BYTES + 4)))
         .build()?;
     let result = agent.run("what do you see?").await;

@@ -33,7 +33,7 @@ async fn seeded_store(turns: usize) -> Arc<InMemoryConversationStore> {
 async fn recent_turns_keeps_whole_turns_and_the_store_stays_whole() {
     let store = seeded_store(5).await;
     let model = ScriptedModel::new().text("ok");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .conversation_store(store.clone())
         .memory_policy(Arc::new(RecentTurns::new(2)))
         .build()
@@ -60,7 +60,7 @@ async fn token_budget_drops_oldest_turns_and_overflows_before_any_model_call() {
     let policy = TokenBudgetPolicy::new(TokenBudget::new(120, 40, 10), Arc::clone(&counter));
     let sink = Arc::new(CollectingEventSink::new());
     let model = ScriptedModel::new().text("ok");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .instructions("Be brief.")
         .conversation_store(store.clone())
         .memory_policy(Arc::new(policy.clone()))
@@ -99,7 +99,7 @@ async fn token_budget_drops_oldest_turns_and_overflows_before_any_model_call() {
 
     // A current run that alone exceeds the budget fails before the model is called.
     let model = ScriptedModel::new().text("never");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .conversation_store(store)
         .memory_policy(Arc::new(policy))
         .build()
@@ -155,7 +155,7 @@ async fn summaries_are_cached_and_extended_incrementally() {
         fail: false,
     });
     let model = ScriptedModel::new().text("a").text("b").text("c");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .conversation_store(store.clone())
         .memory_policy(Arc::new(summarizing(Arc::clone(&summarizer), state)))
         .build()
@@ -201,7 +201,7 @@ async fn an_unchanged_prefix_is_not_summarised_again() {
     // No conversation store: the same history is loaded by two agents sharing the cache.
     for _ in 0..3 {
         let model = ScriptedModel::new().text("ok");
-        let agent = Agent::<()>::builder(model)
+        let agent = Agent::builder(model)
             .conversation_store(Arc::new(InMemoryConversationStore::new()))
             .memory_policy(Arc::new(summarizing(Arc::clone(&summarizer), Arc::clone(&state))))
             .build()
@@ -226,7 +226,7 @@ async fn a_failing_summarizer_falls_back_to_the_budget_and_the_run_goes_on() {
     });
     let sink = Arc::new(CollectingEventSink::new());
     let model = ScriptedModel::new().text("still answering");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .conversation_store(store)
         .memory_policy(Arc::new(summarizing(
             summarizer,

@@ -93,7 +93,7 @@ fn counted_tool(calls: Arc<AtomicUsize>) -> FunctionTool<()> {
 async fn layers_run_in_documented_order_outer_first() {
     let log: Log = Arc::default();
     let model = ScriptedModel::new().tool_call("ping", json!({})).text("done");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(counted_tool(Arc::default()))
         .agent_layer(record("agent1", &log))
         .agent_layer(record("agent2", &log))
@@ -213,7 +213,7 @@ impl Service<ToolInvocation<()>> for BlockService {
 async fn each_layer_can_short_circuit() {
     // Agent layer: the model is never asked.
     let model = ScriptedModel::new().text("never");
-    let agent = Agent::<()>::builder(model.clone()).agent_layer(Refuse).build().unwrap();
+    let agent = Agent::builder(model.clone()).agent_layer(Refuse).build().unwrap();
     assert_eq!(
         agent.run("hi").await.output().map(String::as_str),
         Some("refused 1 message(s)")
@@ -222,7 +222,7 @@ async fn each_layer_can_short_circuit() {
 
     // Chat layer: the answer comes from the cache, the model is never asked.
     let model = ScriptedModel::new().text("never");
-    let agent = Agent::<()>::builder(model.clone()).chat_layer(Cached).build().unwrap();
+    let agent = Agent::builder(model.clone()).chat_layer(Cached).build().unwrap();
     assert_eq!(
         agent.run("hi").await.output().map(String::as_str),
         Some("from the cache")
@@ -242,7 +242,7 @@ async fn each_layer_can_short_circuit() {
     let model = ScriptedModel::new()
         .tool_calls([("ping", json!({})), ("echo", json!({"text": "original"}))])
         .text("ok");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(counted_tool(Arc::clone(&calls)))
         .tool(echo)
         .function_layer(Block)
@@ -290,7 +290,7 @@ async fn tower_retry_and_timeout_work_as_chat_middleware() {
             source: None,
         })
         .text("second time lucky");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .retry(RetryConfig::none())
         .chat_layer(tower::retry::RetryLayer::new(RetryOnce { left: 1 }))
         .build()
@@ -303,7 +303,7 @@ async fn tower_retry_and_timeout_work_as_chat_middleware() {
 
     // Timeout: tower's TimeoutLayer, mapped back to a typed ModelError right outside it.
     let model = ScriptedModel::new().delayed_text(Duration::from_secs(5), "too late");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .retry(RetryConfig::none())
         .chat_layer(
             ServiceBuilder::new()
@@ -330,10 +330,7 @@ async fn streaming_deltas_pass_through_chat_middleware() {
     use futures::StreamExt;
     let log: Log = Arc::default();
     let model = ScriptedModel::new().text_deltas(["a", "b", "c"]);
-    let agent = Agent::<()>::builder(model)
-        .chat_layer(record("chat", &log))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model).chat_layer(record("chat", &log)).build().unwrap();
     let mut deltas = String::new();
     let mut stream = agent.stream("q");
     while let Some(item) = stream.next().await {
@@ -393,10 +390,10 @@ async fn context_providers_chain_in_order_and_hear_about_new_messages() {
         seen: Mutex::default(),
     });
     let model = ScriptedModel::new().text("answer");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .instructions("base")
-        .context_provider_arc(first.clone())
-        .context_provider_arc(second.clone())
+        .context_provider(first.clone())
+        .context_provider(second.clone())
         .build()
         .unwrap();
     assert!(agent.run("q").await.is_completed());

@@ -23,7 +23,7 @@ fn choices(model: &ScriptedModel) -> Vec<Option<ToolChoice>> {
 #[tokio::test]
 async fn required_is_sent_until_the_first_tool_call_then_reset() -> TestResult {
     let model = ScriptedModel::new().tool_call("add", json!({})).text("done");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool("add"))
         .tool_choice(ToolChoice::Required)
         .build()?;
@@ -45,7 +45,7 @@ async fn keep_tool_choice_sends_it_on_every_acting_request() -> TestResult {
         .tool_call("add", json!({}))
         .tool_call("add", json!({}))
         .text("done");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool("add"))
         .model_settings(
             ModelSettings::new()
@@ -62,7 +62,7 @@ async fn keep_tool_choice_sends_it_on_every_acting_request() -> TestResult {
 #[tokio::test]
 async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> TestResult {
     let model = ScriptedModel::new().tool_call("weather", json!({})).text("sunny");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool("add"))
         .tool(tool("weather"))
         .model_settings(
@@ -96,7 +96,7 @@ async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> Test
 
     // The next run has only the agent's settings.
     let model2 = ScriptedModel::new().text("hi");
-    let agent2 = Agent::<()>::builder(model2.clone())
+    let agent2 = Agent::builder(model2.clone())
         .tool(tool("add"))
         .temperature(0.5)
         .build()?;
@@ -108,7 +108,7 @@ async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> Test
 #[tokio::test]
 async fn a_named_tool_that_is_not_offered_is_not_sent_and_no_tools_means_no_choice() -> TestResult {
     let model = ScriptedModel::new().text("hi");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool("add"))
         .tool_choice(ToolChoice::Named("missing".into()))
         .build()?;
@@ -116,7 +116,7 @@ async fn a_named_tool_that_is_not_offered_is_not_sent_and_no_tools_means_no_choi
     assert_eq!(choices(&model), vec![None]);
 
     let model = ScriptedModel::new().text("hi");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool_choice(ToolChoice::Required)
         .build()?;
     let _ = agent.run("hi").await;
@@ -136,7 +136,7 @@ async fn a_resumed_run_keeps_its_own_settings() -> TestResult {
         ToolSpec::new("transfer", "Move money", json!({"type": "object", "properties": {}})).needs_approval(true),
         |_ctx, _args| async { Ok(json!("moved")) },
     );
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(transfer)
         .checkpoint_store(store)
         .build()?;

@@ -31,7 +31,7 @@ impl Counters {
 fn expert(model: ScriptedModel, c: &Counters) -> Agent {
     let moved = Arc::clone(&c.moved);
     let read = Arc::clone(&c.read);
-    Agent::<()>::builder(model)
+    Agent::builder(model)
         .name("treasurer")
         .tool(FunctionTool::new(
             ToolSpec::new(
@@ -57,7 +57,7 @@ fn expert(model: ScriptedModel, c: &Counters) -> Agent {
 }
 
 fn boss(model: ScriptedModel, expert: &Agent, store: Arc<InMemoryCheckpointStore>) -> Agent {
-    Agent::<()>::builder(model)
+    Agent::builder(model)
         .name("boss")
         .tool(expert.as_tool::<Task>("ask_treasurer", "Ask the treasurer"))
         .checkpoint_store(store)
@@ -198,7 +198,7 @@ async fn an_agent_tool_can_itself_require_approval() {
     let expert_model = expert_script();
     let expert = expert(expert_model.clone(), &c);
     let store = Arc::new(InMemoryCheckpointStore::new());
-    let boss = Agent::<()>::builder(boss_script())
+    let boss = Agent::builder(boss_script())
         .tool(
             expert
                 .as_tool::<Task>("ask_treasurer", "Ask the treasurer")

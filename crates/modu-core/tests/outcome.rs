@@ -155,7 +155,7 @@ impl ConversationStore for RefusingStore {
 
 #[tokio::test]
 async fn an_answer_the_store_refused_is_kept_in_the_failed_outcome() {
-    let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+    let agent = Agent::builder(ScriptedModel::new().text("hello"))
         .conversation_store(std::sync::Arc::new(RefusingStore))
         .build()
         .unwrap();

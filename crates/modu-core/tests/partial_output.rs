@@ -36,7 +36,7 @@ async fn a_streamed_structured_run_sends_growing_snapshots_of_its_output() -> Te
         .map(|c| String::from_utf8_lossy(c).into_owned())
         .collect();
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(ScriptedModel::new().text_deltas(deltas))
+    let agent = Agent::builder(ScriptedModel::new().text_deltas(deltas))
         .output::<Answer>()
         .event_sink(sink.clone())
         .build()?;
@@ -95,7 +95,7 @@ async fn a_streamed_structured_run_sends_growing_snapshots_of_its_output() -> Te
 
 #[tokio::test]
 async fn a_text_run_sends_no_snapshots() -> TestResult {
-    let agent = Agent::<()>::builder(ScriptedModel::new().text_deltas(["{\"a\": ", "1}"])).build()?;
+    let agent = Agent::builder(ScriptedModel::new().text_deltas(["{\"a\": ", "1}"])).build()?;
     let items: Vec<StreamItem<String>> = agent.stream("hi").collect().await;
     assert!(
         !items

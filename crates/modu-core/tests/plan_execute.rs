@@ -121,7 +121,7 @@ async fn plan_act_step_result_commit_verify_finalize_with_request_shapes() {
         .text(step_ok("42 * 2 = 84"))
         .text_deltas(["The answer ", "is 84."]);
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .instructions("Be exact.")
         .tool(counted_add(Arc::clone(&adds)))
         .tool(double())
@@ -236,7 +236,7 @@ async fn a_plain_act_answer_does_not_complete_a_step() {
         .text("3");
     let sink = Arc::new(CollectingEventSink::new());
     let adds = Arc::new(AtomicUsize::new(0));
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counted_add(Arc::clone(&adds)))
         .event_sink(sink.clone())
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -276,7 +276,7 @@ async fn an_invalid_step_result_is_corrected_then_committed() {
         .text("not json at all")
         .text(step_ok("thought"))
         .text("done");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
         .unwrap();
@@ -302,9 +302,9 @@ async fn finalize_uses_the_public_output_schema_without_tools() {
         .tool_call("add", json!({"a": 2, "b": 2}))
         .text(step_ok("4"))
         .text(r#"{"value": 4}"#);
-    let agent = Agent::<()>::builder(model.clone())
-        .tool(counted_add(Arc::default()))
+    let agent = Agent::builder(model.clone())
         .output::<Answer>()
+        .tool(counted_add(Arc::default()))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
         .unwrap();
@@ -318,7 +318,7 @@ async fn finalize_uses_the_public_output_schema_without_tools() {
 async fn a_separate_planner_model_plans() {
     let planner = ScriptedModel::new().named("planner").text(plan(&[("Reply", &[])]));
     let model = ScriptedModel::new().text(step_ok("hi")).text("hi");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .decision_policy(strict(LlmPlanGenerator::new(planner.clone()).max_steps(2)))
         .build()
         .unwrap();
@@ -331,10 +331,11 @@ async fn a_separate_planner_model_plans() {
 
 #[test]
 fn strict_policy_with_finalization_disabled_is_rejected_at_build() {
-    let err = Agent::<()>::builder(ScriptedModel::new())
+    let err = Agent::builder(ScriptedModel::new())
         .finalization_mode(FinalizationMode::Disabled)
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
+        .map_err(AgentError::from)
         .unwrap_err();
     assert!(matches!(err, AgentError::Configuration { ref message } if message.contains("finalization_mode")));
 }
@@ -345,7 +346,7 @@ fn strict_policy_with_finalization_disabled_is_rejected_at_build() {
 async fn max_steps_bounds_the_plan_with_one_correction() {
     let too_long = plan(&[("a", &[]), ("b", &[]), ("c", &[])]);
     let model = ScriptedModel::new().text(too_long.clone()).text(too_long);
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .limits(RunLimits::default().max_steps(2))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
@@ -372,7 +373,7 @@ async fn a_plan_naming_an_unknown_tool_is_corrected() {
         .tool_call("add", json!({"a": 1, "b": 1}))
         .text(step_ok("2"))
         .text("2");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counted_add(Arc::default()))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
@@ -388,7 +389,7 @@ async fn max_step_attempts_ends_the_run_and_fails_the_step() {
         .text(plan(&[("Think", &[])]))
         .text("garbage")
         .text("more garbage");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .limits(RunLimits::default().max_step_attempts(2))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
@@ -414,7 +415,7 @@ async fn max_tool_calls_counts_calls_across_steps() {
         .text(step_ok("2"))
         .tool_calls([("add", json!({"a": 1, "b": 2})), ("add", json!({"a": 1, "b": 3}))]);
     let adds = Arc::new(AtomicUsize::new(0));
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(counted_add(Arc::clone(&adds)))
         .limits(RunLimits::default().max_tool_calls(2))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -434,7 +435,7 @@ async fn max_turns_bounds_act_answers_that_call_tools() {
         .text(plan(&[("Add", &["add"]), ("Add more", &["add"])]))
         .tool_call("add", json!({"a": 1, "b": 1}))
         .text(step_ok("2"));
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(counted_add(Arc::default()))
         .limits(RunLimits::default().max_turns(1))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -450,7 +451,7 @@ async fn the_run_timeout_leaves_the_step_in_progress_and_resumable() {
     let model = ScriptedModel::new()
         .text(plan(&[("Think", &[])]))
         .delayed_text(Duration::from_secs(5), step_ok("late"));
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .checkpoint_store(store.clone())
         .limits(RunLimits::default().timeout(Some(Duration::from_millis(300))))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -477,7 +478,7 @@ fn search_agent(
     recovery: ToolFailureRecoveryConfig,
     limits: RunLimits,
 ) -> Agent<()> {
-    Agent::<()>::builder(model.clone())
+    Agent::builder(model.clone())
         .tool(tool)
         .retry(fast_retry(2))
         .limits(limits)
@@ -620,7 +621,7 @@ async fn rejected_repair(second: (&str, &str), expected_cause: &str) {
         .text(plan(&[("Search", &["search", "other"])]))
         .raw_tool_call("search", r#"{"query": "x", "limit": 1}"#)
         .raw_tool_call(second.0, second.1);
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool)
         .tool(other)
         .decision_policy(
@@ -756,7 +757,7 @@ async fn replan_revises_the_unfinished_plan_and_keeps_committed_steps() {
         .text(step_ok("found"))
         .text("2, found");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counted_add(Arc::clone(&adds)))
         .tool(tool)
         .event_sink(sink.clone())
@@ -861,7 +862,7 @@ async fn a_partly_successful_parallel_batch_ends_terminally_even_with_replan() {
         .text(plan(&[("Both", &["add", "search"])]))
         .tool_calls([("add", json!({"a": 1, "b": 2})), ("search", json!({"query": "x"}))])
         .text(plan(&[("never", &[])]));
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counted_add(Arc::clone(&adds)))
         .tool(tool)
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -889,7 +890,7 @@ async fn refused_calls_are_fed_back_without_recovery() {
         .tool_call("add", json!({"a": 1, "b": 2}))
         .text(step_ok("3"))
         .text("3");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counted_add(Arc::clone(&adds)))
         .decision_policy(strict(LlmPlanGenerator::agent_model()).tool_trace_mode(ToolTraceMode::Arguments))
         .build()
@@ -924,7 +925,7 @@ async fn a_tool_outside_the_step_is_refused_and_never_runs() {
         .tool_call("double", json!({"x": 2}))
         .text(step_ok("4"))
         .text("4");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counted_add(Arc::clone(&adds)))
         .tool(counted_double)
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -968,7 +969,7 @@ async fn a_replan_interrupted_by_a_transport_error_resumes_without_rerunning_the
     let store = Arc::new(InMemoryCheckpointStore::new());
     let calls = Arc::new(AtomicUsize::new(0));
     let build = |model: &ScriptedModel| {
-        Agent::<()>::builder(model.clone())
+        Agent::builder(model.clone())
             .tool(flaky(
                 "search",
                 1,
@@ -1047,7 +1048,7 @@ async fn tool_errors_results_and_secret_arguments_do_not_leak() {
         .text(step_ok("customer c1 exists"))
         .text("c1 exists");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool)
         .event_sink(sink.clone())
         .decision_policy(strict(LlmPlanGenerator::agent_model()).tool_trace_mode(ToolTraceMode::Arguments))
@@ -1085,7 +1086,7 @@ async fn a_failed_run_leaks_nothing_into_failure_metadata_or_the_error() {
         .text(plan(&[("Search", &["search"])]))
         .tool_call("search", json!({"query": "x", "api_key": SECRET_ARG}));
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(tool)
         .event_sink(sink.clone())
         .decision_policy(
@@ -1118,7 +1119,7 @@ async fn a_transport_error_mid_plan_resumes_at_the_same_step() {
         .text(step_ok("42"))
         .error(|| ModelError::transport("connection reset", "peer reset"));
     let build = |model: &ScriptedModel| {
-        Agent::<()>::builder(model.clone())
+        Agent::builder(model.clone())
             .tool(counted_add(Arc::clone(&adds)))
             .tool(double())
             .retry(fast_retry(1))
@@ -1154,7 +1155,7 @@ async fn a_done_run_is_not_finalized_twice() {
         .text(step_ok("hi"))
         .text("hello there");
     let build = |model: &ScriptedModel, sink: Arc<CollectingEventSink>| {
-        Agent::<()>::builder(model.clone())
+        Agent::builder(model.clone())
             .checkpoint_store(store.clone())
             .event_sink(sink)
             .decision_policy(strict(LlmPlanGenerator::agent_model()))
@@ -1182,13 +1183,13 @@ async fn a_done_run_is_not_finalized_twice() {
 #[tokio::test]
 async fn a_standard_checkpoint_does_not_resume_under_a_strict_policy() {
     let store = Arc::new(InMemoryCheckpointStore::new());
-    let standard = Agent::<()>::builder(ScriptedModel::new().error(|| ModelError::transport("down", "refused")))
+    let standard = Agent::builder(ScriptedModel::new().error(|| ModelError::transport("down", "refused")))
         .retry(fast_retry(1))
         .checkpoint_store(store.clone())
         .build()
         .unwrap();
     let failed = standard.run("x").await;
-    let strict_agent = Agent::<()>::builder(ScriptedModel::new())
+    let strict_agent = Agent::builder(ScriptedModel::new())
         .checkpoint_store(store.clone())
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()
@@ -1218,7 +1219,7 @@ async fn an_approval_inside_a_step_pauses_and_resumes() {
         .text(step_ok("3"))
         .text("3");
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(keyed_add)
         .event_sink(sink.clone())
         .checkpoint_store(store)
@@ -1247,7 +1248,7 @@ async fn an_approval_inside_a_step_pauses_and_resumes() {
 // ----- streaming -----
 
 fn streaming_agent(model: &ScriptedModel) -> Agent<()> {
-    Agent::<()>::builder(model.clone())
+    Agent::builder(model.clone())
         .tool(counted_add(Arc::default()))
         .decision_policy(strict(LlmPlanGenerator::agent_model()))
         .build()

@@ -44,7 +44,7 @@ async fn one_large_argument_does_not_make_a_large_trace_or_checkpoint() {
         .text(step_ok("stored"))
         .text("stored");
     let store = Arc::new(InMemoryCheckpointStore::new());
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(echo())
         .checkpoint_store(store.clone())
         .decision_policy(
@@ -97,7 +97,7 @@ impl CheckpointStore for Slow {
 #[tokio::test]
 async fn the_final_checkpoint_delete_obeys_the_run_timeout() {
     let model = ScriptedModel::new().text("hi");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .checkpoint_store(Arc::new(Slow {
             inner: InMemoryCheckpointStore::new(),
             delay: Duration::from_secs(3),
@@ -118,7 +118,7 @@ async fn the_final_checkpoint_delete_obeys_the_run_timeout() {
 
 #[tokio::test]
 async fn a_resume_counts_its_checkpoint_load_toward_the_run_timeout() {
-    let agent = Agent::<()>::builder(ScriptedModel::new().text("hi"))
+    let agent = Agent::builder(ScriptedModel::new().text("hi"))
         .checkpoint_store(Arc::new(Slow {
             inner: InMemoryCheckpointStore::new(),
             delay: Duration::from_secs(3),
@@ -162,9 +162,9 @@ async fn the_public_stream_shows_the_structured_answer_that_is_returned() {
         // FINALIZE: an answer that does not parse, then the corrected one.
         .text_deltas(["{\"value\": ", "\"four\"}"])
         .text_deltas(["{\"value\": ", "4}"]);
-    let agent = Agent::<()>::builder(model)
-        .tool(add)
+    let agent = Agent::builder(model)
         .output::<Answer>()
+        .tool(add)
         .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
         .build()
         .unwrap();

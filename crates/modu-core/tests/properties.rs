@@ -191,7 +191,7 @@ proptest! {
             let store = Arc::new(InMemoryConversationStore::new());
             store.append("s", &stored).await.unwrap();
             let model = ScriptedModel::new().text("ok").text("ok again");
-            let agent = Agent::<()>::builder(model.clone())
+            let agent = Agent::builder(model.clone())
                 .instructions("Be brief.")
                 .conversation_store(store.clone())
                 .memory_policy(build_policy(&kind))

@@ -311,7 +311,7 @@ struct Capital {
 #[tokio::test]
 async fn structured_output_without_tools_is_one_request_with_the_schema() {
     let model = ScriptedModel::new().text(r#"{"country": "Korea", "city": "Seoul"}"#);
-    let agent = Agent::<()>::builder(model.clone()).output::<Capital>().build().unwrap();
+    let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
     let result = agent.run("Capital of Korea?").await;
     assert_eq!(
         result.output(),
@@ -335,8 +335,8 @@ async fn structured_output_with_tools_separates_tool_and_schema_requests() {
         .text("The capital is Seoul.")
         .text(r#"{"country": "Korea", "city": "Seoul"}"#);
     let agent = Agent::builder(model.clone())
-        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
         .output::<Capital>()
+        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
         .build()
         .unwrap();
     let result = agent.run("Capital of Korea?").await;
@@ -367,7 +367,7 @@ async fn structured_output_with_tools_separates_tool_and_schema_requests() {
 async fn finalization_modes_always_and_disabled() {
     // always: a text agent also gets a separate final request without tools.
     let model = ScriptedModel::new().text("draft").text("final");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .finalization_mode(FinalizationMode::Always)
         .build()
         .unwrap();
@@ -376,8 +376,8 @@ async fn finalization_modes_always_and_disabled() {
     // disabled: structured output with tools parses the tool loop's last answer directly.
     let model = ScriptedModel::new().text(r#"{"country": "Korea", "city": "Seoul"}"#);
     let agent = Agent::builder(model.clone())
-        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
         .output::<Capital>()
+        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
         .finalization_mode(FinalizationMode::Disabled)
         .build()
         .unwrap();
@@ -392,7 +392,7 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
     let model = ScriptedModel::new()
         .text("Seoul, I think")
         .text(r#"{"country":"Korea","city":"Seoul"}"#);
-    let agent = Agent::<()>::builder(model.clone()).output::<Capital>().build().unwrap();
+    let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
     let result = agent.run("q").await;
     assert_eq!(result.output().unwrap().city, "Seoul");
     let requests = model.requests();
@@ -407,7 +407,7 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
     );
 
     let model = ScriptedModel::new().text("no").text("still no");
-    let agent = Agent::<()>::builder(model).output::<Capital>().build().unwrap();
+    let agent = Agent::builder(model).output::<Capital>().build().unwrap();
     let result = agent.run("q").await;
     assert!(
         matches!(result.error(), Some(AgentError::Output { .. })),
@@ -496,7 +496,8 @@ struct Tenant {
 #[tokio::test]
 async fn instructions_are_computed_from_the_run_context() {
     let model = ScriptedModel::new().text("hi").text("hi");
-    let agent = Agent::<Tenant>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
+        .context::<Tenant>()
         .instructions_fn(|ctx| {
             format!(
                 "You serve {} (roles: {}).",
@@ -523,7 +524,7 @@ async fn transient_model_errors_are_retried_honouring_retry_after() {
             retry_after: Some(Duration::from_millis(80)),
         })
         .text("ok");
-    let agent = Agent::<()>::builder(model).retry(fast_retry(2)).build().unwrap();
+    let agent = Agent::builder(model).retry(fast_retry(2)).build().unwrap();
     let started = std::time::Instant::now();
     let result = agent.run("q").await;
     assert_eq!(result.output().map(String::as_str), Some("ok"));
@@ -538,10 +539,7 @@ async fn transient_model_errors_are_retried_honouring_retry_after() {
             message: "bad key".into(),
         })
         .text("never");
-    let agent = Agent::<()>::builder(model.clone())
-        .retry(fast_retry(3))
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model.clone()).retry(fast_retry(3)).build().unwrap();
     let result = agent.run("q").await;
     assert!(
         matches!(result.error(), Some(AgentError::Model { kind, retryable: false, .. }) if kind == "authentication")
@@ -731,7 +729,10 @@ async fn bad_tool_definitions_fail_at_build_time() {
         |_c, _a| async { Ok(json!(1)) },
     );
     assert!(matches!(
-        Agent::builder(ScriptedModel::new()).tool(bad).build(),
+        Agent::builder(ScriptedModel::new())
+            .tool(bad)
+            .build()
+            .map_err(AgentError::from),
         Err(AgentError::Configuration { .. })
     ));
     let bad_schema = FunctionTool::<()>::new(

@@ -73,14 +73,14 @@ async fn streamed_text(agent: &Agent<()>) -> (String, String) {
 #[tokio::test]
 async fn a_chat_layer_that_spawns_its_inner_call_still_streams_deltas() {
     let model = ScriptedModel::new().text_deltas(["he", "ll", "o"]);
-    let agent = Agent::<()>::builder(model).chat_layer(SpawnLayer).build().unwrap();
+    let agent = Agent::builder(model).chat_layer(SpawnLayer).build().unwrap();
     assert_eq!(streamed_text(&agent).await, ("hello".to_owned(), "hello".to_owned()));
 }
 
 #[tokio::test]
 async fn a_chat_layer_behind_tower_buffer_still_streams_deltas() {
     let model = ScriptedModel::new().text_deltas(["bu", "ff", "er"]);
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .chat_layer(
             tower::ServiceBuilder::new()
                 .map_err(into_model_error)
@@ -125,7 +125,7 @@ fn counting(model: ScriptedModel) -> Arc<Counting> {
 #[tokio::test]
 async fn a_run_nobody_streams_asks_for_whole_answers_and_a_streamed_run_streams() {
     let model = counting(ScriptedModel::new().text("one").text("two"));
-    let agent = Agent::<()>::builder(Arc::clone(&model)).build().unwrap();
+    let agent = Agent::builder(Arc::clone(&model)).build().unwrap();
     assert_eq!(agent.run("q").await.output().map(String::as_str), Some("one"));
     assert_eq!(
         (
@@ -159,7 +159,7 @@ async fn a_sink_that_wants_deltas_gets_them_from_a_run_and_one_that_does_not_get
     }
     let model = counting(ScriptedModel::new().text_deltas(["a", "b"]).text("c"));
     let sink = Arc::new(modu_core::CollectingEventSink::new());
-    let agent = Agent::<()>::builder(Arc::clone(&model))
+    let agent = Agent::builder(Arc::clone(&model))
         .event_sink(sink.clone())
         .build()
         .unwrap();
@@ -176,7 +176,7 @@ async fn a_sink_that_wants_deltas_gets_them_from_a_run_and_one_that_does_not_get
     assert_eq!(model.streamed.load(Ordering::SeqCst), 1);
 
     let quiet = Arc::new(NoDeltas(modu_core::CollectingEventSink::new()));
-    let agent = Agent::<()>::builder(Arc::clone(&model))
+    let agent = Agent::builder(Arc::clone(&model))
         .event_sink(quiet.clone())
         .build()
         .unwrap();
@@ -229,7 +229,7 @@ async fn with_retry_off_a_user_retry_layer_alone_decides_the_attempts() {
         .error(transient)
         .error(transient)
         .text("never");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .retry(RetryConfig::none())
         .chat_layer(tower::retry::RetryLayer::new(RetryN { left: 2 }))
         .build()
@@ -254,10 +254,7 @@ async fn the_default_retry_makes_exactly_max_attempts_attempts() {
         .error(transient)
         .text("never");
     let sink = Arc::new(modu_core::CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model.clone())
-        .event_sink(sink.clone())
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model.clone()).event_sink(sink.clone()).build().unwrap();
     let result = agent.run("q").await;
     assert!(
         matches!(result.error(), Some(AgentError::Model { .. })),
@@ -280,7 +277,7 @@ async fn the_default_retry_makes_exactly_max_attempts_attempts() {
 
     // A recovering model: one failure, then the answer, within the same run.
     let model = ScriptedModel::new().error(transient).text("ok");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .retry(RetryConfig::new(2).with_backoff(Duration::from_millis(1), Duration::from_millis(1)))
         .build()
         .unwrap();
@@ -364,7 +361,7 @@ async fn an_agent_layer_sees_resumed_runs_too() {
     let model = ScriptedModel::new()
         .tool_call("transfer", serde_json::json!({}))
         .text("done");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(transfer)
         .checkpoint_store(store)
         .agent_layer(SeeRuns {
@@ -442,7 +439,7 @@ async fn function_layers_see_one_invocation_and_the_retry_below_them_repeats_the
     let model = ScriptedModel::new()
         .tool_call("flaky", serde_json::json!({}))
         .text("done");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(flaky)
         .retry(RetryConfig::new(3).with_backoff(Duration::from_millis(1), Duration::from_millis(1)))
         .function_layer(CountCalls(Arc::clone(&seen)))

@@ -13,7 +13,7 @@ async fn runs_of_one_session_take_turns_and_sessions_run_in_parallel() {
     let model = ScriptedModel::new()
         .delayed_text(Duration::from_millis(150), "first")
         .delayed_text(Duration::from_millis(150), "second");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .conversation_store(store.clone())
         .build()
         .unwrap();
@@ -32,7 +32,7 @@ async fn runs_of_one_session_take_turns_and_sessions_run_in_parallel() {
     let model = ScriptedModel::new()
         .delayed_text(Duration::from_millis(200), "x")
         .delayed_text(Duration::from_millis(200), "y");
-    let agent = Agent::<()>::builder(model).conversation_store(store).build().unwrap();
+    let agent = Agent::builder(model).conversation_store(store).build().unwrap();
     let started = Instant::now();
     let (x, y) = tokio::join!(
         runtime.run(&agent, AgentRequest::new((), "1").session("p")),

@@ -121,7 +121,11 @@ async fn macro_tools_drive_an_agent() {
     let model = ScriptedModel::new()
         .tool_calls([("greet", json!({"name": "Ada"}))])
         .text("done");
-    let agent = Agent::<Shop>::builder(model.clone()).tool(Greet).build().unwrap();
+    let agent = Agent::builder(model.clone())
+        .context::<Shop>()
+        .tool(Greet)
+        .build()
+        .unwrap();
     let result = agent
         .run(AgentRequest::new(
             Shop {

@@ -94,11 +94,7 @@ async fn a_run_emits_invoke_agent_with_chat_and_execute_tool_children() {
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
     let model = ScriptedModel::new().tool_call("add", json!({"a": 2, "b": 3})).text("5");
-    let agent = Agent::<()>::builder(model)
-        .name("calculator")
-        .tool(add())
-        .build()
-        .unwrap();
+    let agent = Agent::builder(model).name("calculator").tool(add()).build().unwrap();
     let result = agent.run("What is 2 + 3?").await;
     assert!(result.is_completed(), "{:?}", result.error());
 
@@ -156,7 +152,7 @@ async fn store_operations_and_failures_are_spans_too() {
             message: "bad key".into(),
         })
         .text("unused");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .conversation_store(Arc::new(InMemoryConversationStore::new()))
         .build()
         .unwrap();
@@ -224,7 +220,7 @@ async fn the_chat_span_stays_under_the_run_when_a_layer_calls_on_another_task() 
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
     let model = ScriptedModel::new().text("spawned");
-    let agent = Agent::<()>::builder(model).chat_layer(SpawnCallLayer).build().unwrap();
+    let agent = Agent::builder(model).chat_layer(SpawnCallLayer).build().unwrap();
     let result = agent.run("q").await;
     assert!(result.is_completed(), "{:?}", result.error());
     let spans = recorder.seen();
@@ -236,7 +232,7 @@ async fn the_chat_span_stays_under_the_run_behind_tower_buffer() {
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
     let model = ScriptedModel::new().text("buffered");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .chat_layer(
             tower::ServiceBuilder::new()
                 .map_err(|e: tower::BoxError| match e.downcast::<ModelError>() {

@@ -21,7 +21,7 @@ const TOOL: &str = "everything__trigger-elicitation-request";
 fn agent(script: &str, marker: &str, model: ScriptedModel) -> Agent {
     let config = McpConfig::new(vec![support::everything_stdio("everything", script, marker)]).unwrap();
     let connector = Arc::new(McpConnector::new(config).unwrap());
-    Agent::<()>::builder(model)
+    Agent::builder(model)
         .tool_provider(McpToolProvider::new(connector))
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
         .build()
@@ -170,7 +170,7 @@ async fn with_a_live_handler_a_run_does_not_pause_and_the_call_runs_once() {
     let connector = Arc::new(McpConnector::new(config).unwrap());
     let person = Arc::new(Person::default());
     let model = call();
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool_provider(McpToolProvider::new(connector).with_elicitation(Arc::clone(&person)))
         .build()
         .unwrap();

@@ -52,7 +52,7 @@ async fn a_role_allowed_one_external_tool_calls_only_that_tool_through_the_meta_
     let rbac = RbacToolAuthorizer::new()
         .allow("echoer", ["everything__echo"])
         .allow("meta_only", ["mcp_call_tool", "mcp_search_tools"]);
-    let agent = Agent::<()>::builder(calls())
+    let agent = Agent::builder(calls())
         .tool_provider(McpToolProvider::new(Arc::clone(&connector)))
         .authorizer(Arc::new(rbac.clone()))
         .event_sink(sink.clone())
@@ -91,7 +91,7 @@ async fn a_role_allowed_one_external_tool_calls_only_that_tool_through_the_meta_
     );
 
     // The meta tools' own names permit no external tool.
-    let agent = Agent::<()>::builder(calls())
+    let agent = Agent::builder(calls())
         .tool_provider(McpToolProvider::new(connector))
         .authorizer(Arc::new(rbac))
         .build()

@@ -358,8 +358,8 @@ async fn an_agent_runs_tools_then_structured_output_over_ollama() {
         |_ctx, a: WeatherArgs| async move { Ok(json!({"location": a.location, "celsius": 22})) },
     );
     let agent = Agent::builder(client(&server))
-        .tool(weather)
         .output::<Report>()
+        .tool(weather)
         .build()
         .unwrap();
     let result = agent.run("Weather in Toronto?").await;

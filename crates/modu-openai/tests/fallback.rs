@@ -43,9 +43,7 @@ async fn a_primary_that_refuses_connections_falls_back_to_the_secondary() -> Tes
         .with_fallback(OpenAiClient::new(secondary.base_url(), "secondary-model")?);
     let model: Arc<dyn ChatModel> = Arc::new(model);
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder_arc(Arc::clone(&model))
-        .event_sink(sink.clone())
-        .build()?;
+    let agent = Agent::builder(Arc::clone(&model)).event_sink(sink.clone()).build()?;
 
     let result = agent.run("hi").await;
     assert_eq!(
@@ -109,7 +107,7 @@ async fn a_503_with_retry_after_opens_the_circuit_for_that_long() -> TestResult 
         .with_fallback(OpenAiClient::new(secondary.base_url(), "secondary-model")?)
         .with_circuit_breaker(CircuitBreaker::default());
     let sink = Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model).event_sink(sink.clone()).build()?;
+    let agent = Agent::builder(model).event_sink(sink.clone()).build()?;
 
     // Run 1: the primary answers 503 (Retry-After: 30 s), the secondary answers.
     let result = agent.run("one").await;

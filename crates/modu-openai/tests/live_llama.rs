@@ -288,7 +288,7 @@ async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
     settings.temperature = Some(0.0);
     settings.max_tokens = Some(96);
     let sink = std::sync::Arc::new(CollectingEventSink::new());
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .instructions("Use the add tool to add numbers.")
         .event_sink(sink.clone())
         .tool(add)

@@ -701,8 +701,8 @@ async fn agent_with_tools_and_structured_output_never_sends_both() {
         |_ctx, a: AddArgs| async move { Ok(a.a + a.b) },
     );
     let agent = Agent::builder(client(&server))
-        .tool(add)
         .output::<Sum>()
+        .tool(add)
         .build()
         .unwrap();
     let result = agent.run("What is 2 + 3?").await;
@@ -911,7 +911,7 @@ async fn a_run_adds_up_cached_tokens_over_its_requests() {
     };
     server.push(answer("one"));
     server.push(answer("two"));
-    let agent = Agent::<()>::builder(client(&server)).build().unwrap();
+    let agent = Agent::builder(client(&server)).build().unwrap();
     let first = agent.run("a").await;
     let second = agent.run("b").await;
     assert_eq!(first.usage().cached_input_tokens, 1920);
@@ -1050,7 +1050,7 @@ async fn a_run_streams_and_keeps_reasoning() {
         chunk(json!({}), Some("stop")),
         "[DONE]".into(),
     ]));
-    let agent = Agent::<()>::builder(client(&server))
+    let agent = Agent::builder(client(&server))
         .reasoning_effort(modu_core::ReasoningEffort::Medium)
         .build()
         .unwrap();
@@ -1101,7 +1101,7 @@ async fn a_streamed_run_emits_tool_call_argument_deltas() {
         modu_core::ToolSpec::new("weather", "Weather", json!({"type": "object"})),
         |_ctx, args| async move { Ok(json!({"days": args["days"]})) },
     );
-    let agent = Agent::<()>::builder(client(&server)).tool(weather).build().unwrap();
+    let agent = Agent::builder(client(&server)).tool(weather).build().unwrap();
     let mut stream = agent.stream("weather?");
     let (mut fragments, mut started, mut first_id) = (String::new(), None, None);
     while let Some(item) = stream.next().await {

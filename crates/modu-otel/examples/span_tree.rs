@@ -80,7 +80,7 @@ async fn main() {
         .with_usage(120, 30)
         .tool_calls([("weather", json!({"city": "Seoul"})), ("stocks", json!({"sym": "X"}))])
         .text("Sunny; stocks unavailable.");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .name("assistant")
         .tool(tool("weather", 40, false))
         .tool(tool("stocks", 25, true))

@@ -107,7 +107,7 @@ async fn no_secret_reaches_logging_or_audit_output() {
             "config {\"x-api-key\": \"Sx-model-xapikey\"} ",
             "and Authorization: Bearer Sx-model-auth",
         ]);
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .name("masked")
         .tool(lookup)
         .tool(failing)
@@ -137,7 +137,7 @@ async fn no_secret_reaches_logging_or_audit_output() {
             "{\"error\": {\"message\": \"bad key\", \"api_key\": \"Sx-runerr-apikey\"}} password=Sx-runerr-password"
                 .into(),
     });
-    let agent2 = Agent::<()>::builder(failing_model)
+    let agent2 = Agent::builder(failing_model)
         .name("masked-fail")
         .event_sink(Arc::new(sink.clone()))
         .build()

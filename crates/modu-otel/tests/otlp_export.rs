@@ -80,7 +80,7 @@ async fn spans_and_metrics_reach_an_otlp_http_receiver() {
         |_c, a| async move { Ok(a) },
     );
     let model = ScriptedModel::new().tool_call("echo", json!({"x": 1})).text("ok");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .name("exported")
         .tool(echo)
         .event_sink(sink)

@@ -76,7 +76,7 @@ async fn agent_run_span_tree_with_concurrent_tools_and_a_failed_tool() {
             ("stocks", json!({"sym": "X"})),
         ])
         .text("It is sunny; token=abc");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .name("planner")
         .tool(slow("weather", false))
         .tool(slow("stocks", true))
@@ -175,7 +175,7 @@ async fn content_is_off_by_default() {
         ToolSpec::new("echo", "e", json!({"type": "object"})),
         |_c, a| async move { Ok(a) },
     );
-    let agent = Agent::<()>::builder(model).tool(echo).event_sink(sink).build().unwrap();
+    let agent = Agent::builder(model).tool(echo).event_sink(sink).build().unwrap();
     assert!(agent.run("go").await.is_completed());
     let spans = exporter.get_finished_spans().unwrap();
     assert_eq!(spans.len(), 4);
@@ -312,7 +312,7 @@ async fn failed_run_and_failed_model_call_have_error_status() {
         status: 401,
         message: "api_key=sk-live-1 rejected".into(),
     });
-    let agent = Agent::<()>::builder(model).name("a").event_sink(sink).build().unwrap();
+    let agent = Agent::builder(model).name("a").event_sink(sink).build().unwrap();
     assert!(agent.run("go").await.error().is_some());
     let spans = exporter.get_finished_spans().unwrap();
     let run = one(&spans, "invoke_agent a");
@@ -339,13 +339,13 @@ async fn a_real_agent_as_tool_run_nests_under_its_tool_span() {
         ToolSpec::new("fetch", "Fetch", json!({"type": "object"})),
         |_c, _a| async { Ok(json!("page")) },
     );
-    let researcher = Agent::<()>::builder(ScriptedModel::new().tool_call("fetch", json!({})).text("notes"))
+    let researcher = Agent::builder(ScriptedModel::new().tool_call("fetch", json!({})).text("notes"))
         .name("researcher")
         .tool(fetch)
         .event_sink(sink.clone())
         .build()
         .unwrap();
-    let orchestrator = Agent::<()>::builder(
+    let orchestrator = Agent::builder(
         ScriptedModel::new()
             .tool_call("research", json!({"topic": "otel"}))
             .text("summary"),

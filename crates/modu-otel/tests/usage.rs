@@ -50,7 +50,7 @@ async fn chat_span_and_metrics_carry_cached_reasoning_tokens_and_the_answering_m
             },
         ]
     });
-    let agent = Agent::<()>::builder(FallbackModel::new(primary).with_fallback(backup))
+    let agent = Agent::builder(FallbackModel::new(primary).with_fallback(backup))
         .event_sink(sink)
         .build()?;
     let result = agent.run("hi").await;
@@ -121,7 +121,7 @@ async fn a_plain_model_without_cached_or_reasoning_tokens_sets_neither() -> Test
     let spans = InMemorySpanExporter::default();
     let tracers = SdkTracerProvider::builder().with_simple_exporter(spans.clone()).build();
     let sink = Arc::new(OtelEventSink::builder(tracers.tracer("t")).build());
-    let agent = Agent::<()>::builder(ScriptedModel::new().named("plain").text("ok"))
+    let agent = Agent::builder(ScriptedModel::new().named("plain").text("ok"))
         .event_sink(sink)
         .build()?;
     assert!(agent.run("hi").await.is_completed());

@@ -79,7 +79,7 @@ pub(crate) async fn check_fence(
 ///
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let stores = PostgresStores::connect("postgres://modu@127.0.0.1:5432/modu").await?;
-/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+/// let agent = Agent::builder(ScriptedModel::new().text("hello"))
 ///     .conversation_store(Arc::new(stores.conversations.clone()))
 ///     .checkpoint_store(Arc::new(stores.checkpoints.clone()))
 ///     .session_leases(stores.leases.clone(), LeaseOptions::new())

@@ -38,7 +38,7 @@ async fn stores(url: &str, schema: &str) -> Stores {
 }
 
 fn agent(model: &ScriptedModel, stores: &Stores, first: &Arc<AtomicUsize>, second: &Arc<AtomicUsize>) -> Agent<()> {
-    Agent::<()>::builder(model.clone())
+    Agent::builder(model.clone())
         .tool(counting_tool("first", Arc::clone(first)))
         .tool(counting_tool("second", Arc::clone(second)))
         .retry(RetryConfig::none())

@@ -96,7 +96,7 @@ return 0
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let conn = modu_redis::connect("redis://127.0.0.1:6379/0").await?;
 /// // One prefix for the three: the fenced writes look for the leases under it.
-/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+/// let agent = Agent::builder(ScriptedModel::new().text("hello"))
 ///     .conversation_store(Arc::new(RedisConversationStore::new(conn.clone()).with_prefix("myapp")))
 ///     .checkpoint_store(Arc::new(RedisCheckpointStore::new(conn.clone()).with_prefix("myapp")))
 ///     .session_leases(

@@ -127,7 +127,7 @@ async fn server_dying_mid_run_gives_resumable_error_and_resume_completes() {
         .tool_call("first", json!({}))
         .tool_call("second", json!({}))
         .text("all done");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counting_tool("first", Arc::clone(&first)))
         .tool(second_tool)
         .retry(RetryConfig::none())

@@ -175,7 +175,7 @@ async fn agent_run_right_after_a_restart_succeeds() {
     let conn = modu_redis::connect(&server.url()).await.unwrap();
     let conv: Arc<dyn ConversationStore> = Arc::new(RedisConversationStore::new(conn.clone()).with_prefix("a"));
     let ckpt: Arc<dyn CheckpointStore> = Arc::new(RedisCheckpointStore::new(conn.clone()).with_prefix("a"));
-    let agent = Agent::<()>::builder(ScriptedModel::new().text("first answer").text("second answer"))
+    let agent = Agent::builder(ScriptedModel::new().text("first answer").text("second answer"))
         .retry(RetryConfig::none())
         .conversation_store(Arc::clone(&conv))
         .checkpoint_store(Arc::clone(&ckpt))

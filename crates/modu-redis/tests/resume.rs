@@ -28,7 +28,7 @@ async fn redis_resume_after_model_failure_does_not_rerun_tools() {
             source: None,
         })
         .text("counted once");
-    let agent = Agent::<()>::builder(model.clone())
+    let agent = Agent::builder(model.clone())
         .tool(counting_tool("count", Arc::clone(&calls)))
         .retry(RetryConfig::none())
         .conversation_store(Arc::clone(&conv))

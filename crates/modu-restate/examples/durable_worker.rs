@@ -112,6 +112,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     let builder = Agent::builder(model)
+        .context::<Worker>()
         .name("durable-worker")
         .instructions("You are a test agent.")
         .retry(RetryConfig::new(2).with_backoff(Duration::from_millis(50), Duration::from_millis(200)))

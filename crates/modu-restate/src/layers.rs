@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use modu_core::middleware::{ChatService, FunctionService, ToolInvocation};
-use modu_core::{AgentBuilder, ChatRequest, ChatResponse, ModelError, ToolError, ToolErrorKind};
+use modu_core::{AgentBuilder, ChatRequest, ChatResponse, Fixed, ModelError, ToolError, ToolErrorKind};
 use restate_sdk::context::RunRetryPolicy;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -60,7 +60,7 @@ impl Retries {
 ///
 /// Outside a durable run (an agent run by hand, or a nested agent's calls inside a tool step)
 /// the layers pass calls through unchanged.
-pub fn durable<C, O>(builder: AgentBuilder<C, O>, retries: Retries) -> AgentBuilder<C, O>
+pub fn durable<C, O, S>(builder: AgentBuilder<C, O, S>, retries: Retries) -> AgentBuilder<C, O, Fixed>
 where
     C: Send + Sync + 'static,
     O: Send + 'static,

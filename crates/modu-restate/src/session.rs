@@ -135,7 +135,7 @@ where
         let known = history.len();
         let mut messages = history;
         messages.push(Message::user(input.message));
-        let mut request = AgentRequest::with_context_arc(Arc::clone(&self.context), "")
+        let mut request = AgentRequest::new(Arc::clone(&self.context), "")
             .messages(messages)
             .session(session)
             .run_id(run_id.clone());
@@ -225,7 +225,7 @@ where
             };
             recorded.map_err(|e| TerminalError::new(format!("cannot record the decision on {call}: {e}")))?;
         }
-        Ok(journal::drive(ctx, self.agent.resume_arc(run_id, Arc::clone(&self.context))).await)
+        Ok(journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await)
     }
 }
 

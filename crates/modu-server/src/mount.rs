@@ -158,7 +158,7 @@ where
     O: Serialize + Send + 'static,
 {
     fn request(&self, principal: &Principal, input: RunInput) -> AgentRequest<C> {
-        let mut request = AgentRequest::with_context_arc(Arc::new((self.context)(principal)), String::new())
+        let mut request = AgentRequest::new(Arc::new((self.context)(principal)), String::new())
             .messages(input.messages)
             .user(principal.user_context())
             .run_id(input.run_id)

@@ -341,7 +341,7 @@ struct Forecast {
 #[tokio::test]
 async fn a_structured_output_streams_as_state_snapshots() {
     let model = modu_testing::ScriptedModel::new().text_deltas(["{\"city\": \"Par", "is\", \"sky\": \"sun", "ny\"}"]);
-    let agent = Agent::<()>::builder(model).output::<Forecast>().build().unwrap();
+    let agent = Agent::builder(model).output::<Forecast>().build().unwrap();
     let app = ModuServer::new().agent("forecast", agent).auth(tokens()).router();
     let base = serve(app).await;
     let body = input("thread-s", "run-s", json!([user("u1", "Weather in Paris?")]));
@@ -385,7 +385,7 @@ async fn a_tools_progress_goes_out_as_a_custom_event_between_its_start_and_resul
     let model = modu_testing::ScriptedModel::new()
         .tool_call("count", json!({}))
         .text("Counted.");
-    let agent = Agent::<()>::builder(model).tool(tool).build().unwrap();
+    let agent = Agent::builder(model).tool(tool).build().unwrap();
     let base = serve(ModuServer::new().agent("counter", agent).auth(tokens()).router()).await;
     let body = input("thread-p", "run-p", json!([user("u1", "Count.")]));
     let (status, text, _) = post(&format!("{base}/agui/counter"), Some(TOKEN), &body).await;

@@ -10,8 +10,8 @@ use modu_core::provider::{
     ToolSession,
 };
 use modu_core::{
-    AgentBuilder, ChatModel, ChatRequest, Message, ResponseFormat, Role, RunContext, Tool, ToolError, ToolErrorKind,
-    ToolSpec, Usage,
+    AgentBuilder, ChatModel, ChatRequest, Fixed, Message, ResponseFormat, Role, RunContext, Tool, ToolError,
+    ToolErrorKind, ToolSpec, Usage,
 };
 use serde_json::{Value, json};
 
@@ -273,15 +273,11 @@ impl std::fmt::Debug for SkillsProvider {
 }
 
 impl SkillsProvider {
-    /// Skills from this registry, explicit selection, default limits.
-    pub fn new(registry: SkillRegistry) -> Self {
-        Self::from_arc(Arc::new(registry))
-    }
-
-    /// Skills from a shared registry.
-    pub fn from_arc(registry: Arc<SkillRegistry>) -> Self {
+    /// Skills from this registry (or a shared `Arc<SkillRegistry>`), explicit selection,
+    /// default limits.
+    pub fn new(registry: impl Into<Arc<SkillRegistry>>) -> Self {
         SkillsProvider {
-            registry,
+            registry: registry.into(),
             selector: None,
             limits: SkillLimits::default(),
             default_mode: SkillMode::Explicit,
@@ -313,7 +309,7 @@ impl SkillsProvider {
     }
 
     /// Adds this provider to an agent as both context provider and tool provider.
-    pub fn install<C, O>(&self, builder: AgentBuilder<C, O>) -> AgentBuilder<C, O>
+    pub fn install<C, O, S>(&self, builder: AgentBuilder<C, O, S>) -> AgentBuilder<C, O, Fixed>
     where
         C: Send + Sync + 'static,
         O: Send + 'static,

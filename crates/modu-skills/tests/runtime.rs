@@ -300,9 +300,8 @@ async fn applies_to_limits_instructions_to_their_stages() {
         .text("Looks fine.")
         .text(r#"{"approved": true}"#);
     let agent = provider
-        .install(Agent::builder(model.clone()))
+        .install(Agent::builder(model.clone()).output::<Verdict>())
         .tool(counting_tool("lookup_invoice", Arc::default()))
-        .output::<Verdict>()
         .build()
         .unwrap();
     let result = agent

@@ -85,7 +85,7 @@ pub(crate) async fn check_fence(
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let dir = tempfile::tempdir()?;
 /// let pool = modu_sqlite::open(dir.path().join("agent.db")).await?;
-/// let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+/// let agent = Agent::builder(ScriptedModel::new().text("hello"))
 ///     .conversation_store(Arc::new(SqliteConversationStore::from_pool(pool.clone()).await?))
 ///     .checkpoint_store(Arc::new(SqliteCheckpointStore::from_pool(pool.clone()).await?))
 ///     .session_leases(SqliteLeaseStore::from_pool(pool).await?, LeaseOptions::new())

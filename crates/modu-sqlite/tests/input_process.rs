@@ -35,7 +35,7 @@ async fn agent(path: &Path, model: ScriptedModel) -> (Agent, Arc<SqliteConversat
     let pool = modu_sqlite::open(path).await.unwrap();
     let conv = Arc::new(SqliteConversationStore::from_pool(pool.clone()).await.unwrap());
     let ckpt = Arc::new(SqliteCheckpointStore::from_pool(pool).await.unwrap());
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(book())
         .conversation_store(Arc::clone(&conv) as Arc<dyn ConversationStore>)
         .checkpoint_store(ckpt as Arc<dyn CheckpointStore>)

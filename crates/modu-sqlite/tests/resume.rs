@@ -43,7 +43,7 @@ async fn setup(path: &Path) -> Setup {
             source: None,
         })
         .text("counted once");
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .tool(counting_tool("count", Arc::clone(&calls)))
         .retry(RetryConfig::none())
         .conversation_store(Arc::clone(&conv) as Arc<dyn ConversationStore>)

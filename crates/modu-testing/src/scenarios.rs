@@ -94,7 +94,7 @@ where
     Fut: Future<Output = Arc<dyn CheckpointStore>>,
 {
     let booked_a = Arc::new(Mutex::new(Vec::new()));
-    let a = Agent::<()>::builder(ScriptedModel::new().tool_call("book", json!({})))
+    let a = Agent::builder(ScriptedModel::new().tool_call("book", json!({})))
         .tool(book(Arc::clone(&booked_a)))
         .checkpoint_store(open().await)
         .build()
@@ -106,7 +106,7 @@ where
 
     // Process B knows the run only by its id: it answers from the store, and resumes.
     let booked_b = Arc::new(Mutex::new(Vec::new()));
-    let b = Agent::<()>::builder(ScriptedModel::new().text("booked"))
+    let b = Agent::builder(ScriptedModel::new().text("booked"))
         .tool(book(Arc::clone(&booked_b)))
         .checkpoint_store(open().await)
         .build()
@@ -151,7 +151,7 @@ where
         (Some("call_0"), "transfer", json!({"amount": 10}).to_string()),
         (Some("call_0"), "transfer", json!({"amount": 20}).to_string()),
     ]);
-    let a = Agent::<()>::builder(model_a)
+    let a = Agent::builder(model_a)
         .tool(transfer(Arc::clone(&ran_a)))
         .checkpoint_store(open().await)
         .build()
@@ -161,7 +161,7 @@ where
     assert_eq!(ids, ["call_0", "call_0_2"], "repeated ids: two approvals, two ids");
 
     let ran_b = Arc::new(Mutex::new(Vec::new()));
-    let b = Agent::<()>::builder(ScriptedModel::new().text("done"))
+    let b = Agent::builder(ScriptedModel::new().text("done"))
         .tool(transfer(Arc::clone(&ran_b)))
         .checkpoint_store(open().await)
         .build()
@@ -193,7 +193,7 @@ where
         )
         .needs_approval_when(move |_ctx, _args| asks.load(Ordering::SeqCst))
     };
-    let a = Agent::<()>::builder(ScriptedModel::new().tool_call("delete_all", json!({})))
+    let a = Agent::builder(ScriptedModel::new().tool_call("delete_all", json!({})))
         .tool(guarded(true))
         .checkpoint_store(open().await)
         .build()
@@ -206,7 +206,7 @@ where
         .expect("reject");
 
     // Process B's predicate says no approval is needed now: the recorded rejection binds.
-    let b = Agent::<()>::builder(ScriptedModel::new().text("not deleted"))
+    let b = Agent::builder(ScriptedModel::new().text("not deleted"))
         .tool(guarded(false))
         .checkpoint_store(open().await)
         .build()
@@ -222,12 +222,12 @@ where
     Fut: Future<Output = Arc<dyn CheckpointStore>>,
 {
     let build = |expert_model: ScriptedModel, boss_model: ScriptedModel, ran: Arc<Mutex<Vec<i64>>>, store| {
-        let expert = Agent::<()>::builder(expert_model)
+        let expert = Agent::builder(expert_model)
             .name("treasurer")
             .tool(transfer(ran))
             .build()
             .expect("nested agent");
-        Agent::<()>::builder(boss_model)
+        Agent::builder(boss_model)
             .name("boss")
             .tool(expert.as_tool::<Task>("ask_treasurer", "Ask the treasurer"))
             .checkpoint_store(store)

@@ -33,7 +33,7 @@
 //! let model = ScriptedModel::new()
 //!     .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
 //!     .text("5");
-//! let agent = Agent::<()>::builder(model).tool(Add).build()?;
+//! let agent = Agent::builder(model).tool(Add).build()?;
 //! let answer = agent.run("2 + 3?").await.into_result()?;
 //! assert_eq!(answer, "5");
 //! # Ok(()) }

@@ -94,7 +94,7 @@ impl<C: Send + Sync + 'static> Tool<C> for WordCount {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), modu_core::AgentError> {
-    let agent = Agent::<()>::builder(RuleModel)
+    let agent = Agent::builder(RuleModel)
         .name("word-counter")
         .tool(WordCount::new())
         .build()?;

@@ -57,7 +57,8 @@ pub enum Policy {
 
 /// The agent, with `model` and checkpoints in `store`.
 pub fn agent(policy: Policy, model: ScriptedModel, store: Arc<InMemoryCheckpointStore>) -> Agent<()> {
-    let mut builder = Agent::<()>::builder(model)
+    let mut builder = Agent::builder(model)
+        .fix_types()
         .name(match policy {
             Policy::Standard => "standard",
             Policy::Strict => "strict",

@@ -149,7 +149,7 @@ fn fixture() -> &'static Fixture {
             })
             .cycle()
             .without_recording();
-        let mut builder = Agent::<()>::builder(model).name("tool_arguments");
+        let mut builder = Agent::builder(model).fix_types().name("tool_arguments");
         let schemas = schemas();
         let typed = schemas.len() - 1;
         for (i, schema) in schemas.iter().enumerate() {

@@ -92,7 +92,7 @@ async fn main() -> Result<(), BoxError> {
             .tool_call("second", json!({}))
             .text("both tools done")
     };
-    let agent = Agent::<()>::builder(model)
+    let agent = Agent::builder(model)
         .name("crash-agent")
         .tool(tool("first", workdir.clone(), false))
         .tool(tool("second", workdir.clone(), !resuming))

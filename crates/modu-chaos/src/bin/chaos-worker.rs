@@ -114,7 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("ignored: {line:?}");
             continue;
         };
-        let request = AgentRequest::with_context_arc(Arc::clone(&context), run_id)
+        let request = AgentRequest::new(Arc::clone(&context), run_id)
             .session(session_id)
             .run_id(run_id);
         let (agent, out) = (Arc::clone(&agent), out.clone());

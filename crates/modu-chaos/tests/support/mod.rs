@@ -715,7 +715,7 @@ pub async fn taken_over_lease_cannot_write(backend: Backend, url: &str) {
                         }
                     },
                 );
-                let agent = Agent::<()>::builder(
+                let agent = Agent::builder(
                     ScriptedModel::new()
                         .tool_call("pause", serde_json::json!({}))
                         .text("a's answer"),
@@ -744,7 +744,7 @@ pub async fn taken_over_lease_cannot_write(backend: Backend, url: &str) {
     assert!(before.is_some(), "run A saved its checkpoint before the tool");
 
     // Worker B: the lease expires while A is paused, B takes the session and completes.
-    let agent_b = Agent::<()>::builder(ScriptedModel::new().text("b's answer"))
+    let agent_b = Agent::builder(ScriptedModel::new().text("b's answer"))
         .name("takeover")
         .conversation_store(Arc::clone(&stores.conversations))
         .checkpoint_store(Arc::clone(&stores.checkpoints))

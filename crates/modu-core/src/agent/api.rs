@@ -65,13 +65,10 @@ where
     /// Tool calls whose results were checkpointed are not run again. Fails with a typed error
     /// when there is no checkpoint, when it cannot be read, or when it was written by an
     /// incompatible agent (other tools, output schema or policy).
-    pub async fn resume(&self, run_id: &str, context: C) -> RunOutcome<O> {
-        self.resume_arc(run_id, Arc::new(context)).await
-    }
-
-    /// [`Agent::resume`] with a shared context.
-    pub async fn resume_arc(&self, run_id: &str, context: Arc<C>) -> RunOutcome<O> {
-        self.resume_with(run_id, context, None, None).await
+    ///
+    /// `context` is a `C`, or an `Arc<C>` shared with other runs (not cloned).
+    pub async fn resume(&self, run_id: &str, context: impl Into<Arc<C>>) -> RunOutcome<O> {
+        self.resume_with(run_id, context.into(), None, None).await
     }
 
     /// [`Agent::resume`], cancelled at the next boundary when `token` is (as

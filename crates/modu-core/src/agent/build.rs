@@ -4,115 +4,102 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Agent, AgentBuilder, AgentInner, FinalizationMode, ToolEntry, compile_tool};
-use crate::error::AgentError;
+use super::{Agent, AgentBuilder, AgentInner, FinalizationMode, Instructions, ToolEntry, compile_tool};
+use crate::error::BuildError;
 use crate::output::OutputCodec;
 
-impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
-    /// Builds the agent, checking tool names and schemas.
-    pub fn build(self) -> Result<Agent<C, O>, AgentError> {
-        let mut entries = Vec::with_capacity(self.tools.len());
+impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
+    /// Builds the agent, checking tool names and schemas, handoff names, retries and the
+    /// decision policy's settings.
+    pub fn build(self) -> Result<Agent<C, O>, BuildError> {
+        let AgentBuilder { config, typed, .. } = self;
+        let mut entries = Vec::with_capacity(typed.tools.len());
         let mut seen = HashMap::new();
-        for tool in self.tools {
+        for tool in typed.tools {
             let name = tool.spec().name.clone();
             if seen.insert(name.clone(), ()).is_some() {
-                return Err(AgentError::Configuration {
-                    message: format!("two tools are named {name:?}"),
-                });
+                return Err(BuildError::DuplicateTool { name });
             }
             entries.push(compile_tool(tool)?);
         }
-        for h in &self.handoffs {
+        for h in &typed.handoffs {
             if seen.insert(h.tool_name.clone(), ()).is_some() {
-                return Err(AgentError::Configuration {
-                    message: format!(
-                        "the handoff tool {:?} has the name of another tool or handoff",
-                        h.tool_name
-                    ),
+                return Err(BuildError::HandoffNameTaken {
+                    name: h.tool_name.clone(),
                 });
             }
         }
-        if self.retry.max_attempts == 0 {
-            return Err(AgentError::Configuration {
-                message: "retry.max_attempts must be at least 1".into(),
-            });
+        if config.retry.max_attempts == 0 {
+            return Err(BuildError::ZeroRetryAttempts);
         }
-        if self.layers_lost {
-            return Err(AgentError::Configuration {
-                message: "agent layers were added before the output type was chosen; call .output() or .codec() first"
-                    .into(),
-            });
-        }
-        let chat = crate::runner::chat::stack(Arc::clone(&self.model), &self.chat_layers, &self.retry);
-        let planner_chat = match &self.policy {
+        let chat = crate::runner::chat::stack(Arc::clone(&config.model), &config.chat_layers, &config.retry);
+        let planner_chat = match &config.policy {
             crate::plan::DecisionPolicy::PlanAndExecute(p) => p
                 .generator
                 .model
                 .clone()
-                .map(|model| crate::runner::chat::stack(model, &self.chat_layers, &self.retry)),
+                .map(|model| crate::runner::chat::stack(model, &config.chat_layers, &config.retry)),
             _ => None,
         };
-        let function_service =
-            crate::runner::function::stack(&self.function_layers, &self.guardrails.tool, &self.retry);
-        if let crate::plan::DecisionPolicy::PlanAndExecute(p) = &self.policy {
-            if self.finalization == FinalizationMode::Disabled {
-                return Err(AgentError::Configuration {
-                    message:
-                        "a strict Plan-and-Execute policy always finalizes: finalization_mode must not be Disabled"
-                            .into(),
-                });
+        let mut guardrails = typed.guardrails;
+        guardrails.mode = config.guardrail_mode;
+        let function_service = crate::runner::function::stack(&typed.function_layers, &guardrails.tool, &config.retry);
+        if let crate::plan::DecisionPolicy::PlanAndExecute(p) = &config.policy {
+            if config.finalization == FinalizationMode::Disabled {
+                return Err(BuildError::StrictPolicyWithoutFinalization);
             }
-            if self.limits.max_steps == 0 || p.generator.max_steps == 0 {
-                return Err(AgentError::Configuration {
-                    message: "a strict Plan-and-Execute policy needs max_steps of at least 1".into(),
-                });
+            if config.limits.max_steps == 0 || p.generator.max_steps == 0 {
+                return Err(BuildError::StrictPolicyZeroSteps);
             }
-            if self.limits.max_step_attempts == 0 {
-                return Err(AgentError::Configuration {
-                    message: "a strict Plan-and-Execute policy needs max_step_attempts of at least 1".into(),
-                });
+            if config.limits.max_step_attempts == 0 {
+                return Err(BuildError::StrictPolicyZeroStepAttempts);
             }
-            if !self.handoffs.is_empty() {
-                return Err(AgentError::Configuration {
-                    message: "handoffs are not supported with a strict Plan-and-Execute policy".into(),
+            if !typed.handoffs.is_empty() {
+                return Err(BuildError::StrictPolicyWithHandoffs {
+                    count: typed.handoffs.len(),
                 });
             }
         }
-        let policy_tag = match &self.policy {
+        let policy_tag = match &config.policy {
             crate::plan::DecisionPolicy::Standard => "standard/1",
             crate::plan::DecisionPolicy::PlanAndExecute(p) => p.fingerprint_tag(),
         };
-        let fingerprint = fingerprint(&entries, self.codec.as_ref(), policy_tag);
-        let agent_layers = self.agent_layers;
+        let fingerprint = fingerprint(&entries, typed.codec.as_ref(), policy_tag);
+        let instructions = match (typed.instructions_fn, config.instructions) {
+            (Some(f), _) => Some(Instructions::Dynamic(f)),
+            (None, Some(text)) => Some(Instructions::Static(text)),
+            (None, None) => None,
+        };
+        let agent_layers = typed.agent_layers;
         Ok(Agent {
             inner: Arc::new_cyclic(|weak| AgentInner {
                 agent_service: crate::runner::start::agent_stack(weak, &agent_layers),
-                name: self.name,
-                instructions: self.instructions,
-                model: self.model,
+                name: config.name,
+                instructions,
+                model: config.model,
                 tools: entries,
                 tool_index: std::sync::OnceLock::new(),
-                tool_providers: self.tool_providers,
-                context_providers: self.context_providers,
-                codec: self.codec,
-                retry: self.retry,
-                limits: self.limits,
-                finalization: self.finalization,
-                policy: self.policy,
-                settings: self.settings,
-                sink: self.sink,
-                conversations: self.conversations,
-                memory: self.memory,
-                checkpoints: self.checkpoints,
-                leases: self.leases,
-                authorizer: self.authorizer,
+                tool_providers: typed.tool_providers,
+                context_providers: typed.context_providers,
+                codec: typed.codec,
+                retry: config.retry,
+                limits: config.limits,
+                finalization: config.finalization,
+                policy: config.policy,
+                settings: config.settings,
+                sink: config.sink,
+                conversations: config.conversations,
+                memory: config.memory,
+                checkpoints: config.checkpoints,
+                leases: config.leases,
+                authorizer: config.authorizer,
                 fingerprint,
                 chat,
                 planner_chat,
                 function_service,
-                handoffs: self.handoffs,
-                guardrails: self.guardrails,
-                compaction: self.compaction,
+                handoffs: typed.handoffs,
+                guardrails,
+                compaction: config.compaction,
             }),
         })
     }

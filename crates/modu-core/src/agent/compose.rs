@@ -52,7 +52,7 @@ where
     /// struct Question { text: String }
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let expert = Agent::<()>::builder(ScriptedModel::new().text("42")).name("expert").build()?;
+    /// let expert = Agent::builder(ScriptedModel::new().text("42")).name("expert").build()?;
     /// let boss = Agent::builder(
     ///     ScriptedModel::new().tool_call("ask_expert", serde_json::json!({"text": "meaning?"})).text("It is 42."),
     /// )
@@ -124,7 +124,7 @@ where
             None => {
                 let input: A = parse_arguments(arguments.clone())?;
                 let text = serde_json::to_string(&input).map_err(|_| ToolError::execution("unserializable_input"))?;
-                let mut request = AgentRequest::with_context_arc(ctx.context_arc(), text).user(ctx.user().clone());
+                let mut request = AgentRequest::new(ctx.context_arc(), text).user(ctx.user().clone());
                 request.tool_input = Some(arguments);
                 request.parent_run_id = Some(ctx.run_id().to_owned());
                 request.approvals = Some(ctx.shared_approvals());

@@ -4,44 +4,47 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{Agent, AgentBuilder, AgentRequest};
+use super::{Agent, AgentBuilder, AgentRequest, Fixed};
 use crate::context::RunContext;
 use crate::guardrail::{
     GuardrailDecision, GuardrailMode, InputGuardrail, OutputGuardrail, ToolGuardrail, Tripwire, Verdict,
 };
 use crate::message::{Message, Role};
 
-impl<C: Send + Sync + 'static, O: Send + 'static> AgentBuilder<C, O> {
+impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
     /// Adds a guardrail on a fresh run's input ([`crate::guardrail`]).
-    pub fn input_guardrail(mut self, guardrail: impl InputGuardrail<C> + 'static) -> Self {
-        self.guardrails.input.push(Arc::new(guardrail));
-        self
+    pub fn input_guardrail(self, guardrail: impl InputGuardrail<C> + 'static) -> AgentBuilder<C, O, Fixed> {
+        let mut b = self.fix_types();
+        b.typed.guardrails.input.push(Arc::new(guardrail));
+        b
     }
 
     /// Whether input guardrails run with the first model request (the default) or before it.
     pub fn guardrail_mode(mut self, mode: GuardrailMode) -> Self {
-        self.guardrails.mode = mode;
+        self.config.guardrail_mode = mode;
         self
     }
 
     /// Adds a guardrail on the final output.
-    pub fn output_guardrail(mut self, guardrail: impl OutputGuardrail<C> + 'static) -> Self {
-        self.guardrails.output.push(Arc::new(guardrail));
-        self
+    pub fn output_guardrail(self, guardrail: impl OutputGuardrail<C> + 'static) -> AgentBuilder<C, O, Fixed> {
+        let mut b = self.fix_types();
+        b.typed.guardrails.output.push(Arc::new(guardrail));
+        b
     }
 
     /// Compacts the run's own messages in each request that would exceed the compaction's
     /// token budget ([`crate::compaction`]); off by default.
     pub fn run_compaction(mut self, compaction: crate::compaction::RunCompaction) -> Self {
-        self.compaction = Some(compaction);
+        self.config.compaction = Some(compaction);
         self
     }
 
     /// Adds a guardrail on tool calls' arguments and results (a layer of the function stack,
     /// below the function layers).
-    pub fn tool_guardrail(mut self, guardrail: impl ToolGuardrail<C> + 'static) -> Self {
-        self.guardrails.tool.push(Arc::new(guardrail));
-        self
+    pub fn tool_guardrail(self, guardrail: impl ToolGuardrail<C> + 'static) -> AgentBuilder<C, O, Fixed> {
+        let mut b = self.fix_types();
+        b.typed.guardrails.tool.push(Arc::new(guardrail));
+        b
     }
 }
 
@@ -54,11 +57,11 @@ impl Agent<(), GuardrailDecision> {
     /// ```
     /// use modu_core::{Agent, guardrail::GuardrailDecision};
     /// # use modu_testing::ScriptedModel;
-    /// let checker = Agent::<()>::builder(ScriptedModel::new().text(r#"{"tripped":false,"reason":"fine"}"#))
+    /// let checker = Agent::builder(ScriptedModel::new().text(r#"{"tripped":false,"reason":"fine"}"#))
     ///     .instructions("Decide whether the text asks for something illegal.")
     ///     .output::<GuardrailDecision>()
     ///     .build()?;
-    /// let agent = Agent::<()>::builder(ScriptedModel::new().text("hello"))
+    /// let agent = Agent::builder(ScriptedModel::new().text("hello"))
     ///     .input_guardrail(checker.as_guardrail("legality"))
     ///     .build()?;
     /// # Ok::<(), modu_core::AgentError>(())

@@ -35,7 +35,7 @@ where
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let leases = InMemoryLeaseStore::new();
-    /// let worker = Agent::<()>::builder(ScriptedModel::new().text("hi"))
+    /// let worker = Agent::builder(ScriptedModel::new().text("hi"))
     ///     .conversation_store(std::sync::Arc::new(leases.fence_conversations(InMemoryConversationStore::new())))
     ///     .checkpoint_store(std::sync::Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new())))
     ///     .session_leases(leases.clone(), LeaseOptions::new().holder("worker-1"))

@@ -82,16 +82,12 @@ impl<C> fmt::Debug for AgentRequest<C> {
 }
 
 impl<C> AgentRequest<C> {
-    /// A request with a user message and an application context.
-    pub fn new(context: C, input: impl Into<String>) -> Self {
-        Self::with_context_arc(Arc::new(context), input)
-    }
-
-    /// A request with a user message and a shared application context.
-    pub fn with_context_arc(context: Arc<C>, input: impl Into<String>) -> Self {
+    /// A request with a user message and an application context: a `C`, or an `Arc<C>`
+    /// shared with other runs (not cloned).
+    pub fn new(context: impl Into<Arc<C>>, input: impl Into<String>) -> Self {
         AgentRequest {
             input: vec![Message::user(input)],
-            context,
+            context: context.into(),
             session_id: None,
             user: UserContext::default(),
             metadata: serde_json::Map::new(),

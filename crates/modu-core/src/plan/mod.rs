@@ -50,7 +50,7 @@
 //!     .text(json!({"status": "completed", "result": "2 + 3 = 5"}).to_string())
 //!     // FINALIZE
 //!     .text("2 + 3 = 5");
-//! let agent = Agent::<()>::builder(model)
+//! let agent = Agent::builder(model)
 //!     .tool(add)
 //!     .limits(RunLimits::default().max_steps(4))
 //!     .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
@@ -160,14 +160,10 @@ impl std::fmt::Debug for LlmPlanGenerator {
 impl LlmPlanGenerator {
     /// Plans with this model (which may differ from the agent's; chat middleware does not apply
     /// to it).
+    /// An `Arc<dyn ChatModel>` works too.
     pub fn new(model: impl ChatModel + 'static) -> Self {
-        Self::from_arc(Arc::new(model))
-    }
-
-    /// Plans with this shared model.
-    pub fn from_arc(model: Arc<dyn ChatModel>) -> Self {
         LlmPlanGenerator {
-            model: Some(model),
+            model: Some(Arc::new(model)),
             max_steps: 8,
             instructions: None,
         }

@@ -211,7 +211,7 @@ where
 
 /// The request that resumes `checkpoint`: its run id, session, user and metadata, no input.
 pub(crate) fn resume_request<C>(mut checkpoint: Checkpoint, context: Arc<C>, started: Instant) -> AgentRequest<C> {
-    let mut request = AgentRequest::with_context_arc(context, "");
+    let mut request = AgentRequest::new(context, "");
     request.input = Vec::new();
     request.run_id = Some(checkpoint.run_id.clone());
     request.session_id = checkpoint.session_id.take();

@@ -26,7 +26,7 @@
 //!     .sink("audit", audit.clone())
 //!     .build();
 //! let model = ScriptedModel::new().text("hello");
-//! let agent = Agent::<()>::builder(model).event_sink(Arc::new(events.clone())).build()?;
+//! let agent = Agent::builder(model).event_sink(Arc::new(events.clone())).build()?;
 //! agent.run("hi").await.into_result()?;
 //! assert!(events.flush(Duration::from_secs(5)).await);
 //! assert_eq!(metrics.snapshot().counter("modu.runs.completed", &[]), 1);
