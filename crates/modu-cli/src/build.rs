@@ -449,7 +449,9 @@ pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<
     if let Some(skills) = skills {
         builder = skills.install(builder);
     }
-    let agent = builder.build().map_err(|e| Failure::Usage(e.to_string()))?;
+    let agent = builder
+        .build()
+        .map_err(|e| Failure::Usage(modu_core::AgentError::from(e).to_string()))?;
     Ok(Built {
         agent,
         model,
