@@ -215,8 +215,8 @@ pub fn tool_arguments(data: &[u8]) {
     f.seen.lock().unwrap().clear();
 
     let result = crate::block_on(f.agent.run("call the tool"));
-    assert!(result.error.is_none(), "the run failed: {:?}", result.error);
-    assert_eq!(result.output.as_deref(), Some("done"));
+    assert!(result.error().is_none(), "the run failed: {:?}", result.error());
+    assert_eq!(result.output().map(String::as_str), Some("done"));
 
     let seen = std::mem::take(&mut *f.seen.lock().unwrap());
     let parsed = ToolCall::new("c", name.as_str(), arguments.as_str())

@@ -117,26 +117,26 @@ async fn main() {
             .user(UserContext::default())
             .metadata("ticket", json!({"id": 7, "tags": ["a", "b"]}));
         let result = agent.run(request).await;
-        if let Some(first) = result.interruptions.first() {
+        if let Some(first) = result.approvals().first() {
             match decision {
-                1 => agent.approve(&result.run_id, &first.call_id).await.unwrap(),
-                2 => agent.approve_always(&result.run_id, &first.call_id).await.unwrap(),
+                1 => agent.approve(result.run_id(), &first.call_id).await.unwrap(),
+                2 => agent.approve_always(result.run_id(), &first.call_id).await.unwrap(),
                 3 => agent
-                    .reject(&result.run_id, &first.call_id, Some("not now".into()))
+                    .reject(result.run_id(), &first.call_id, Some("not now".into()))
                     .await
                     .unwrap(),
                 _ => {}
             }
         }
-        let state: Value = match agent.export_state(&result.run_id).await {
+        let state: Value = match agent.export_state(result.run_id()).await {
             Ok(v) => v,
             // A finished run's checkpoint (strict DONE) is read from the store itself.
             Err(_) => {
                 let bytes = store
-                    .load(&result.run_id)
+                    .load(result.run_id())
                     .await
                     .unwrap()
-                    .unwrap_or_else(|| panic!("scenario {name} left no checkpoint: {:?}", result.error));
+                    .unwrap_or_else(|| panic!("scenario {name} left no checkpoint: {:?}", result.error()));
                 serde_json::from_slice(&bytes).unwrap()
             }
         };
