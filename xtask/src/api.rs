@@ -17,7 +17,7 @@ use serde_json::Value;
 /// (package, features): what each snapshot documents. The facade is documented with its
 /// default features only (all features would build every backend on nightly: minutes);
 /// each backend's own API is modu-core's traits, implemented.
-pub const CRATES: &[(&str, &[&str])] = &[("modu-core", &[]), ("modu", &[])];
+pub const CRATES: &[(&str, &[&str])] = &[("modu-core", &[]), ("modu-agent", &[]), ("modu", &[])];
 
 fn snapshot_path(root: &Path, package: &str) -> PathBuf {
     root.join("xtask/api").join(format!("{package}.txt"))

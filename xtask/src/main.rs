@@ -4,12 +4,12 @@
 //!   the workspace on exactly its `rust-version` toolchain (`msrv.rs`), the
 //!   facade's feature matrix, the provider crates without TLS, the tests (with real services
 //!   started), every bench target once in smoke mode, the fuzz smoke (`fuzz/smoke.sh`), docs,
-//!   the public API of modu-core and modu against `xtask/api/*.txt` (nightly rustdoc JSON),
+//!   the public API of modu-core, modu-agent and modu against `xtask/api/*.txt` (nightly rustdoc JSON),
 //!   `cargo package` of every publishable crate, the examples with their output checked,
 //!   cargo-deny (required under `CI=true`).
 //! - `cargo xtask tidy` — the repository's rules (xtask/src/tidy/): file budgets, the internal
 //!   crate dependency table, docs/architecture.md's module table, no seed references in rustdoc,
-//!   modu-core's import rules.
+//!   modu-core's and modu-agent's import rules.
 //! - `cargo xtask api [--bless]` — the public-API snapshot check alone; `--bless` rewrites it.
 //! - `cargo xtask step <name>` — one of those steps alone (`no-tls`, `examples`, `bench-smoke`,
 //!   `fuzz-smoke`, `deny`, `package`, `msrv`), with the services the environment names (`REDIS_URL`, …).
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
                  ci [--skip-services]   fmt, clippy, dependency rule, feature matrix, no-TLS builds, tests,\n  \
                  \x20                      bench smoke, fuzz smoke, docs, examples (output checked), deny\n  \
                  tidy                   the repository's rules: file budgets, crate dependency table, doc tables, rustdoc, imports\n  \
-                 api [--bless]          the public API of modu-core and modu (nightly rustdoc JSON) against xtask/api/*.txt\n  \
+                 api [--bless]          the public API of modu-core, modu-agent and modu (nightly rustdoc JSON) against xtask/api/*.txt\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
                  bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)"
@@ -507,28 +507,48 @@ fn facade_feature_sets() -> Vec<Vec<String>> {
     sets
 }
 
-/// modu-core's normal dependency tree must hold none of the backend crates.
+/// The normal dependency trees of modu-core and modu-agent must hold none of the backend
+/// crates, and modu-core's dev tree not modu-testing (no dev-dependency cycle).
 fn check_core_dependencies() -> Result<()> {
-    println!("\n==> dependency rule: modu-core depends on none of {CORE_BANNED:?}");
-    let tree = output(Command::new(cargo()).args([
+    for package in ["modu-core", "modu-agent"] {
+        println!("\n==> dependency rule: {package} depends on none of {CORE_BANNED:?}");
+        let tree = output(Command::new(cargo()).args([
+            "tree",
+            "-p",
+            package,
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+            "--locked",
+        ]))?;
+        let offenders = banned_in_tree(&tree);
+        if !offenders.is_empty() {
+            return Err(format!("{package} depends on {}", offenders.join(", ")));
+        }
+        println!("    ok ({} lines in the tree)", tree.lines().count());
+    }
+    let dev = output(Command::new(cargo()).args([
         "tree",
         "-p",
         "modu-core",
         "-e",
-        "normal,build",
+        "dev",
         "--prefix",
         "none",
         "--format",
         "{p}",
         "--locked",
     ]))?;
-    let offenders = banned_in_tree(&tree);
-    if offenders.is_empty() {
-        println!("    ok ({} lines in the tree)", tree.lines().count());
-        Ok(())
-    } else {
-        Err(format!("modu-core depends on {}", offenders.join(", ")))
+    if dev
+        .lines()
+        .any(|l| l.starts_with("modu-testing ") || l.starts_with("modu-agent "))
+    {
+        return Err("modu-core's dev-dependencies reach modu-testing or modu-agent".into());
     }
+    Ok(())
 }
 
 fn banned_in_tree(tree: &str) -> Vec<String> {
@@ -1023,7 +1043,7 @@ fn bench(args: &[String]) -> Result<()> {
     if matches!(which, "loop" | "all") {
         run(
             "bench: run loop overhead (ScriptedModel)",
-            Command::new(cargo()).args(["bench", "-p", "modu-core", "--bench", "run_loop"]),
+            Command::new(cargo()).args(["bench", "-p", "modu-agent", "--bench", "run_loop"]),
         )?;
     }
     if matches!(which, "load" | "all") {
@@ -1112,7 +1132,7 @@ mod tests {
         );
         let targets = bench_targets().unwrap();
         for known in [
-            ("modu-core", "run_loop"),
+            ("modu-agent", "run_loop"),
             ("modu-mcp", "mcp"),
             ("modu-otel", "overhead"),
             ("modu-postgres", "checkpoint"),

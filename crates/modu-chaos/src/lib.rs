@@ -29,8 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use modu_agent::Agent;
 use modu_core::{
-    Agent, AgentError, AgentEvent, ChatEvent, ChatModel, ChatRequest, ChatStream, CheckpointMeta, CheckpointPage,
+    AgentError, AgentEvent, ChatEvent, ChatModel, ChatRequest, ChatStream, CheckpointMeta, CheckpointPage,
     CheckpointQuery, CheckpointStore, ConversationStore, EventSink, Fence, FinishReason, FunctionTool, LeaseOptions,
     LeaseStore, Message, ModelError, Role, RunContext, SessionSummary, SinkError, StoreError, ToolError, ToolSpec,
     Usage,

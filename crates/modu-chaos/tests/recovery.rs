@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use modu_agent::{Agent, AgentRequest};
 use modu_core::{
-    Agent, AgentRequest, CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStore, Fence,
-    InMemoryCheckpointStore, InMemoryConversationStore, InMemoryLeaseStore, LeaseOptions, Role, StoreError,
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStore, Fence, InMemoryCheckpointStore,
+    InMemoryConversationStore, InMemoryLeaseStore, LeaseOptions, Role, StoreError,
 };
 use modu_testing::ScriptedModel;
 

@@ -9,17 +9,20 @@
 //! policy   modu-core standard loop | PlanAndExecutePolicy             (DecisionPolicy)
 //! ```
 //!
-//! Each piece is a trait object the [`modu_core::AgentBuilder`] takes; nothing here is
+//! Each piece is a trait object the [`modu_agent::AgentBuilder`] takes; nothing here is
 //! specific to the command line.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu_agent::{
+    Agent, AgentRequest, ConversationMemoryPolicy, KeepAll, ModelSettings, RecentTurns, RetryConfig, RunLimits,
+    TokenBudget, TokenBudgetPolicy,
+};
 use modu_core::{
-    Agent, AgentRequest, ApproximateTokenCounter, ChatModel, CheckpointStore, ConversationMemoryPolicy,
-    ConversationStore, EventSink, InMemoryCheckpointStore, InMemoryConversationStore, KeepAll, ModelError,
-    ModelSettings, RecentTurns, RetryConfig, RunLimits, TokenBudget, TokenBudgetPolicy,
+    ApproximateTokenCounter, ChatModel, CheckpointStore, ConversationStore, EventSink, InMemoryCheckpointStore,
+    InMemoryConversationStore, ModelError,
 };
 use modu_mcp::oauth::{InMemoryTokenStore, McpTokenStore};
 use modu_mcp::{McpConfig, McpConnector, McpToolProvider};

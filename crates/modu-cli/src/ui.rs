@@ -9,9 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use modu_agent::{Agent, AgentRequest, RunStream, StreamItem};
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, ApprovalRequest, EventSink, FailedRun, InputRequest, RunOutcome,
-    RunReport, RunStream, SinkError, StreamItem, ToolErrorKind,
+    AgentError, AgentEvent, ApprovalRequest, EventSink, FailedRun, InputRequest, RunOutcome, RunReport, SinkError,
+    ToolErrorKind,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -105,7 +106,7 @@ fn meta_call_target<'a>(tool: &str, arguments: &'a Value) -> Option<&'a str> {
 /// `tool(args)`, naming the external tool for MCP calls, with secret keys of the arguments
 /// masked (approval prompts show them whole: the person deciding needs them).
 pub fn describe_call(tool: &str, arguments: &Value) -> String {
-    let masker = modu_core::sinks::SecretMasker::default();
+    let masker = modu_agent::sinks::SecretMasker::default();
     if let Some(name) = meta_call_target(tool, arguments) {
         let args = masker.mask_value(&arguments.get("arguments").cloned().unwrap_or(Value::Null));
         return format!("{name}({args})");

@@ -4,21 +4,21 @@
 //! [`crate::Tool::needs_approval`] deciding from the context and arguments) pauses the run
 //! before it executes: the other calls of the batch run, the state is checkpointed, and the
 //! A paused run ([`crate::RunOutcome::Paused`]) lists the pending [`ApprovalRequest`]s in [`PausedRun::approvals`](crate::PausedRun::approvals). A person
-//! decides with [`crate::Agent::approve`], [`crate::Agent::approve_always`] or
-//! [`crate::Agent::reject`], and [`crate::Agent::resume`] continues — in this process or another
+//! decides with `Agent::approve`, `Agent::approve_always` or
+//! `Agent::reject`, and `Agent::resume` continues — in this process or another
 //! one sharing the checkpoint store. An approved call runs once; a rejected one does not run
 //! and the model sees the rejection. A recorded decision binds its call: whether a call needs
 //! approval is asked only while it has none, so a later `needs_approval` answer cannot undo a
 //! rejection. Every call has an id unique within its run (a server's repeated id is renamed
 //! `{id}_{n}` before anything else sees it), so one decision never covers two calls.
 //!
-//! A run nested with [`crate::Agent::as_tool`] that reaches a call needing approval pauses its
+//! A run nested with `Agent::as_tool` that reaches a call needing approval pauses its
 //! parent: the parent lists the nested call as `{parent call id}/{nested call id}` (metadata:
 //! `nested_agent`, `nested_run_id`, `nested_call_id`, `parent_call_id`), its decisions go to
 //! the nested run, and resuming the parent resumes the nested run from the state kept in the
 //! parent's checkpoint.
 //!
-//! The run state ([`crate::Agent::export_state`]) is JSON holding the messages, decisions,
+//! The run state (`Agent::export_state`) is JSON holding the messages, decisions,
 //! usage, user context and metadata. The application context `C` is never part of it — the
 //! process that resumes passes its own — so keep secrets in `C`, never in metadata or the user
 //! context.
@@ -57,34 +57,44 @@ pub enum ApprovalDecision {
 /// A nested run (agent-as-tool) that paused for approvals: its exported state travels in the
 /// parent's checkpoint, so the parent can be resumed in another process.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct NestedPause {
+#[doc(hidden)]
+pub struct NestedPause {
     /// The nested agent's name.
-    pub(crate) agent: String,
+    #[doc(hidden)]
+    pub agent: String,
     /// The nested run's id.
-    pub(crate) run_id: String,
-    /// The nested run's exported state ([`crate::Agent::export_state`]).
-    pub(crate) state: serde_json::Value,
+    #[doc(hidden)]
+    pub run_id: String,
+    /// The nested run's exported state (`Agent::export_state`).
+    #[doc(hidden)]
+    pub state: serde_json::Value,
     /// The nested run's pending approvals, with the nested run's own call ids.
-    pub(crate) requests: Vec<ApprovalRequest>,
+    #[doc(hidden)]
+    pub requests: Vec<ApprovalRequest>,
 }
 
 /// How a parent resumes a nested run: its state and the decisions made on the parent.
 #[derive(Clone, Debug)]
-pub(crate) struct NestedResume {
-    pub(crate) pause: NestedPause,
+#[doc(hidden)]
+pub struct NestedResume {
+    #[doc(hidden)]
+    pub pause: NestedPause,
     /// (nested call id, decision, approve always).
-    pub(crate) decisions: Vec<(String, ApprovalDecision, bool)>,
+    #[doc(hidden)]
+    pub decisions: Vec<(String, ApprovalDecision, bool)>,
 }
 
 /// The id under which a parent lists a nested run's pending call.
-pub(crate) fn nested_call_id(parent_call_id: &str, nested_call_id: &str) -> String {
+#[doc(hidden)]
+pub fn nested_call_id(parent_call_id: &str, nested_call_id: &str) -> String {
     format!("{parent_call_id}/{nested_call_id}")
 }
 
 impl NestedPause {
     /// The requests as the parent lists them: ids `{parent call}/{nested call}` and metadata
     /// naming the nested agent, run and call.
-    pub(crate) fn parent_requests(&self, parent_call_id: &str) -> Vec<ApprovalRequest> {
+    #[doc(hidden)]
+    pub fn parent_requests(&self, parent_call_id: &str) -> Vec<ApprovalRequest> {
         self.requests
             .iter()
             .map(|r| {

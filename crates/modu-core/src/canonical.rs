@@ -1,15 +1,18 @@
 //! Canonical JSON, stable hashes, argument masking and identifier sanitising: one module used by
 //! both decision policies, the tool trace and the agent fingerprint.
 
-use crate::sinks::mask::SecretMasker;
+use crate::mask::SecretMasker;
 
 /// The most characters of an identifier kept in the trace and failure metadata.
-pub(crate) const MAX_ID_CHARS: usize = 64;
+#[doc(hidden)]
+pub const MAX_ID_CHARS: usize = 64;
 /// The most characters of a safe message shown to the model.
-pub(crate) const MAX_SAFE_MESSAGE_CHARS: usize = 300;
+#[doc(hidden)]
+pub const MAX_SAFE_MESSAGE_CHARS: usize = 300;
 
 /// An identifier fit for metadata: letters, digits and `_-.:/` only, at most [`MAX_ID_CHARS`].
-pub(crate) fn sanitize_id(s: &str) -> String {
+#[doc(hidden)]
+pub fn sanitize_id(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/'))
         .take(MAX_ID_CHARS)
@@ -18,7 +21,8 @@ pub(crate) fn sanitize_id(s: &str) -> String {
 
 /// Whether `c` is a Unicode format character (general category Cf: bidirectional overrides
 /// and isolates such as U+202E, zero-width characters, the BOM, tag characters, …).
-pub(crate) fn is_format_char(c: char) -> bool {
+#[doc(hidden)]
+pub fn is_format_char(c: char) -> bool {
     matches!(c as u32,
         0x00AD
         | 0x0600..=0x0605
@@ -45,7 +49,8 @@ pub(crate) fn is_format_char(c: char) -> bool {
 
 /// A message without control or format characters (see [`is_format_char`]), at most
 /// [`MAX_SAFE_MESSAGE_CHARS`].
-pub(crate) fn sanitize_message(s: &str) -> String {
+#[doc(hidden)]
+pub fn sanitize_message(s: &str) -> String {
     let cleaned: String = s
         .chars()
         .map(|c| if c.is_control() || is_format_char(c) { ' ' } else { c })
@@ -191,19 +196,22 @@ fn drop_nulls(value: &mut serde_json::Value) {
 }
 
 /// A stable hash of canonical JSON (stable across processes and versions).
-pub(crate) fn json_hash(value: &serde_json::Value) -> String {
+#[doc(hidden)]
+pub fn json_hash(value: &serde_json::Value) -> String {
     stable_hash(&canonical_json(value))
 }
 
 /// Masks secret keys of arguments shown in traces and events (one masker per process).
-pub(crate) fn mask_arguments(value: &serde_json::Value) -> serde_json::Value {
+#[doc(hidden)]
+pub fn mask_arguments(value: &serde_json::Value) -> serde_json::Value {
     static MASKER: std::sync::OnceLock<SecretMasker> = std::sync::OnceLock::new();
     MASKER.get_or_init(SecretMasker::default).mask_value(value)
 }
 
 /// FNV-1a (64 bit) of `text` as 16 hex digits: stable across processes and Rust versions, for
 /// values that checkpoints keep (fingerprints, argument hashes).
-pub(crate) fn stable_hash(text: &str) -> String {
+#[doc(hidden)]
+pub fn stable_hash(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.as_bytes() {
         hash ^= u64::from(*b);

@@ -44,20 +44,25 @@ impl UserContext {
 
 /// Tool-level approval decisions made in code, shared by a run and the runs nested in it.
 #[derive(Debug, Default)]
-pub(crate) struct SharedApprovals {
-    pub(crate) approved: std::collections::BTreeSet<String>,
-    pub(crate) rejected: BTreeMap<String, Option<String>>,
+#[doc(hidden)]
+pub struct SharedApprovals {
+    #[doc(hidden)]
+    pub approved: std::collections::BTreeSet<String>,
+    #[doc(hidden)]
+    pub rejected: BTreeMap<String, Option<String>>,
 }
 
 impl SharedApprovals {
     /// Approves every call of `tool` (undoing a rejection).
-    pub(crate) fn approve(&mut self, tool: String) {
+    #[doc(hidden)]
+    pub fn approve(&mut self, tool: String) {
         self.rejected.remove(&tool);
         self.approved.insert(tool);
     }
 
     /// Rejects every call of `tool` (undoing an approval).
-    pub(crate) fn reject(&mut self, tool: String, message: Option<String>) {
+    #[doc(hidden)]
+    pub fn reject(&mut self, tool: String, message: Option<String>) {
         self.approved.remove(&tool);
         self.rejected.insert(tool, message);
     }
@@ -79,11 +84,13 @@ struct Inner<C> {
 }
 
 /// A report's future.
-pub(crate) type Reported<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+#[doc(hidden)]
+pub type Reported<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 /// Where a tool call's reports go while it runs: the run's events (set only when anyone
 /// listens). The runner's emitter implements it, so this module names no event type.
-pub(crate) trait CallReports: Send + Sync {
+#[doc(hidden)]
+pub trait CallReports: Send + Sync {
     /// A call's progress.
     fn progress(
         &self,
@@ -114,38 +121,58 @@ pub struct RunContext<C> {
 
 /// What [`RunContext::for_run`] builds a run's context from.
 #[derive(Default)]
-pub(crate) struct RunParts {
-    pub(crate) run_id: String,
-    pub(crate) session_id: Option<String>,
-    pub(crate) agent_name: String,
-    pub(crate) user: UserContext,
-    pub(crate) usage: Usage,
-    pub(crate) usage_by_model: BTreeMap<String, Usage>,
-    pub(crate) tool_input: Option<serde_json::Value>,
-    pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
-    pub(crate) approvals: Option<Arc<Mutex<SharedApprovals>>>,
-    pub(crate) model: Option<Arc<dyn crate::model::ChatModel>>,
+#[doc(hidden)]
+pub struct RunParts {
+    #[doc(hidden)]
+    pub run_id: String,
+    #[doc(hidden)]
+    pub session_id: Option<String>,
+    #[doc(hidden)]
+    pub agent_name: String,
+    #[doc(hidden)]
+    pub user: UserContext,
+    #[doc(hidden)]
+    pub usage: Usage,
+    #[doc(hidden)]
+    pub usage_by_model: BTreeMap<String, Usage>,
+    #[doc(hidden)]
+    pub tool_input: Option<serde_json::Value>,
+    #[doc(hidden)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    #[doc(hidden)]
+    pub approvals: Option<Arc<Mutex<SharedApprovals>>>,
+    #[doc(hidden)]
+    pub model: Option<Arc<dyn crate::model::ChatModel>>,
     /// Where the run's events go (for [`RunContext::report_progress`]).
-    pub(crate) events: Option<Arc<dyn CallReports>>,
+    #[doc(hidden)]
+    pub events: Option<Arc<dyn CallReports>>,
 }
 
 /// What a context knows about the one tool call it was handed to.
-pub(crate) struct CallScope {
-    pub(crate) call_id: String,
+#[doc(hidden)]
+pub struct CallScope {
+    #[doc(hidden)]
+    pub call_id: String,
     /// A nested run this call paused earlier, with the decisions people made since.
-    pub(crate) resume: Option<crate::approval::NestedResume>,
+    #[doc(hidden)]
+    pub resume: Option<crate::approval::NestedResume>,
     /// Set by a tool whose nested run paused for approvals (agent-as-tool).
-    pub(crate) pause: Mutex<Option<crate::approval::NestedPause>>,
+    #[doc(hidden)]
+    pub pause: Mutex<Option<crate::approval::NestedPause>>,
     /// How often the call's tool was called (the function stack's timeout layer counts).
-    pub(crate) attempts: std::sync::atomic::AtomicU32,
+    #[doc(hidden)]
+    pub attempts: std::sync::atomic::AtomicU32,
     /// The call's asks for a person's input: recorded answers and the ask waiting.
-    pub(crate) inputs: Mutex<crate::input::CallInputs>,
+    #[doc(hidden)]
+    pub inputs: Mutex<crate::input::CallInputs>,
     /// The tool guardrails' checks of the call, in order.
-    pub(crate) guardrails: Mutex<Vec<crate::tripwire::Checked>>,
+    #[doc(hidden)]
+    pub guardrails: Mutex<Vec<crate::tripwire::Checked>>,
 }
 
 impl CallScope {
-    pub(crate) fn new(
+    #[doc(hidden)]
+    pub fn new(
         call_id: &str,
         resume: Option<crate::approval::NestedResume>,
         answers: Vec<crate::input::InputAnswer>,
@@ -164,7 +191,8 @@ impl CallScope {
     }
 
     /// Records a tool guardrail's check of the call.
-    pub(crate) fn record_guardrail(&self, checked: crate::tripwire::Checked) {
+    #[doc(hidden)]
+    pub fn record_guardrail(&self, checked: crate::tripwire::Checked) {
         self.guardrails
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -172,12 +200,14 @@ impl CallScope {
     }
 
     /// The tool guardrails' checks of the call so far.
-    pub(crate) fn take_guardrails(&self) -> Vec<crate::tripwire::Checked> {
+    #[doc(hidden)]
+    pub fn take_guardrails(&self) -> Vec<crate::tripwire::Checked> {
         std::mem::take(&mut *self.guardrails.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The ask waiting for a person, if the call made one it had no answer for.
-    pub(crate) fn take_input(&self) -> Option<(u32, crate::input::InputSpec)> {
+    #[doc(hidden)]
+    pub fn take_input(&self) -> Option<(u32, crate::input::InputSpec)> {
         self.inputs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -186,12 +216,14 @@ impl CallScope {
     }
 
     /// Starts an execution of the call (a retry re-reads the answers from the first).
-    pub(crate) fn restart_inputs(&self) {
+    #[doc(hidden)]
+    pub fn restart_inputs(&self) {
         let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
         inputs.asked = 0;
     }
 
-    pub(crate) fn take_pause(&self) -> Option<crate::approval::NestedPause> {
+    #[doc(hidden)]
+    pub fn take_pause(&self) -> Option<crate::approval::NestedPause> {
         self.pause.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
@@ -227,7 +259,8 @@ impl<C> RunContext<C> {
     }
 
     /// A run's context, built in one allocation (the runner's way; `with_*` each rebuild it).
-    pub(crate) fn for_run(context: Arc<C>, parts: RunParts) -> Self {
+    #[doc(hidden)]
+    pub fn for_run(context: Arc<C>, parts: RunParts) -> Self {
         RunContext {
             inner: Arc::new(Inner {
                 context,
@@ -270,14 +303,16 @@ impl<C> RunContext<C> {
     }
 
     /// The same context, handed to one tool call.
-    pub(crate) fn for_call(&self, scope: Arc<CallScope>) -> Self {
+    #[doc(hidden)]
+    pub fn for_call(&self, scope: Arc<CallScope>) -> Self {
         RunContext {
             inner: Arc::clone(&self.inner),
             call: Some(scope),
         }
     }
 
-    pub(crate) fn call_scope(&self) -> Option<&Arc<CallScope>> {
+    #[doc(hidden)]
+    pub fn call_scope(&self) -> Option<&Arc<CallScope>> {
         self.call.as_ref()
     }
 
@@ -349,7 +384,8 @@ impl<C> RunContext<C> {
     }
 
     /// The run id, shared (events and the chat stack keep it without copying).
-    pub(crate) fn shared_run_id(&self) -> Arc<str> {
+    #[doc(hidden)]
+    pub fn shared_run_id(&self) -> Arc<str> {
         Arc::clone(&self.inner.run_id)
     }
 
@@ -441,7 +477,8 @@ impl<C> RunContext<C> {
         self.rebuild(|i| i.model = Some(model))
     }
 
-    pub(crate) fn shared_approvals(&self) -> Arc<Mutex<SharedApprovals>> {
+    #[doc(hidden)]
+    pub fn shared_approvals(&self) -> Arc<Mutex<SharedApprovals>> {
         Arc::clone(&self.inner.approvals)
     }
 
@@ -475,7 +512,7 @@ impl<C> RunContext<C> {
         }
     }
 
-    /// The run's metadata ([`crate::AgentRequest::metadata`]): options for tool and context
+    /// The run's metadata (`AgentRequest::metadata`): options for tool and context
     /// providers, such as `mcp.servers`.
     pub fn metadata(&self) -> &serde_json::Map<String, serde_json::Value> {
         &self.inner.metadata
@@ -492,7 +529,8 @@ impl<C> RunContext<C> {
     }
 
     /// The run's usage counter itself (the chat stack adds each attempt's usage to it).
-    pub(crate) fn usage_handle(&self) -> Arc<Mutex<Usage>> {
+    #[doc(hidden)]
+    pub fn usage_handle(&self) -> Arc<Mutex<Usage>> {
         Arc::clone(&self.inner.usage)
     }
 
@@ -514,13 +552,15 @@ impl<C> RunContext<C> {
     }
 
     /// The run's per-model usage itself (the chat stack adds each attempt's usage to it).
-    pub(crate) fn usage_by_model_handle(&self) -> Arc<Mutex<BTreeMap<String, Usage>>> {
+    #[doc(hidden)]
+    pub fn usage_by_model_handle(&self) -> Arc<Mutex<BTreeMap<String, Usage>>> {
         Arc::clone(&self.inner.usage_by_model)
     }
 }
 
 /// Adds `usage` to `model`'s entry (its name is copied only for a new entry).
-pub(crate) fn add_model_usage(by_model: &Mutex<BTreeMap<String, Usage>>, model: &str, usage: Usage) {
+#[doc(hidden)]
+pub fn add_model_usage(by_model: &Mutex<BTreeMap<String, Usage>>, model: &str, usage: Usage) {
     let mut map = by_model.lock().unwrap_or_else(PoisonError::into_inner);
     match map.get_mut(model) {
         Some(entry) => *entry += usage,

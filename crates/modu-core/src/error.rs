@@ -177,21 +177,22 @@ pub enum AgentError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
-    /// A guardrail fired its tripwire ([`crate::guardrail`]); never resumable.
+    /// A guardrail fired its tripwire (`modu_agent::guardrail`); never resumable.
     #[error("the {kind:?} guardrail {guardrail} tripped: {}", tripwire.code)]
     GuardrailTripped {
         /// The guardrail's name.
         guardrail: String,
         /// Which check it made.
-        kind: crate::guardrail::GuardrailKind,
+        kind: crate::tripwire::GuardrailKind,
         /// Its tripwire.
-        tripwire: crate::guardrail::Tripwire,
+        tripwire: crate::tripwire::Tripwire,
     },
 }
 
 impl AgentError {
     /// The error's `type` tag, as its JSON carries it (`"max_turns_exceeded"`, …).
-    pub(crate) fn type_tag(&self) -> Option<String> {
+    #[doc(hidden)]
+    pub fn type_tag(&self) -> Option<String> {
         let json = serde_json::to_value(self).ok()?;
         json.get("type")?.as_str().map(str::to_owned)
     }
@@ -207,7 +208,8 @@ impl AgentError {
         }
     }
 
-    pub(crate) fn from_model(err: &ModelError) -> Self {
+    #[doc(hidden)]
+    pub fn from_model(err: &ModelError) -> Self {
         AgentError::Model {
             kind: err.kind().to_owned(),
             message: err.to_string(),
@@ -215,7 +217,8 @@ impl AgentError {
         }
     }
 
-    pub(crate) fn from_store(operation: &str, err: &StoreError) -> Self {
+    #[doc(hidden)]
+    pub fn from_store(operation: &str, err: &StoreError) -> Self {
         if let StoreError::Fenced { key, .. } = err {
             return AgentError::LeaseLost {
                 session_id: key.clone(),
@@ -225,63 +228,5 @@ impl AgentError {
             operation: operation.to_owned(),
             message: err.to_string(),
         }
-    }
-}
-
-/// Why [`AgentBuilder::build`](crate::AgentBuilder::build) refused a configuration. A function returning [`AgentError`]
-/// can use `?` on it: it converts to [`AgentError::Configuration`] with the same message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// A tool's name is empty or has characters other than letters, digits, `_`, `-` and `.`.
-    #[error("tool name {name:?} is invalid: use letters, digits, '_', '-' or '.'")]
-    InvalidToolName {
-        /// The name.
-        name: String,
-    },
-    /// A tool's parameter schema is not a JSON Schema that compiles.
-    #[error("tool {tool} has an invalid parameter schema: {message}")]
-    InvalidToolSchema {
-        /// The tool's name.
-        tool: String,
-        /// Why the schema does not compile.
-        message: String,
-    },
-    /// Two tools have the same name.
-    #[error("two tools are named {name:?}")]
-    DuplicateTool {
-        /// The name.
-        name: String,
-    },
-    /// A handoff's tool name is the name of a tool or of another handoff.
-    #[error("the handoff tool {name:?} has the name of another tool or handoff")]
-    HandoffNameTaken {
-        /// The handoff's tool name.
-        name: String,
-    },
-    /// `retry.max_attempts` is 0 (it counts the first attempt).
-    #[error("retry.max_attempts must be at least 1")]
-    ZeroRetryAttempts,
-    /// A strict Plan-and-Execute policy with [`FinalizationMode::Disabled`](crate::FinalizationMode::Disabled).
-    #[error("a strict Plan-and-Execute policy always finalizes: finalization_mode must not be Disabled")]
-    StrictPolicyWithoutFinalization,
-    /// A strict Plan-and-Execute policy with `max_steps` 0 (the agent's limits or the plan
-    /// generator's).
-    #[error("a strict Plan-and-Execute policy needs max_steps of at least 1")]
-    StrictPolicyZeroSteps,
-    /// A strict Plan-and-Execute policy with `limits.max_step_attempts` 0.
-    #[error("a strict Plan-and-Execute policy needs max_step_attempts of at least 1")]
-    StrictPolicyZeroStepAttempts,
-    /// A strict Plan-and-Execute policy with handoffs (it does not support them).
-    #[error("handoffs are not supported with a strict Plan-and-Execute policy ({count} handoff(s) added)")]
-    StrictPolicyWithHandoffs {
-        /// How many handoffs were added.
-        count: usize,
-    },
-}
-
-impl From<BuildError> for AgentError {
-    fn from(e: BuildError) -> Self {
-        AgentError::Configuration { message: e.to_string() }
     }
 }

@@ -11,7 +11,7 @@ use crate::tool::ToolError;
 
 /// Something that happened in a run.
 ///
-/// Every event names its run. The caller's stream ([`crate::Agent::stream`]) and every
+/// Every event names its run. The caller's stream (`Agent::stream`) and every
 /// configured [`EventSink`] see the same events, in the same order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -91,7 +91,7 @@ pub enum AgentEvent {
         will_retry: bool,
     },
     /// A fragment of a tool call while the model streams it (standard runs; for UIs that show
-    /// arguments as they arrive). Only the caller's [`crate::RunStream`] gets it, never an
+    /// arguments as they arrive). Only the caller's `RunStream` gets it, never an
     /// event sink: the fragments are the model's raw text, and masking secrets needs the whole
     /// JSON (a fragment can split a key from its value). `ToolCallStarted` carries the whole,
     /// masked by the sinks that mask.
@@ -112,10 +112,10 @@ pub enum AgentEvent {
         arguments: String,
     },
     /// What the run's structured output holds so far, while its JSON arrives (the final
-    /// answer of a run with [`crate::AgentBuilder::output`]; see [`crate::partial`]): complete
+    /// answer of a run with `AgentBuilder::output`; see `modu_agent::partial`): complete
     /// members, the string being written, open objects and arrays closed. Sent each time the
     /// snapshot grows. Like [`AgentEvent::ToolCallDelta`], only the caller's
-    /// [`crate::RunStream`] gets it: the snapshot is the model's raw text, and masking needs the
+    /// `RunStream` gets it: the snapshot is the model's raw text, and masking needs the
     /// whole answer. Read it as a type of your own with [`AgentEvent::partial_output`].
     OutputPartial {
         /// The run.
@@ -155,7 +155,7 @@ pub enum AgentEvent {
     /// A finished tool call's result as the model will read it: the text of its tool
     /// message (media parts left out), right after [`AgentEvent::ToolCallFinished`], for UIs
     /// that show results as each call ends (standard runs; a strict Plan-and-Execute run's
-    /// results stay inside its steps). Only the caller's [`crate::RunStream`] gets it,
+    /// results stay inside its steps). Only the caller's `RunStream` gets it,
     /// never an event sink: a result is the tool's raw output, and sinks record what ran, not
     /// what it returned. A handoff's result is in the run's messages only.
     ToolCallResult {
@@ -227,14 +227,14 @@ pub enum AgentEvent {
         /// Approved (`true`) or rejected.
         approved: bool,
     },
-    /// A guardrail made a check ([`crate::guardrail`]).
+    /// A guardrail made a check (`modu_agent::guardrail`).
     GuardrailChecked {
         /// The run.
         run_id: String,
         /// The guardrail's name.
         guardrail: String,
         /// Which check.
-        kind: crate::guardrail::GuardrailKind,
+        kind: crate::tripwire::GuardrailKind,
         /// The tool call checked (tool guardrails).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_id: Option<String>,
@@ -265,7 +265,7 @@ pub enum AgentEvent {
         /// Answered (`true`) or declined.
         answered: bool,
     },
-    /// A request of the run was compacted to fit its token budget ([`crate::compaction`]).
+    /// A request of the run was compacted to fit its token budget (`modu_agent::compaction`).
     RunCompacted {
         /// The run.
         run_id: String,
@@ -338,7 +338,7 @@ pub enum AgentEvent {
     },
     /// A piece of the model's reasoning, before its answer. In a strict Plan-and-Execute run it
     /// names the step (`plan`, a step id, or `finalize`) and is internal: only
-    /// [`crate::Agent::stream_all`] and event sinks see it.
+    /// `Agent::stream_all` and event sinks see it.
     ReasoningDelta {
         /// The run.
         run_id: String,
@@ -349,7 +349,7 @@ pub enum AgentEvent {
         step_id: Option<String>,
     },
     /// Plan-and-Execute: text the model produced inside a step (PLAN, ACT, STEP_RESULT). Only
-    /// [`crate::Agent::stream_all`] and event sinks see it.
+    /// `Agent::stream_all` and event sinks see it.
     StepModelDelta {
         /// The run.
         run_id: String,

@@ -7,9 +7,9 @@
 //! finishes the other calls of the batch, checkpoints, and pauses with
 //! [`AgentError::Interrupted`](crate::AgentError::Interrupted), listing the
 //! [`InputRequest`] in [`PausedRun::inputs`](crate::PausedRun::inputs). A
-//! person answers with [`Agent::answer`](crate::Agent::answer) (validated against the schema)
-//! or declines with [`Agent::decline`](crate::Agent::decline), and
-//! [`Agent::resume`](crate::Agent::resume) continues — in this process or another one sharing
+//! person answers with `Agent::answer` (validated against the schema)
+//! or declines with `Agent::decline`, and
+//! `Agent::resume` continues — in this process or another one sharing
 //! the checkpoint store, as for approvals.
 //!
 //! On resume the waiting tool is **called again with the same arguments**, and its asks return
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 /// A tool call waiting for a person's input.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InputRequest {
-    /// The waiting call's id (what [`crate::Agent::answer`] takes).
+    /// The waiting call's id (what `Agent::answer` takes).
     pub call_id: String,
     /// The tool that asked.
     pub tool_name: String,
@@ -95,16 +95,21 @@ impl InputSpec {
 /// What a call's context knows about its asks: the answers recorded for the call, how many
 /// the tool consumed in this execution, and the ask that is waiting.
 #[derive(Debug, Default)]
-pub(crate) struct CallInputs {
-    pub(crate) answers: Vec<InputAnswer>,
-    pub(crate) asked: u32,
-    pub(crate) waiting: Option<(u32, InputSpec)>,
+#[doc(hidden)]
+pub struct CallInputs {
+    #[doc(hidden)]
+    pub answers: Vec<InputAnswer>,
+    #[doc(hidden)]
+    pub asked: u32,
+    #[doc(hidden)]
+    pub waiting: Option<(u32, InputSpec)>,
 }
 
 impl CallInputs {
     /// The next ask of the call: its recorded answer, or `None` after recording the ask as the
     /// one waiting (the first unanswered ask of an execution wins).
-    pub(crate) fn next(&mut self, spec: InputSpec) -> Option<InputAnswer> {
+    #[doc(hidden)]
+    pub fn next(&mut self, spec: InputSpec) -> Option<InputAnswer> {
         let index = self.asked;
         self.asked += 1;
         match self.answers.get(index as usize) {

@@ -138,9 +138,12 @@ impl LeaseOptions {
 
 /// An agent's leases and how its runs use them.
 #[derive(Clone)]
-pub(crate) struct SessionLeases {
-    pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) options: LeaseOptions,
+#[doc(hidden)]
+pub struct SessionLeases {
+    #[doc(hidden)]
+    pub store: Arc<dyn LeaseStore>,
+    #[doc(hidden)]
+    pub options: LeaseOptions,
 }
 
 struct Held {

@@ -2,59 +2,38 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod agent;
 pub mod approval;
 mod asking;
-mod canonical;
-pub mod compaction;
-/// Composing agents: an agent as another agent's tool, and handoffs.
-pub mod compose {
-    pub use crate::agent::compose::{AgentTool, Handoff};
-}
+#[doc(hidden)]
+pub mod canonical;
 pub mod context;
 pub mod error;
 pub mod event;
-pub mod fallback;
-pub mod guardrail;
 pub mod input;
 pub mod lease;
+pub mod mask;
 pub mod media;
-pub mod memory;
 pub mod message;
-pub mod middleware;
 pub mod modality;
 pub mod model;
 pub mod outcome;
 pub mod output;
-pub mod partial;
 pub mod plan;
 pub mod provider;
 pub mod redact;
-mod runner;
-pub mod runtime;
-pub mod sinks;
 pub mod store;
 pub mod tokens;
 pub mod tool;
-mod tripwire;
+pub mod tripwire;
 
-pub use agent::{
-    Agent, AgentBuilder, AgentGuardrail, AgentRequest, FinalizationMode, Fixed, Instructions, ModelSettings, Open,
-    RetryConfig, RunLimits, TypesOpen,
-};
 pub use approval::{ApprovalDecision, ApprovalRequest};
-pub use compose::{AgentTool, Handoff};
 pub use context::{RunContext, UserContext};
-pub use error::{AgentError, BuildError};
+pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
-pub use fallback::{CircuitBreaker, FallbackModel, SwitchPredicate};
 pub use input::{InputAnswer, InputRequest, InputSpec};
 pub use lease::{InMemoryLeaseStore, Lease, LeaseOptions, LeaseStore};
+pub use mask::SecretMasker;
 pub use media::ToolContent;
-pub use memory::{
-    ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
-    RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
-};
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
 pub use modality::{InputModalities, MediaSource, Modality};
 pub use model::{
@@ -69,8 +48,6 @@ pub use provider::{
     AllowAllAuthorizer, ContextProvider, ContextProviderError, ModelContext, RbacToolAuthorizer, Stage,
     StaticToolSession, ToolAuthorizer, ToolProvider, ToolProviderError, ToolProviderErrorKind, ToolSession,
 };
-pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
-pub use runtime::AgentRuntime;
 pub use store::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
     ConversationStore, Fence, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore,
@@ -80,6 +57,7 @@ pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{
     ArgumentValidator, ErrorMapper, FunctionTool, RecoveryAction, Tool, ToolError, ToolErrorKind, ToolSpec,
 };
+pub use tripwire::{GuardrailKind, Tripwire};
 
 /// A boxed error, the cause type used across modu.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -178,7 +178,8 @@ pub fn check_messages(
 
 /// A tool's result as the run loop accepts it: an envelope whose parts do not read, or hold an
 /// inline part over the limit, becomes a tool error the model sees.
-pub(crate) fn check_tool_value(value: Value) -> Result<Value, ToolError> {
+#[doc(hidden)]
+pub fn check_tool_value(value: Value) -> Result<Value, ToolError> {
     match ToolContent::from_value(&value) {
         None => Ok(value),
         Some(Err(e)) => Err(ToolError::new(ToolErrorKind::Execution, "invalid_tool_content")
@@ -195,7 +196,8 @@ pub(crate) fn check_tool_value(value: Value) -> Result<Value, ToolError> {
 /// A tool's result value as the tool message's parts: an envelope's parts (text cut at `max`
 /// bytes, media whole), anything else one text part (a string as is, other JSON as its
 /// compact text), cut at `max`.
-pub(crate) fn result_parts(value: Value, max: Option<usize>) -> Vec<ContentPart> {
+#[doc(hidden)]
+pub fn result_parts(value: Value, max: Option<usize>) -> Vec<ContentPart> {
     if let Some(Ok(content)) = ToolContent::from_value(&value) {
         return content
             .parts

@@ -217,7 +217,8 @@ impl ToolCall {
 
 /// Raw tool-call arguments as JSON; empty (or blank) arguments are `{}`, as servers send them
 /// for tools without parameters.
-pub(crate) fn parse_tool_arguments(raw: &str) -> Result<serde_json::Value, serde_json::Error> {
+#[doc(hidden)]
+pub fn parse_tool_arguments(raw: &str) -> Result<serde_json::Value, serde_json::Error> {
     if raw.trim().is_empty() {
         Ok(serde_json::Value::Object(serde_json::Map::new()))
     } else {

@@ -206,10 +206,12 @@ fn no_tools_yet() -> Arc<Vec<ToolDefinition>> {
 pub struct Extensions {
     map: Option<Arc<::http::Extensions>>,
     /// The run's deadline (model calls and tool invocations).
-    pub(crate) deadline: Option<tokio::time::Instant>,
+    #[doc(hidden)]
+    pub deadline: Option<tokio::time::Instant>,
     /// The run's side of one model request (the runner's `RunCall`), type-erased so this
     /// module does not depend on the runner.
-    pub(crate) run: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    #[doc(hidden)]
+    pub run: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Extensions {
@@ -531,12 +533,30 @@ impl ModelError {
 /// Object safe: agents hold models as `Arc<dyn ChatModel>`.
 ///
 /// ```
-/// use modu_core::{ChatModel, ChatRequest, Message};
-/// use modu_testing::ScriptedModel;
+/// use async_trait::async_trait;
+/// use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, Message, ModelError};
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), modu_core::ModelError> {
-/// let model = ScriptedModel::new().text("hello");
-/// let answer = model.complete(ChatRequest::new(vec![Message::user("hi")])).await?;
+/// /// Answers "hello", whatever it is asked.
+/// struct Hello;
+///
+/// #[async_trait]
+/// impl ChatModel for Hello {
+///     fn model_name(&self) -> &str {
+///         "hello-1"
+///     }
+///
+///     async fn stream(&self, _request: ChatRequest) -> Result<ChatStream, ModelError> {
+///         let events = [
+///             ChatEvent::TextDelta { text: "hello".into() },
+///             ChatEvent::Finish { reason: FinishReason::Stop },
+///         ];
+///         Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ModelError> {
+/// // `complete` folds the stream into one answer.
+/// let answer = Hello.complete(ChatRequest::new(vec![Message::user("hi")])).await?;
 /// assert_eq!(answer.message.text(), "hello");
 /// # Ok(()) }
 /// ```

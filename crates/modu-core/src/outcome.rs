@@ -1,17 +1,18 @@
 //! How a run ended: [`RunOutcome`], with the [`RunReport`] every ending carries.
 //!
 //! A run completes with an output, pauses for a person (approvals, input), or fails. A pause is
-//! not a failure: it ends as [`RunOutcome::Paused`], and [`Agent::resume`](crate::Agent::resume)
+//! not a failure: it ends as [`RunOutcome::Paused`], and `Agent::resume`
 //! continues it once the person has answered. [`RunOutcome::into_result`] turns the outcome into
 //! a `Result` for `?`:
 //!
 //! ```
-//! use modu_core::{Agent, RunError};
-//! use modu_testing::ScriptedModel;
+//! use modu_core::{CompletedRun, RunOutcome, RunReport};
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let agent = Agent::builder(ScriptedModel::new().text("4")).build()?;
-//! let outcome = agent.run("What is 2 + 2?").await;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // What `modu_agent::Agent::run` returns for a run that answered "4" in one model call.
+//! let mut report = RunReport::new("run-1", "assistant");
+//! report.stats.model_calls = 1;
+//! let outcome = RunOutcome::Completed(CompletedRun::new("4".to_owned(), report));
 //! assert_eq!(outcome.report().stats.model_calls, 1);
 //! let answer: String = outcome.into_result()?;
 //! assert_eq!(answer, "4");
@@ -103,7 +104,7 @@ pub struct RunReport {
     /// The run's usage (tokens and requests).
     pub usage: Usage,
     /// `usage` of the run's model calls by model: the model that answered each call (the
-    /// member of a [`FallbackModel`](crate::fallback::FallbackModel) chain that answered, else
+    /// member of a `FallbackModel` chain that answered, else
     /// the agent's or planner's model), or that was asked, for a failed call. The usage of
     /// nested agents' model calls is included. Usage only added to the total
     /// ([`RunContext::add_usage`](crate::context::RunContext::add_usage): memory summaries,
@@ -116,7 +117,7 @@ pub struct RunReport {
     /// A strict Plan-and-Execute run's plan, tool trace and failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanReport>,
-    /// The caller's own metadata ([`AgentRequest::metadata`](crate::AgentRequest::metadata)),
+    /// The caller's own metadata (`AgentRequest::metadata`),
     /// as the run ended with it.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, serde_json::Value>,
@@ -133,7 +134,7 @@ pub struct RunStats {
     /// Model turns: the model's answers in the run's loop (a separate finalizing request is
     /// not one).
     pub turns: u32,
-    /// Whether this ending came from [`Agent::resume`](crate::Agent::resume).
+    /// Whether this ending came from `Agent::resume`.
     #[serde(default)]
     pub resumed: bool,
     /// Whether the conversation store refused the answer (see [`FailedRun::unstored_output`]).
@@ -182,7 +183,8 @@ pub struct PlanUsage {
 
 impl<O> RunOutcome<O> {
     /// The outcome of a run that ended with `error` before it did anything.
-    pub(crate) fn failed(run_id: impl Into<String>, agent: impl Into<String>, error: AgentError) -> Self {
+    #[doc(hidden)]
+    pub fn failed(run_id: impl Into<String>, agent: impl Into<String>, error: AgentError) -> Self {
         RunOutcome::Failed(FailedRun {
             error,
             unstored_output: None,

@@ -109,7 +109,8 @@ where
 }
 
 /// Models sometimes wrap JSON in a Markdown code fence; take what is inside.
-pub(crate) fn strip_code_fence(text: &str) -> &str {
+#[doc(hidden)]
+pub fn strip_code_fence(text: &str) -> &str {
     if let Some(rest) = text.strip_prefix("```") {
         let rest = rest.trim_start_matches(|c: char| c.is_ascii_alphabetic());
         if let Some(inner) = rest.trim_end().strip_suffix("```") {

@@ -77,7 +77,8 @@ impl Fence {
 }
 
 /// Checks a fenced write against leases (built by `InMemoryLeaseStore`) and runs it if allowed.
-pub(crate) type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> Result<(), StoreError> + Send + Sync>;
+#[doc(hidden)]
+pub type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> Result<(), StoreError> + Send + Sync>;
 
 /// Keeps the messages of conversations (sessions).
 ///
@@ -460,7 +461,8 @@ impl InMemoryConversationStore {
         }
     }
 
-    pub(crate) fn with_fence_check(mut self, check: FenceCheck) -> Self {
+    #[doc(hidden)]
+    pub fn with_fence_check(mut self, check: FenceCheck) -> Self {
         self.fence_check = Some(check);
         self
     }
@@ -557,7 +559,8 @@ impl InMemoryCheckpointStore {
         }
     }
 
-    pub(crate) fn with_fence_check(mut self, check: FenceCheck) -> Self {
+    #[doc(hidden)]
+    pub fn with_fence_check(mut self, check: FenceCheck) -> Self {
         self.fence_check = Some(check);
         self
     }

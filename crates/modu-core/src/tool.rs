@@ -63,13 +63,15 @@ mod opt_secs {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    pub(crate) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    #[doc(hidden)]
+    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(d) => s.serialize_some(&d.as_secs_f64()),
             None => s.serialize_none(),
         }
     }
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    #[doc(hidden)]
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let v: Option<f64> = Option::deserialize(d)?;
         Ok(v.and_then(|s| Duration::try_from_secs_f64(s).ok()))
     }
@@ -352,7 +354,7 @@ pub fn map_tool_error(err: BoxError, mapper: Option<&ErrorMapper>) -> ToolError 
     // Only for the developer's own logs, and with key=value secrets masked: the model, events
     // and traces see the generic error below.
     tracing::debug!(
-        error = %crate::sinks::mask::SecretMasker::default().mask_text(&err.to_string()),
+        error = %crate::mask::SecretMasker::default().mask_text(&err.to_string()),
         "unmapped tool error"
     );
     ToolError::execution("unhandled_error")
@@ -700,7 +702,8 @@ impl ArgumentValidator {
 }
 
 /// Replaces every character that is not a letter, digit, `_` or `-` (names of schemas and tools).
-pub(crate) fn sanitize_name(raw: &str) -> String {
+#[doc(hidden)]
+pub fn sanitize_name(raw: &str) -> String {
     raw.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {

@@ -1,4 +1,4 @@
-//! The data of guardrail checks ([`crate::guardrail`]): apart from the guardrail traits so that a
+//! The data of guardrail checks (`modu_agent::guardrail`): apart from the guardrail traits so that a
 //! tool call's scope can record checks without depending on them.
 
 use serde::{Deserialize, Serialize};
@@ -50,9 +50,14 @@ pub enum GuardrailKind {
 
 /// One guardrail's check as the run records it.
 #[derive(Clone, Debug)]
-pub(crate) struct Checked {
-    pub(crate) guardrail: String,
-    pub(crate) kind: GuardrailKind,
-    pub(crate) tripped: Option<Tripwire>,
-    pub(crate) replaced: bool,
+#[doc(hidden)]
+pub struct Checked {
+    #[doc(hidden)]
+    pub guardrail: String,
+    #[doc(hidden)]
+    pub kind: GuardrailKind,
+    #[doc(hidden)]
+    pub tripped: Option<Tripwire>,
+    #[doc(hidden)]
+    pub replaced: bool,
 }

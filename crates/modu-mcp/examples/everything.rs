@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use modu_core::{Agent, Role};
+use modu_agent::Agent;
+use modu_core::Role;
 use modu_mcp::{McpConfig, McpConnector, McpServerConfig, McpToolProvider};
 use modu_testing::ScriptedModel;
 use serde_json::json;

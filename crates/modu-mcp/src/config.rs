@@ -311,10 +311,10 @@ impl McpServerConfig {
     /// The credentials this configuration holds, redacted from successful results too: header
     /// values, an inline bearer token, and environment values under secret-looking names
     /// (`GITHUB_TOKEN`, `OPENAI_API_KEY`, `DB_PASSWORD`, ...; the names
-    /// [`modu_core::sinks::SecretMasker`] treats as secret). Other environment values
+    /// [`modu_core::mask::SecretMasker`] treats as secret). Other environment values
     /// (`LOG_LEVEL=info`) are not, so that ordinary words stay in results.
     pub(crate) fn inline_credentials(&self) -> Vec<String> {
-        let masker = modu_core::sinks::SecretMasker::default();
+        let masker = modu_core::mask::SecretMasker::default();
         let mut out: Vec<String> = self
             .env
             .iter()

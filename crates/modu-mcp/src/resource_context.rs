@@ -17,7 +17,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use modu_core::Agent;
+//! use modu_agent::Agent;
 //! use modu_mcp::{McpConfig, McpConnector, McpResourceContext};
 //! use modu_testing::ScriptedModel;
 //!

@@ -8,7 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentRequest, Role, UserContext};
+use modu_agent::{Agent, AgentRequest};
+use modu_core::{Role, UserContext};
 use modu_mcp::{McpConfig, McpConnector, McpToolProvider, approval_description};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
@@ -264,7 +265,7 @@ async fn direct_tools_offer_each_external_tool_under_its_name_and_honour_filter_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_plan_restricts_each_step_to_the_external_tools_it_names() {
-    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
     let Some(python) = support::python() else { return };
     let marker = support::marker("agent-direct-plan");
     let model = ScriptedModel::new()

@@ -8,7 +8,8 @@ mod support;
 
 use std::sync::Arc;
 
-use modu_core::{Agent, AgentError, InMemoryCheckpointStore, Role};
+use modu_agent::Agent;
+use modu_core::{AgentError, InMemoryCheckpointStore, Role};
 use modu_mcp::{
     McpConfig, McpConnector, McpElicitation, McpElicitationAnswer, McpElicitationHandler, McpSelectionRequest,
     McpSessionOptions, McpToolProvider,

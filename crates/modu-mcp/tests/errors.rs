@@ -242,9 +242,9 @@ async fn a_stdio_server_that_says_nothing_shows_no_stderr_section() {
 
 /// An agent over `connector` whose model would answer at once (it is never asked: opening the
 /// tools fails first).
-fn agent_over(connector: McpConnector) -> modu_core::Agent<()> {
+fn agent_over(connector: McpConnector) -> modu_agent::Agent<()> {
     let model = modu_testing::ScriptedModel::new().text("never asked");
-    modu_core::Agent::builder(model)
+    modu_agent::Agent::builder(model)
         .tool_provider(modu_mcp::McpToolProvider::new(std::sync::Arc::new(connector)))
         .build()
         .unwrap()
@@ -277,7 +277,7 @@ async fn at_the_agent_a_failing_server_is_unavailable_and_resumable() {
 #[tokio::test]
 async fn at_the_agent_an_unknown_server_in_the_selection_is_a_configuration_error() {
     let url = start(Mode::Fail).await;
-    let request = modu_core::AgentRequest::new((), "hi").metadata("mcp", json!({"servers": ["nope"]}));
+    let request = modu_agent::AgentRequest::new((), "hi").metadata("mcp", json!({"servers": ["nope"]}));
     let result = agent_over(connector(url)).run(request).await;
     assert_eq!(provider_error(&result), (ToolProviderErrorKind::Configuration, false));
 }

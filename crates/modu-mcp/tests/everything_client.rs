@@ -8,7 +8,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use modu_core::{Agent, Role, Usage};
+use modu_agent::Agent;
+use modu_core::{Role, Usage};
 use modu_mcp::{
     InvocationFailure, McpConfig, McpConnector, McpError, McpProgress, McpSampling, McpSamplingPolicy, McpServerConfig,
     McpSessionOptions, McpToolProvider, RequestFailure,
@@ -555,7 +556,7 @@ async fn a_servers_progress_becomes_the_runs_tool_progress_events() {
     let mut progress = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
-            modu_core::StreamItem::Event(event) => {
+            modu_agent::StreamItem::Event(event) => {
                 kinds.push(event.kind());
                 if let modu_core::AgentEvent::ToolProgress {
                     call_id,
@@ -567,9 +568,9 @@ async fn a_servers_progress_becomes_the_runs_tool_progress_events() {
                     progress.push((call_id, p, total));
                 }
             }
-            modu_core::StreamItem::Completed(_) => {}
-            modu_core::StreamItem::Failed(result) => panic!("{:?}", result.error),
-            modu_core::StreamItem::Paused(paused) => panic!("paused: {:?}", paused.approvals),
+            modu_agent::StreamItem::Completed(_) => {}
+            modu_agent::StreamItem::Failed(result) => panic!("{:?}", result.error),
+            modu_agent::StreamItem::Paused(paused) => panic!("paused: {:?}", paused.approvals),
         }
     }
     // Four reports, in order, for the call, between its start and its end.

@@ -9,7 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, Role, RunContext, ToolErrorKind, ToolSession};
+use modu_agent::Agent;
+use modu_core::{Role, RunContext, ToolErrorKind, ToolSession};
 use modu_mcp::{
     InvocationFailure, McpConfig, McpConnector, McpError, McpServerConfig, McpToolProvider, McpToolSession,
 };

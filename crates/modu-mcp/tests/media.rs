@@ -6,7 +6,7 @@ mod support;
 
 use std::sync::Arc;
 
-use modu_core::Agent;
+use modu_agent::Agent;
 use modu_mcp::{McpConfig, McpConnector, McpToolProvider};
 use modu_openai::OpenAiClient;
 use modu_testing::{MockOpenAiServer, MockReply};

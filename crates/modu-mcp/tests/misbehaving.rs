@@ -9,7 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use modu_core::{Agent, Role};
+use modu_agent::Agent;
+use modu_core::Role;
 use modu_mcp::config::DEFAULT_MAX_RESULT_BYTES;
 use modu_mcp::{
     InvocationFailure, McpAuthConfig, McpConfig, McpConnector, McpError, McpServerConfig, McpSession, McpToolProvider,

@@ -8,7 +8,8 @@ mod support;
 
 use std::sync::Arc;
 
-use modu_core::{Agent, AgentEvent, AgentRequest, CollectingEventSink, Message, RbacToolAuthorizer, Role, UserContext};
+use modu_agent::{Agent, AgentRequest};
+use modu_core::{AgentEvent, CollectingEventSink, Message, RbacToolAuthorizer, Role, UserContext};
 use modu_mcp::{McpConfig, McpConnector, McpToolProvider};
 use modu_testing::ScriptedModel;
 use serde_json::json;

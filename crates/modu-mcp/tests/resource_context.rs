@@ -7,7 +7,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentError, Role};
+use modu_agent::Agent;
+use modu_core::{AgentError, Role};
 use modu_mcp::{McpConfig, McpConnector, McpResourceContext};
 use modu_testing::ScriptedModel;
 use serde_json::json;

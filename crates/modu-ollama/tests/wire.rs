@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use futures::StreamExt;
+use modu_agent::Agent;
 use modu_core::{
-    Agent, ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, FinishReason, FunctionTool, Message,
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, FinishReason, FunctionTool, Message,
     ModelError, ResponseFormat, ToolCall, ToolDefinition,
 };
 use modu_ollama::OllamaClient;

@@ -47,7 +47,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use modu_core::{Agent, FunctionTool, StreamItem};
+use modu_agent::{Agent, StreamItem};
+use modu_core::FunctionTool;
 use modu_openai::OpenAiClient;
 use modu_testing::MockOpenAiServer;
 use serde_json::{Value, json};

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use modu_core::{
-    Agent, AgentEvent, ChatEvent, ChatModel, ChatRequest, CircuitBreaker, CollectingEventSink, FallbackModel, Message,
-};
+use modu_agent::{Agent, CircuitBreaker, FallbackModel};
+use modu_core::{AgentEvent, ChatEvent, ChatModel, ChatRequest, CollectingEventSink, Message};
 use modu_openai::OpenAiClient;
 use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::json;

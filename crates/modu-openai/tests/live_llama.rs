@@ -13,10 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use modu_agent::{Agent, ModelSettings};
 use modu_core::tokens::{ApproximateTokenCounter, TokenCounter};
-use modu_core::{
-    Agent, ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ModelError, ModelSettings, ToolDefinition,
-};
+use modu_core::{ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ModelError, ToolDefinition};
 use modu_openai::{OpenAiClient, VllmTokenCounter};
 use modu_testing::service_env;
 use serde_json::json;
@@ -274,8 +273,9 @@ async fn live_api_key_protected_server_rejects_a_missing_key() {
 /// step-result schema does the same for STEP_RESULT. A 135M model's arithmetic is not asserted.
 #[tokio::test]
 async fn live_plan_and_execute_produces_a_valid_plan_and_a_typed_outcome() {
-    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-    use modu_core::{AgentError, AgentEvent, CollectingEventSink, FunctionTool, RunLimits};
+    use modu_agent::RunLimits;
+    use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    use modu_core::{AgentError, AgentEvent, CollectingEventSink, FunctionTool};
 
     let Some(model) = live() else { return };
     #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use modu_core::{Agent, ChatModel, ChatRequest, Message, ModelError, RetryConfig};
+use modu_agent::{Agent, RetryConfig};
+use modu_core::{ChatModel, ChatRequest, Message, ModelError};
 use modu_openai::OpenAiClient;
 use serde_json::json;
 

@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use modu_agent::{Agent, RetryConfig};
 use modu_core::{
-    Agent, ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, FinishReason, FunctionTool, Message,
-    ModelError, ResponseFormat, RetryConfig, ToolCall, ToolChoice, ToolDefinition,
+    ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, FinishReason, FunctionTool, Message,
+    ModelError, ResponseFormat, ToolCall, ToolChoice, ToolDefinition,
 };
 use modu_openai::{EmptyToolCallContent, OpenAiClient, TokenizeApi, VllmTokenCounter};
 use modu_testing::{MockOpenAiServer, MockReply};
@@ -1059,12 +1060,12 @@ async fn a_run_streams_and_keeps_reasoning() {
     let mut result = None;
     while let Some(item) = stream.next().await {
         match item {
-            modu_core::StreamItem::Event(modu_core::AgentEvent::ReasoningDelta { text, step_id, .. }) => {
+            modu_agent::StreamItem::Event(modu_core::AgentEvent::ReasoningDelta { text, step_id, .. }) => {
                 assert_eq!(step_id, None);
                 reasoning.push_str(&text);
             }
-            modu_core::StreamItem::Completed(r) => result = Some(r),
-            modu_core::StreamItem::Failed(r) => panic!("{:?}", r.error),
+            modu_agent::StreamItem::Completed(r) => result = Some(r),
+            modu_agent::StreamItem::Failed(r) => panic!("{:?}", r.error),
             _ => {}
         }
     }
@@ -1106,7 +1107,7 @@ async fn a_streamed_run_emits_tool_call_argument_deltas() {
     let (mut fragments, mut started, mut first_id) = (String::new(), None, None);
     while let Some(item) = stream.next().await {
         match item {
-            modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallDelta {
+            modu_agent::StreamItem::Event(modu_core::AgentEvent::ToolCallDelta {
                 index,
                 id,
                 tool,
@@ -1121,11 +1122,11 @@ async fn a_streamed_run_emits_tool_call_argument_deltas() {
                 }
                 fragments.push_str(&arguments);
             }
-            modu_core::StreamItem::Event(modu_core::AgentEvent::ToolCallStarted { call_id, arguments, .. }) => {
+            modu_agent::StreamItem::Event(modu_core::AgentEvent::ToolCallStarted { call_id, arguments, .. }) => {
                 started = Some((call_id, arguments));
             }
-            modu_core::StreamItem::Completed(r) => assert_eq!(r.output, "Sunny."),
-            modu_core::StreamItem::Failed(r) => panic!("{:?}", r.error),
+            modu_agent::StreamItem::Completed(r) => assert_eq!(r.output, "Sunny."),
+            modu_agent::StreamItem::Failed(r) => panic!("{:?}", r.error),
             _ => {}
         }
     }

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use modu_core::sinks::{
+use modu_agent::Agent;
+use modu_agent::sinks::{
     AuditEventSink, CompositeEventSink, InMemoryMetricRecorder, LoggingEventSink, MetricsEventSink,
 };
-use modu_core::{Agent, EventSink, FunctionTool};
+use modu_core::{EventSink, FunctionTool};
 use modu_otel::OtelEventSink;
 use modu_testing::ScriptedModel;
 use opentelemetry::trace::TracerProvider as _;

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentEvent, EventSink, FunctionTool, ToolError, ToolSpec, Usage};
+use modu_agent::Agent;
+use modu_core::{AgentEvent, EventSink, FunctionTool, ToolError, ToolSpec, Usage};
 use modu_otel::OtelEventSink;
 use modu_testing::ScriptedModel;
 use opentelemetry::trace::{SpanId, Status, TracerProvider as _};

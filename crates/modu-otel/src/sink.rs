@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use modu_core::sinks::SecretMasker;
+use modu_core::mask::SecretMasker;
 use modu_core::{AgentEvent, EventSink, SinkError};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::metrics::{Histogram, Meter};
@@ -99,7 +99,7 @@ struct State {
 /// # Time
 ///
 /// Events carry no timestamps: spans start and end when the sink **receives** the events.
-/// Behind a [`CompositeEventSink`](modu_core::sinks::CompositeEventSink) that is shortly
+/// Behind a `modu_agent::sinks::CompositeEventSink` that is shortly
 /// after the run loop emitted them (queueing delay). Durations reported by the events
 /// (`duration_ms`) are used for the duration metric.
 pub struct OtelEventSink {

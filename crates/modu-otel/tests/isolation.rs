@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use modu_core::sinks::CompositeEventSink;
-use modu_core::{Agent, AgentEvent, CollectingEventSink, EventSink, FunctionTool, SinkError, ToolSpec};
+use modu_agent::Agent;
+use modu_agent::sinks::CompositeEventSink;
+use modu_core::{AgentEvent, CollectingEventSink, EventSink, FunctionTool, SinkError, ToolSpec};
 use modu_testing::ScriptedModel;
 use serde_json::json;
 

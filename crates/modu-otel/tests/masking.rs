@@ -7,8 +7,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use modu_core::sinks::{AuditEventSink, CompositeEventSink, LoggingEventSink};
-use modu_core::{Agent, FunctionTool, ModelError, ToolError, ToolSpec};
+use modu_agent::Agent;
+use modu_agent::sinks::{AuditEventSink, CompositeEventSink, LoggingEventSink};
+use modu_core::{FunctionTool, ModelError, ToolError, ToolSpec};
 use modu_testing::ScriptedModel;
 use serde_json::json;
 

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::sinks::{CompositeEventSink, InMemoryMetricRecorder, MetricsEventSink, metric_names as names};
-use modu_core::{Agent, FunctionTool, ToolError, ToolSpec};
+use modu_agent::Agent;
+use modu_agent::sinks::{CompositeEventSink, InMemoryMetricRecorder, MetricsEventSink, metric_names as names};
+use modu_core::{FunctionTool, ToolError, ToolSpec};
 use modu_otel::OtelEventSink;
 use modu_testing::ScriptedModel;
 use opentelemetry::KeyValue;

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentEvent, EventSink, FunctionTool, ToolError, ToolSpec, Usage};
+use modu_agent::Agent;
+use modu_core::{AgentEvent, EventSink, FunctionTool, ToolError, ToolSpec, Usage};
 use modu_otel::OtelEventSink;
 use modu_testing::ScriptedModel;
 use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider as _};
@@ -84,7 +85,7 @@ async fn agent_run_span_tree_with_concurrent_tools_and_a_failed_tool() {
         .build()
         .unwrap();
     let result = agent
-        .run(modu_core::AgentRequest::new((), "go").session("sess-1"))
+        .run(modu_agent::AgentRequest::new((), "go").session("sess-1"))
         .await;
     assert!(result.is_completed());
     assert_eq!(sink.open_runs(), 0);

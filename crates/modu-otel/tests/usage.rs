@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use modu_core::{Agent, ChatEvent, FallbackModel, FinishReason, ModelError, Usage};
+use modu_agent::{Agent, FallbackModel};
+use modu_core::{ChatEvent, FinishReason, ModelError, Usage};
 use modu_otel::{OtelEventSink, semconv};
 use modu_testing::ScriptedModel;
 use opentelemetry::trace::TracerProvider as _;

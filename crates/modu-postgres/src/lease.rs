@@ -73,7 +73,8 @@ pub(crate) async fn check_fence(
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use modu_core::{Agent, AgentRequest, LeaseOptions};
+/// use modu_agent::{Agent, AgentRequest};
+/// use modu_core::LeaseOptions;
 /// use modu_postgres::PostgresStores;
 /// use modu_testing::ScriptedModel;
 ///

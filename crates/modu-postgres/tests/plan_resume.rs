@@ -7,11 +7,9 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-use modu_core::{
-    Agent, AgentError, AgentRequest, CheckpointStore, ConversationStore, FunctionTool, ModelError, RetryConfig,
-    ToolSpec,
-};
+use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu_agent::{Agent, AgentRequest, RetryConfig};
+use modu_core::{AgentError, CheckpointStore, ConversationStore, FunctionTool, ModelError, ToolSpec};
 use modu_postgres::{PostgresCheckpointStore, PostgresConversationStore};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
@@ -89,11 +87,11 @@ async fn postgres_strict_run_resumes_mid_plan_and_is_not_finalized_twice() {
     );
     assert_eq!(
         failed.plan().unwrap().plan.steps[0].status,
-        modu_core::plan::StepStatus::Completed
+        modu_agent::plan::StepStatus::Completed
     );
     assert_eq!(
         failed.plan().unwrap().plan.steps[1].status,
-        modu_core::plan::StepStatus::InProgress
+        modu_agent::plan::StepStatus::InProgress
     );
 
     // Process 2: a fresh pool on the same schema resumes at step 2.

@@ -7,9 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use modu_agent::{Agent, AgentRequest, RetryConfig};
 use modu_core::{
-    Agent, AgentError, AgentRequest, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore,
-    FunctionTool, Message, ModelError, RetryConfig, Role, ToolSpec,
+    AgentError, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore, FunctionTool, Message,
+    ModelError, Role, ToolSpec,
 };
 use modu_postgres::sqlx;
 use modu_postgres::{PostgresCheckpointStore, PostgresConversationStore};
@@ -148,7 +149,7 @@ async fn postgres_checkpoint_of_unknown_schema_version_is_checkpoint_invalid() {
 
     let bytes = s.ckpt.load(failed.run_id()).await.unwrap().unwrap();
     let mut state: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(state["schema_version"], json!(modu_core::CHECKPOINT_SCHEMA_VERSION));
+    assert_eq!(state["schema_version"], json!(modu_agent::CHECKPOINT_SCHEMA_VERSION));
     state["schema_version"] = json!(999);
     // Saved again with the metadata the run loop wrote (a resumable failure).
     let listed = s.ckpt.list(&CheckpointQuery::default()).await.unwrap();
@@ -182,7 +183,7 @@ async fn postgres_checkpoint_of_unknown_schema_version_is_checkpoint_invalid() {
 async fn approvals_hold_across_processes_on_postgres() {
     let Some(url) = support::url() else { return };
     let schema = support::schema("approvals");
-    modu_testing::scenarios::approvals_across_processes(|| {
+    modu_agent::testing::approvals_across_processes(|| {
         let (url, schema) = (url.clone(), schema.clone());
         async move {
             // A new pool on the same schema: what another process would open.

@@ -89,7 +89,8 @@ return 0
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};
-/// use modu_core::{Agent, LeaseOptions};
+/// use modu_agent::Agent;
+/// use modu_core::LeaseOptions;
 /// use modu_redis::{RedisCheckpointStore, RedisConversationStore, RedisLeaseStore};
 /// use modu_testing::ScriptedModel;
 ///
@@ -104,7 +105,7 @@ return 0
 ///         LeaseOptions::new().ttl(Duration::from_secs(10)),
 ///     )
 ///     .build()?;
-/// agent.run(modu_core::AgentRequest::new((), "hi").session("session-42")).await;
+/// agent.run(modu_agent::AgentRequest::new((), "hi").session("session-42")).await;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use modu_agent::{Agent, AgentRequest, RetryConfig};
 use modu_core::{
-    Agent, AgentError, AgentRequest, CheckpointMeta, CheckpointStatus, CheckpointStore, ConversationStore,
-    FunctionTool, MemoryStateStore, Message, RetryConfig, StoreError, ToolSpec,
+    AgentError, CheckpointMeta, CheckpointStatus, CheckpointStore, ConversationStore, FunctionTool, MemoryStateStore,
+    Message, StoreError, ToolSpec,
 };
 use modu_redis::{RedisCheckpointStore, RedisConversationStore, RedisMemoryStateStore};
 use modu_testing::ScriptedModel;

@@ -19,9 +19,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use modu_agent::{Agent, AgentRequest, RetryConfig};
 use modu_core::{
-    Agent, AgentRequest, CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore,
-    LeaseStore, MemoryStateStore, Message, RetryConfig,
+    CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore, LeaseStore,
+    MemoryStateStore, Message,
 };
 use modu_redis::redis::{self, aio::ConnectionManager};
 use modu_redis::{

@@ -7,7 +7,8 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use modu_core::{Agent, AgentError, AgentRequest, CheckpointStore, ConversationStore, ModelError, RetryConfig, Role};
+use modu_agent::{Agent, AgentRequest, RetryConfig};
+use modu_core::{AgentError, CheckpointStore, ConversationStore, ModelError, Role};
 use modu_redis::{RedisCheckpointStore, RedisConversationStore};
 use modu_testing::{ScriptedModel, service_env, unique_prefix};
 use serde_json::json;
@@ -79,7 +80,7 @@ async fn redis_resume_after_model_failure_does_not_rerun_tools() {
 async fn approvals_hold_across_processes_on_redis() {
     let Some(url) = service_env("REDIS_URL") else { return };
     let prefix = unique_prefix("approvals");
-    modu_testing::scenarios::approvals_across_processes(|| {
+    modu_agent::testing::approvals_across_processes(|| {
         let (url, prefix) = (url.clone(), prefix.clone());
         async move {
             // A new connection with the same prefix: what another process would open.

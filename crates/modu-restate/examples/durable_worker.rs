@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use modu_core::{Agent, FunctionTool, InMemoryCheckpointStore, RetryConfig, RunContext, ToolError, ToolSpec};
+use modu_agent::{Agent, RetryConfig};
+use modu_core::{FunctionTool, InMemoryCheckpointStore, RunContext, ToolError, ToolSpec};
 use modu_openai::OpenAiClient;
 use modu_restate::restate_sdk::endpoint::Endpoint;
 use modu_restate::{DurableSession, Retries, durable};

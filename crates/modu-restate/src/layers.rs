@@ -6,8 +6,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use modu_core::middleware::{ChatService, FunctionService, ToolInvocation};
-use modu_core::{AgentBuilder, ChatRequest, ChatResponse, Fixed, ModelError, ToolError, ToolErrorKind};
+use modu_agent::middleware::{ChatService, FunctionService, ToolInvocation};
+use modu_agent::{AgentBuilder, Fixed};
+use modu_core::{ChatRequest, ChatResponse, ModelError, ToolError, ToolErrorKind};
 use restate_sdk::context::RunRetryPolicy;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -17,7 +18,7 @@ use crate::journal::{self, Attempt, Outcome, StepWork};
 
 /// Who retries a failed model or tool call inside its journaled step.
 ///
-/// - [`Retries::Agent`] (the default): the agent's [`modu_core::RetryConfig`] retries inside the
+/// - [`Retries::Agent`] (the default): the agent's [`modu_agent::RetryConfig`] retries inside the
 ///   step (the agent's backoff, its per-attempt events), and the step journals the final
 ///   outcome, success or error. Restate never retries the step itself.
 /// - [`Retries::Restate`]: a transient failure (a retryable [`ModelError`] or [`ToolError`])

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentRequest, ApprovalDecision, ApprovalRequest, Message, RunOutcome, Usage};
+use modu_agent::{Agent, AgentRequest};
+use modu_core::{ApprovalDecision, ApprovalRequest, Message, RunOutcome, Usage};
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 

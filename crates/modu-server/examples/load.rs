@@ -41,7 +41,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use modu_core::{Agent, FunctionTool, StreamItem, ToolSpec};
+use modu_agent::{Agent, StreamItem};
+use modu_core::{FunctionTool, ToolSpec};
 use modu_openai::OpenAiClient;
 use modu_server::ModuServer;
 use modu_testing::MockOpenAiServer;

@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use modu_core::Agent;
+use modu_agent::Agent;
 use serde::Serialize;
 
 pub use auth::{AuthError, AuthLayer, Authenticator, BearerTokens, Principal};

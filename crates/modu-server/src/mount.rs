@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use modu_agent::{Agent, AgentRequest, StreamItem};
 use modu_core::{
-    Agent, AgentError, AgentEvent, AgentRequest, ApprovalRequest, CheckpointQuery, CheckpointStatus, Message, Role,
-    RunOutcome, StreamItem, Usage, UserContext,
+    AgentError, AgentEvent, ApprovalRequest, CheckpointQuery, CheckpointStatus, Message, Role, RunOutcome, Usage,
+    UserContext,
 };
 use serde::{Deserialize, Serialize};
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{failing_agent, post, serve, sse_json, weather_agent, weather_model, weather_tool};
-use modu_core::{Agent, ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, RbacToolAuthorizer};
+use modu_agent::Agent;
+use modu_core::{ConversationStore, InMemoryCheckpointStore, InMemoryConversationStore, RbacToolAuthorizer};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
 
@@ -231,7 +232,7 @@ async fn a_failed_run_ends_with_run_error_without_the_providers_text() {
 
 #[tokio::test]
 async fn a_strict_plan_and_execute_run_streams_only_its_final_answer() {
-    use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
     let plan = json!({"steps": [{"description": "Look up the weather", "allowed_tools": ["get_weather"]}]});
     let model = modu_testing::ScriptedModel::new()
         .text(plan.to_string())

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{serve, weather_model, weather_tool};
-use modu_core::{Agent, ConversationStore, InMemoryConversationStore, RbacToolAuthorizer};
+use modu_agent::Agent;
+use modu_core::{ConversationStore, InMemoryConversationStore, RbacToolAuthorizer};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::Value;
 

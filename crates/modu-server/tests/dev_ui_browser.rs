@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use common::{serve, weather_model, weather_tool};
 use fantoccini::{Client, ClientBuilder, Locator};
-use modu_core::{Agent, InMemoryCheckpointStore, InMemoryConversationStore};
+use modu_agent::Agent;
+use modu_core::{InMemoryCheckpointStore, InMemoryConversationStore};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
 

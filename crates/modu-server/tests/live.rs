@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{post, serve, sse_json};
-use modu_core::{
-    Agent, ChatEvent, ChatRequest, FinishReason, FunctionTool, InMemoryCheckpointStore, Role, ToolSpec, Usage,
-};
+use modu_agent::Agent;
+use modu_core::{ChatEvent, ChatRequest, FinishReason, FunctionTool, InMemoryCheckpointStore, Role, ToolSpec, Usage};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};

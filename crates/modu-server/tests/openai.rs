@@ -202,7 +202,7 @@ async fn a_failed_run_reports_its_kind_and_never_the_providers_text() {
 
 #[tokio::test]
 async fn a_run_that_waits_for_approval_is_409_approval_required() {
-    let agent = modu_core::Agent::builder(common::weather_model())
+    let agent = modu_agent::Agent::builder(common::weather_model())
         .tool(common::weather_tool(Arc::default(), true))
         .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
         .build()

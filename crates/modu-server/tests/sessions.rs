@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{post, serve, sse_json, weather_model, weather_tool};
-use modu_core::{Agent, InMemoryConversationStore};
+use modu_agent::Agent;
+use modu_core::InMemoryConversationStore;
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
 

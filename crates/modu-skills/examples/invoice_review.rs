@@ -12,7 +12,8 @@
 
 use std::path::PathBuf;
 
-use modu_core::{Agent, AgentRequest, FunctionTool, Role};
+use modu_agent::{Agent, AgentRequest};
+use modu_core::{FunctionTool, Role};
 use modu_skills::{LOCKFILE_NAME, READ_TOOL, SkillRegistry, SkillsProvider};
 use modu_testing::ScriptedModel;
 use serde_json::json;

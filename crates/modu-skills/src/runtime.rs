@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
+use modu_agent::{AgentBuilder, Fixed};
 use modu_core::provider::{
     ContextProvider, ContextProviderError, ModelContext, Stage, StaticToolSession, ToolProvider, ToolProviderError,
     ToolSession,
 };
 use modu_core::{
-    AgentBuilder, ChatModel, ChatRequest, Fixed, Message, ResponseFormat, Role, RunContext, Tool, ToolError,
-    ToolErrorKind, ToolSpec, Usage,
+    ChatModel, ChatRequest, Message, ResponseFormat, Role, RunContext, Tool, ToolError, ToolErrorKind, ToolSpec, Usage,
 };
 use serde_json::{Value, json};
 

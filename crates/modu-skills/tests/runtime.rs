@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use modu_agent::{Agent, AgentRequest, RunLimits};
 use modu_core::provider::Stage;
 use modu_core::{
-    Agent, AgentError, AgentRequest, ChatRequest, ConversationStore, FunctionTool, InMemoryConversationStore, Message,
-    Role, RunLimits, ToolSpec,
+    AgentError, ChatRequest, ConversationStore, FunctionTool, InMemoryConversationStore, Message, Role, ToolSpec,
 };
 use modu_skills::{
     InMemorySkillSource, ModelSkillSelector, READ_TOOL, SEARCH_TOOL, SkillLimits, SkillRegistry, SkillsProvider,

@@ -78,7 +78,8 @@ pub(crate) async fn check_fence(
 ///
 /// ```
 /// use std::sync::Arc;
-/// use modu_core::{Agent, AgentRequest, LeaseOptions};
+/// use modu_agent::{Agent, AgentRequest};
+/// use modu_core::LeaseOptions;
 /// use modu_sqlite::{SqliteCheckpointStore, SqliteConversationStore, SqliteLeaseStore};
 /// use modu_testing::ScriptedModel;
 ///

@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use modu_core::{Agent, AgentRequest, CheckpointStore, ConversationStore, FunctionTool, Role, RunContext, ToolSpec};
+use modu_agent::{Agent, AgentRequest};
+use modu_core::{CheckpointStore, ConversationStore, FunctionTool, Role, RunContext, ToolSpec};
 use modu_sqlite::{SqliteCheckpointStore, SqliteConversationStore};
 use modu_testing::ScriptedModel;
 use serde_json::json;

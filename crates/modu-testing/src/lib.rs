@@ -4,7 +4,6 @@
 pub mod conformance;
 mod ollama_mock;
 mod openai_mock;
-pub mod scenarios;
 mod scripted;
 
 pub use ollama_mock::{MockOllamaServer, OllamaReply};

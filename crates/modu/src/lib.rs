@@ -1,8 +1,9 @@
 //! # modu
 //!
-//! A Rust framework for building production AI agents: one small core of traits and a run
-//! loop ([`modu_core`], re-exported here), and one crate per backend, switched on with Cargo
-//! features.
+//! A Rust framework for building production AI agents: the contract ([`modu_core`]: messages,
+//! the model, tool, provider and store traits, events, errors, outcomes), the runtime
+//! ([`modu_agent`]: the agent, its run loop, middleware, memory policies, sinks), both
+//! re-exported here, and one crate per backend, switched on with Cargo features.
 //!
 //! | feature | brings | crate |
 //! |---|---|---|
@@ -41,7 +42,13 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The strict Plan-and-Execute policy (the runtime's) with the plan data it reports (the
+/// contract's).
+pub use modu_agent::plan;
+pub use modu_agent::*;
 pub use modu_core::*;
+#[doc(no_inline)]
+pub use {modu_agent, modu_core};
 
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

@@ -8,10 +8,12 @@
 //! anything but the core's traits.
 #![allow(clippy::print_stdout)]
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use modu_core::{
-    Agent, ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, ModelError, Role, RunContext, Tool, ToolError,
-    ToolSpec, Usage,
+    ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, Message, ModelError, Role, RunContext, Tool,
+    ToolError, ToolSpec, Usage,
 };
 use serde_json::{Value, json};
 
@@ -92,14 +94,32 @@ impl<C: Send + Sync + 'static> Tool<C> for WordCount {
     }
 }
 
+/// One tool-using turn driven by hand through the contract alone: offer the tool, run the call
+/// the model asks for, hand the result back, read the answer. In an application, `modu-agent`'s
+/// `Agent` drives this loop (retries, limits, checkpoints, events) for any `ChatModel` and `Tool`.
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), modu_core::AgentError> {
-    let agent = Agent::builder(RuleModel)
-        .name("word-counter")
-        .tool(WordCount::new())
-        .build()?;
-    let result = agent.run("the quick brown fox jumps").await;
-    let output = result.into_result()?;
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let model = RuleModel;
+    let tool = WordCount::new();
+    let context = RunContext::new(Arc::new(()), "run-1");
+    let mut messages = vec![Message::user("the quick brown fox jumps")];
+    let offer = vec![Tool::<()>::spec(&tool).definition()];
+
+    let first = model
+        .complete(ChatRequest::new(messages.clone()).with_tools(offer.clone()))
+        .await?;
+    let call = first
+        .message
+        .tool_calls
+        .first()
+        .ok_or("the model did not call the tool")?
+        .clone();
+    messages.push(first.message);
+    let value = tool.call(&context, call.parse_arguments()?).await?;
+    messages.push(Message::tool_result(call.id, call.name, value.to_string(), false));
+
+    let answer = model.complete(ChatRequest::new(messages).with_tools(offer)).await?;
+    let output = answer.message.text();
     println!("{output}");
     assert_eq!(output, "Your text has 5 words.");
     Ok(())

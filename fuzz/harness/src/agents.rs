@@ -5,11 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-use modu_core::{
-    Agent, ChatEvent, ChatRequest, FinishReason, FunctionTool, InMemoryCheckpointStore, RetryConfig, RunLimits,
-    ToolError, ToolSpec, Usage,
-};
+use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu_agent::{Agent, RetryConfig, RunLimits};
+use modu_core::{ChatEvent, ChatRequest, FinishReason, FunctionTool, InMemoryCheckpointStore, ToolError, ToolSpec, Usage};
 use modu_testing::ScriptedModel;
 use serde_json::json;
 

@@ -4,7 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use modu_core::{Agent, CheckpointStore, InMemoryCheckpointStore};
+use modu_agent::Agent;
+use modu_core::{CheckpointStore, InMemoryCheckpointStore};
 
 use crate::agents::{Policy, agent, finishing_model};
 

@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use modu_core::tool::ArgumentValidator;
-use modu_core::{Agent, ChatEvent, ChatRequest, FinishReason, FunctionTool, Role, ToolCall, ToolSpec, Usage};
+use modu_agent::Agent;
+use modu_core::{ChatEvent, ChatRequest, FinishReason, FunctionTool, Role, ToolCall, ToolSpec, Usage};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
 

@@ -90,7 +90,7 @@ async fn checkpoint_seeds_import_into_the_fuzz_agents() {
     // Seeds of every schema version this build reads, for both policies.
     let expected: std::collections::BTreeSet<(String, u64)> = ["standard", "strict"]
         .into_iter()
-        .flat_map(|a| (1..=u64::from(modu_core::CHECKPOINT_SCHEMA_VERSION)).map(move |v| (a.to_owned(), v)))
+        .flat_map(|a| (1..=u64::from(modu_agent::CHECKPOINT_SCHEMA_VERSION)).map(move |v| (a.to_owned(), v)))
         .collect();
     assert_eq!(versions, expected);
 }

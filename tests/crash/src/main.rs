@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_core::{Agent, AgentRequest, CheckpointStore, ConversationStore, FunctionTool, RetryConfig, ToolSpec};
+use modu_agent::{Agent, AgentRequest, RetryConfig};
+use modu_core::{CheckpointStore, ConversationStore, FunctionTool, ToolSpec};
 use modu_testing::ScriptedModel;
 use serde_json::json;
 

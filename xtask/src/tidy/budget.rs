@@ -36,11 +36,11 @@ pub const ALLOW: &[(&str, &str)] = &[
         "Tool, ToolSpec, ToolError and FunctionTool; split pending (#16)",
     ),
     (
-        "crates/modu-core/tests/plan_execute.rs",
+        "crates/modu-agent/tests/plan_execute.rs",
         "Plan-and-Execute integration tests; split by phase pending (#16)",
     ),
     (
-        "crates/modu-core/tests/run_loop.rs",
+        "crates/modu-agent/tests/run_loop.rs",
         "run loop integration tests; split pending (#16)",
     ),
     (

@@ -15,13 +15,14 @@ use super::Violation;
 /// (crate, normal dependencies allowed, dev-dependencies allowed).
 pub type Row = (&'static str, &'static [&'static str], &'static [&'static str]);
 
-const STORES_DEV: &[&str] = &["modu-testing", "modu-mcp"];
+const STORES_DEV: &[&str] = &["modu-testing", "modu-mcp", "modu-agent"];
 
 pub const TABLE: &[Row] = &[
     (
         "modu",
         &[
             "modu-core",
+            "modu-agent",
             "modu-macros",
             "modu-openai",
             "modu-ollama",
@@ -35,23 +36,41 @@ pub const TABLE: &[Row] = &[
         ],
         &["modu-testing"],
     ),
-    ("modu-core", &[], &["modu-testing", "modu-macros"]),
+    ("modu-core", &[], &[]),
+    (
+        "modu-agent",
+        &["modu-core", "modu-testing"],
+        &["modu-testing", "modu-macros"],
+    ),
     ("modu-macros", &[], &[]),
     ("modu-testing", &["modu-core"], &[]),
-    ("modu-openai", &["modu-core"], &["modu-testing"]),
-    ("modu-ollama", &["modu-core"], &["modu-testing"]),
+    ("modu-openai", &["modu-core"], &["modu-testing", "modu-agent"]),
+    ("modu-ollama", &["modu-core"], &["modu-testing", "modu-agent"]),
     ("modu-redis", &["modu-core", "modu-mcp"], STORES_DEV),
     ("modu-sqlite", &["modu-core", "modu-mcp"], STORES_DEV),
     ("modu-postgres", &["modu-core", "modu-mcp"], STORES_DEV),
-    ("modu-mcp", &["modu-core"], &["modu-testing", "modu-openai"]),
-    ("modu-skills", &["modu-core"], &["modu-testing"]),
-    ("modu-otel", &["modu-core"], &["modu-testing"]),
-    ("modu-server", &["modu-core"], &["modu-testing", "modu-openai"]),
-    ("modu-restate", &["modu-core"], &["modu-testing", "modu-openai"]),
+    (
+        "modu-mcp",
+        &["modu-core"],
+        &["modu-testing", "modu-openai", "modu-agent"],
+    ),
+    ("modu-skills", &["modu-core", "modu-agent"], &["modu-testing"]),
+    ("modu-otel", &["modu-core"], &["modu-testing", "modu-agent"]),
+    (
+        "modu-server",
+        &["modu-core", "modu-agent"],
+        &["modu-testing", "modu-openai"],
+    ),
+    (
+        "modu-restate",
+        &["modu-core", "modu-agent"],
+        &["modu-testing", "modu-openai"],
+    ),
     (
         "modu-cli",
         &[
             "modu-core",
+            "modu-agent",
             "modu-openai",
             "modu-ollama",
             "modu-sqlite",
@@ -65,14 +84,14 @@ pub const TABLE: &[Row] = &[
     ),
     (
         "modu-chaos",
-        &["modu-core", "modu-redis", "modu-postgres"],
+        &["modu-core", "modu-agent", "modu-redis", "modu-postgres"],
         &["modu-testing"],
     ),
     ("modu-examples", &["modu", "modu-testing"], &[]),
     ("modu-example-custom-provider", &["modu-core"], &[]),
     (
         "modu-crash-tests",
-        &["modu-core", "modu-testing", "modu-sqlite", "modu-redis"],
+        &["modu-core", "modu-agent", "modu-testing", "modu-sqlite", "modu-redis"],
         &[],
     ),
     ("xtask", &[], &[]),

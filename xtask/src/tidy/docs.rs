@@ -1,6 +1,6 @@
 //! Rules over documentation text:
-//! - `modules`: docs/architecture.md's modu-core table ("## modu-core, module by module") names
-//!   exactly the modules modu-core's lib.rs declares (`mod x;`, `pub mod x { .. }`; `__private`
+//! - `modules`: each of docs/architecture.md's module tables ("## modu-core, module by module",
+//!   "## modu-agent, module by module") names exactly the modules that crate's lib.rs declares (`mod x;`, `pub mod x { .. }`; `__private`
 //!   excluded).
 //! - `seed-refs`: rustdoc (`///`, `//!`) in crates/ says what the code does, not where the
 //!   product seed documents asked for it (`seed 002`, seed file names and titles, `§` section
@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 
 use super::Violation;
 
-const HEADING: &str = "## modu-core, module by module";
+/// The heading of a crate's module table.
+pub fn heading(krate: &str) -> String {
+    format!("## {krate}, module by module")
+}
 
 /// The modules a crate root declares at top level, with their lines.
 pub fn declared_modules(lib: &str) -> BTreeMap<String, usize> {
@@ -31,10 +34,10 @@ pub fn declared_modules(lib: &str) -> BTreeMap<String, usize> {
     out
 }
 
-/// The modules the table under [`HEADING`] names (the first column, in backticks).
-pub fn table_modules(doc: &str) -> BTreeMap<String, usize> {
+/// The modules the table under `heading` names (the first column, in backticks).
+pub fn table_modules(doc: &str, heading: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    let Some(start) = doc.lines().position(|l| l.trim() == HEADING) else {
+    let Some(start) = doc.lines().position(|l| l.trim() == heading) else {
         return out;
     };
     for (i, line) in doc.lines().enumerate().skip(start + 1) {
@@ -52,14 +55,15 @@ pub fn table_modules(doc: &str) -> BTreeMap<String, usize> {
     out
 }
 
-pub fn module_table(doc_path: &str, doc: &str, lib_path: &str, lib: &str) -> Vec<Violation> {
-    let table = table_modules(doc);
+pub fn module_table(krate: &str, doc_path: &str, doc: &str, lib_path: &str, lib: &str) -> Vec<Violation> {
+    let heading = heading(krate);
+    let table = table_modules(doc, &heading);
     if table.is_empty() {
         return vec![Violation::new(
             "modules",
             doc_path,
             0,
-            format!("no module table under {HEADING:?}"),
+            format!("no module table under {heading:?}"),
         )];
     }
     let declared = declared_modules(lib);
@@ -69,7 +73,7 @@ pub fn module_table(doc_path: &str, doc: &str, lib_path: &str, lib: &str) -> Vec
             "modules",
             lib_path,
             *line,
-            format!("module `{name}` is not in {doc_path}'s modu-core table: add a row"),
+            format!("module `{name}` is not in {doc_path}'s {krate} table: add a row"),
         ));
     }
     for (name, line) in table.iter().filter(|(n, _)| !declared.contains_key(*n)) {
@@ -77,7 +81,7 @@ pub fn module_table(doc_path: &str, doc: &str, lib_path: &str, lib: &str) -> Vec
             "modules",
             doc_path,
             *line,
-            format!("the modu-core table names `{name}`, which {lib_path} does not declare"),
+            format!("the {krate} table names `{name}`, which {lib_path} does not declare"),
         ));
     }
     out
@@ -152,7 +156,7 @@ mod tests {
     #[test]
     fn a_drifted_module_table_is_found() {
         let lib = "//! x\npub mod message;\nmod runner;\n#[cfg(test)]\nmod tool;\npub mod __private {\n    pub mod inner {}\n}\n";
-        let found = module_table("arch.md", DOC, "lib.rs", lib);
+        let found = module_table("modu-core", "arch.md", DOC, "lib.rs", lib);
         assert!(
             found
                 .iter()
@@ -160,20 +164,20 @@ mod tests {
             "{found:?}"
         );
         assert_eq!(found.len(), 1, "{found:?}");
-        let found = module_table("arch.md", DOC, "lib.rs", "pub mod message;\n");
+        let found = module_table("modu-core", "arch.md", DOC, "lib.rs", "pub mod message;\n");
         assert!(
             found
                 .iter()
                 .any(|v| v.path == "arch.md" && v.line == 8 && v.message.contains("`tool`")),
             "{found:?}"
         );
-        assert_eq!(module_table("arch.md", "no table", "lib.rs", "").len(), 1);
+        assert_eq!(module_table("modu-core", "arch.md", "no table", "lib.rs", "").len(), 1);
     }
 
     #[test]
     fn a_matching_module_table_passes() {
         let lib = "pub mod message;\npub mod tool {\n    pub use x;\n}\npub mod __private {}\n";
-        assert!(module_table("arch.md", DOC, "lib.rs", lib).is_empty());
+        assert!(module_table("modu-core", "arch.md", DOC, "lib.rs", lib).is_empty());
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! modu-core's import rules (moved here from modu-core's tests/imports.rs and tests/budgets.rs):
-//! - `task-local`: no `task_local!` in modu-core (per-call data rides in request extensions).
-//! - `import-circle`: the files of crates/modu-core/src import each other in a circle only
-//!   inside `agent/` (the agent, its handoffs and agent-as-tool are mutually recursive).
-//!   Everything else is layered: `agent/api` and `agent/build` → `runner` → `agent/mod`,
-//!   `agent/request` → `plan` → `canonical`, `event`, `tool`, … → `message`.
-//! - `layers`: the policy and plan-data files named in [`LAYERED`] exist and are in no circle;
-//!   `plan/model` imports nothing of the crate.
+//! The import rules of modu-core and modu-agent, each crate on its own:
+//! - `task-local`: no `task_local!` (per-call data rides in request extensions).
+//! - `import-circle`: the files of a crate's src import each other in a circle only inside
+//!   modu-agent's `agent/` (the agent, its handoffs and agent-as-tool are mutually recursive).
+//!   Everything else is layered: in modu-agent `agent/api` and `agent/build` → `runner` →
+//!   `agent/mod`, `agent/request` → `plan`; in modu-core `outcome`, `event` → `tool`, … →
+//!   `message`.
+//! - `layers`: the files named in [`CORE_LAYERED`] / [`AGENT_LAYERED`] exist and are in no
+//!   circle; the leaves ([`CORE_LEAVES`]: the plan data) import nothing of the crate.
 //!
 //! A node is a source file (`plan/machine`, `runner/gate`, …); an edge is a `crate::`, `super::`
 //! or `self::` path (use groups expanded one level) or a child module's bare path (`journal::x`
@@ -19,19 +20,21 @@ use super::Violation;
 /// Where files may import each other in a circle (prefixes).
 const KNOWN_CIRCLE: &[&str] = &["agent/"];
 
-/// Files that must exist and be in no circle.
-const LAYERED: &[&str] = &[
+/// modu-core's files that must exist and be in no circle.
+pub const CORE_LAYERED: &[&str] = &["plan", "canonical", "event", "tool", "outcome", "context"];
+
+/// modu-core's files that import nothing of the crate.
+pub const CORE_LEAVES: &[&str] = &["plan"];
+
+/// modu-agent's files that must exist and be in no circle.
+pub const AGENT_LAYERED: &[&str] = &[
     "plan/machine",
-    "plan/model",
     "runner/mod",
     "runner/gate",
     "middleware",
     "plan/state",
     "runner/policy",
     "runner/state",
-    "canonical",
-    "event",
-    "tool",
     "sinks/mod",
 ];
 
@@ -44,7 +47,7 @@ pub fn task_local(path: &str, text: &str) -> Vec<Violation> {
                 "task-local",
                 path,
                 i + 1,
-                "task-local state in modu-core: carry per-call data in request extensions",
+                "task-local state: carry per-call data in request extensions",
             )
         })
         .collect()
@@ -237,7 +240,9 @@ pub fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<Strin
 }
 
 /// `src`: the source folder's path (for messages); `files`: its files without `.rs` → text.
-pub fn check(src: &str, files: &BTreeMap<String, String>) -> Vec<Violation> {
+/// `layered`: files that must exist and be in no circle; `leaves`: files that import nothing of
+/// the crate.
+pub fn check(src: &str, files: &BTreeMap<String, String>, layered: &[&str], leaves: &[&str]) -> Vec<Violation> {
     let graph = graph(files);
     let circles = circles(&graph);
     let mut out = Vec::new();
@@ -256,7 +261,7 @@ pub fn check(src: &str, files: &BTreeMap<String, String>) -> Vec<Violation> {
         }
     }
     let circled: BTreeSet<&String> = circles.iter().flatten().collect();
-    for file in LAYERED {
+    for file in layered {
         if !graph.contains_key(*file) {
             out.push(Violation::new(
                 "layers",
@@ -273,13 +278,15 @@ pub fn check(src: &str, files: &BTreeMap<String, String>) -> Vec<Violation> {
             ));
         }
     }
-    if let Some(edges) = graph.get("plan/model").filter(|e| !e.is_empty()) {
-        out.push(Violation::new(
-            "layers",
-            format!("{src}plan/model.rs"),
-            0,
-            format!("the data of a plan imports {edges:?}: it depends on nothing else of the crate"),
-        ));
+    for leaf in leaves {
+        if let Some(edges) = graph.get(*leaf).filter(|e| !e.is_empty()) {
+            out.push(Violation::new(
+                "layers",
+                format!("{src}{leaf}.rs"),
+                0,
+                format!("the leaf {leaf} imports {edges:?}: it depends on nothing else of the crate"),
+            ));
+        }
     }
     out
 }
@@ -333,7 +340,7 @@ mod tests {
             ("agent/mod", "use super::compose::X;\n"),
             ("agent/compose", "use crate::agent::Agent;\n"),
         ]);
-        let found = check("src/", &planted);
+        let found = check("src/", &planted, &[], &[]);
         let circle: Vec<&str> = found
             .iter()
             .filter(|v| v.rule == "import-circle")
@@ -342,7 +349,7 @@ mod tests {
         assert_eq!(circle, ["src/event.rs", "src/tool.rs"], "{found:?}");
         let planted = files(&[("plan/model", "use crate::event::X;\n"), ("event", "")]);
         assert!(
-            check("src/", &planted)
+            check("src/", &planted, &[], &["plan/model"])
                 .iter()
                 .any(|v| v.rule == "layers" && v.path == "src/plan/model.rs")
         );
@@ -350,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_layered_tree_passes() {
-        let mut clean: Vec<(&str, &str)> = LAYERED.iter().map(|f| (*f, "")).collect();
+        let mut clean: Vec<(&str, &str)> = AGENT_LAYERED.iter().map(|f| (*f, "")).collect();
         clean.push((
             "plan/machine",
             "use crate::event::X;\nuse crate::runner::policy::Next;\n",
@@ -358,9 +365,9 @@ mod tests {
         clean.push(("agent/mod", "use super::compose::X;\nuse crate::tool::Tool;\n"));
         clean.push(("agent/compose", "use crate::agent::Agent;\n"));
         assert!(
-            check("src/", &files(&clean)).is_empty(),
+            check("src/", &files(&clean), AGENT_LAYERED, &[]).is_empty(),
             "{:?}",
-            check("src/", &files(&clean))
+            check("src/", &files(&clean), AGENT_LAYERED, &[])
         );
     }
 }

@@ -18,8 +18,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use modu_agent::AgentRequest;
 use modu_chaos::{AgentConfig, Backend, LineFile, Stores, Worker, agent, error_kind};
-use modu_core::{AgentRequest, RunOutcome};
+use modu_core::RunOutcome;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 

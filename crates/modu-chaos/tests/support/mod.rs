@@ -7,10 +7,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use modu_agent::{Agent, AgentRequest};
 use modu_chaos::{Backend, Stores, now_us};
-use modu_core::{
-    Agent, AgentError, AgentRequest, CheckpointQuery, FunctionTool, LeaseOptions, Message, Role, ToolSpec,
-};
+use modu_core::{AgentError, CheckpointQuery, FunctionTool, LeaseOptions, Message, Role, ToolSpec};
 use modu_testing::ScriptedModel;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};

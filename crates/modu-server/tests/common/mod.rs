@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use modu_agent::Agent;
 use modu_core::{
-    Agent, ChatEvent, ChatRequest, FinishReason, FunctionTool, ModelError, RbacToolAuthorizer, Role, ToolSpec, Usage,
+    ChatEvent, ChatRequest, FinishReason, FunctionTool, ModelError, RbacToolAuthorizer, Role, ToolSpec, Usage,
 };
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use modu_core::{AgentRequest, CheckpointStore, InMemoryCheckpointStore, ModelError, UserContext};
+use modu_agent::AgentRequest;
+use modu_core::{CheckpointStore, InMemoryCheckpointStore, ModelError, UserContext};
 use modu_fuzz_harness::agents::{Policy, agent, plan, step_ok};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
@@ -140,7 +141,7 @@ async fn main() {
                 serde_json::from_slice(&bytes).unwrap()
             }
         };
-        assert_eq!(state["schema_version"], modu_core::CHECKPOINT_SCHEMA_VERSION);
+        assert_eq!(state["schema_version"], modu_agent::CHECKPOINT_SCHEMA_VERSION);
         seeds.push((format!("{name}_v3"), state.clone()));
         // Version 2: the policy's state as `state.phase` and `state.strict`.
         let mut v2 = state;

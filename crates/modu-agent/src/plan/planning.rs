@@ -1,0 +1,111 @@
+//! PLAN and REPLAN: a planner's answer parsed, checked against the tools, and committed.
+
+use std::collections::HashSet;
+
+use super::state::{StrictPhase, StrictState};
+use super::{PlanDraft, PlanDraftStep, PlanFailure, PlanStep, StepStatus};
+use crate::event::AgentEvent;
+use crate::runner::policy::{Next, Out, View};
+
+/// Why the planner is asked.
+#[derive(Debug)]
+pub(crate) enum Planning {
+    /// The first plan.
+    First,
+    /// A revision after this failure.
+    Replan(PlanFailure),
+}
+
+/// A plan that validated: PLAN → ACT_TOOL (PlanCreated), or REPLAN → ACT_TOOL (PlanRevised).
+pub(crate) fn commit_plan(
+    st: &mut StrictState,
+    view: &dyn View,
+    why: Planning,
+    steps: Vec<PlanDraftStep>,
+    out: &mut Out,
+) -> Next {
+    if matches!(why, Planning::Replan(_)) {
+        for step in st.plan.steps.iter_mut() {
+            if matches!(step.status, StepStatus::Pending | StepStatus::InProgress) {
+                step.status = StepStatus::Superseded;
+            }
+        }
+    }
+    let first_new = st.plan.steps.len();
+    for draft in steps {
+        let id = format!("s{}", st.next_step);
+        st.next_step += 1;
+        st.plan.steps.push(PlanStep {
+            id,
+            description: draft.description,
+            allowed_tools: draft.allowed_tools,
+            status: StepStatus::Pending,
+            result: None,
+            attempts: 0,
+        });
+    }
+    st.phase = StrictPhase::Act;
+    let run_id = view.run_id().to_owned();
+    match why {
+        Planning::First => {
+            st.current = 0;
+            out.push(|| AgentEvent::PlanCreated {
+                run_id,
+                plan: st.plan.clone(),
+            });
+        }
+        Planning::Replan(failure) => {
+            st.plan.revision += 1;
+            st.replans += 1;
+            st.current = first_new;
+            st.step_messages.clear();
+            st.step_repairs = 0;
+            st.repair = None;
+            st.repairing = None;
+            out.push(|| AgentEvent::PlanRevised {
+                run_id,
+                plan: st.plan.clone(),
+                cause: failure.cause,
+            });
+        }
+    }
+    Next::Save
+}
+
+/// Parses a planner's answer (a code fence around the JSON is tolerated).
+pub(crate) fn parse_draft(text: &str) -> Result<PlanDraft, serde_json::Error> {
+    serde_json::from_str(crate::output::strip_code_fence(text.trim()))
+}
+
+/// Checks a planner's draft: 1..=max steps, descriptions, known tools (deduplicated).
+pub(crate) fn validate_draft(
+    draft: PlanDraft,
+    max: usize,
+    known: &HashSet<String>,
+) -> Result<Vec<PlanDraftStep>, String> {
+    if draft.steps.is_empty() {
+        return Err("it has no steps".into());
+    }
+    if draft.steps.len() > max {
+        return Err(format!("it has {} steps; at most {max} are allowed", draft.steps.len()));
+    }
+    let mut steps = Vec::with_capacity(draft.steps.len());
+    for (i, mut step) in draft.steps.into_iter().enumerate() {
+        if step.description.trim().is_empty() {
+            return Err(format!("step {} has no description", i + 1));
+        }
+        let mut seen = HashSet::new();
+        step.allowed_tools.retain(|t| seen.insert(t.clone()));
+        if let Some(unknown) = step.allowed_tools.iter().find(|t| !known.contains(*t)) {
+            let mut names: Vec<&String> = known.iter().collect();
+            names.sort();
+            return Err(format!(
+                "step {} names the unknown tool {unknown:?}; the tools are: {}",
+                i + 1,
+                names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        steps.push(step);
+    }
+    Ok(steps)
+}

@@ -1,0 +1,228 @@
+//! Compaction inside a run: a 60-turn tool loop whose results would overflow an 8k budget
+//! stays within it in every request, a call is never separated from its result, and the run
+//! keeps the originals.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use modu_agent::compaction::RunCompaction;
+use modu_agent::{Agent, ConversationSummarizer, RunLimits, TokenBudget};
+use modu_core::{
+    AgentEvent, ApproximateTokenCounter, CollectingEventSink, FunctionTool, InMemoryConversationStore, Message,
+    ModelError, Role, TokenCounter, ToolSpec, Usage,
+};
+use modu_testing::ScriptedModel;
+use serde_json::json;
+
+const TURNS: usize = 60;
+const RESULT_CHARS: usize = 1_200;
+
+fn budget() -> TokenBudget {
+    TokenBudget::new(8_192, 1_024, 256)
+}
+
+fn pages() -> FunctionTool<()> {
+    FunctionTool::new(
+        ToolSpec::new(
+            "fetch_page",
+            "Fetch a page",
+            json!({"type": "object", "properties": {"page": {"type": "integer"}}}),
+        ),
+        |_ctx, args| {
+            let page = args["page"].as_i64().unwrap_or_default();
+            async move {
+                Ok(json!(format!(
+                    "page {page}: {}",
+                    "lorem ipsum ".repeat(RESULT_CHARS / 12)
+                )))
+            }
+        },
+    )
+}
+
+fn long_loop() -> ScriptedModel {
+    let mut model = ScriptedModel::new();
+    for page in 0..TURNS {
+        model = model.tool_call("fetch_page", json!({"page": page}));
+    }
+    model.text("read them all")
+}
+
+fn limits() -> RunLimits {
+    let mut limits = RunLimits::default();
+    limits.max_turns = 100;
+    limits.max_tool_calls = 100;
+    limits
+}
+
+struct CountingSummarizer {
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl ConversationSummarizer for CountingSummarizer {
+    async fn summarize(&self, previous: Option<&str>, messages: &[Message]) -> Result<(String, Usage), ModelError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let results = messages.iter().filter(|m| m.role == Role::Tool).count();
+        let text = format!(
+            "{} +{results} pages read (summary #{n})",
+            previous.unwrap_or("earlier:")
+        );
+        Ok((text, Usage::new(10, 5)))
+    }
+}
+
+/// Asserts what must hold of every request: within the input budget, and every tool result
+/// preceded by the assistant message that called it.
+async fn check_requests(model: &ScriptedModel) {
+    let counter = ApproximateTokenCounter::default();
+    let requests = model.requests();
+    assert_eq!(requests.len(), TURNS + 1);
+    for (i, request) in requests.iter().enumerate() {
+        let tokens = counter.count_tokens(&request.messages, &request.tools).await.unwrap();
+        assert!(
+            tokens <= budget().input_budget(),
+            "request {i} takes {tokens} tokens, over {}",
+            budget().input_budget()
+        );
+        let mut called = HashSet::new();
+        for m in request.messages.iter() {
+            called.extend(m.tool_calls.iter().map(|c| c.id.clone()));
+            if m.role == Role::Tool {
+                let id = m.tool_call_id.clone().unwrap();
+                assert!(called.contains(&id), "request {i}: the result {id} is without its call");
+            }
+        }
+        for m in request.messages.iter().filter(|m| m.has_tool_calls()) {
+            for call in &m.tool_calls {
+                assert!(
+                    request
+                        .messages
+                        .iter()
+                        .any(|r| r.tool_call_id.as_deref() == Some(&call.id)),
+                    "request {i}: the call {} is without its result",
+                    call.id
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn without_compaction_the_loop_overflows_the_budget() {
+    let model = long_loop();
+    let agent = Agent::builder(model.clone())
+        .tool(pages())
+        .limits(limits())
+        .build()
+        .unwrap();
+    let result = agent.run("read every page").await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    let last = model.requests().pop().unwrap();
+    let tokens = ApproximateTokenCounter::default()
+        .count_tokens(&last.messages, &last.tools)
+        .await
+        .unwrap();
+    assert!(tokens > 2 * budget().input_budget(), "the fixture overflows: {tokens}");
+}
+
+#[tokio::test]
+async fn trimming_keeps_every_request_of_a_60_turn_loop_within_an_8k_budget() {
+    let model = long_loop();
+    let sink = Arc::new(CollectingEventSink::new());
+    let store = Arc::new(InMemoryConversationStore::new());
+    let agent = Agent::builder(model.clone())
+        .tool(pages())
+        .limits(limits())
+        .run_compaction(RunCompaction::trim(
+            budget(),
+            Arc::new(ApproximateTokenCounter::default()),
+        ))
+        .conversation_store(store.clone())
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let result = agent
+        .run(modu_agent::AgentRequest::new((), "read every page").session("s"))
+        .await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("read them all"),
+        "{:?}",
+        result.error()
+    );
+    check_requests(&model).await;
+    // The newest results reach the model whole; the originals stay in the run and the store.
+    let last = model.requests().pop().unwrap();
+    let newest = last.messages.iter().rev().find(|m| m.role == Role::Tool).unwrap();
+    assert!(newest.text().starts_with("page 59: ") && !newest.text().contains("[cut from"));
+    assert!(last.messages.iter().any(|m| m.text().contains("[cut from")));
+    let full = |messages: &[Message]| {
+        messages
+            .iter()
+            .filter(|m| m.role == Role::Tool && !m.text().contains("[cut from"))
+            .count()
+    };
+    assert_eq!(full(result.messages()), TURNS, "the run keeps every result whole");
+    let stored = modu_core::ConversationStore::load(store.as_ref(), "s").await.unwrap();
+    assert_eq!(full(&stored), TURNS, "the store keeps every result whole");
+    assert!(
+        sink.events()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::RunCompacted { trimmed, .. } if *trimmed > 0))
+    );
+}
+
+#[tokio::test]
+async fn summarizing_replaces_whole_old_rounds_incrementally_within_the_budget() {
+    let model = long_loop();
+    let summarizer = Arc::new(CountingSummarizer {
+        calls: AtomicUsize::new(0),
+    });
+    let agent = Agent::builder(model.clone())
+        .tool(pages())
+        .limits(limits())
+        .run_compaction(RunCompaction::summarize(
+            budget(),
+            Arc::new(ApproximateTokenCounter::default()),
+            summarizer.clone(),
+        ))
+        .build()
+        .unwrap();
+    let result = agent.run("read every page").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("read them all"),
+        "{:?}",
+        result.error()
+    );
+    check_requests(&model).await;
+    let last = model.requests().pop().unwrap();
+    let summary = last
+        .messages
+        .iter()
+        .find(|m| m.text().starts_with("Summary of this run's earlier tool calls"))
+        .expect("a summary message");
+    assert!(summary.text().contains("pages read"), "{}", summary.text());
+    assert!(
+        !last.messages.iter().any(|m| m.text().contains("[cut from")),
+        "the summary alone made room"
+    );
+    let calls = summarizer.calls.load(Ordering::SeqCst);
+    assert!(
+        calls > 0 && calls < TURNS,
+        "the summary is extended, not rewritten per request: {calls}"
+    );
+    assert!(
+        result.usage().input_tokens >= 10 * calls as u64,
+        "summary usage counts in the run"
+    );
+    assert_eq!(
+        result.messages().iter().filter(|m| m.role == Role::Tool).count(),
+        TURNS,
+        "the run keeps the originals"
+    );
+}

@@ -1,0 +1,230 @@
+//! Agent-as-tool and handoffs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use modu_agent::{Agent, AgentRequest, Handoff};
+use modu_core::{AgentEvent, CollectingEventSink, FunctionTool, Role, ToolSpec, UserContext};
+use modu_testing::ScriptedModel;
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct App {
+    writes: AtomicUsize,
+}
+
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Task {
+    topic: String,
+}
+
+fn write_tool() -> FunctionTool<App> {
+    FunctionTool::new(
+        ToolSpec::new("write", "Write to the shared store", json!({"type": "object"})).needs_approval(true),
+        |ctx: modu_core::RunContext<App>, _a| async move {
+            ctx.context().writes.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("written"))
+        },
+    )
+}
+
+fn researcher(model: ScriptedModel) -> Agent<App> {
+    Agent::builder(model)
+        .context::<App>()
+        .name("researcher")
+        .instructions_fn(|ctx| {
+            format!(
+                "Research {}.",
+                ctx.tool_input().and_then(|i| i["topic"].as_str()).unwrap_or("nothing")
+            )
+        })
+        .tool(write_tool())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_nested_agent_shares_context_and_usage_and_gets_its_input() {
+    let child_model = ScriptedModel::new().with_usage(100, 50).text("notes on rust");
+    let child = researcher(child_model.clone());
+    let parent_model = ScriptedModel::new()
+        .tool_call("research", json!({"topic": "rust"}))
+        .text("summary");
+    let parent = Agent::builder(parent_model)
+        .context::<App>()
+        .tool(child.as_tool::<Task>("research", "Research a topic"))
+        .build()
+        .unwrap();
+    let result = parent
+        .run(AgentRequest::new(App::default(), "tell me about rust"))
+        .await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("summary"),
+        "{:?}",
+        result.error()
+    );
+    // The child saw its structured input through the context.
+    assert_eq!(child_model.requests()[0].messages[0].text(), "Research rust.");
+    assert_eq!(child_model.requests()[0].messages[1].text(), r#"{"topic":"rust"}"#);
+    // The child's usage is in the parent's: 2 parent calls (10/5 each) + 1 child call (100/50).
+    assert_eq!(result.usage().requests, 3);
+    assert_eq!(result.usage().input_tokens, 120);
+    assert_eq!(result.usage().output_tokens, 60);
+    let tool_result = result.messages().iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(tool_result.text(), "notes on rust");
+}
+
+#[tokio::test]
+async fn approvals_are_shared_with_nested_runs() {
+    // Without a decision, the nested run pauses its parent (tests/nested_approvals.rs resumes it).
+    let child = researcher(ScriptedModel::new().tool_call("write", json!({})).text("never"));
+    let parent_model = ScriptedModel::new()
+        .tool_call("research", json!({"topic": "x"}))
+        .text("could not write");
+    let parent = Agent::builder(parent_model.clone())
+        .context::<App>()
+        .tool(child.as_tool::<Task>("research", "Research"))
+        .build()
+        .unwrap();
+    let app = Arc::new(App::default());
+    let result = parent.run(AgentRequest::new(Arc::clone(&app), "go")).await;
+    assert!(result.is_paused(), "{:?}", result.error());
+    assert_eq!(result.approvals()[0].tool_name, "write");
+    assert_eq!(
+        parent_model.requests().len(),
+        1,
+        "the parent waits instead of answering"
+    );
+    assert_eq!(app.writes.load(Ordering::SeqCst), 0);
+
+    // A parent that approved the tool in code lets the nested run write, once.
+    let grant = FunctionTool::<App>::new(
+        ToolSpec::new("grant", "Grant writes", json!({"type": "object"})),
+        |ctx: modu_core::RunContext<App>, _a| async move {
+            ctx.approve_tool("write");
+            Ok(json!("granted"))
+        },
+    );
+    let child = researcher(ScriptedModel::new().tool_call("write", json!({})).text("wrote it"));
+    let parent_model = ScriptedModel::new()
+        .tool_call("grant", json!({}))
+        .tool_call("research", json!({"topic": "x"}))
+        .text("done");
+    let parent = Agent::builder(parent_model)
+        .context::<App>()
+        .tool(grant)
+        .tool(child.as_tool::<Task>("research", "Research"))
+        .build()
+        .unwrap();
+    let result = parent.run(AgentRequest::new(Arc::clone(&app), "go")).await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
+    assert_eq!(
+        app.writes.load(Ordering::SeqCst),
+        1,
+        "the shared application context saw the write"
+    );
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Escalation {
+    reason: String,
+}
+
+#[tokio::test]
+async fn handoffs_switch_agents_after_on_handoff_accepts() {
+    let billing_model = ScriptedModel::new().text("Your refund is on its way.");
+    let billing = Agent::builder(billing_model.clone())
+        .name("billing")
+        .instructions("You handle billing.")
+        .tool(FunctionTool::new(
+            ToolSpec::new("refund", "Refund", json!({"type": "object"})),
+            |_c, _a| async { Ok(json!("ok")) },
+        ))
+        .build()
+        .unwrap();
+    let triage_model = ScriptedModel::new()
+        .tool_call("transfer_to_billing", json!({"reason": ""}))
+        .tool_call("transfer_to_billing", json!({"reason": "refund request"}));
+    let sink = Arc::new(CollectingEventSink::new());
+    let triage = Agent::builder(triage_model.clone())
+        .name("triage")
+        .instructions("You route requests.")
+        .tool(FunctionTool::new(
+            ToolSpec::new("lookup", "Lookup", json!({"type": "object"})),
+            |_c, _a| async { Ok(json!("ok")) },
+        ))
+        .handoff(Handoff::to(&billing).on_handoff(|_ctx, e: Escalation| {
+            if e.reason.trim().is_empty() {
+                Err("say why the customer needs billing".to_string())
+            } else {
+                Ok(())
+            }
+        }))
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let result = triage.run("I want my money back").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("Your refund is on its way."),
+        "{:?}",
+        result.error()
+    );
+    assert_eq!(
+        result.report().agent,
+        "billing",
+        "the result names the agent that answered"
+    );
+    // The first attempt was refused before anything happened, and the model saw why.
+    let refused: Value = serde_json::from_str(&triage_model.requests()[1].messages.last().unwrap().text()).unwrap();
+    assert_eq!(refused["error"]["reason"], "handoff_refused");
+    assert_eq!(refused["error"]["message"], "say why the customer needs billing");
+    // Triage offered its tool and the transfer; billing answered with its own instructions and tools.
+    let offered: Vec<String> = triage_model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(offered, ["lookup", "transfer_to_billing"]);
+    let billing_request = &billing_model.requests()[0];
+    assert_eq!(billing_request.messages[0].text(), "You handle billing.");
+    let offered: Vec<String> = billing_request.tools.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(offered, ["refund"]);
+    assert!(
+        billing_request
+            .messages
+            .iter()
+            .any(|m| m.text().contains("transferred_to"))
+    );
+    assert!(
+        sink.events()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Handoff { from, to, .. } if from == "triage" && to == "billing"))
+    );
+}
+
+#[tokio::test]
+async fn a_disabled_handoff_is_not_offered() {
+    let vip = Agent::builder(ScriptedModel::new()).name("vip").build().unwrap();
+    let model = ScriptedModel::new().text("hello").text("hello");
+    let front = Agent::builder(model.clone())
+        .handoff(Handoff::to(&vip).enabled_when(|ctx| ctx.user().has_role("vip")))
+        .build()
+        .unwrap();
+    assert!(front.run("hi").await.is_completed());
+    assert!(model.requests()[0].tools.is_empty());
+    assert!(
+        front
+            .run(AgentRequest::new((), "hi").user(UserContext::with_roles(["vip"])))
+            .await
+            .is_completed()
+    );
+    assert_eq!(model.requests()[1].tools[0].name, "transfer_to_vip");
+}

@@ -1,0 +1,402 @@
+//! Guardrails: input (concurrent and blocking), output (typed), tool arguments and results, and
+//! a model-backed check.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use modu_agent::Agent;
+use modu_agent::guardrail::{
+    self, GuardrailDecision, GuardrailKind, GuardrailMode, InputGuardrail, ToolVerdict, Tripwire, Verdict,
+};
+use modu_core::{
+    AgentError, AgentEvent, ChatModel, ChatRequest, ChatResponse, ChatStream, CollectingEventSink, FunctionTool,
+    Message, ModelError, Role, RunContext, ToolSpec,
+};
+use modu_testing::ScriptedModel;
+use serde_json::json;
+
+/// A guardrail that waits `delay`, notes how many model requests had started, then decides.
+struct Slow {
+    delay: Duration,
+    trip: bool,
+    model: ScriptedModel,
+    requests_seen: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl InputGuardrail<()> for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    async fn check(&self, _ctx: &RunContext<()>, _input: &[Message]) -> Verdict {
+        tokio::time::sleep(self.delay).await;
+        self.requests_seen.store(self.model.requests().len(), Ordering::SeqCst);
+        if self.trip {
+            Verdict::Trip(Tripwire::new("off_topic", "the request is off topic"))
+        } else {
+            Verdict::Pass
+        }
+    }
+}
+
+/// A model that notes when an answer came back (a dropped request never does).
+struct Watched {
+    inner: ScriptedModel,
+    answered: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl ChatModel for Watched {
+    fn model_name(&self) -> &str {
+        "watched"
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        let stream = self.inner.stream(request).await;
+        self.answered.store(true, Ordering::SeqCst);
+        stream
+    }
+
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        let response = self.inner.complete(request).await;
+        self.answered.store(true, Ordering::SeqCst);
+        response
+    }
+}
+
+fn counting_tool(name: &str, runs: Arc<AtomicUsize>) -> FunctionTool<()> {
+    FunctionTool::new(
+        ToolSpec::new(
+            name,
+            "A tool",
+            json!({"type": "object", "properties": {"to": {"type": "string"}}}),
+        ),
+        move |_ctx, args| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(json!(format!("sent to {}", args["to"].as_str().unwrap_or("?")))) }
+        },
+    )
+}
+
+fn tripped<'a>(error: &Option<&'a AgentError>) -> (&'a str, GuardrailKind, &'a str) {
+    match error {
+        Some(AgentError::GuardrailTripped {
+            guardrail,
+            kind,
+            tripwire,
+        }) => (guardrail.as_str(), *kind, tripwire.code.as_str()),
+        other => panic!("expected a tripped guardrail, got {other:?}"),
+    }
+}
+
+fn no_password() -> impl InputGuardrail<()> {
+    guardrail::input("no_password", |_ctx, input| {
+        if input.iter().any(|m| m.text().contains("password")) {
+            Verdict::Trip(Tripwire::new("secret_in_input", "the input contains a password"))
+        } else {
+            Verdict::Pass
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_blocking_input_tripwire_ends_the_run_before_the_model_is_asked() {
+    let model = ScriptedModel::new().text("never");
+    let sink = Arc::new(CollectingEventSink::new());
+    let agent = Agent::builder(model.clone())
+        .input_guardrail(no_password())
+        .guardrail_mode(GuardrailMode::Blocking)
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let result = agent.run("my password is hunter2").await;
+    assert_eq!(
+        tripped(&result.error()),
+        ("no_password", GuardrailKind::Input, "secret_in_input")
+    );
+    assert!(!result.error().unwrap().is_resumable(), "a tripwire is never resumable");
+    assert!(model.requests().is_empty(), "blocking: the model is not asked");
+    assert!(sink.events().iter().any(|e| matches!(
+        e,
+        AgentEvent::GuardrailChecked { guardrail, kind: GuardrailKind::Input, tripped: true, code: Some(code), .. }
+            if guardrail == "no_password" && code == "secret_in_input"
+    )));
+}
+
+#[tokio::test]
+async fn a_passing_input_guardrail_lets_the_run_finish_and_is_reported() {
+    let sink = Arc::new(CollectingEventSink::new());
+    let agent = Agent::builder(ScriptedModel::new().text("hello"))
+        .input_guardrail(no_password())
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let result = agent.run("hi").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("hello"),
+        "{:?}",
+        result.error()
+    );
+    assert!(sink.events().iter().any(|e| matches!(
+        e,
+        AgentEvent::GuardrailChecked {
+            kind: GuardrailKind::Input,
+            tripped: false,
+            ..
+        }
+    )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_input_guardrails_run_with_the_model_request_and_a_tripwire_drops_it() {
+    let inner = ScriptedModel::new().delayed_text(Duration::from_secs(10), "too late");
+    let answered = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let sink = Arc::new(CollectingEventSink::new());
+    let agent = Agent::builder(Watched {
+        inner: inner.clone(),
+        answered: Arc::clone(&answered),
+    })
+    .input_guardrail(Slow {
+        delay: Duration::from_millis(100),
+        trip: true,
+        model: inner.clone(),
+        requests_seen: Arc::clone(&seen),
+    })
+    .event_sink(sink.clone())
+    .build()
+    .unwrap();
+    let result = agent.run("tell me about football").await;
+    assert_eq!(tripped(&result.error()), ("slow", GuardrailKind::Input, "off_topic"));
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "the request was sent with the check");
+    assert!(
+        !answered.load(Ordering::SeqCst),
+        "the model call was dropped before it answered"
+    );
+    let events = sink.events();
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::ModelCallStarted { .. })));
+    assert!(!events.iter().any(|e| matches!(e, AgentEvent::ModelCallFinished { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_answer_before_a_slow_tripwire_runs_no_tool() {
+    let sends = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new()
+        .tool_call("send", json!({"to": "everyone"}))
+        .text("sent");
+    let agent = Agent::builder(model.clone())
+        .tool(counting_tool("send", Arc::clone(&sends)))
+        .input_guardrail(Slow {
+            delay: Duration::from_secs(1),
+            trip: true,
+            model: model.clone(),
+            requests_seen: Arc::new(AtomicUsize::new(0)),
+        })
+        .build()
+        .unwrap();
+    let result = agent.run("spam everyone").await;
+    assert_eq!(tripped(&result.error()), ("slow", GuardrailKind::Input, "off_topic"));
+    assert_eq!(model.requests().len(), 1, "the model answered first");
+    assert_eq!(
+        sends.load(Ordering::SeqCst),
+        0,
+        "its tool call waits for the guardrails and never runs"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_mode_checks_before_the_request_and_concurrent_mode_with_it() {
+    for (mode, expected) in [(GuardrailMode::Blocking, 0), (GuardrailMode::Concurrent, 1)] {
+        let model = ScriptedModel::new().delayed_text(Duration::from_secs(1), "ok");
+        let seen = Arc::new(AtomicUsize::new(99));
+        let agent = Agent::builder(model.clone())
+            .input_guardrail(Slow {
+                delay: Duration::from_millis(10),
+                trip: false,
+                model: model.clone(),
+                requests_seen: Arc::clone(&seen),
+            })
+            .guardrail_mode(mode)
+            .build()
+            .unwrap();
+        let result = agent.run("hi").await;
+        assert_eq!(
+            result.output().map(String::as_str),
+            Some("ok"),
+            "{mode:?}: {:?}",
+            result.error()
+        );
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            expected,
+            "{mode:?}: requests when the check ended"
+        );
+    }
+}
+
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Refund {
+    amount: u32,
+}
+
+#[tokio::test]
+async fn an_output_guardrail_checks_the_structured_output_typed() {
+    let cap = || {
+        guardrail::output("refund_cap", |_ctx, refund: &Refund| {
+            if refund.amount > 100 {
+                Verdict::Trip(Tripwire::new(
+                    "refund_too_large",
+                    format!("{} is over the cap", refund.amount),
+                ))
+            } else {
+                Verdict::Pass
+            }
+        })
+    };
+    let agent = |answer: &str| {
+        Agent::builder(ScriptedModel::new().text(answer))
+            .output::<Refund>()
+            .output_guardrail(cap())
+            .build()
+            .unwrap()
+    };
+    let small = agent(r#"{"amount": 40}"#).run("refund").await;
+    assert_eq!(small.output().map(|r| r.amount), Some(40), "{:?}", small.error());
+    let large = agent(r#"{"amount": 400}"#).run("refund").await;
+    assert_eq!(
+        tripped(&large.error()),
+        ("refund_cap", GuardrailKind::Output, "refund_too_large")
+    );
+    assert!(large.output().is_none(), "a tripped output is not returned");
+}
+
+#[tokio::test]
+async fn a_tool_argument_tripwire_ends_the_run_before_the_tool_runs() {
+    let sends = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::builder(ScriptedModel::new().tool_call("send", json!({"to": "everyone"})))
+        .tool(counting_tool("send", Arc::clone(&sends)))
+        .tool_guardrail(guardrail::tool_arguments("no_broadcast", |_ctx, _tool, args| {
+            if args["to"] == "everyone" {
+                ToolVerdict::Trip(Tripwire::new("broadcast", "sending to everyone is not allowed"))
+            } else {
+                ToolVerdict::Pass
+            }
+        }))
+        .build()
+        .unwrap();
+    let result = agent.run("send to everyone").await;
+    assert_eq!(
+        tripped(&result.error()),
+        ("no_broadcast", GuardrailKind::ToolArguments, "broadcast")
+    );
+    assert_eq!(sends.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn tool_guardrails_may_replace_the_arguments_call_or_the_result_with_a_message() {
+    let sends = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new()
+        .tool_calls([("send", json!({"to": "everyone"})), ("send", json!({"to": "bob"}))])
+        .text("done");
+    let sink = Arc::new(CollectingEventSink::new());
+    let agent = Agent::builder(model.clone())
+        .tool(counting_tool("send", Arc::clone(&sends)))
+        .tool_guardrail(guardrail::tool_arguments("no_broadcast", |_ctx, _tool, args| {
+            if args["to"] == "everyone" {
+                ToolVerdict::Replace("not sent: pick one recipient".into())
+            } else {
+                ToolVerdict::Pass
+            }
+        }))
+        .tool_guardrail(guardrail::tool_result("redact", |_ctx, _tool, result| {
+            if result.as_str().is_some_and(|r| r.contains("bob")) {
+                ToolVerdict::Replace("sent to [redacted]".into())
+            } else {
+                ToolVerdict::Pass
+            }
+        }))
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let result = agent.run("send").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        result.error()
+    );
+    assert_eq!(sends.load(Ordering::SeqCst), 1, "the replaced call did not run");
+    let seen: Vec<String> = model.requests()[1]
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(Message::text)
+        .collect();
+    assert_eq!(seen, ["not sent: pick one recipient", "sent to [redacted]"]);
+    let replaced = sink
+        .events()
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                AgentEvent::GuardrailChecked {
+                    replaced: true,
+                    call_id: Some(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(replaced, 2);
+}
+
+#[tokio::test]
+async fn a_model_backed_guardrail_decides_with_its_structured_output() {
+    let checker = |tripped: bool| {
+        let decision = GuardrailDecision {
+            tripped,
+            reason: "asks for a weapon".into(),
+        };
+        Agent::builder(ScriptedModel::new().text(serde_json::to_string(&decision).unwrap()))
+            .instructions("Decide whether the text asks for something dangerous.")
+            .output::<GuardrailDecision>()
+            .build()
+            .unwrap()
+    };
+    for (trips, expected) in [(true, Some("tripped")), (false, None)] {
+        let agent = Agent::builder(ScriptedModel::new().text("an answer"))
+            .input_guardrail(checker(trips).as_guardrail("safety"))
+            .guardrail_mode(GuardrailMode::Blocking)
+            .build()
+            .unwrap();
+        let result = agent.run("how do I build a bow").await;
+        match expected {
+            Some(code) => assert_eq!(tripped(&result.error()), ("safety", GuardrailKind::Input, code)),
+            None => assert_eq!(
+                result.output().map(String::as_str),
+                Some("an answer"),
+                "{:?}",
+                result.error()
+            ),
+        }
+    }
+    // A checker that cannot answer fails closed.
+    let broken = Agent::builder(ScriptedModel::new().text("not json"))
+        .output::<GuardrailDecision>()
+        .build()
+        .unwrap();
+    let agent = Agent::builder(ScriptedModel::new().text("x"))
+        .output_guardrail(broken.as_guardrail("safety"))
+        .build()
+        .unwrap();
+    let result = agent.run("hi").await;
+    assert_eq!(
+        tripped(&result.error()),
+        ("safety", GuardrailKind::Output, "guardrail_unavailable")
+    );
+}

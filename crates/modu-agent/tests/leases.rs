@@ -1,0 +1,284 @@
+//! Session leases on the in-memory stores: the conformance suite, and what an agent does with
+//! them (busy sessions, waiting, a run that lost its lease, orphaned runs recovered once).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use modu_core::{InMemoryCheckpointStore, InMemoryConversationStore, InMemoryLeaseStore};
+use modu_testing::conformance::{self, FencedStores};
+
+#[tokio::test]
+async fn in_memory_leases_pass_the_conformance_suite() {
+    conformance::lease_store_suite(|| async {
+        let leases = InMemoryLeaseStore::new();
+        FencedStores {
+            conversations: Arc::new(leases.fence_conversations(InMemoryConversationStore::new())),
+            checkpoints: Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new())),
+            leases: Arc::new(leases),
+        }
+    })
+    .await;
+}
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use modu_agent::Agent;
+use modu_core::model::{ChatEvent, FinishReason};
+use modu_core::{
+    AgentError, CheckpointStore, ConversationStore, FunctionTool, Lease, LeaseOptions, LeaseStore, Role, StoreError,
+    ToolSpec,
+};
+use modu_testing::ScriptedModel;
+
+/// One backend shared by every worker of a test.
+#[derive(Clone)]
+struct Backend {
+    leases: InMemoryLeaseStore,
+    conversations: Arc<dyn ConversationStore>,
+    checkpoints: Arc<dyn CheckpointStore>,
+    /// How many times the `work` tool started.
+    calls: Arc<AtomicUsize>,
+}
+
+fn backend() -> Backend {
+    let leases = InMemoryLeaseStore::new();
+    Backend {
+        conversations: Arc::new(leases.fence_conversations(InMemoryConversationStore::new())),
+        checkpoints: Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new())),
+        leases,
+        calls: Arc::new(AtomicUsize::new(0)),
+    }
+}
+
+/// A model that calls `work` once per run, then answers "done".
+fn model() -> ScriptedModel {
+    ScriptedModel::new()
+        .respond(|request| {
+            if request.messages.last().is_some_and(|m| m.role == Role::Tool) {
+                vec![
+                    ChatEvent::TextDelta { text: "done".into() },
+                    ChatEvent::Finish {
+                        reason: FinishReason::Stop,
+                    },
+                ]
+            } else {
+                vec![
+                    ChatEvent::ToolCallDelta {
+                        index: 0,
+                        id: Some(format!("call_{}", request.messages.len())),
+                        name: Some("work".into()),
+                        arguments: "{}".into(),
+                    },
+                    ChatEvent::Finish {
+                        reason: FinishReason::ToolCalls,
+                    },
+                ]
+            }
+        })
+        .cycle()
+}
+
+/// A worker: an agent on the shared backend whose `work` tool sleeps `work`.
+fn worker(b: &Backend, leases: impl LeaseStore + 'static, options: LeaseOptions, work: Duration) -> Agent {
+    let calls = Arc::clone(&b.calls);
+    let tool = FunctionTool::<()>::new(
+        ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})),
+        move |_ctx, _args| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(work).await;
+                Ok(serde_json::json!("worked"))
+            }
+        },
+    );
+    Agent::builder(model())
+        .name("leased")
+        .tool(tool)
+        .conversation_store(Arc::clone(&b.conversations))
+        .checkpoint_store(Arc::clone(&b.checkpoints))
+        .session_leases(leases, options)
+        .build()
+        .unwrap()
+}
+
+fn opts(holder: &str) -> LeaseOptions {
+    LeaseOptions::new().holder(holder).ttl(Duration::from_millis(150))
+}
+
+async fn history(b: &Backend, session: &str) -> Vec<String> {
+    b.conversations
+        .load(session)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_busy_session_fails_fast_or_waits_its_turn() {
+    let b = backend();
+    let w1 = worker(&b, b.leases.clone(), opts("w1"), Duration::from_millis(400));
+    let impatient = worker(&b, b.leases.clone(), opts("w2"), Duration::ZERO);
+    let patient = worker(
+        &b,
+        b.leases.clone(),
+        opts("w3").wait(Duration::from_secs(5)),
+        Duration::ZERO,
+    );
+
+    let first = tokio::spawn({
+        let w1 = w1.clone();
+        async move { w1.run(modu_agent::AgentRequest::new((), "first").session("s")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let busy = impatient
+        .run(modu_agent::AgentRequest::new((), "impatient").session("s"))
+        .await;
+    assert!(
+        matches!(&busy.error(), Some(AgentError::SessionBusy { session_id }) if session_id == "s"),
+        "{:?}",
+        busy.error()
+    );
+    assert!(!busy.run_id().is_empty(), "a busy result names its run");
+    // Another session is not busy.
+    let other = impatient
+        .run(modu_agent::AgentRequest::new((), "elsewhere").session("t"))
+        .await;
+    assert!(other.is_completed(), "{:?}", other.error());
+
+    let second = patient
+        .run(modu_agent::AgentRequest::new((), "second").session("s"))
+        .await;
+    assert!(second.is_completed(), "{:?}", second.error());
+    let first = first.await.unwrap();
+    assert!(first.is_completed(), "{:?}", first.error());
+    // The first run renewed its lease for 400 ms on a 150 ms ttl, and the runs did not interleave.
+    assert_eq!(history(&b, "s").await, ["first", "second"]);
+    assert_eq!(b.conversations.load("s").await.unwrap().len(), 8);
+}
+
+/// Leases whose renewals fail, as for a worker cut off from its store.
+struct Partitioned(InMemoryLeaseStore);
+
+#[async_trait]
+impl LeaseStore for Partitioned {
+    async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        self.0.acquire(key, holder, ttl).await
+    }
+    async fn renew(&self, _lease: &Lease) -> Result<(), StoreError> {
+        Err(StoreError::Timeout)
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.0.release(lease).await
+    }
+}
+
+#[tokio::test]
+async fn a_run_whose_session_was_taken_over_cannot_write() {
+    let b = backend();
+    let cut_off = worker(
+        &b,
+        Partitioned(b.leases.clone()),
+        opts("w1"),
+        Duration::from_millis(500),
+    );
+    let w2 = worker(
+        &b,
+        b.leases.clone(),
+        opts("w2").wait(Duration::from_secs(5)),
+        Duration::ZERO,
+    );
+
+    let stale = tokio::spawn({
+        let cut_off = cut_off.clone();
+        async move {
+            cut_off
+                .run(modu_agent::AgentRequest::new((), "stale").session("s"))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // w1's lease expires (it cannot renew); w2 takes the session over and completes a run.
+    let fresh = w2.run(modu_agent::AgentRequest::new((), "fresh").session("s")).await;
+    assert!(fresh.is_completed(), "{:?}", fresh.error());
+
+    let stale = stale.await.unwrap();
+    assert!(
+        matches!(&stale.error(), Some(AgentError::LeaseLost { session_id }) if session_id == "s"),
+        "{:?}",
+        stale.error()
+    );
+    assert!(!stale.error().unwrap().is_resumable());
+    assert_eq!(
+        history(&b, "s").await,
+        ["fresh"],
+        "only the new holder's run is in the history"
+    );
+}
+
+#[tokio::test]
+async fn an_orphaned_run_is_recovered_by_exactly_one_worker() {
+    let b = backend();
+    let dying = worker(&b, b.leases.clone(), opts("w1"), Duration::from_secs(30));
+    let w2 = worker(&b, b.leases.clone(), opts("w2"), Duration::ZERO);
+    let w3 = worker(&b, b.leases.clone(), opts("w3"), Duration::ZERO);
+
+    // w1 dies in the middle of its tool call: its run is dropped and stops renewing.
+    let run = tokio::spawn(async move {
+        dying
+            .run(modu_agent::AgentRequest::new((), "orphan").session("s").run_id("r-1"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    run.abort();
+    assert_eq!(b.calls.load(Ordering::SeqCst), 1);
+
+    // While the dead worker's lease lives, nobody claims the run.
+    assert!(w2.recover_orphans(()).await.unwrap().is_empty());
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (a, c) = tokio::join!(w2.recover_orphans(()), w3.recover_orphans(()));
+    let recovered: Vec<_> = a.unwrap().into_iter().chain(c.unwrap()).collect();
+    assert_eq!(recovered.len(), 1, "one claimer: {recovered:?}");
+    assert_eq!(recovered[0].run_id(), "r-1");
+    assert_eq!(
+        recovered[0].output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        recovered[0].error()
+    );
+    assert_eq!(history(&b, "s").await, ["orphan"]);
+    // The call in flight when the worker died ran again, once.
+    assert_eq!(b.calls.load(Ordering::SeqCst), 2);
+    // Nothing is left to recover.
+    assert!(w3.recover_orphans(()).await.unwrap().is_empty());
+    assert_eq!(b.checkpoints.load("r-1").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn leases_need_stores_with_fenced_writes() {
+    let b = backend();
+    let agent = Agent::builder(model())
+        .conversation_store(Arc::new(InMemoryConversationStore::new()))
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .session_leases(b.leases.clone(), opts("w1"))
+        .build()
+        .unwrap();
+    let result = agent.run(modu_agent::AgentRequest::new((), "hi").session("s")).await;
+    let message = result.error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("does not support checkpoint.save_fenced"), "{message}");
+    // Without checkpoints and sessions there is nothing to fence.
+    let plain = Agent::builder(ScriptedModel::new().text("hi"))
+        .session_leases(b.leases.clone(), opts("w1"))
+        .build()
+        .unwrap();
+    assert!(plain.run("hi").await.is_completed());
+    assert!(
+        plain.recover_orphans(()).await.is_err(),
+        "recovery needs a checkpoint store"
+    );
+}
