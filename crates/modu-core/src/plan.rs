@@ -116,7 +116,7 @@ pub struct ToolTraceEntry {
     /// The call this one repairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_of_call_id: Option<String>,
-    /// The arguments with secret keys masked ([`ToolTraceMode::Arguments`](super::ToolTraceMode::Arguments) only).
+    /// The arguments with secret keys masked (`modu_agent::plan::ToolTraceMode::Arguments` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
     /// Where `arguments` come from.
