@@ -102,7 +102,7 @@ pub enum AgentError {
         /// The provider.
         provider: String,
         /// What kind of failure it is.
-        kind: crate::provider::ToolProviderErrorKind,
+        kind: crate::tool_provider::ToolProviderErrorKind,
         /// The error's text.
         message: String,
     },

@@ -4,9 +4,11 @@
 
 pub mod approval;
 mod asking;
+pub mod authorize;
 #[doc(hidden)]
 pub mod canonical;
 pub mod context;
+pub mod context_provider;
 pub mod error;
 pub mod event;
 pub mod input;
@@ -19,15 +21,17 @@ pub mod model;
 pub mod outcome;
 pub mod output;
 pub mod plan;
-pub mod provider;
 pub mod redact;
 pub mod store;
 pub mod tokens;
 pub mod tool;
+pub mod tool_provider;
 pub mod tripwire;
 
 pub use approval::{ApprovalDecision, ApprovalRequest};
+pub use authorize::{AllowAllAuthorizer, RbacToolAuthorizer, ToolAuthorizer};
 pub use context::{RunContext, UserContext};
+pub use context_provider::{ContextProvider, ContextProviderError, ModelContext, Stage};
 pub use error::AgentError;
 pub use event::{AgentEvent, CollectingEventSink, EventSink, SinkError};
 pub use input::{InputAnswer, InputRequest, InputSpec};
@@ -44,10 +48,6 @@ pub use outcome::{
     CompletedRun, FailedRun, PausedRun, PlanReport, PlanUsage, RunError, RunOutcome, RunReport, RunStats,
 };
 pub use output::{JsonCodec, OutputCodec, OutputError, TextCodec};
-pub use provider::{
-    AllowAllAuthorizer, ContextProvider, ContextProviderError, ModelContext, RbacToolAuthorizer, Stage,
-    StaticToolSession, ToolAuthorizer, ToolProvider, ToolProviderError, ToolProviderErrorKind, ToolSession,
-};
 pub use store::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
     ConversationStore, Fence, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore,
@@ -57,6 +57,7 @@ pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{
     ArgumentValidator, ErrorMapper, FunctionTool, RecoveryAction, Tool, ToolError, ToolErrorKind, ToolSpec,
 };
+pub use tool_provider::{StaticToolSession, ToolProvider, ToolProviderError, ToolProviderErrorKind, ToolSession};
 pub use tripwire::{GuardrailKind, Tripwire};
 
 /// A boxed error, the cause type used across modu.

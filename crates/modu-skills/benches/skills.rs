@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use modu_core::provider::{ContextProvider, ModelContext, Stage};
+use modu_core::context_provider::{ContextProvider, ModelContext, Stage};
 use modu_core::{Message, RunContext, ToolDefinition};
 use modu_skills::{SkillRegistry, SkillsProvider};
 use serde_json::json;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use modu_core::provider::Stage;
+use modu_core::context_provider::Stage;
 use serde_json::Value;
 
 use crate::error::{SkillError, ValidationRule};

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use modu_agent::{AgentBuilder, Fixed};
-use modu_core::provider::{
-    ContextProvider, ContextProviderError, ModelContext, Stage, StaticToolSession, ToolProvider, ToolProviderError,
-    ToolSession,
-};
 use modu_core::{
     ChatModel, ChatRequest, Message, ResponseFormat, Role, RunContext, Tool, ToolError, ToolErrorKind, ToolSpec, Usage,
+};
+use modu_core::{
+    context_provider::{ContextProvider, ContextProviderError, ModelContext, Stage},
+    tool_provider::{StaticToolSession, ToolProvider, ToolProviderError, ToolSession},
 };
 use serde_json::{Value, json};
 

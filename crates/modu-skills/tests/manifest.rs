@@ -1,7 +1,7 @@
 //! Every SKILL.md validation rule, each with the file, line and rule it reports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use modu_core::provider::Stage;
+use modu_core::context_provider::Stage;
 use modu_skills::{SkillError, SkillManifest, ValidationRule};
 
 const FILE: &str = "skills/demo/SKILL.md";

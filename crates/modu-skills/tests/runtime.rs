@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use modu_agent::{Agent, AgentRequest, RunLimits};
-use modu_core::provider::Stage;
+use modu_core::context_provider::Stage;
 use modu_core::{
     AgentError, ChatRequest, ConversationStore, FunctionTool, InMemoryConversationStore, Message, Role, ToolSpec,
 };

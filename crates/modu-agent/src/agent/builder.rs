@@ -18,9 +18,13 @@ use crate::middleware::{
 };
 use crate::model::ChatModel;
 use crate::output::{JsonCodec, OutputCodec, TextCodec};
-use crate::provider::{AllowAllAuthorizer, ContextProvider, ToolAuthorizer, ToolProvider};
 use crate::store::{CheckpointStore, ConversationStore};
 use crate::tool::Tool;
+use crate::{
+    authorize::{AllowAllAuthorizer, ToolAuthorizer},
+    context_provider::ContextProvider,
+    tool_provider::ToolProvider,
+};
 
 /// The builder state in which the context and output types may still change
 /// ([`AgentBuilder::context`], [`AgentBuilder::output`], [`AgentBuilder::codec`]): nothing typed

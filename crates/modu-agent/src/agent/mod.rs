@@ -9,9 +9,9 @@ use crate::memory::ConversationMemoryPolicy;
 use crate::middleware::{AgentService, ChatService, FunctionService};
 use crate::model::ChatModel;
 use crate::output::OutputCodec;
-use crate::provider::{ContextProvider, ToolAuthorizer, ToolProvider};
 use crate::store::{CheckpointStore, ConversationStore};
 use crate::tool::{Tool, ToolSpec};
+use crate::{authorize::ToolAuthorizer, context_provider::ContextProvider, tool_provider::ToolProvider};
 
 mod api;
 mod build;

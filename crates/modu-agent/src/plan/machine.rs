@@ -15,12 +15,12 @@ use super::steps::{step_result, verify};
 use super::{ArgumentsSource, PlanAndExecutePolicy, ToolTraceMode, prompts};
 use super::{PlanFailure, PlanStep, StepStatus, ToolTraceEntry};
 use crate::canonical::{canonical_json, json_hash, sanitize_id};
+use crate::context_provider::Stage;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::{ContentPart, Message, Role, ToolCall};
 use crate::model::ToolDefinition;
 use crate::output::OutputCodec;
-use crate::provider::Stage;
 use crate::runner::policy::{
     Answer, Ask, CallReport, DeltaRoute, Fed, Format, ModelSlot, Next, Offer, Out, Policy, ToolCallOutcome, View,
     count_tool_calls,

@@ -10,12 +10,12 @@ use super::chat::{DeltaSink, RunCall, with_deadline};
 use super::policy::{Answer, Ask, Format, ModelSlot, Offer, View};
 use super::{Run, unique_call_ids};
 use crate::agent::settings::ModelSettings;
+use crate::context_provider::{ModelContext, Stage};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::memory::MemoryInput;
 use crate::message::{Message, Role, Usage};
 use crate::model::{ChatRequest, ResponseFormat, ToolChoice, ToolDefinition};
-use crate::provider::{ModelContext, Stage};
 
 impl<C, O> Run<C, O>
 where

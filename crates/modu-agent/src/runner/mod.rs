@@ -34,8 +34,8 @@ use crate::model::{ResponseFormat, ToolDefinition};
 use crate::outcome::RunOutcome;
 use crate::plan::machine::Strict;
 use crate::plan::{DecisionPolicy, PlanAndExecutePolicy};
-use crate::provider::ToolSession;
 use crate::tool::ToolSpec;
+use crate::tool_provider::ToolSession;
 
 mod ask;
 pub(crate) mod chat;
@@ -257,7 +257,7 @@ where
                 first.message
             )),
         ];
-        let ask = policy::Ask::new(crate::provider::Stage::Finalize)
+        let ask = policy::Ask::new(crate::context_provider::Stage::Finalize)
             .extra(extra)
             .format(Format::Fixed(format))
             .route(route);

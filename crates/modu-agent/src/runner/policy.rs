@@ -6,11 +6,11 @@
 
 use std::collections::HashSet;
 
+use crate::context_provider::Stage;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::{Message, ToolCall};
 use crate::model::{ChatResponse, ResponseFormat, ToolDefinition};
-use crate::provider::Stage;
 use crate::tool::{ToolError, ToolSpec};
 
 use super::state::RunState;

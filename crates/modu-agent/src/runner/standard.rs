@@ -4,9 +4,9 @@
 //! the driver's (`Next::Finish`), shared with the strict policy.
 
 use crate::agent::FinalizationMode;
+use crate::context_provider::Stage;
 use crate::error::AgentError;
 use crate::message::{ContentPart, Message, ToolCall};
-use crate::provider::Stage;
 
 use super::policy::{
     Ask, CallReport, DeltaRoute, Fed, Format, Next, Out, Policy, ToolCallOutcome, View, count_tool_calls,
