@@ -20,7 +20,7 @@ pub mod middleware;
 pub mod partial;
 pub mod plan;
 mod runner;
-pub mod runtime;
+pub mod session_queue;
 pub mod sinks;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -37,4 +37,4 @@ pub use memory::{
     RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
 };
 pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
-pub use runtime::AgentRuntime;
+pub use session_queue::SessionQueue;

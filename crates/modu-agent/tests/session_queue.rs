@@ -1,10 +1,10 @@
-//! Same-session serialization with `AgentRuntime`.
+//! Same-session serialization with `SessionQueue`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use modu_agent::{Agent, AgentRequest, AgentRuntime};
+use modu_agent::{Agent, AgentRequest, SessionQueue};
 use modu_core::{ConversationStore, InMemoryConversationStore};
 use modu_testing::ScriptedModel;
 
@@ -18,7 +18,7 @@ async fn runs_of_one_session_take_turns_and_sessions_run_in_parallel() {
         .conversation_store(store.clone())
         .build()
         .unwrap();
-    let runtime = Arc::new(AgentRuntime::new());
+    let runtime = Arc::new(SessionQueue::new());
     let (a, b) = tokio::join!(runtime.run(&agent, AgentRequest::new((), "one").session("s")), async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         runtime.run(&agent, AgentRequest::new((), "two").session("s")).await

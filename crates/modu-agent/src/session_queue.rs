@@ -1,7 +1,7 @@
-//! [`AgentRuntime`]: same-session serialization in one process.
+//! [`SessionQueue`]: same-session serialization in one process.
 //!
 //! Two runs of one session at once would both load the same history and append in either
-//! order, so the second run would not see the first. The runtime queues runs by session id:
+//! order, so the second run would not see the first. The queue takes runs by session id:
 //! runs of one session take turns (in arrival order), runs of different sessions — and runs
 //! without a session — proceed in parallel.
 //!
@@ -20,22 +20,22 @@ use crate::outcome::RunOutcome;
 /// Queues runs by session id (see the module docs).
 ///
 /// ```
-/// use modu_agent::{Agent, AgentRequest, AgentRuntime};
+/// use modu_agent::{Agent, AgentRequest, SessionQueue};
 /// use modu_testing::ScriptedModel;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let agent = Agent::builder(ScriptedModel::new().text("hi")).build()?;
-/// let runtime = AgentRuntime::new();
-/// let answer = runtime.run(&agent, AgentRequest::new((), "hello").session("s1")).await.into_result()?;
+/// let queue = SessionQueue::new();
+/// let answer = queue.run(&agent, AgentRequest::new((), "hello").session("s1")).await.into_result()?;
 /// assert_eq!(answer, "hi");
 /// # Ok(()) }
 /// ```
 #[derive(Default)]
-pub struct AgentRuntime {
+pub struct SessionQueue {
     sessions: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
 
-impl AgentRuntime {
-    /// A runtime with no runs.
+impl SessionQueue {
+    /// A queue with no runs.
     pub fn new() -> Self {
         Self::default()
     }
