@@ -236,7 +236,7 @@ impl FallbackModel {
             tracing::warn!(
                 from = member.name(),
                 to = next.name(),
-                error_kind = error.kind(),
+                error_kind = %error.kind(),
                 "model failed; asking the next model of the fallback chain"
             );
         }

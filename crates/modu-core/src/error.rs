@@ -15,7 +15,7 @@ pub enum AgentError {
     #[error("model call failed ({kind}): {message}")]
     Model {
         /// The [`ModelError::kind`].
-        kind: String,
+        kind: crate::codes::ModelErrorKind,
         /// The error's text.
         message: String,
         /// Whether the failure was transient (a resume may succeed).
@@ -169,7 +169,7 @@ pub enum AgentError {
         /// `repair_same_effective_arguments`, `repair_other_tool`, `repair_not_single_call`,
         /// `repair_same_call_id`, `repair_invalid_arguments`, `step_attempts_exhausted`,
         /// `plan_invalid`, `max_steps`, `verify_failed`, or a limit (`max_tool_calls`, `max_turns`).
-        cause: String,
+        cause: crate::codes::PlanFailureCause,
         /// The step.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step_id: Option<String>,
@@ -211,7 +211,7 @@ impl AgentError {
     #[doc(hidden)]
     pub fn from_model(err: &ModelError) -> Self {
         AgentError::Model {
-            kind: err.kind().to_owned(),
+            kind: err.kind(),
             message: err.to_string(),
             retryable: err.is_retryable(),
         }

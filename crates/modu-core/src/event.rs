@@ -86,7 +86,7 @@ pub enum AgentEvent {
         /// The number of this model call in the run.
         call: u32,
         /// The error's kind (see [`crate::ModelError::kind`]).
-        error_kind: String,
+        error_kind: crate::codes::ModelErrorKind,
         /// Whether the run loop will try again.
         will_retry: bool,
     },
@@ -322,8 +322,8 @@ pub enum AgentEvent {
         run_id: String,
         /// The revised plan.
         plan: crate::plan::Plan,
-        /// Why (a sanitised cause such as `tool_failed`).
-        cause: String,
+        /// Why (a cause such as `tool_failed`).
+        cause: crate::codes::PlanFailureCause,
     },
     /// Plan-and-Execute: work on a step started (again).
     StepStarted {
@@ -382,8 +382,8 @@ pub enum AgentEvent {
         run_id: String,
         /// The step.
         step_id: String,
-        /// Why (sanitised).
-        cause: String,
+        /// Why.
+        cause: crate::codes::PlanFailureCause,
     },
     /// Plan-and-Execute: a tool failure is being recovered.
     ToolRecovery {

@@ -7,6 +7,7 @@ mod asking;
 pub mod authorize;
 #[doc(hidden)]
 pub mod canonical;
+pub mod codes;
 pub mod context;
 pub mod context_provider;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod tripwire;
 
 pub use approval::{ApprovalDecision, ApprovalRequest};
 pub use authorize::{AllowAllAuthorizer, RbacToolAuthorizer, ToolAuthorizer};
+pub use codes::{ModelErrorKind, PlanFailureCause};
 pub use context::{RunContext, UserContext};
 pub use context_provider::{ContextProvider, ContextProviderError, ModelContext, Stage};
 pub use error::AgentError;

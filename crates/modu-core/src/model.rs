@@ -510,20 +510,21 @@ impl ModelError {
         }
     }
 
-    /// A short stable name of the error's kind (`"rate_limited"`, `"timeout"`, …), for
-    /// events and metrics.
-    pub fn kind(&self) -> &'static str {
+    /// The error's kind, a short stable code (`rate_limited`, `timeout`, …) for events and
+    /// metrics.
+    pub fn kind(&self) -> crate::codes::ModelErrorKind {
+        use crate::codes::ModelErrorKind as K;
         match self {
-            ModelError::Transport { .. } => "transport",
-            ModelError::Timeout(_) => "timeout",
-            ModelError::RateLimited { .. } => "rate_limited",
-            ModelError::Authentication { .. } => "authentication",
-            ModelError::ModelNotFound { .. } => "model_not_found",
-            ModelError::ContextLengthExceeded { .. } => "context_length_exceeded",
-            ModelError::Status { .. } => "status",
-            ModelError::InvalidResponse { .. } => "invalid_response",
-            ModelError::InvalidRequest { .. } => "invalid_request",
-            ModelError::UnsupportedContent { .. } => "unsupported_content",
+            ModelError::Transport { .. } => K::Transport,
+            ModelError::Timeout(_) => K::Timeout,
+            ModelError::RateLimited { .. } => K::RateLimited,
+            ModelError::Authentication { .. } => K::Authentication,
+            ModelError::ModelNotFound { .. } => K::ModelNotFound,
+            ModelError::ContextLengthExceeded { .. } => K::ContextLengthExceeded,
+            ModelError::Status { .. } => K::Status,
+            ModelError::InvalidResponse { .. } => K::InvalidResponse,
+            ModelError::InvalidRequest { .. } => K::InvalidRequest,
+            ModelError::UnsupportedContent { .. } => K::UnsupportedContent,
         }
     }
 }

@@ -149,5 +149,5 @@ pub struct PlanFailure {
     /// `repair_same_effective_arguments`, `repair_other_tool`, `repair_not_single_call`,
     /// `repair_same_call_id`, `repair_invalid_arguments`, `step_attempts_exhausted`,
     /// `plan_invalid`, `max_steps`, `verify_failed`, or a limit (`max_tool_calls`, `max_turns`).
-    pub cause: String,
+    pub cause: crate::codes::PlanFailureCause,
 }

@@ -420,14 +420,14 @@ impl OtelEventSink {
                 let Some(run) = state.runs.get_mut(run_id) else { return };
                 let started = run.chats.get(call).map(|c| c.started);
                 if let Some(mut chat) = run.chats.remove(call) {
-                    chat.span.set_attribute(kv(sc::ERROR_TYPE, error_kind.clone()));
+                    chat.span.set_attribute(kv(sc::ERROR_TYPE, error_kind.to_string()));
                     chat.span
                         .set_status(Status::error(format!("model call failed: {error_kind}")));
                     chat.span.end();
                 }
                 if let (Some(m), Some(started)) = (&self.instruments, started) {
                     let mut attrs = self.chat_metric_attrs(model);
-                    attrs.push(kv(sc::ERROR_TYPE, error_kind.clone()));
+                    attrs.push(kv(sc::ERROR_TYPE, error_kind.to_string()));
                     m.duration.record(started.elapsed().as_secs_f64(), &attrs);
                 }
             }

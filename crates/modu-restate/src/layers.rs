@@ -265,7 +265,7 @@ fn model_error_json(e: &ModelError) -> serde_json::Value {
         other => (other.to_string(), None),
     };
     let journaled = JournaledModelError {
-        kind: e.kind().to_owned(),
+        kind: e.kind().to_string(),
         message,
         status,
         retry_after_ms: e.retry_after().map(|d| d.as_millis() as u64),

@@ -508,13 +508,13 @@ impl Policy for Strict {
             step.status = StepStatus::Failed;
         }
         if st.failure.is_none() {
-            st.failure = Some(failure(&code, step_id.as_deref(), None, None, None));
+            st.failure = Some(failure(code.as_str(), step_id.as_deref(), None, None, None));
         }
         if let Some(step_id) = step_id {
             out.push(|| AgentEvent::StepFailed {
                 run_id: view.run_id().to_owned(),
                 step_id,
-                cause: sanitize_id(&code),
+                cause: crate::codes::PlanFailureCause::from_code(&sanitize_id(code.as_str())),
             });
         }
     }

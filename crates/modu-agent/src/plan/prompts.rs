@@ -92,7 +92,7 @@ pub(crate) fn replan(st: &StrictState, failure: &PlanFailure, room: usize, catal
         .unwrap_or_default();
     let error_text = match (&failure.error_class, &failure.reason) {
         (Some(class), Some(reason)) => format!("{class} error ({reason})"),
-        _ => failure.cause.clone(),
+        _ => failure.cause.to_string(),
     };
     format!(
         "The plan for the request above must change: step {failed_text} failed with a {error_text}.\n\

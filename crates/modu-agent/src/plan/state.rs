@@ -1,5 +1,6 @@
 //! The serialisable state of a strict run (`state.policy.state` of its checkpoints).
 
+use crate::codes::PlanFailureCause;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -232,7 +233,7 @@ pub(crate) fn failure(
         call_id: call_id.map(sanitize_id),
         error_class: error.map(|e| e.kind.as_str().to_owned()),
         reason: error.map(|e| sanitize_id(&e.reason)),
-        cause: sanitize_id(cause),
+        cause: PlanFailureCause::from_code(&sanitize_id(cause)),
     }
 }
 
@@ -256,17 +257,17 @@ pub(crate) fn trace_error(error: &ToolError) -> TraceError {
     }
 }
 
-/// A snake_case code for an error that ended a strict run.
-pub(crate) fn error_code(error: &AgentError) -> String {
+/// The cause of an error that ended a strict run.
+pub(crate) fn error_code(error: &AgentError) -> PlanFailureCause {
     match error {
         AgentError::PlanFailed { cause, .. } => cause.clone(),
-        AgentError::MaxTurnsExceeded { .. } => "max_turns".into(),
-        AgentError::MaxToolCallsExceeded { .. } => "max_tool_calls".into(),
-        AgentError::Output { .. } => "output_invalid".into(),
-        AgentError::Model { .. } => "model_error".into(),
-        AgentError::MemoryOverflow { .. } => "memory_overflow".into(),
-        AgentError::ContextProvider { .. } => "context_provider".into(),
-        AgentError::Configuration { .. } => "configuration".into(),
-        _ => "run_failed".into(),
+        AgentError::MaxTurnsExceeded { .. } => PlanFailureCause::MaxTurns,
+        AgentError::MaxToolCallsExceeded { .. } => PlanFailureCause::MaxToolCalls,
+        AgentError::Output { .. } => PlanFailureCause::OutputInvalid,
+        AgentError::Model { .. } => PlanFailureCause::ModelError,
+        AgentError::MemoryOverflow { .. } => PlanFailureCause::MemoryOverflow,
+        AgentError::ContextProvider { .. } => PlanFailureCause::ContextProvider,
+        AgentError::Configuration { .. } => PlanFailureCause::Configuration,
+        _ => PlanFailureCause::RunFailed,
     }
 }

@@ -137,7 +137,7 @@ pub(crate) fn kinds(out: &mut Out) -> Vec<&'static str> {
 
 pub(crate) fn fail_cause(next: &Next) -> Option<&str> {
     match next {
-        Next::Fail(AgentError::PlanFailed { cause, .. }) => Some(cause),
+        Next::Fail(AgentError::PlanFailed { cause, .. }) => Some(cause.as_str()),
         _ => None,
     }
 }

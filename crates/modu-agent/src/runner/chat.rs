@@ -319,7 +319,7 @@ where
                         }
                     }
                     Err(err) => {
-                        super::spans::record_error(&in_span, err.kind());
+                        super::spans::record_error(&in_span, err.kind().as_str());
                         let failed = Usage {
                             requests: 1,
                             ..Usage::default()

@@ -249,7 +249,11 @@ impl MetricsEventSink {
                 r.record_histogram(names::MODEL_DURATION_MS, *duration_ms as f64, &[("model", model)]);
             }
             AgentEvent::ModelCallFailed { model, error_kind, .. } => {
-                r.add_counter(names::MODEL_CALLS, 1, &[("model", model), ("outcome", error_kind)]);
+                r.add_counter(
+                    names::MODEL_CALLS,
+                    1,
+                    &[("model", model), ("outcome", error_kind.as_str())],
+                );
             }
             AgentEvent::ToolCallFinished {
                 tool,
