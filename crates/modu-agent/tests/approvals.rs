@@ -190,12 +190,12 @@ impl Tool<()> for MetaCall {
         let mut metadata = serde_json::Map::new();
         metadata.insert("mcp_tool_name".into(), args["tool_name"].clone());
         metadata.insert("mcp_arguments".into(), args["arguments"].clone());
-        ApprovalRequest {
-            call_id: call_id.into(),
-            tool_name: args["tool_name"].as_str().unwrap_or_default().into(),
-            arguments: args["arguments"].clone(),
-            metadata,
-        }
+        ApprovalRequest::new(
+            call_id,
+            args["tool_name"].as_str().unwrap_or_default(),
+            args["arguments"].clone(),
+        )
+        .with_metadata(metadata)
     }
 }
 

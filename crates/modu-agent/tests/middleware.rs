@@ -171,12 +171,11 @@ impl Service<ChatRequest> for CachedService {
         Poll::Ready(Ok(()))
     }
     fn call(&mut self, _req: ChatRequest) -> Self::Future {
-        std::future::ready(Ok(ChatResponse {
-            message: Message::assistant("from the cache"),
-            usage: Usage::default(),
-            finish_reason: None,
-            model: None,
-        }))
+        std::future::ready(Ok(ChatResponse::new(
+            Message::assistant("from the cache"),
+            Usage::default(),
+            None,
+        )))
     }
 }
 

@@ -544,12 +544,11 @@ mod tests {
 
     #[test]
     fn approval_prompts_show_the_mcp_arguments() {
-        let mut request = ApprovalRequest {
-            call_id: "c1".into(),
-            tool_name: "weather__forecast".into(),
-            arguments: json!({"tool_name": "weather__forecast", "arguments": {"city": "Oslo"}}),
-            metadata: serde_json::Map::new(),
-        };
+        let mut request = ApprovalRequest::new(
+            "c1",
+            "weather__forecast",
+            json!({"tool_name": "weather__forecast", "arguments": {"city": "Oslo"}}),
+        );
         request.metadata.insert("mcp_arguments".into(), json!({"city": "Oslo"}));
         assert_eq!(
             approval_prompt(&request),

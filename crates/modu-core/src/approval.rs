@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 /// A tool call waiting for a person's decision.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ApprovalRequest {
     /// The call's id (what `approve` / `reject` take).
     pub call_id: String,
@@ -40,9 +41,28 @@ pub struct ApprovalRequest {
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
+impl ApprovalRequest {
+    /// A request to approve the call `call_id` of `tool_name` with these arguments.
+    pub fn new(call_id: impl Into<String>, tool_name: impl Into<String>, arguments: serde_json::Value) -> Self {
+        ApprovalRequest {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            arguments,
+            metadata: serde_json::Map::new(),
+        }
+    }
+
+    /// With these extra details for the prompt.
+    pub fn with_metadata(mut self, metadata: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.metadata = metadata;
+        self
+    }
+}
+
 /// A person's decision on one call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ApprovalDecision {
     /// Run the call.
     Approved,

@@ -11,6 +11,7 @@ use crate::message::Usage;
 ///
 /// It is serialised with the run state, so keep secrets out of it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UserContext {
     /// The user's id, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -24,6 +25,24 @@ pub struct UserContext {
 }
 
 impl UserContext {
+    /// The user `user_id`, with no roles.
+    pub fn user(user_id: impl Into<String>) -> Self {
+        UserContext {
+            user_id: Some(user_id.into()),
+            ..Self::default()
+        }
+    }
+
+    /// With these roles (replacing any).
+    pub fn roles<I, S>(mut self, roles: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// A user context with these roles.
     pub fn with_roles<I, S>(roles: I) -> Self
     where

@@ -11,6 +11,7 @@ use crate::message::Message;
 /// Which kind of model request a context is being prepared for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Stage {
     /// Producing a plan (plan-and-execute).
     Plan,
@@ -18,6 +19,17 @@ pub enum Stage {
     Act,
     /// Writing the final answer, without tools.
     Finalize,
+}
+
+impl Stage {
+    /// Its snake_case name (`plan`, `act`, `finalize`), as it serialises.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Plan => "plan",
+            Stage::Act => "act",
+            Stage::Finalize => "finalize",
+        }
+    }
 }
 
 /// What the model will see in the next request, as context providers shape it.
@@ -46,11 +58,22 @@ pub struct ModelContext {
 /// A context provider failed; the run ends with [`crate::AgentError::ContextProvider`].
 #[derive(Debug, thiserror::Error)]
 #[error("context provider {provider} failed: {message}")]
+#[non_exhaustive]
 pub struct ContextProviderError {
     /// The provider's name.
     pub provider: String,
     /// What happened, without secrets.
     pub message: String,
+}
+
+impl ContextProviderError {
+    /// The provider `provider` failed with this message (no secrets).
+    pub fn new(provider: impl Into<String>, message: impl Into<String>) -> Self {
+        ContextProviderError {
+            provider: provider.into(),
+            message: message.into(),
+        }
+    }
 }
 
 /// Runs before every model call, in the order the agent lists them, each receiving the

@@ -559,9 +559,19 @@ impl AgentEvent {
 /// A sink failure. The run loop logs it and carries on: a sink never stops a run.
 #[derive(Debug, thiserror::Error)]
 #[error("event sink failed: {message}")]
+#[non_exhaustive]
 pub struct SinkError {
     /// What went wrong.
     pub message: String,
+}
+
+impl SinkError {
+    /// A sink error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        SinkError {
+            message: message.into(),
+        }
+    }
 }
 
 /// Receives every event of the runs of an agent.

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 /// A tool call waiting for a person's input.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct InputRequest {
     /// The waiting call's id (what `Agent::answer` takes).
     pub call_id: String,
@@ -47,9 +48,24 @@ pub struct InputRequest {
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
+impl InputRequest {
+    /// The `index`-th ask of the call `call_id` of `tool_name`, as `spec` words it.
+    pub fn new(call_id: impl Into<String>, tool_name: impl Into<String>, index: u32, spec: InputSpec) -> Self {
+        InputRequest {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            index,
+            prompt: spec.prompt,
+            schema: spec.schema,
+            metadata: spec.metadata,
+        }
+    }
+}
+
 /// What a person gave for one [`InputRequest`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InputAnswer {
     /// The answer (it fits the request's schema).
     Given {
@@ -66,6 +82,7 @@ pub enum InputAnswer {
 
 /// What a tool asks for: a prompt, a schema, and details for whoever shows it.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct InputSpec {
     /// What to ask the person.
     pub prompt: String,

@@ -21,6 +21,7 @@ use crate::modality::Modality;
 /// Who wrote a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Role {
     /// Instructions for the model.
     System,
@@ -189,6 +190,7 @@ impl ContentPart {
 
 /// A tool call the model asked for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolCall {
     /// The id the model gave the call; the tool's result answers it by this id.
     pub id: String,
@@ -228,6 +230,7 @@ pub fn parse_tool_arguments(raw: &str) -> Result<serde_json::Value, serde_json::
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Message {
     /// Who wrote it.
     pub role: Role,
@@ -386,6 +389,7 @@ impl Message {
 
 /// Token and request counts. Adding two `Usage`s adds every field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Tokens sent to the model.
     #[serde(default)]

@@ -22,6 +22,7 @@ use crate::message::{Message, Role, ToolCall, Usage};
 /// The schema is shared (`Arc`), so offering a tool on every request of a run copies two
 /// strings, never the schema.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// The tool's name.
     pub name: String,
@@ -63,6 +64,7 @@ pub enum ToolChoice {
 
 /// A JSON schema the model's answer must follow (OpenAI's `response_format: json_schema`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ResponseFormat {
     /// A name for the schema (letters, digits, `_` and `-`).
     pub name: String,
@@ -70,6 +72,23 @@ pub struct ResponseFormat {
     pub schema: serde_json::Value,
     /// Ask the server to enforce the schema strictly where it can.
     pub strict: bool,
+}
+
+impl ResponseFormat {
+    /// A schema to answer in, named `name`, enforced strictly where the server can.
+    pub fn new(name: impl Into<String>, schema: serde_json::Value) -> Self {
+        ResponseFormat {
+            name: name.into(),
+            schema,
+            strict: true,
+        }
+    }
+
+    /// Whether the server should enforce the schema strictly.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
 }
 
 /// How much a reasoning model should think before it answers.
@@ -314,6 +333,7 @@ impl ChatRequest {
 /// Why the model stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// A natural end of the answer or a stop sequence.
     Stop,
@@ -380,6 +400,7 @@ pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, ModelError>> +
 
 /// A whole model answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatResponse {
     /// The assistant message (text and/or tool calls).
     pub message: Message,
@@ -392,6 +413,24 @@ pub struct ChatResponse {
     /// sent to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+}
+
+impl ChatResponse {
+    /// An answer: the assistant message, its usage and, when the server said, why it stopped.
+    pub fn new(message: Message, usage: Usage, finish_reason: Option<FinishReason>) -> Self {
+        ChatResponse {
+            message,
+            usage,
+            finish_reason,
+            model: None,
+        }
+    }
+
+    /// Names the model that produced the answer.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
 }
 
 /// Errors a model call can end with. Providers map their failures onto these so the run loop

@@ -9,6 +9,7 @@ use crate::model::ResponseFormat;
 /// Why a final answer could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the final answer does not fit the output schema: {message}")]
+#[non_exhaustive]
 pub struct OutputError {
     /// What was wrong, phrased so the model can correct it.
     pub message: String,

@@ -238,6 +238,7 @@ impl fmt::Display for ToolErrorKind {
 /// What the run loop should do about a failed call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RecoveryAction {
     /// Run the same call again (only for idempotent tools with a retryable error).
     RetryCall,
@@ -256,6 +257,7 @@ pub enum RecoveryAction {
 /// so `message` must be safe to show a model: never raw exceptions, SQL, tokens or paths.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{kind} error: {reason}")]
+#[non_exhaustive]
 pub struct ToolError {
     /// The kind of failure.
     pub kind: ToolErrorKind,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// Why a guardrail stopped the run: a stable code, a message, and anything else it wants to
 /// report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Tripwire {
     /// A stable, snake_case reason (`secret_in_input`).
     pub code: String,

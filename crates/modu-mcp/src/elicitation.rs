@@ -260,7 +260,8 @@ impl Elicitations {
         let spec = InputSpec::new(message, schema.clone()).with_metadata("mcp_server", server);
         match asker(spec) {
             Some(InputAnswer::Given { value }) => accepted(&schema, value),
-            Some(InputAnswer::Declined { .. }) => ElicitResult::new(ElicitationAction::Decline),
+            // A declined ask, or an answer this version does not know: the server hears no.
+            Some(InputAnswer::Declined { .. } | _) => ElicitResult::new(ElicitationAction::Decline),
             // The ask is recorded: the server ends the call, and the run pauses.
             None => ElicitResult::new(ElicitationAction::Cancel),
         }

@@ -79,10 +79,7 @@ impl McpResourceContext {
 
     /// Reads every resource: one block each, in order.
     async fn read_all(&self) -> Result<Vec<String>, ContextProviderError> {
-        let fail = |message: String| ContextProviderError {
-            provider: NAME.to_owned(),
-            message,
-        };
+        let fail = |message: String| ContextProviderError::new(NAME, message);
         let mut servers = Vec::new();
         for (server, _) in &self.resources {
             if servers.iter().any(|s: &crate::McpServerConfig| &s.name == server) {

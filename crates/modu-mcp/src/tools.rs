@@ -137,12 +137,7 @@ impl McpApprovalDescription {
         metadata.insert("mcp_tool_name".into(), Value::String(self.mcp_tool_name));
         metadata.insert("mcp_server".into(), Value::String(self.mcp_server));
         metadata.insert("mcp_arguments".into(), self.mcp_arguments.clone());
-        modu_core::ApprovalRequest {
-            call_id: call_id.to_owned(),
-            tool_name: self.tool_name,
-            arguments: self.mcp_arguments,
-            metadata,
-        }
+        modu_core::ApprovalRequest::new(call_id, self.tool_name, self.mcp_arguments).with_metadata(metadata)
     }
 }
 
@@ -267,12 +262,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
     fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
         match approval_description(arguments) {
             Some(d) => d.into_request(call_id),
-            None => modu_core::ApprovalRequest {
-                call_id: call_id.to_owned(),
-                tool_name: CALL_TOOL_NAME.to_owned(),
-                arguments: arguments.clone(),
-                metadata: serde_json::Map::new(),
-            },
+            None => modu_core::ApprovalRequest::new(call_id, CALL_TOOL_NAME, arguments.clone()),
         }
     }
 }

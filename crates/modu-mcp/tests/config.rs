@@ -330,10 +330,7 @@ impl McpRuntimeServerResolver for ConnectionStore {
 #[tokio::test]
 async fn custom_resolvers_are_validated_too() {
     let resolver = ConnectionStore;
-    let user = modu_core::UserContext {
-        user_id: Some("alice".into()),
-        ..Default::default()
-    };
+    let user = modu_core::UserContext::user("alice");
     let selection = json!(["7", "9"]);
     let request = McpSelectionRequest {
         selection: Some(&selection),

@@ -178,12 +178,11 @@ async fn request_body_format_options_keep_alive_and_history() {
         .build()
         .unwrap();
     let schema = json!({"type": "object", "properties": {"age": {"type": "integer"}, "available": {"type": "boolean"}}, "required": ["age", "available"]});
-    let tool = ToolDefinition {
-        name: "get_current_weather".into(),
-        description: "Get the current weather for a location".into(),
-        parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]})
-            .into(),
-    };
+    let tool = ToolDefinition::new(
+        "get_current_weather",
+        "Get the current weather for a location",
+        json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
+    );
     let history = vec![
         Message::user("What is the weather today in Paris?"),
         Message::assistant_tool_calls(
@@ -224,11 +223,7 @@ async fn request_body_format_options_keep_alive_and_history() {
     );
 
     let req = ChatRequest::new(vec![Message::user("Ollama is 22 years old and busy saving the world.")])
-        .with_response_format(ResponseFormat {
-            name: "Person".into(),
-            schema: schema.clone(),
-            strict: true,
-        });
+        .with_response_format(ResponseFormat::new("Person", schema.clone()));
     let r = c.complete(req).await.unwrap();
     let body = server.requests().pop().unwrap();
     assert_eq!(body["format"], schema);

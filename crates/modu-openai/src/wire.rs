@@ -744,15 +744,11 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
             } else {
                 arguments
             };
-            Ok(ToolCall {
-                // Unique when the server sends none: call ids identify calls across a run.
-                id: c
-                    .id
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| format!("call_{}_{i}", &uuid::Uuid::new_v4().simple().to_string()[..12])),
-                name,
-                arguments,
-            })
+            // Unique when the server sends none: call ids identify calls across a run.
+            let id =
+                c.id.filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| format!("call_{}_{i}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
+            Ok(ToolCall::new(id, name, arguments))
         })
         .collect::<Result<_, ModelError>>()?;
     let mut message = if calls.is_empty() {
@@ -765,12 +761,7 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
     }
     let mut usage = completion.usage.map(|u| u.to_usage()).unwrap_or_default();
     usage.requests = 1;
-    Ok(ChatResponse {
-        message,
-        usage,
-        finish_reason: choice.finish_reason,
-        model: None,
-    })
+    Ok(ChatResponse::new(message, usage, choice.finish_reason))
 }
 
 #[cfg(test)]

@@ -130,12 +130,11 @@ async fn live_tokenize_matches_prompt_tokens_and_approximation_differs() {
         Message::system("You are a helpful assistant who answers in one short sentence."),
         Message::user("What is the capital of France, and which river flows through it?"),
     ];
-    let tools = [ToolDefinition {
-        name: "lookup".into(),
-        description: "Look a fact up".into(),
-        parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
-            .into(),
-    }];
+    let tools = [ToolDefinition::new(
+        "lookup",
+        "Look a fact up",
+        json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+    )];
     let exact = VllmTokenCounter::llama_cpp(&model);
     let approx = ApproximateTokenCounter::default();
     for tools in [&[][..], &tools[..]] {

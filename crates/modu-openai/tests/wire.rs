@@ -562,11 +562,11 @@ async fn dropping_the_stream_closes_the_connection() {
 async fn request_body_shapes() {
     let server = MockOpenAiServer::start().await.unwrap();
     let c = client(&server);
-    let tool = ToolDefinition {
-        name: "add".into(),
-        description: "Add two integers".into(),
-        parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}).into(),
-    };
+    let tool = ToolDefinition::new(
+        "add",
+        "Add two integers",
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+    );
     let history = vec![
         Message::system("be brief"),
         Message::user("2+3?"),
@@ -618,11 +618,7 @@ async fn request_body_shapes() {
     // response_format json_schema, strict, and vLLM guided-decoding extras merged in.
     let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]});
     let req = ChatRequest::new(vec![Message::user("2+3?")])
-        .with_response_format(ResponseFormat {
-            name: "Answer".into(),
-            schema: schema.clone(),
-            strict: true,
-        })
+        .with_response_format(ResponseFormat::new("Answer", schema.clone()))
         .with_extra("guided_decoding_backend", json!("xgrammar"))
         .with_extra("chat_template_kwargs", json!({"enable_thinking": false}))
         .with_extra("max_tokens", json!(5));
@@ -804,11 +800,7 @@ async fn vllm_and_llama_cpp_tokenize_wire_shapes() {
     let (url, seen) = tokenizer_server().await;
     let c = OpenAiClient::new(url, "served-name").unwrap();
     let messages = vec![Message::system("be brief"), Message::user("one two three")];
-    let tools = vec![ToolDefinition {
-        name: "add".into(),
-        description: "Add".into(),
-        parameters: json!({"type": "object"}).into(),
-    }];
+    let tools = vec![ToolDefinition::new("add", "Add", json!({"type": "object"}))];
 
     let vllm = VllmTokenCounter::new(&c);
     assert_eq!(vllm.api(), TokenizeApi::Vllm);

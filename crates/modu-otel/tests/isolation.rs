@@ -26,9 +26,7 @@ struct Erroring;
 #[async_trait]
 impl EventSink for Erroring {
     async fn publish(&self, _event: &AgentEvent) -> Result<(), SinkError> {
-        Err(SinkError {
-            message: "collector down".into(),
-        })
+        Err(SinkError::new("collector down"))
     }
 }
 

@@ -223,6 +223,12 @@ where
             let recorded = match decision {
                 ApprovalDecision::Approved => self.agent.approve(run_id, call).await,
                 ApprovalDecision::Rejected { message } => self.agent.reject(run_id, call, message).await,
+                other => {
+                    return Err(TerminalError::new(format!(
+                        "a decision this version does not know on {call}: {other:?}"
+                    ))
+                    .into());
+                }
             };
             recorded.map_err(|e| TerminalError::new(format!("cannot record the decision on {call}: {e}")))?;
         }

@@ -50,11 +50,9 @@ impl Principal {
 
     /// The run's user context.
     pub fn user_context(&self) -> UserContext {
-        UserContext {
-            user_id: self.user.clone(),
-            roles: self.roles.clone(),
-            ..UserContext::default()
-        }
+        let mut user = UserContext::default().roles(self.roles.iter().cloned());
+        user.user_id = self.user.clone();
+        user
     }
 }
 

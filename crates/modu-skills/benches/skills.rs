@@ -34,11 +34,7 @@ fn bench(c: &mut Criterion) {
     let ctx = RunContext::new(Arc::new(()), "bench-run").with_metadata(meta);
     let tools: Vec<ToolDefinition> = ["lookup_invoice", "lookup_vendor", "delete_invoice", "modu_skill_read"]
         .iter()
-        .map(|n| ToolDefinition {
-            name: (*n).into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}).into(),
-        })
+        .map(|n| ToolDefinition::new(*n, String::new(), json!({"type": "object"})))
         .collect();
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     c.bench_function("context_provider_invoking (explicit, cached selection)", |b| {

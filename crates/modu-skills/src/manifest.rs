@@ -435,11 +435,7 @@ fn parse_stage(s: &str) -> Option<Stage> {
 
 /// The name of a stage as written in `applies-to`.
 pub fn stage_name(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Plan => "plan",
-        Stage::Act => "act",
-        Stage::Finalize => "finalize",
-    }
+    stage.as_str()
 }
 
 fn kind(v: &Value) -> &'static str {

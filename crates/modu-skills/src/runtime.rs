@@ -163,12 +163,8 @@ impl ModelSkillSelector {
             "required": ["skills"],
             "additionalProperties": false,
         });
-        let mut req =
-            ChatRequest::new(vec![Message::system(system), Message::user(user)]).with_response_format(ResponseFormat {
-                name: "skill_selection".into(),
-                schema,
-                strict: true,
-            });
+        let mut req = ChatRequest::new(vec![Message::system(system), Message::user(user)])
+            .with_response_format(ResponseFormat::new("skill_selection", schema));
         req.temperature = Some(0.0);
         req
     }
@@ -488,10 +484,10 @@ impl<C: Send + Sync + 'static> ContextProvider<C> for SkillsProvider {
     }
 
     async fn invoking(&self, ctx: &RunContext<C>, context: &mut ModelContext) -> Result<(), ContextProviderError> {
-        let state = self.run_state(ctx, context).await.map_err(|e| ContextProviderError {
-            provider: "skills".into(),
-            message: e.to_string(),
-        })?;
+        let state = self
+            .run_state(ctx, context)
+            .await
+            .map_err(|e| ContextProviderError::new("skills", e.to_string()))?;
         let stage = context.stage.unwrap_or(Stage::Act);
         let has_resources = state.active.iter().any(|s| s.resources().next().is_some());
         if !has_resources {

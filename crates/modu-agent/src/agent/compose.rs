@@ -267,11 +267,11 @@ impl<C: Send + Sync + 'static, O: Send + 'static> Handoff<C, O> {
     }
 
     pub(crate) fn definition(&self) -> crate::model::ToolDefinition {
-        crate::model::ToolDefinition {
-            name: self.tool_name.clone(),
-            description: self.description.clone(),
-            parameters: self.input_schema.clone(),
-        }
+        crate::model::ToolDefinition::new(
+            self.tool_name.clone(),
+            self.description.clone(),
+            self.input_schema.clone(),
+        )
     }
 
     /// Runs the checks: JSON, schema, `on_handoff`.

@@ -438,11 +438,7 @@ fn finalize_asks_with_the_results_then_saves_done_before_returning() {
 #[test]
 fn a_structured_final_answer_goes_out_once_as_final_delta_after_it_parsed() {
     let (mut m, mut view, mut out) = (machine(), FakeView::new(), Out::new(true));
-    view.format = Some(ResponseFormat {
-        name: "Answer".into(),
-        schema: json!({"type": "object"}),
-        strict: true,
-    });
+    view.format = Some(ResponseFormat::new("Answer", json!({"type": "object"})));
     let mut state = all_committed(&mut m, &view);
     m.next(&mut state, &view, Fed::Saved, &mut out);
     let Next::Ask(ask) = m.next(&mut state, &view, Fed::Saved, &mut out) else {

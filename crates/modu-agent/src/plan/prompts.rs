@@ -16,9 +16,9 @@ pub(crate) fn plan_format(max_steps: usize, tools: &[String]) -> crate::model::R
         // maxItems: a tool is named once per step (small models otherwise repeat names).
         serde_json::json!({"type": "array", "items": {"type": "string", "enum": tools}, "maxItems": tools.len()})
     };
-    crate::model::ResponseFormat {
-        name: "PlanDraft".into(),
-        schema: serde_json::json!({
+    crate::model::ResponseFormat::new(
+        "PlanDraft",
+        serde_json::json!({
             "type": "object",
             "properties": {
                 "steps": {
@@ -39,8 +39,7 @@ pub(crate) fn plan_format(max_steps: usize, tools: &[String]) -> crate::model::R
             "required": ["steps"],
             "additionalProperties": false
         }),
-        strict: true,
-    }
+    )
 }
 
 /// PLAN: the planner's request.

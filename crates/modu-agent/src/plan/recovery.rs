@@ -249,6 +249,7 @@ pub(crate) fn classify_batch(
         }
         // Retry already happened where allowed (same call, same arguments); what is left is
         // the fallback.
-        Some(RecoveryAction::RetryCall) | None => recover(st, fail("tool_failed"), &call.id, &call.name, false),
+        // A recovery this version does not know takes the fallback too.
+        Some(RecoveryAction::RetryCall | _) | None => recover(st, fail("tool_failed"), &call.id, &call.name, false),
     }
 }

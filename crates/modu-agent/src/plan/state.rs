@@ -240,12 +240,10 @@ pub(crate) fn failure(
 /// What the model sees of a failed call in a strict run: type and reason, plus the sanitised
 /// message in [`FeedbackMode::SafeMessage`]; never details, never a raw error.
 pub(crate) fn strict_error_content(error: &ToolError, mode: FeedbackMode) -> String {
-    ToolError {
-        reason: sanitize_id(&error.reason),
-        message: error.message.as_deref().map(sanitize_message),
-        ..error.clone()
-    }
-    .model_content(mode == FeedbackMode::SafeMessage)
+    let mut shown = error.clone();
+    shown.reason = sanitize_id(&error.reason);
+    shown.message = error.message.as_deref().map(sanitize_message);
+    shown.model_content(mode == FeedbackMode::SafeMessage)
 }
 
 pub(crate) fn trace_error(error: &ToolError) -> TraceError {

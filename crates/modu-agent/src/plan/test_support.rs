@@ -96,12 +96,7 @@ pub(crate) fn fresh() -> RunState {
 
 pub(crate) fn answer(message: Message) -> Fed {
     Fed::Answer(Answer {
-        response: ChatResponse {
-            message,
-            usage: Usage::default(),
-            finish_reason: None,
-            model: None,
-        },
+        response: ChatResponse::new(message, Usage::default(), None),
         offered_tools: false,
         format: None,
     })

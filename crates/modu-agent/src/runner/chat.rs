@@ -320,10 +320,8 @@ where
                     }
                     Err(err) => {
                         super::spans::record_error(&in_span, err.kind().as_str());
-                        let failed = Usage {
-                            requests: 1,
-                            ..Usage::default()
-                        };
+                        let mut failed = Usage::default();
+                        failed.requests = 1;
                         log.add_usage(&model, failed);
                         if active {
                             log.emitter

@@ -520,14 +520,12 @@ where
                 }
                 if let Some((index, spec)) = scope.take_input() {
                     // Whatever the call returned is discarded: it runs again once answered.
-                    return Ok(RawToolRun::NeedsInput(InputRequest {
-                        call_id: call.id.clone(),
-                        tool_name: identity,
+                    return Ok(RawToolRun::NeedsInput(InputRequest::new(
+                        call.id.clone(),
+                        identity,
                         index,
-                        prompt: spec.prompt,
-                        schema: spec.schema,
-                        metadata: spec.metadata,
-                    }));
+                        spec,
+                    )));
                 }
                 (outcome, attempts, effective, identity)
             }
@@ -537,10 +535,9 @@ where
         if self.emitter.active() {
             let error = outcome.as_ref().err().map(|e| {
                 if sanitized {
-                    ToolError {
-                        message: None,
-                        ..e.clone()
-                    }
+                    let mut shown = e.clone();
+                    shown.message = None;
+                    shown
                 } else {
                     e.clone()
                 }

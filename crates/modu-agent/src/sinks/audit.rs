@@ -81,9 +81,8 @@ impl<W: Write + Send> AuditEventSink<W> {
         if !self.deltas && matches!(event, AgentEvent::ModelDelta { .. }) {
             return Ok(None);
         }
-        let mut value = serde_json::to_value(event).map_err(|e| SinkError {
-            message: format!("audit: cannot serialise {} event: {e}", event.kind()),
-        })?;
+        let mut value = serde_json::to_value(event)
+            .map_err(|e| SinkError::new(format!("audit: cannot serialise {} event: {e}", event.kind())))?;
         self.masker.mask_value_in_place(&mut value);
         if let Some(obj) = value.as_object_mut() {
             let ts = SystemTime::now()
@@ -105,8 +104,6 @@ impl<W: Write + Send> EventSink for AuditEventSink<W> {
         let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         w.write_all(line.as_bytes())
             .and_then(|()| w.flush())
-            .map_err(|e| SinkError {
-                message: format!("audit: write failed: {e}"),
-            })
+            .map_err(|e| SinkError::new(format!("audit: write failed: {e}")))
     }
 }

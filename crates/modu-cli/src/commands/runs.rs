@@ -268,12 +268,7 @@ mod tests {
     use super::*;
 
     fn request(arguments: Value, metadata: Value) -> ApprovalRequest {
-        ApprovalRequest {
-            call_id: "c1".into(),
-            tool_name: "deploy".into(),
-            arguments,
-            metadata: metadata.as_object().cloned().unwrap_or_default(),
-        }
+        ApprovalRequest::new("c1", "deploy", arguments).with_metadata(metadata.as_object().cloned().unwrap_or_default())
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use modu_core::{Message, Role};
+use modu_core::Message;
 
 use super::{CommandResult, Failure, load_config};
 use crate::build;
@@ -87,12 +87,7 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
 
 /// `role: text`, with tool calls as `name(args)`.
 fn render(m: &Message) -> String {
-    let role = match m.role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    };
+    let role = m.role.as_str();
     let mut line = format!("{role}: {}", m.text());
     for call in &m.tool_calls {
         line.push_str(&format!("→ {}({})", call.name, call.arguments));
