@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use modu_agent::{Agent, AgentRequest, RunStream, StreamItem};
 use modu_core::{
     AgentError, AgentEvent, ApprovalRequest, EventSink, FailedRun, InputRequest, RunOutcome, RunReport, SinkError,
@@ -22,51 +22,43 @@ pub fn progress_enabled() -> bool {
     std::io::stdout().is_terminal() && std::io::stderr().is_terminal()
 }
 
-/// Whether a spinner is drawing on stderr now (lines printed meanwhile erase it first).
-static SPINNING: AtomicBool = AtomicBool::new(false);
+/// The spinner drawing now, if any: lines printed on stderr meanwhile go above it.
+static SPINNER: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
-/// Erases the spinner's line before a line is printed on stderr; it redraws below.
-fn clear_spinner_line() {
-    if SPINNING.load(Ordering::Relaxed) {
-        eprint!("\r\x1b[2K");
+/// Runs `print` (which writes whole lines on stderr) with the spinner, if one draws, erased
+/// meanwhile; it redraws below.
+fn above_spinner(print: impl FnOnce()) {
+    let current = SPINNER.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    match current {
+        Some(bar) => bar.suspend(print),
+        None => print(),
     }
 }
 
-/// A spinner on stderr, drawn until [`Spinner::stop`] (or drop).
+/// A `⠋ thinking…` spinner on stderr (indicatif), drawn until [`Spinner::stop`] (or drop).
 pub struct Spinner {
-    running: Arc<AtomicBool>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    bar: Option<ProgressBar>,
 }
 
 impl Spinner {
     /// Starts one, or a no-op when `enabled` is false.
     pub fn start(enabled: bool) -> Spinner {
-        let running = Arc::new(AtomicBool::new(enabled));
-        SPINNING.store(enabled, Ordering::Relaxed);
-        let task = enabled.then(|| {
-            let running = Arc::clone(&running);
-            tokio::spawn(async move {
-                const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
-                let mut i = 0usize;
-                while running.load(Ordering::Relaxed) {
-                    eprint!("\r{} thinking…", FRAMES[i % FRAMES.len()]);
-                    let _ = std::io::stderr().flush();
-                    i += 1;
-                    tokio::time::sleep(Duration::from_millis(80)).await;
-                }
-            })
+        let bar = enabled.then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(ProgressStyle::default_spinner().tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "));
+            bar.set_message("thinking…");
+            bar.enable_steady_tick(Duration::from_millis(80));
+            *SPINNER.lock().unwrap_or_else(PoisonError::into_inner) = Some(bar.clone());
+            bar
         });
-        Spinner { running, task }
+        Spinner { bar }
     }
 
     /// Stops and erases it (idempotent).
     pub fn stop(&mut self) {
-        self.running.store(false, Ordering::Relaxed);
-        SPINNING.store(false, Ordering::Relaxed);
-        if let Some(task) = self.task.take() {
-            task.abort();
-            eprint!("\r\x1b[2K");
-            let _ = std::io::stderr().flush();
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+            SPINNER.lock().unwrap_or_else(PoisonError::into_inner).take();
         }
     }
 }
@@ -150,8 +142,7 @@ impl EventSink for ToolCallPrinter {
                 arguments,
                 ..
             } => {
-                clear_spinner_line();
-                eprintln!("→ {}", describe_call(tool, arguments));
+                above_spinner(|| eprintln!("→ {}", describe_call(tool, arguments)));
                 self.remember(call_id, shown_name(tool, arguments));
             }
             AgentEvent::ApprovalRequested { request, .. } => {
@@ -165,14 +156,11 @@ impl EventSink for ToolCallPrinter {
                 ..
             } => {
                 let name = self.forget(call_id).unwrap_or_else(|| tool.clone());
-                if !*ok {
-                    clear_spinner_line();
-                }
                 match error {
                     _ if *ok => {}
-                    Some(e) if e.kind == ToolErrorKind::Rejected => eprintln!("✗ {name} rejected"),
-                    Some(e) => eprintln!("✗ {name} failed: {e}"),
-                    None => eprintln!("✗ {name} failed"),
+                    Some(e) if e.kind == ToolErrorKind::Rejected => above_spinner(|| eprintln!("✗ {name} rejected")),
+                    Some(e) => above_spinner(|| eprintln!("✗ {name} failed: {e}")),
+                    None => above_spinner(|| eprintln!("✗ {name} failed")),
                 }
             }
             _ => {}

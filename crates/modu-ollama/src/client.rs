@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use modu_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, ModelError, ReasoningReplay,
@@ -14,6 +14,7 @@ use modu_core::{
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder};
 
 use crate::error::{OllamaConfigError, status_error, stream_error, transport_error};
 use crate::wire::{self, LineState, WireLine};
@@ -541,9 +542,15 @@ impl OllamaClient {
     }
 }
 
+/// The longest NDJSON line read (16 MiB; a line is one token, or a whole tool call): a server
+/// that sends more without a newline fails the answer instead of filling the memory.
+const MAX_LINE_BYTES: usize = 16 << 20;
+
 struct NdjsonState<S> {
     bytes: Pin<Box<S>>,
-    buffer: Vec<u8>,
+    buffer: BytesMut,
+    /// Splits the buffer at newlines (it remembers how far it searched, and the length cap).
+    framing: AnyDelimiterCodec,
     pending: VecDeque<ChatEvent>,
     lines: LineState,
     finished: bool,
@@ -562,10 +569,17 @@ impl<S> NdjsonState<S> {
     /// Parses every complete line in the buffer, up to the `done: true` line (what follows it is
     /// ignored, as when it arrives in a later chunk).
     fn drain_lines(&mut self) -> Option<ModelError> {
-        while !self.lines.done
-            && let Some(pos) = self.buffer.iter().position(|b| *b == b'\n')
-        {
-            let line: Vec<u8> = self.buffer.drain(..=pos).collect();
+        while !self.lines.done {
+            let line = match self.framing.decode(&mut self.buffer) {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
+                Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+                    return Some(ModelError::invalid_response(format!(
+                        "an NDJSON line is longer than {MAX_LINE_BYTES} bytes"
+                    )));
+                }
+                Err(AnyDelimiterCodecError::Io(e)) => return Some(ModelError::invalid_response(e.to_string())),
+            };
             if let Some(e) = self.parse_line(&line) {
                 return Some(e);
             }
@@ -600,7 +614,8 @@ impl<S> NdjsonState<S> {
 }
 
 /// Reads NDJSON lines until the `done: true` line. A body that ends before it is a
-/// [`ModelError::Transport`]; a line that is not JSON an [`ModelError::InvalidResponse`].
+/// [`ModelError::Transport`]; a line that is not JSON, or longer than [`MAX_LINE_BYTES`], an
+/// [`ModelError::InvalidResponse`]. Lines are decoded lossily (invalid UTF-8 becomes U+FFFD).
 pub(crate) fn ndjson_stream<S>(
     bytes: Pin<Box<S>>,
     model: String,
@@ -612,7 +627,8 @@ where
 {
     let state = NdjsonState {
         bytes,
-        buffer: Vec::new(),
+        buffer: BytesMut::new(),
+        framing: AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), b"\n".to_vec(), MAX_LINE_BYTES),
         pending: VecDeque::new(),
         lines: LineState::default(),
         finished: false,

@@ -22,7 +22,7 @@ pub struct ChatArgs {
     pub hide_reasoning: bool,
 }
 
-/// Reads one message per line until end of input or `/exit`; answers stream to stdout, tool
+/// Reads one message per line until end of input (Ctrl-D or Ctrl-C on a terminal) or `/exit`; answers stream to stdout, tool
 /// calls and approval prompts (`approve <tool>(<args>)? [y/N]`) go to stderr and read their
 /// answer from the same stdin. A failed run prints its error and the chat goes on; end of
 /// input during an approval prompt ends the chat with exit code 1, the run left paused.
@@ -38,12 +38,19 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
         reasoning: !args.hide_reasoning,
     };
     let mut input = Input::stdin();
+    let mut editor = interactive.then(LineEditor::for_terminal).flatten();
     loop {
-        if interactive {
-            eprint!("> ");
-            let _ = std::io::stderr().flush();
-        }
-        let Some(line) = input.line().await else {
+        let line = match editor.as_mut() {
+            Some(editor) => editor.read("> ").await,
+            None => {
+                if interactive {
+                    eprint!("> ");
+                    let _ = std::io::stderr().flush();
+                }
+                input.line().await
+            }
+        };
+        let Some(line) = line else {
             break;
         };
         let line = line.trim();
@@ -76,4 +83,45 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
         }
     }
     Ok(())
+}
+
+/// The message prompt's line editor on a terminal (rustyline: arrow keys, this chat's history,
+/// Ctrl-A/E/K/W …). Piped input does not get one: it is read as lines, as before. Approval and
+/// input answers are read as plain lines on a terminal too.
+struct LineEditor(Option<rustyline::DefaultEditor>);
+
+impl LineEditor {
+    /// One when stdin is a terminal rustyline can edit on (not `TERM=dumb`, `cons25` or `emacs`,
+    /// where it would print its prompt on stdout, into the answers).
+    fn for_terminal() -> Option<LineEditor> {
+        let unsupported = std::env::var("TERM")
+            .is_ok_and(|term| ["dumb", "cons25", "emacs"].iter().any(|t| term.eq_ignore_ascii_case(t)));
+        if unsupported || !std::io::stdin().is_terminal() {
+            return None;
+        }
+        let config = rustyline::Config::builder()
+            // The prompt and the edited line go to the terminal (not stdout, which has the answers).
+            .behavior(rustyline::config::Behavior::PreferTerm)
+            .auto_add_history(true)
+            .build();
+        rustyline::DefaultEditor::with_config(config)
+            .ok()
+            .map(|e| LineEditor(Some(e)))
+    }
+
+    /// The next line typed after `prompt`; `None` at Ctrl-D or Ctrl-C (or when the terminal
+    /// fails), which leaves the chat as the end of piped input does. Reading blocks, so it runs
+    /// on a blocking thread.
+    async fn read(&mut self, prompt: &str) -> Option<String> {
+        let mut editor = self.0.take()?;
+        let prompt = prompt.to_owned();
+        let (editor, line) = tokio::task::spawn_blocking(move || {
+            let line = editor.readline(&prompt);
+            (editor, line)
+        })
+        .await
+        .ok()?;
+        self.0 = Some(editor);
+        line.ok()
+    }
 }
