@@ -165,3 +165,51 @@ async fn an_answer_the_store_refused_is_kept_in_the_failed_outcome() {
     assert_eq!(failed.unstored_output.as_deref(), Some("hello"));
     assert!(failed.report.stats.answer_not_stored);
 }
+
+#[tokio::test]
+async fn a_paused_run_tells_the_sinks_it_paused_and_the_metrics_do_not_count_a_failure() {
+    use modu_agent::sinks::{InMemoryMetricRecorder, MetricsEventSink, metric_names as names};
+    use modu_core::{AgentEvent, CollectingEventSink, EventSink};
+
+    struct Both(std::sync::Arc<CollectingEventSink>, MetricsEventSink);
+    #[async_trait::async_trait]
+    impl EventSink for Both {
+        async fn publish(&self, event: &AgentEvent) -> Result<(), modu_core::SinkError> {
+            self.0.publish(event).await?;
+            self.1.publish(event).await
+        }
+    }
+    let collected = std::sync::Arc::new(CollectingEventSink::new());
+    let metrics = InMemoryMetricRecorder::new();
+    let sink = Both(
+        collected.clone(),
+        MetricsEventSink::new(std::sync::Arc::new(metrics.clone())),
+    );
+    let agent = Agent::builder(ScriptedModel::new().tool_call("transfer", json!({})).text("done"))
+        .tool(approval_tool())
+        .checkpoint_store(std::sync::Arc::new(InMemoryCheckpointStore::new()))
+        .event_sink(sink)
+        .build()
+        .unwrap();
+    let outcome = agent.run("pay").await;
+    assert!(outcome.is_paused(), "{outcome:?}");
+
+    let last = collected.events().into_iter().last().unwrap();
+    match &last {
+        AgentEvent::RunPaused { pending, run_id, .. } => {
+            assert_eq!(*pending, 1);
+            assert_eq!(run_id, outcome.run_id());
+        }
+        other => panic!("expected RunPaused last, got {other:?}"),
+    }
+    assert_eq!(last.kind(), "run_paused");
+    assert!(
+        !collected
+            .events()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::RunFailed { .. }))
+    );
+    let snapshot = metrics.snapshot();
+    assert_eq!(snapshot.counter(names::RUNS_PAUSED, &[]), 1);
+    assert_eq!(snapshot.counter(names::RUNS_FAILED, &[]), 0);
+}

@@ -129,7 +129,8 @@ pub enum AgentError {
     /// The run is paused: tool calls wait for a person's approval (see
     /// [`PausedRun::approvals`](crate::PausedRun::approvals)). Not a failure: a run
     /// outcome reports a pause as [`RunOutcome::Paused`](crate::RunOutcome::Paused), never as this error; it is
-    /// what a paused run's `RunFailed` event and [`RunError`](crate::RunError) converted to an `AgentError` carry.
+    /// what a [`RunError`](crate::RunError) converted to an `AgentError` carries (the events
+    /// say `RunPaused`).
     #[error("the run is waiting for {pending} approval(s)")]
     Interrupted {
         /// Calls waiting.

@@ -428,6 +428,21 @@ pub enum AgentEvent {
         /// How long the run took, in milliseconds.
         duration_ms: u64,
     },
+    /// The run paused for a person: calls wait for approval or for input (see
+    /// [`RunOutcome::Paused`](crate::RunOutcome::Paused)). Not a failure: `Agent::resume`
+    /// continues it once they are answered.
+    RunPaused {
+        /// The run.
+        run_id: String,
+        /// The agent's name.
+        agent: String,
+        /// The run's usage so far.
+        usage: Usage,
+        /// How many calls wait for a person (approvals and asks for input).
+        pending: usize,
+        /// How long the run took until it paused, in milliseconds.
+        duration_ms: u64,
+    },
     /// The run ended with an error.
     RunFailed {
         /// The run.
@@ -481,6 +496,7 @@ impl AgentEvent {
             | AgentEvent::PlanVerified { run_id, .. }
             | AgentEvent::FinalDelta { run_id, .. }
             | AgentEvent::RunCompleted { run_id, .. }
+            | AgentEvent::RunPaused { run_id, .. }
             | AgentEvent::RunFailed { run_id, .. } => run_id,
         }
     }
@@ -522,6 +538,7 @@ impl AgentEvent {
             AgentEvent::PlanVerified { .. } => "plan_verified",
             AgentEvent::FinalDelta { .. } => "final_delta",
             AgentEvent::RunCompleted { .. } => "run_completed",
+            AgentEvent::RunPaused { .. } => "run_paused",
             AgentEvent::RunFailed { .. } => "run_failed",
         }
     }

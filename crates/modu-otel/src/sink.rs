@@ -489,6 +489,19 @@ impl OtelEventSink {
                 }
                 run.span.end();
             }
+            AgentEvent::RunPaused {
+                run_id, usage, pending, ..
+            } => {
+                // A pause is not an error: the span ends with an unset status.
+                let Some(mut run) = state.runs.remove(run_id) else {
+                    return;
+                };
+                end_children(&mut run);
+                set_usage(&mut run.span, usage);
+                run.span.set_attribute(kv("modu.run.paused", true));
+                run.span.set_attribute(kv("modu.run.pending", *pending as i64));
+                run.span.end();
+            }
             AgentEvent::RunFailed {
                 run_id, usage, error, ..
             } => {

@@ -44,7 +44,10 @@ impl Emitter {
             tracing::warn!(error = %err, event = event.kind(), "event sink failed");
         }
         if let Some(tx) = &self.stream
-            && !matches!(event, AgentEvent::RunCompleted { .. } | AgentEvent::RunFailed { .. })
+            && !matches!(
+                event,
+                AgentEvent::RunCompleted { .. } | AgentEvent::RunPaused { .. } | AgentEvent::RunFailed { .. }
+            )
         {
             // A caller that dropped its stream no longer listens; the run goes on.
             let _ = tx.send(event).await;

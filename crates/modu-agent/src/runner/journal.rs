@@ -161,6 +161,13 @@ where
                     output: agent.codec.to_json(o),
                     duration_ms,
                 },
+                (_, Some(AgentError::Interrupted { pending })) => AgentEvent::RunPaused {
+                    run_id: run_id.clone(),
+                    agent: agent.name.clone(),
+                    usage,
+                    pending: *pending,
+                    duration_ms,
+                },
                 (_, Some(e)) => AgentEvent::RunFailed {
                     run_id: run_id.clone(),
                     agent: agent.name.clone(),

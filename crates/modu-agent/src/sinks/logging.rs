@@ -189,6 +189,19 @@ impl LoggingEventSink {
                     detail = %detail, "run completed"
                 )
             }
+            AgentEvent::RunPaused {
+                agent,
+                usage,
+                pending,
+                duration_ms,
+                ..
+            } => {
+                tracing::info!(
+                    target: LOG_TARGET, event = kind, run_id, agent = %agent,
+                    input_tokens = usage.input_tokens, output_tokens = usage.output_tokens, duration_ms,
+                    pending, "run paused for a person"
+                )
+            }
             AgentEvent::RunFailed {
                 agent,
                 usage,

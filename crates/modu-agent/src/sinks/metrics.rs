@@ -15,6 +15,9 @@ pub mod names {
     pub const RUNS_COMPLETED: &str = "modu.runs.completed";
     /// Counter: runs failed. Labels: `agent`, `error_type` (the `AgentError` variant).
     pub const RUNS_FAILED: &str = "modu.runs.failed";
+    /// Counter: runs paused for a person (approvals, input). Labels: `agent`. A paused run is
+    /// not a failed one.
+    pub const RUNS_PAUSED: &str = "modu.runs.paused";
     /// Histogram: run duration in milliseconds. Labels: `agent`, `outcome` (`ok`/`error`).
     pub const RUN_DURATION_MS: &str = "modu.run.duration_ms";
     /// Counter: model calls. Labels: `model`, `outcome` (`ok` or the error kind).
@@ -218,6 +221,14 @@ impl MetricsEventSink {
                     names::RUN_DURATION_MS,
                     *duration_ms as f64,
                     &[("agent", agent), ("outcome", "ok")],
+                );
+            }
+            AgentEvent::RunPaused { agent, duration_ms, .. } => {
+                r.add_counter(names::RUNS_PAUSED, 1, &[("agent", agent)]);
+                r.record_histogram(
+                    names::RUN_DURATION_MS,
+                    *duration_ms as f64,
+                    &[("agent", agent), ("outcome", "paused")],
                 );
             }
             AgentEvent::RunFailed {
