@@ -9,26 +9,26 @@
 //! policy   modu-core standard loop | PlanAndExecutePolicy             (DecisionPolicy)
 //! ```
 //!
-//! Each piece is a trait object the [`modu_agent::AgentBuilder`] takes; nothing here is
+//! Each piece is a trait object the [`modu::AgentBuilder`] takes; nothing here is
 //! specific to the command line.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
-use modu_agent::{
+use modu::mcp::oauth::{InMemoryTokenStore, McpTokenStore};
+use modu::mcp::{McpConfig, McpConnector, McpToolProvider};
+use modu::ollama::OllamaClient;
+use modu::openai::OpenAiClient;
+use modu::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu::skills::{SkillRegistry, SkillsProvider};
+use modu::{
     Agent, AgentRequest, ConversationMemoryPolicy, KeepAll, ModelSettings, RecentTurns, RetryConfig, RunLimits,
     TokenBudget, TokenBudgetPolicy,
 };
-use modu_core::{
+use modu::{
     ApproximateTokenCounter, ChatModel, CheckpointStore, ConversationStore, EventSink, InMemoryCheckpointStore,
     InMemoryConversationStore, ModelError,
 };
-use modu_mcp::oauth::{InMemoryTokenStore, McpTokenStore};
-use modu_mcp::{McpConfig, McpConnector, McpToolProvider};
-use modu_ollama::OllamaClient;
-use modu_openai::OpenAiClient;
-use modu_skills::{SkillRegistry, SkillsProvider};
 
 use crate::commands::Failure;
 use crate::config::{
@@ -207,11 +207,11 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
         }
         StoreKind::Sqlite => {
             let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
-            let pool = modu_sqlite::open(&path).await.map_err(|e| e.to_string())?;
-            let mut c = modu_sqlite::SqliteConversationStore::from_pool(pool.clone())
+            let pool = modu::sqlite::open(&path).await.map_err(|e| e.to_string())?;
+            let mut c = modu::sqlite::SqliteConversationStore::from_pool(pool.clone())
                 .await
                 .map_err(|e| e.to_string())?;
-            let mut k = modu_sqlite::SqliteCheckpointStore::from_pool(pool)
+            let mut k = modu::sqlite::SqliteCheckpointStore::from_pool(pool)
                 .await
                 .map_err(|e| e.to_string())?;
             if let Some(t) = ttl {
@@ -226,9 +226,9 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
         }
         StoreKind::Redis => {
             let url = section.url.clone().unwrap_or_default();
-            let conn = modu_redis::connect(&url).await.map_err(|e| e.to_string())?;
-            let mut c = modu_redis::RedisConversationStore::new(conn.clone());
-            let mut k = modu_redis::RedisCheckpointStore::new(conn);
+            let conn = modu::redis::connect(&url).await.map_err(|e| e.to_string())?;
+            let mut c = modu::redis::RedisConversationStore::new(conn.clone());
+            let mut k = modu::redis::RedisCheckpointStore::new(conn);
             if let Some(p) = &section.prefix {
                 c = c.with_prefix(p.clone());
                 k = k.with_prefix(p.clone());
@@ -240,14 +240,14 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
             Ok(Stores {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
-                description: format!("redis {}", modu_redis::redact_credentials(&url)),
+                description: format!("redis {}", modu::redis::redact_credentials(&url)),
             })
         }
         StoreKind::Postgres => {
             let url = section.url.clone().unwrap_or_default();
             let stores = match &section.schema {
-                Some(schema) => modu_postgres::PostgresStores::connect_in_schema(&url, schema).await,
-                None => modu_postgres::PostgresStores::connect(&url).await,
+                Some(schema) => modu::postgres::PostgresStores::connect_in_schema(&url, schema).await,
+                None => modu::postgres::PostgresStores::connect(&url).await,
             }
             .map_err(|e| e.to_string())?;
             let (mut c, mut k) = (stores.conversations, stores.checkpoints);
@@ -258,7 +258,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
             Ok(Stores {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
-                description: format!("postgres {}", modu_postgres::redact_credentials(&url)),
+                description: format!("postgres {}", modu::postgres::redact_credentials(&url)),
             })
         }
     }
@@ -348,20 +348,20 @@ pub async fn mcp_connector(section: &McpSection, store: &StoreSection) -> Result
 
 /// Where MCP OAuth tokens are kept: the configured store's token store.
 async fn mcp_token_store(section: &StoreSection) -> Result<Arc<dyn McpTokenStore>, String> {
-    let failed = |e: modu_core::StoreError| format!("the MCP token store: {e}");
+    let failed = |e: modu::StoreError| format!("the MCP token store: {e}");
     Ok(match section.kind {
         StoreKind::Memory => Arc::new(InMemoryTokenStore::new()),
         StoreKind::Sqlite => {
             let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
-            Arc::new(modu_sqlite::SqliteMcpTokenStore::open(&path).await.map_err(failed)?)
+            Arc::new(modu::sqlite::SqliteMcpTokenStore::open(&path).await.map_err(failed)?)
         }
         StoreKind::Redis => Arc::new(
-            modu_redis::RedisMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
+            modu::redis::RedisMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
                 .await
                 .map_err(failed)?,
         ),
         StoreKind::Postgres => Arc::new(
-            modu_postgres::PostgresMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
+            modu::postgres::PostgresMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
                 .await
                 .map_err(failed)?,
         ),
@@ -454,7 +454,7 @@ pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<
     }
     let agent = builder
         .build()
-        .map_err(|e| Failure::Usage(modu_core::AgentError::from(e).to_string()))?;
+        .map_err(|e| Failure::Usage(modu::AgentError::from(e).to_string()))?;
     Ok(Built {
         agent,
         model,

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use modu_mcp::McpServerConfig;
+use modu::mcp::McpServerConfig;
 use serde::Deserialize;
 
 /// The default config file, looked up in the working directory.
@@ -431,7 +431,7 @@ fn check(config: &Config) -> Result<(), String> {
             return Err(format!("store.kind is `{name}` but store.url is not set"));
         }
     }
-    modu_mcp::McpConfig::new(config.mcp.servers.clone()).map_err(|e| format!("mcp.servers: {e}"))?;
+    modu::mcp::McpConfig::new(config.mcp.servers.clone()).map_err(|e| format!("mcp.servers: {e}"))?;
     for name in &config.mcp.require_approval {
         if name != "*" && !name.contains("__") {
             return Err(format!(

@@ -1,7 +1,7 @@
 //! OAuth consent for the command line: a loopback redirect (RFC 8252 §7.3).
 //!
 //! A server with `auth.oauth` in `modu.toml` gets the authorization-code flow of
-//! `modu_mcp::oauth`. When it asks for authorization, the command prints the authorization URL on
+//! `modu::mcp::oauth`. When it asks for authorization, the command prints the authorization URL on
 //! stderr; the person opens it in a browser and approves, and the authorization server redirects
 //! the browser to `http://127.0.0.1:<port>/callback`, where this handler listens (on the port of
 //! `mcp.oauth_redirect_port`, or one the system picks). The tokens go to the MCP token store of
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::extract::{OriginalUri, State};
 use axum::response::Html;
-use modu_mcp::oauth::{McpAuthorizationRequest, McpAuthorizationResponse, McpConsentError, McpConsentHandler};
+use modu::mcp::oauth::{McpAuthorizationRequest, McpAuthorizationResponse, McpConsentError, McpConsentHandler};
 use tokio::sync::{Mutex, mpsc};
 
 /// How long the command waits for the browser's redirect.

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use modu_agent::{Agent, AgentRequest, RunStream, StreamItem};
-use modu_core::{
+use modu::{Agent, AgentRequest, RunStream, StreamItem};
+use modu::{
     AgentError, AgentEvent, ApprovalRequest, EventSink, FailedRun, InputRequest, RunOutcome, RunReport, SinkError,
     ToolErrorKind,
 };
@@ -92,13 +92,13 @@ fn shown_name(tool: &str, arguments: &Value) -> String {
 /// meta tool's arguments `{tool_name, arguments}`; older callers pass `mcp_call_tool` itself.
 fn meta_call_target<'a>(tool: &str, arguments: &'a Value) -> Option<&'a str> {
     let name = arguments.get("tool_name").and_then(Value::as_str)?;
-    (tool == modu_mcp::CALL_TOOL_NAME || tool == name).then_some(name)
+    (tool == modu::mcp::CALL_TOOL_NAME || tool == name).then_some(name)
 }
 
 /// `tool(args)`, naming the external tool for MCP calls, with secret keys of the arguments
 /// masked (approval prompts show them whole: the person deciding needs them).
 pub fn describe_call(tool: &str, arguments: &Value) -> String {
-    let masker = modu_agent::sinks::SecretMasker::default();
+    let masker = modu::sinks::SecretMasker::default();
     if let Some(name) = meta_call_target(tool, arguments) {
         let args = masker.mask_value(&arguments.get("arguments").cloned().unwrap_or(Value::Null));
         return format!("{name}({args})");

@@ -66,22 +66,7 @@ pub const TABLE: &[Row] = &[
         &["modu-core", "modu-agent"],
         &["modu-testing", "modu-openai"],
     ),
-    (
-        "modu-cli",
-        &[
-            "modu-core",
-            "modu-agent",
-            "modu-openai",
-            "modu-ollama",
-            "modu-sqlite",
-            "modu-redis",
-            "modu-postgres",
-            "modu-mcp",
-            "modu-skills",
-            "modu-server",
-        ],
-        &["modu-testing"],
-    ),
+    ("modu-cli", &["modu"], &["modu-testing"]),
     (
         "modu-chaos",
         &["modu-core", "modu-agent", "modu-redis", "modu-postgres"],

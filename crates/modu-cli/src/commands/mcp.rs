@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use modu_mcp::{McpConnector, McpServerConfig, McpSession};
+use modu::mcp::{McpConnector, McpServerConfig, McpSession};
 use serde_json::{Map, Value, json};
 
 use super::{CommandResult, Failure, load_config};
@@ -196,10 +196,10 @@ fn single(selected: Vec<McpServerConfig>, what: &str) -> Result<McpServerConfig,
 async fn with_server<T>(
     connector: &McpConnector,
     server: McpServerConfig,
-    f: impl AsyncFnOnce(&McpSession, &str) -> Result<T, modu_mcp::McpError>,
+    f: impl AsyncFnOnce(&McpSession, &str) -> Result<T, modu::mcp::McpError>,
 ) -> Result<T, String> {
     let name = server.name.clone();
-    let one_line = |e: modu_mcp::McpError| crate::ui::one_line(&e.to_string());
+    let one_line = |e: modu::mcp::McpError| crate::ui::one_line(&e.to_string());
     let session = connector.open_servers(vec![server]).await.map_err(one_line)?;
     let out = f(&session, &name).await;
     session.close().await;

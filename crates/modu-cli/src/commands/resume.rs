@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use clap::Args;
-use modu_core::AgentError;
+use modu::AgentError;
 
 use super::{CommandResult, Failure, load_config};
 use crate::build;

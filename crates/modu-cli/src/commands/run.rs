@@ -72,7 +72,7 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
 }
 
 /// The exit status of a finished (or paused) run, with a hint to resume it.
-pub async fn finish(built: &Built, result: &modu_core::RunOutcome<String>) -> CommandResult {
+pub async fn finish(built: &Built, result: &modu::RunOutcome<String>) -> CommandResult {
     let run_id = result.run_id();
     if let Some(paused) = result.pause() {
         let names: Vec<&str> = paused.approvals.iter().map(|r| r.tool_name.as_str()).collect();

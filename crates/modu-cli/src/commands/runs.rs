@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use modu_agent::sinks::SecretMasker;
-use modu_core::{AgentError, ApprovalRequest, CheckpointQuery, CheckpointStore, CheckpointSummary, StoreError};
+use modu::sinks::SecretMasker;
+use modu::{AgentError, ApprovalRequest, CheckpointQuery, CheckpointStore, CheckpointSummary, StoreError};
 use serde_json::{Value, json};
 
 use super::{CommandResult, Failure, load_config};
@@ -211,7 +211,7 @@ struct Details {
     pending: Vec<ApprovalRequest>,
 }
 
-async fn details(agent: &modu_agent::Agent<()>, run_id: &str) -> Result<Details, String> {
+async fn details(agent: &modu::Agent<()>, run_id: &str) -> Result<Details, String> {
     let describe = |e: AgentError| e.to_string();
     let pending = agent.pending_approvals(run_id).await.map_err(describe)?;
     let state = agent.export_state(run_id).await.map_err(describe)?;

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use clap::Args;
-use modu_server::{BearerTokens, ModuServer, Principal};
+use modu::server::{BearerTokens, ModuServer, Principal};
 
 use super::{CommandResult, Failure, load_config};
 use crate::build;
@@ -29,8 +29,8 @@ pub struct ServeArgs {
 }
 
 /// The CORS layer for `--cors-origin`s (none: no layer).
-fn cors(origins: &[String]) -> Result<Option<modu_server::cors::CorsLayer>, Failure> {
-    use modu_server::cors::{AllowHeaders, AllowMethods, CorsLayer};
+fn cors(origins: &[String]) -> Result<Option<modu::server::cors::CorsLayer>, Failure> {
+    use modu::server::cors::{AllowHeaders, AllowMethods, CorsLayer};
     if origins.is_empty() {
         return Ok(None);
     }

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use modu_core::Message;
+use modu::Message;
 
 use super::{CommandResult, Failure, load_config};
 use crate::build;
@@ -38,7 +38,7 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
     let loaded = load_config(config)?;
     let stores = build::stores(&loaded.config.store).await.map_err(Failure::Invalid)?;
     let store = &stores.conversations;
-    let failed = |e: modu_core::StoreError| Failure::Invalid(format!("{}: {e}", stores.description));
+    let failed = |e: modu::StoreError| Failure::Invalid(format!("{}: {e}", stores.description));
     match cmd {
         SessionsCommand::List { json } => {
             let sessions = store.list_sessions().await.map_err(failed)?;

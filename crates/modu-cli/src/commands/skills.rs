@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Subcommand;
-use modu_skills::{
+use modu::skills::{
     FilesystemSkillSource, LOCKFILE_NAME, Lockfile, Skill, SkillError, SkillRegistry, SkillSource, check_name,
     manifest::stage_name,
 };
