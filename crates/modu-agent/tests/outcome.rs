@@ -203,6 +203,7 @@ async fn a_paused_run_tells_the_sinks_it_paused_and_the_metrics_do_not_count_a_f
         other => panic!("expected RunPaused last, got {other:?}"),
     }
     assert_eq!(last.kind(), "run_paused");
+    assert!(last.is_terminal());
     assert!(
         !collected
             .events()

@@ -21,8 +21,7 @@ pub fn sanitize_id(s: &str) -> String {
 
 /// Whether `c` is a Unicode format character (general category Cf: bidirectional overrides
 /// and isolates such as U+202E, zero-width characters, the BOM, tag characters, …).
-#[doc(hidden)]
-pub fn is_format_char(c: char) -> bool {
+pub(crate) fn is_format_char(c: char) -> bool {
     matches!(c as u32,
         0x00AD
         | 0x0600..=0x0605

@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 macro_rules! codes {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $code:literal,)* }) => {
         $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Debug)]
         #[non_exhaustive]
         pub enum $name {
             $($(#[$vmeta])* $variant,)*
@@ -48,6 +48,21 @@ macro_rules! codes {
         impl From<&str> for $name {
             fn from(code: &str) -> Self {
                 Self::from_code(code)
+            }
+        }
+
+        // Equal when the codes are: `Other("timeout")` read from elsewhere is `Timeout`.
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.as_str() == other.as_str()
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.as_str().hash(state)
             }
         }
 

@@ -33,16 +33,6 @@ impl UserContext {
         }
     }
 
-    /// With these roles (replacing any).
-    pub fn roles<I, S>(mut self, roles: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.roles = roles.into_iter().map(Into::into).collect();
-        self
-    }
-
     /// A user context with these roles.
     pub fn with_roles<I, S>(roles: I) -> Self
     where

@@ -501,6 +501,15 @@ impl AgentEvent {
         }
     }
 
+    /// Whether this event ends its run (`RunCompleted`, `RunPaused` or `RunFailed`): the last
+    /// event of a run, after which a sink may drop what it keeps per run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            AgentEvent::RunCompleted { .. } | AgentEvent::RunPaused { .. } | AgentEvent::RunFailed { .. }
+        )
+    }
+
     /// The event's type name as it appears in JSON (`"run_started"`, …).
     pub fn kind(&self) -> &'static str {
         match self {

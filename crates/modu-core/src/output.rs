@@ -15,6 +15,15 @@ pub struct OutputError {
     pub message: String,
 }
 
+impl OutputError {
+    /// An answer that does not fit, with what was wrong (phrased so the model can correct it).
+    pub fn new(message: impl Into<String>) -> Self {
+        OutputError {
+            message: message.into(),
+        }
+    }
+}
+
 /// Describes the final answer's format and parses it.
 ///
 /// [`TextCodec`] takes the text as it is; [`JsonCodec`] asks for a JSON schema derived from a

@@ -77,8 +77,7 @@ impl Fence {
 }
 
 /// Checks a fenced write against leases (built by `InMemoryLeaseStore`) and runs it if allowed.
-#[doc(hidden)]
-pub type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> Result<(), StoreError> + Send + Sync>;
+pub(crate) type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> Result<(), StoreError> + Send + Sync>;
 
 /// Keeps the messages of conversations (sessions).
 ///
@@ -461,8 +460,7 @@ impl InMemoryConversationStore {
         }
     }
 
-    #[doc(hidden)]
-    pub fn with_fence_check(mut self, check: FenceCheck) -> Self {
+    pub(crate) fn with_fence_check(mut self, check: FenceCheck) -> Self {
         self.fence_check = Some(check);
         self
     }
@@ -559,8 +557,7 @@ impl InMemoryCheckpointStore {
         }
     }
 
-    #[doc(hidden)]
-    pub fn with_fence_check(mut self, check: FenceCheck) -> Self {
+    pub(crate) fn with_fence_check(mut self, check: FenceCheck) -> Self {
         self.fence_check = Some(check);
         self
     }

@@ -63,15 +63,13 @@ mod opt_secs {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    #[doc(hidden)]
-    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(d) => s.serialize_some(&d.as_secs_f64()),
             None => s.serialize_none(),
         }
     }
-    #[doc(hidden)]
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let v: Option<f64> = Option::deserialize(d)?;
         Ok(v.and_then(|s| Duration::try_from_secs_f64(s).ok()))
     }

@@ -40,6 +40,10 @@ fn an_unknown_code_reads_as_other_and_writes_back_unchanged() {
     assert_eq!(serde_json::to_value(&error).unwrap(), stored);
     let kind: ModelErrorKind = serde_json::from_value(json!("overloaded")).unwrap();
     assert_eq!(kind.as_str(), "overloaded");
+    // Codes are equal when their text is: an `Other` holding a known code is that code.
+    assert_eq!(ModelErrorKind::Other("timeout".into()), ModelErrorKind::Timeout);
+    let set: std::collections::HashSet<_> = [ModelErrorKind::Other("timeout".into()), ModelErrorKind::Timeout].into();
+    assert_eq!(set.len(), 1);
 }
 
 #[test]

@@ -55,6 +55,10 @@ pub const MODU_PARENT_RUN_ID: &str = "modu.parent_run_id";
 pub const MODU_RESUMED: &str = "modu.resumed";
 /// `modu.model.call`: the number of the model call in the run.
 pub const MODU_MODEL_CALL: &str = "modu.model.call";
+/// `modu.run.paused`: the run paused for a person (approvals, input); not an error.
+pub const MODU_RUN_PAUSED: &str = "modu.run.paused";
+/// `modu.run.pending`: how many calls of a paused run wait for a person.
+pub const MODU_RUN_PENDING: &str = "modu.run.pending";
 /// `modu.tool.attempts`.
 pub const MODU_TOOL_ATTEMPTS: &str = "modu.tool.attempts";
 /// Metric: `gen_ai.client.token.usage` (histogram, `{token}`).

@@ -59,10 +59,11 @@ struct State {
 ///
 /// # Spans
 ///
-/// * `invoke_agent {agent}` (kind INTERNAL) per run, from `run_started` to `run_completed` /
-///   `run_failed`. Attributes: `gen_ai.operation.name`, `gen_ai.agent.name`,
+/// * `invoke_agent {agent}` (kind INTERNAL) per run, from `run_started` to `run_completed`,
+///   `run_paused` or `run_failed`. Attributes: `gen_ai.operation.name`, `gen_ai.agent.name`,
 ///   `gen_ai.conversation.id` (session), `gen_ai.usage.*`, `modu.run_id`, `modu.parent_run_id`,
-///   `modu.resumed`; on failure `error.type` (the `AgentError` variant) and status ERROR.
+///   `modu.resumed`; on a pause `modu.run.paused` and `modu.run.pending` (status unset: a pause
+///   is not an error); on failure `error.type` (the `AgentError` variant) and status ERROR.
 ///   A run whose `run_started` names a `parent_run_id` (agent-as-tool) is a child of the parent
 ///   run's most recently started open `execute_tool` span, or of the parent's `invoke_agent`
 ///   span when no tool call is open. Other runs are roots.
@@ -498,8 +499,9 @@ impl OtelEventSink {
                 };
                 end_children(&mut run);
                 set_usage(&mut run.span, usage);
-                run.span.set_attribute(kv("modu.run.paused", true));
-                run.span.set_attribute(kv("modu.run.pending", *pending as i64));
+                run.span.set_attribute(kv(sc::MODU_RUN_PAUSED, true));
+                run.span
+                    .set_attribute(kv(sc::MODU_RUN_PENDING, i64::try_from(*pending).unwrap_or(i64::MAX)));
                 run.span.end();
             }
             AgentEvent::RunFailed {

@@ -327,6 +327,30 @@ async fn failed_run_and_failed_model_call_have_error_status() {
     }
 }
 
+#[tokio::test]
+async fn a_paused_run_ends_its_span_without_an_error() {
+    let (provider, exporter) = provider();
+    let sink = Arc::new(OtelEventSink::builder(provider.tracer("test")).build());
+    let transfer = FunctionTool::new(
+        ToolSpec::new("transfer", "Move money", json!({"type": "object"})).needs_approval(true),
+        |_ctx, _args| async { Ok(json!("moved")) },
+    );
+    let agent = Agent::builder(ScriptedModel::new().tool_call("transfer", json!({})))
+        .name("a")
+        .tool(transfer)
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .event_sink(sink)
+        .build()
+        .unwrap();
+    assert!(agent.run("pay").await.is_paused());
+    let spans = exporter.get_finished_spans().unwrap();
+    let run = one(&spans, "invoke_agent a");
+    assert_eq!(run.status, Status::Unset);
+    assert!(attr(run, "error.type").is_none());
+    assert_eq!(attr(run, "modu.run.paused"), Some(&Value::Bool(true)));
+    assert_eq!(attr(run, "modu.run.pending"), Some(&Value::I64(1)));
+}
+
 #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 struct Topic {
     topic: String,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use modu_agent::middleware::{ChatService, FunctionService, ToolInvocation};
 use modu_agent::{AgentBuilder, Fixed};
-use modu_core::{ChatRequest, ChatResponse, ModelError, ToolError, ToolErrorKind};
+use modu_core::{ChatRequest, ChatResponse, ModelError, ModelErrorKind, ToolError, ToolErrorKind};
 use restate_sdk::context::RunRetryPolicy;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -245,7 +245,7 @@ fn request_hash(request: &ChatRequest) -> String {
 /// A model error as it is journaled.
 #[derive(Serialize, Deserialize)]
 struct JournaledModelError {
-    kind: String,
+    kind: ModelErrorKind,
     message: String,
     #[serde(default)]
     status: Option<u16>,
@@ -265,7 +265,7 @@ fn model_error_json(e: &ModelError) -> serde_json::Value {
         other => (other.to_string(), None),
     };
     let journaled = JournaledModelError {
-        kind: e.kind().to_string(),
+        kind: e.kind(),
         message,
         status,
         retry_after_ms: e.retry_after().map(|d| d.as_millis() as u64),
@@ -285,28 +285,28 @@ fn model_error_from_json(value: serde_json::Value) -> ModelError {
         },
     };
     let retry_after = e.retry_after_ms.map(Duration::from_millis);
-    match e.kind.as_str() {
-        "transport" => ModelError::Transport {
+    match e.kind {
+        ModelErrorKind::Transport => ModelError::Transport {
             message: e.message,
             source: None,
         },
-        "timeout" => ModelError::Timeout(Duration::ZERO),
-        "rate_limited" => ModelError::RateLimited { retry_after },
-        "authentication" => ModelError::Authentication {
+        ModelErrorKind::Timeout => ModelError::Timeout(Duration::ZERO),
+        ModelErrorKind::RateLimited => ModelError::RateLimited { retry_after },
+        ModelErrorKind::Authentication => ModelError::Authentication {
             status: e.status.unwrap_or(401),
             message: e.message,
         },
-        "model_not_found" => ModelError::ModelNotFound {
+        ModelErrorKind::ModelNotFound => ModelError::ModelNotFound {
             model: String::new(),
             message: e.message,
         },
-        "context_length_exceeded" => ModelError::ContextLengthExceeded { message: e.message },
-        "status" => ModelError::Status {
+        ModelErrorKind::ContextLengthExceeded => ModelError::ContextLengthExceeded { message: e.message },
+        ModelErrorKind::Status => ModelError::Status {
             status: e.status.unwrap_or(500),
             body: e.message,
             retry_after,
         },
-        "invalid_response" => ModelError::InvalidResponse { message: e.message },
+        ModelErrorKind::InvalidResponse => ModelError::InvalidResponse { message: e.message },
         _ => ModelError::InvalidRequest { message: e.message },
     }
 }

@@ -50,7 +50,7 @@ impl Principal {
 
     /// The run's user context.
     pub fn user_context(&self) -> UserContext {
-        let mut user = UserContext::default().roles(self.roles.iter().cloned());
+        let mut user = UserContext::with_roles(self.roles.iter().cloned());
         user.user_id = self.user.clone();
         user
     }

@@ -33,7 +33,7 @@ where
     ///
     /// The run proceeds on a spawned task; dropping the stream cancels it. The last item is
     /// always [`StreamItem::Completed`](crate::StreamItem::Completed), [`StreamItem::Paused`](crate::StreamItem::Paused) or [`StreamItem::Failed`](crate::StreamItem::Failed), carrying the outcome (the
-    /// `RunCompleted` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
+    /// `RunCompleted` / `RunPaused` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
     /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
     /// FINALIZE tokens as `FinalDelta`, then the result; the internal PLAN / ACT / STEP_RESULT
     /// work is in [`Agent::stream_all`]. With the standard policy it is the same as `stream_all`.

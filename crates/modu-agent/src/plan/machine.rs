@@ -3,6 +3,7 @@
 //! facts and what the last step produced. The driver does the asking, the tools, the
 //! checkpoints and the events.
 
+use crate::codes::PlanFailureCause;
 use std::collections::HashSet;
 
 use super::planning::{Planning, commit_plan, parse_draft, validate_draft};
@@ -177,7 +178,7 @@ impl Strict {
         let room = max.saturating_sub(completed);
         if room == 0 {
             let mut f = failure;
-            f.cause = "max_steps".into();
+            f.cause = PlanFailureCause::MaxSteps;
             return Some(Next::Fail(record_failure(st, f)));
         }
         let tools = view.enabled_tools();
@@ -310,9 +311,9 @@ impl Strict {
             Err(e) => format!("the plan is not valid JSON for the schema: {e}"),
         };
         if attempt >= 2 {
-            st.failure = Some(failure("plan_invalid", None, None, None, None));
+            st.failure = Some(failure(PlanFailureCause::PlanInvalid, None, None, None, None));
             return Next::Fail(AgentError::PlanFailed {
-                cause: "plan_invalid".into(),
+                cause: PlanFailureCause::PlanInvalid,
                 step_id: None,
             });
         }
@@ -508,13 +509,13 @@ impl Policy for Strict {
             step.status = StepStatus::Failed;
         }
         if st.failure.is_none() {
-            st.failure = Some(failure(code.as_str(), step_id.as_deref(), None, None, None));
+            st.failure = Some(failure(code.clone(), step_id.as_deref(), None, None, None));
         }
         if let Some(step_id) = step_id {
             out.push(|| AgentEvent::StepFailed {
                 run_id: view.run_id().to_owned(),
                 step_id,
-                cause: crate::codes::PlanFailureCause::from_code(&sanitize_id(code.as_str())),
+                cause: code,
             });
         }
     }

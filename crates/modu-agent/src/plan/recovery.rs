@@ -6,6 +6,7 @@ use super::state::{PendingRepair, StrictPhase, StrictState, failure, trace_argum
 use super::{ArgumentsSource, PlanFailure, PlanStep, ToolTraceEntry, TraceError};
 use super::{PlanAndExecutePolicy, RecoveryFallback, ToolTraceMode};
 use crate::canonical::{canonical_json, effective_arguments, json_hash, sanitize_id};
+use crate::codes::PlanFailureCause;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::message::{Message, ToolCall};
@@ -14,29 +15,31 @@ use crate::tool::{RecoveryAction, ToolErrorKind};
 
 /// Checks a repair answer before anything runs: one call, the same tool, a new call id,
 /// different canonical arguments and different effective arguments.
-pub(crate) fn check_repair(view: &dyn View, repair: &PendingRepair, answer: &Message) -> Result<(), &'static str> {
+pub(crate) fn check_repair(view: &dyn View, repair: &PendingRepair, answer: &Message) -> Result<(), PlanFailureCause> {
     let call = match answer.tool_calls.as_slice() {
-        [] => return Err("repair_declined"),
+        [] => return Err(PlanFailureCause::RepairDeclined),
         [call] => call,
-        _ => return Err("repair_not_single_call"),
+        _ => return Err(PlanFailureCause::RepairNotSingleCall),
     };
     if call.name != repair.tool {
-        return Err("repair_other_tool");
+        return Err(PlanFailureCause::RepairOtherTool);
     }
     if call.id == repair.call_id {
-        return Err("repair_same_call_id");
+        return Err(PlanFailureCause::RepairSameCallId);
     }
-    let args = call.parse_arguments().map_err(|_| "repair_invalid_arguments")?;
+    let args = call
+        .parse_arguments()
+        .map_err(|_| PlanFailureCause::RepairInvalidArguments)?;
     if canonical_json(&args) == repair.canonical {
-        return Err("repair_same_arguments");
+        return Err(PlanFailureCause::RepairSameArguments);
     }
-    let spec = view.spec(&call.name).ok_or("repair_other_tool")?;
+    let spec = view.spec(&call.name).ok_or(PlanFailureCause::RepairOtherTool)?;
     if !view.valid_arguments(&call.name, &args) {
-        return Err("repair_invalid_arguments");
+        return Err(PlanFailureCause::RepairInvalidArguments);
     }
     let effective = effective_arguments(&spec.parameters, &args);
     if json_hash(&effective) == repair.effective_hash {
-        return Err("repair_same_effective_arguments");
+        return Err(PlanFailureCause::RepairSameEffectiveArguments);
     }
     Ok(())
 }
@@ -48,7 +51,7 @@ pub(crate) fn reject_repair(
     step: &PlanStep,
     repair: &PendingRepair,
     answer: &Message,
-    reason: &'static str,
+    reason: PlanFailureCause,
 ) -> Next {
     for call in &answer.tool_calls {
         let requested = call
@@ -64,7 +67,7 @@ pub(crate) fn reject_repair(
             error: Some(TraceError {
                 kind: "validation".into(),
                 retryable: false,
-                reason: Some(reason.to_owned()),
+                reason: Some(reason.as_str().to_owned()),
                 recovery: None,
             }),
             recovery_of_call_id: Some(sanitize_id(&repair.call_id)),
@@ -116,7 +119,7 @@ pub(crate) fn fallback(
         return Err(terminal(st, failure, call_id, tool, out, run_id));
     }
     if st.replans >= view.limits().max_replans {
-        failure.cause = "replan_limit".into();
+        failure.cause = PlanFailureCause::ReplanLimit;
         return Err(terminal(st, failure, call_id, tool, out, run_id));
     }
     st.set_trace_recovery(call_id, "replan");
@@ -199,31 +202,38 @@ pub(crate) fn classify_batch(
         return Next::Save;
     };
     let error = verdict.error.clone();
-    let fail = |cause: &str| failure(cause, Some(&step.id), Some(&call.name), Some(&call.id), error.as_ref());
+    let fail =
+        |cause: PlanFailureCause| failure(cause, Some(&step.id), Some(&call.name), Some(&call.id), error.as_ref());
     if succeeded > 0 {
         // Side effects already happened in this batch: never re-run them.
-        let f = fail("partial_batch_failure");
+        let f = fail(PlanFailureCause::PartialBatchFailure);
         return Next::Fail(terminal(st, f, &call.id, &call.name, out, run_id));
     }
     match error.as_ref().and_then(|e| e.recovery) {
         Some(RecoveryAction::Fail) => {
             let cause = if error.as_ref().is_some_and(|e| e.kind == ToolErrorKind::Timeout) {
                 // A timed-out blocking tool may still be running: never replanned.
-                "uncancellable_timeout"
+                PlanFailureCause::UncancellableTimeout
             } else {
-                "tool_requested_fail"
+                PlanFailureCause::ToolRequestedFail
             };
             Next::Fail(terminal(st, fail(cause), &call.id, &call.name, out, run_id))
         }
-        Some(RecoveryAction::Replan) => recover(st, fail("tool_requested_replan"), &call.id, &call.name, true),
+        Some(RecoveryAction::Replan) => recover(
+            st,
+            fail(PlanFailureCause::ToolRequestedReplan),
+            &call.id,
+            &call.name,
+            true,
+        ),
         Some(RecoveryAction::RepairCall) => {
             let repair_safe = view.spec(&call.name).is_some_and(|s| s.repair_safe);
             let cause = if failed.len() > 1 || calls.len() > 1 {
-                Some("repair_not_single_call")
+                Some(PlanFailureCause::RepairNotSingleCall)
             } else if recovery.require_repair_safe && !repair_safe {
-                Some("repair_not_safe")
+                Some(PlanFailureCause::RepairNotSafe)
             } else if st.step_repairs >= view.limits().max_tool_repair_attempts {
-                Some("repair_limit")
+                Some(PlanFailureCause::RepairLimit)
             } else {
                 None
             };
@@ -250,6 +260,6 @@ pub(crate) fn classify_batch(
         // Retry already happened where allowed (same call, same arguments); what is left is
         // the fallback.
         // A recovery this version does not know takes the fallback too.
-        Some(RecoveryAction::RetryCall | _) | None => recover(st, fail("tool_failed"), &call.id, &call.name, false),
+        _ => recover(st, fail(PlanFailureCause::ToolFailed), &call.id, &call.name, false),
     }
 }

@@ -221,7 +221,7 @@ pub(crate) fn step_result_codec() -> &'static JsonCodec<StepResult> {
 
 /// A sanitised failure.
 pub(crate) fn failure(
-    cause: &str,
+    cause: PlanFailureCause,
     step_id: Option<&str>,
     tool: Option<&str>,
     call_id: Option<&str>,
@@ -233,7 +233,7 @@ pub(crate) fn failure(
         call_id: call_id.map(sanitize_id),
         error_class: error.map(|e| e.kind.as_str().to_owned()),
         reason: error.map(|e| sanitize_id(&e.reason)),
-        cause: PlanFailureCause::from_code(&sanitize_id(cause)),
+        cause,
     }
 }
 

@@ -5,6 +5,7 @@ use super::recovery::record_failure;
 use super::state::{StrictPhase, StrictState, step_result_codec};
 use super::{PlanFailure, PlanStep, StepOutcome, StepStatus};
 use crate::canonical::sanitize_id;
+use crate::codes::PlanFailureCause;
 use crate::event::AgentEvent;
 use crate::message::Message;
 use crate::output::OutputCodec;
@@ -84,7 +85,7 @@ pub(crate) fn step_result(
                     call_id: None,
                     error_class: Some("step_result".into()),
                     reason: Some(reason.into()),
-                    cause: "step_attempts_exhausted".into(),
+                    cause: PlanFailureCause::StepAttemptsExhausted,
                 };
                 return Next::Fail(record_failure(st, f));
             }
@@ -128,7 +129,7 @@ pub(crate) fn verify(st: &mut StrictState, view: &dyn View, out: &mut Out) -> Ne
             call_id: None,
             error_class: Some("plan".into()),
             reason: None,
-            cause: "verify_failed".into(),
+            cause: PlanFailureCause::VerifyFailed,
         };
         return Next::Fail(record_failure(st, f));
     }

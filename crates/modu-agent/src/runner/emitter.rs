@@ -44,10 +44,7 @@ impl Emitter {
             tracing::warn!(error = %err, event = event.kind(), "event sink failed");
         }
         if let Some(tx) = &self.stream
-            && !matches!(
-                event,
-                AgentEvent::RunCompleted { .. } | AgentEvent::RunPaused { .. } | AgentEvent::RunFailed { .. }
-            )
+            && !event.is_terminal()
         {
             // A caller that dropped its stream no longer listens; the run goes on.
             let _ = tx.send(event).await;

@@ -12,7 +12,7 @@ pub const LOG_TARGET: &str = "modu::events";
 ///
 /// Fields: `event` (the kind), `run_id`, and per kind `agent`, `session_id`, `parent_run_id`,
 /// `model`, `call`, `tool`, `call_id`, `ok`, `attempts`, `duration_ms`, `input_tokens`,
-/// `output_tokens`, `error_kind`, and `detail`: the masked JSON of payloads (tool arguments,
+/// `output_tokens`, `error_kind`, `pending` (a paused run's waiting calls), and `detail`: the masked JSON of payloads (tool arguments,
 /// tool error, run output, run error). Everything that may carry user data goes through the
 /// [`SecretMasker`] first.
 ///

@@ -18,7 +18,7 @@ pub mod names {
     /// Counter: runs paused for a person (approvals, input). Labels: `agent`. A paused run is
     /// not a failed one.
     pub const RUNS_PAUSED: &str = "modu.runs.paused";
-    /// Histogram: run duration in milliseconds. Labels: `agent`, `outcome` (`ok`/`error`).
+    /// Histogram: run duration in milliseconds. Labels: `agent`, `outcome` (`ok`/`paused`/`error`).
     pub const RUN_DURATION_MS: &str = "modu.run.duration_ms";
     /// Counter: model calls. Labels: `model`, `outcome` (`ok` or the error kind).
     pub const MODEL_CALLS: &str = "modu.model.calls";
