@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// A step's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StepStatus {
     /// Not started.
     Pending,
@@ -22,6 +23,7 @@ pub enum StepStatus {
 
 /// One step of a plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PlanStep {
     /// Its id (`s1`, `s2`, …; stable across replans).
     pub id: String,
@@ -41,6 +43,7 @@ pub struct PlanStep {
 
 /// A plan: its steps and how often it was revised.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Plan {
     /// The steps, in order (superseded steps stay, for the record).
     pub steps: Vec<PlanStep>,
@@ -70,6 +73,7 @@ pub enum StepOutcome {
 
 /// The sanitised error of a traced call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TraceError {
     /// The error type (`execution`, `timeout`, `validation`, …).
     #[serde(rename = "type")]
@@ -97,6 +101,7 @@ pub enum ArgumentsSource {
 /// One tool call attempt of a strict run ([`PlanReport::tool_trace`](crate::PlanReport::tool_trace)). Never holds a
 /// tool's result or raw error message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolTraceEntry {
     /// The step.
     pub step_id: String,
@@ -127,6 +132,7 @@ pub struct ToolTraceEntry {
 /// Why a strict run failed ([`PlanReport::failure`](crate::PlanReport::failure)): sanitised, length-capped identifiers
 /// and classifications only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PlanFailure {
     /// The step it failed in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,4 +156,62 @@ pub struct PlanFailure {
     /// `repair_same_call_id`, `repair_invalid_arguments`, `step_attempts_exhausted`,
     /// `plan_invalid`, `max_steps`, `verify_failed`, or a limit (`max_tool_calls`, `max_turns`).
     pub cause: crate::codes::PlanFailureCause,
+}
+
+impl PlanStep {
+    /// A pending step with no result and no attempts yet.
+    pub fn new(id: impl Into<String>, description: impl Into<String>, allowed_tools: Vec<String>) -> Self {
+        PlanStep {
+            id: id.into(),
+            description: description.into(),
+            allowed_tools,
+            status: StepStatus::Pending,
+            result: None,
+            attempts: 0,
+        }
+    }
+}
+
+impl TraceError {
+    /// An error of type `kind` (`execution`, `validation`, …), with no reason or recovery yet.
+    pub fn new(kind: impl Into<String>, retryable: bool) -> Self {
+        TraceError {
+            kind: kind.into(),
+            retryable,
+            reason: None,
+            recovery: None,
+        }
+    }
+}
+
+impl ToolTraceEntry {
+    /// A call of `tool_name` in step `step_id` that has not run (no attempts, not ok).
+    pub fn new(step_id: impl Into<String>, call_id: impl Into<String>, tool_name: impl Into<String>) -> Self {
+        ToolTraceEntry {
+            step_id: step_id.into(),
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            ok: false,
+            attempts: 0,
+            duration_ms: 0,
+            error: None,
+            recovery_of_call_id: None,
+            arguments: None,
+            arguments_source: None,
+        }
+    }
+}
+
+impl PlanFailure {
+    /// A failure for `cause`, naming no step, tool, call or error yet.
+    pub fn new(cause: crate::codes::PlanFailureCause) -> Self {
+        PlanFailure {
+            step_id: None,
+            tool_name: None,
+            call_id: None,
+            error_class: None,
+            reason: None,
+            cause,
+        }
+    }
 }

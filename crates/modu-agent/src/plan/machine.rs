@@ -471,18 +471,18 @@ impl Policy for Strict {
             canonical: requested.as_ref().map(canonical_json).unwrap_or_default(),
             effective_hash: report.validated.as_ref().map(json_hash),
         };
-        let entry = ToolTraceEntry {
-            step_id: sanitize_id(&st.current_step_id()),
-            call_id: sanitize_id(&call.id),
-            tool_name: sanitize_id(&report.identity),
-            ok: !is_error,
-            attempts: report.attempts,
-            duration_ms: report.duration_ms,
-            error: error.as_ref().map(trace_error),
-            recovery_of_call_id: recovery_of,
-            arguments,
-            arguments_source,
-        };
+        let mut entry = ToolTraceEntry::new(
+            sanitize_id(&st.current_step_id()),
+            sanitize_id(&call.id),
+            sanitize_id(&report.identity),
+        );
+        entry.ok = !is_error;
+        entry.attempts = report.attempts;
+        entry.duration_ms = report.duration_ms;
+        entry.error = error.as_ref().map(trace_error);
+        entry.recovery_of_call_id = recovery_of;
+        entry.arguments = arguments;
+        entry.arguments_source = arguments_source;
         // Recorded with the call's result, so a checkpoint taken mid-batch keeps both.
         st.batch.insert(call.id.clone(), verdict);
         st.push_trace(entry);

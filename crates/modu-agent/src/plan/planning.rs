@@ -35,14 +35,9 @@ pub(crate) fn commit_plan(
     for draft in steps {
         let id = format!("s{}", st.next_step);
         st.next_step += 1;
-        st.plan.steps.push(PlanStep {
-            id,
-            description: draft.description,
-            allowed_tools: draft.allowed_tools,
-            status: StepStatus::Pending,
-            result: None,
-            attempts: 0,
-        });
+        st.plan
+            .steps
+            .push(PlanStep::new(id, draft.description, draft.allowed_tools));
     }
     st.phase = StrictPhase::Act;
     let run_id = view.run_id().to_owned();

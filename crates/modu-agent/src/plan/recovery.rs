@@ -57,23 +57,14 @@ pub(crate) fn reject_repair(
         let requested = call
             .parse_arguments()
             .unwrap_or_else(|_| serde_json::Value::String("<invalid JSON>".into()));
-        st.push_trace(ToolTraceEntry {
-            step_id: sanitize_id(&step.id),
-            call_id: sanitize_id(&call.id),
-            tool_name: sanitize_id(&call.name),
-            ok: false,
-            attempts: 0,
-            duration_ms: 0,
-            error: Some(TraceError {
-                kind: "validation".into(),
-                retryable: false,
-                reason: Some(reason.as_str().to_owned()),
-                recovery: None,
-            }),
-            recovery_of_call_id: Some(sanitize_id(&repair.call_id)),
-            arguments: (mode == ToolTraceMode::Arguments).then(|| trace_arguments(&requested)),
-            arguments_source: (mode == ToolTraceMode::Arguments).then_some(ArgumentsSource::Requested),
-        });
+        let mut error = TraceError::new("validation", false);
+        error.reason = Some(reason.as_str().to_owned());
+        let mut entry = ToolTraceEntry::new(sanitize_id(&step.id), sanitize_id(&call.id), sanitize_id(&call.name));
+        entry.error = Some(error);
+        entry.recovery_of_call_id = Some(sanitize_id(&repair.call_id));
+        entry.arguments = (mode == ToolTraceMode::Arguments).then(|| trace_arguments(&requested));
+        entry.arguments_source = (mode == ToolTraceMode::Arguments).then_some(ArgumentsSource::Requested);
+        st.push_trace(entry);
     }
     let failure = failure(reason, Some(&step.id), Some(&repair.tool), Some(&repair.call_id), None);
     // The fallback is recorded on the rejected call's entry; the failed call keeps its

@@ -227,14 +227,13 @@ pub(crate) fn failure(
     call_id: Option<&str>,
     error: Option<&ToolError>,
 ) -> PlanFailure {
-    PlanFailure {
-        step_id: step_id.map(sanitize_id),
-        tool_name: tool.map(sanitize_id),
-        call_id: call_id.map(sanitize_id),
-        error_class: error.map(|e| e.kind.as_str().to_owned()),
-        reason: error.map(|e| sanitize_id(&e.reason)),
-        cause,
-    }
+    let mut failure = PlanFailure::new(cause);
+    failure.step_id = step_id.map(sanitize_id);
+    failure.tool_name = tool.map(sanitize_id);
+    failure.call_id = call_id.map(sanitize_id);
+    failure.error_class = error.map(|e| e.kind.as_str().to_owned());
+    failure.reason = error.map(|e| sanitize_id(&e.reason));
+    failure
 }
 
 /// What the model sees of a failed call in a strict run: type and reason, plus the sanitised
@@ -247,12 +246,9 @@ pub(crate) fn strict_error_content(error: &ToolError, mode: FeedbackMode) -> Str
 }
 
 pub(crate) fn trace_error(error: &ToolError) -> TraceError {
-    TraceError {
-        kind: error.kind.as_str().to_owned(),
-        retryable: error.retryable,
-        reason: Some(sanitize_id(&error.reason)),
-        recovery: None,
-    }
+    let mut traced = TraceError::new(error.kind.as_str(), error.retryable);
+    traced.reason = Some(sanitize_id(&error.reason));
+    traced
 }
 
 /// The cause of an error that ended a strict run.

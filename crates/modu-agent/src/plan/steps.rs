@@ -79,14 +79,10 @@ pub(crate) fn step_result(
                 attempt,
             });
             if attempt >= view.limits().max_step_attempts {
-                let f = PlanFailure {
-                    step_id: Some(sanitize_id(&step.id)),
-                    tool_name: None,
-                    call_id: None,
-                    error_class: Some("step_result".into()),
-                    reason: Some(reason.into()),
-                    cause: PlanFailureCause::StepAttemptsExhausted,
-                };
+                let mut f = PlanFailure::new(PlanFailureCause::StepAttemptsExhausted);
+                f.step_id = Some(sanitize_id(&step.id));
+                f.error_class = Some("step_result".into());
+                f.reason = Some(reason.into());
                 return Next::Fail(record_failure(st, f));
             }
             if reported_failed {
@@ -123,14 +119,9 @@ pub(crate) fn verify(st: &mut StrictState, view: &dyn View, out: &mut Out) -> Ne
             .iter()
             .find(|s| s.status != StepStatus::Completed)
             .map(|s| s.id.clone());
-        let f = PlanFailure {
-            step_id: pending.as_deref().map(sanitize_id),
-            tool_name: None,
-            call_id: None,
-            error_class: Some("plan".into()),
-            reason: None,
-            cause: PlanFailureCause::VerifyFailed,
-        };
+        let mut f = PlanFailure::new(PlanFailureCause::VerifyFailed);
+        f.step_id = pending.as_deref().map(sanitize_id);
+        f.error_class = Some("plan".into());
         return Next::Fail(record_failure(st, f));
     }
     let steps = active.len();
