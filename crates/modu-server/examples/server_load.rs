@@ -2,7 +2,7 @@
 //! loopback against an agent whose model (a mock OpenAI server) answers after a fixed latency,
 //! judged against the same agent called in-process.
 //!
-//! Run with: `cargo run --release -p modu-server --example load` (what `cargo xtask bench
+//! Run with: `cargo run --release -p modu-server --example server_load` (what `cargo xtask bench
 //! server` runs). Options: `--quick` (one wave at full concurrency, for a smoke),
 //! `--runs N` (default 5000), `--concurrency N` (default 1000), `--latency-ms N` (default 50).
 //! It exits 1 when any run failed.
