@@ -43,7 +43,7 @@ pub struct ModelContext {
     /// The conversation: history, then the run's messages.
     pub messages: Vec<Message>,
     /// The tools offered. Providers may remove tools (a removed tool is refused if called);
-    /// tools are added through [`ToolProvider`]s, not here.
+    /// tools are added through [`ToolProvider`](crate::ToolProvider)s, not here.
     pub tools: Vec<crate::model::ToolDefinition>,
     /// The names of the offered tools that stand for other tools ([`crate::ToolSpec::meta`]),
     /// filled in by the run loop.
