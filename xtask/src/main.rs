@@ -1059,7 +1059,15 @@ fn bench(args: &[String]) -> Result<()> {
         run(
             "bench: AG-UI server load vs the agent in-process",
             Command::new(cargo())
-                .args(["run", "--release", "-p", "modu-server", "--example", "server_load", "--"])
+                .args([
+                    "run",
+                    "--release",
+                    "-p",
+                    "modu-server",
+                    "--example",
+                    "server_load",
+                    "--",
+                ])
                 .args(args.iter().skip(1)),
         )?;
     }
