@@ -570,36 +570,9 @@ impl ModelError {
 
 /// A chat model: anything that turns a [`ChatRequest`] into a stream of [`ChatEvent`]s.
 ///
-/// Object safe: agents hold models as `Arc<dyn ChatModel>`.
-///
-/// ```
-/// use async_trait::async_trait;
-/// use modu_core::{ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, Message, ModelError};
-///
-/// /// Answers "hello", whatever it is asked.
-/// struct Hello;
-///
-/// #[async_trait]
-/// impl ChatModel for Hello {
-///     fn model_name(&self) -> &str {
-///         "hello-1"
-///     }
-///
-///     async fn stream(&self, _request: ChatRequest) -> Result<ChatStream, ModelError> {
-///         let events = [
-///             ChatEvent::TextDelta { text: "hello".into() },
-///             ChatEvent::Finish { reason: FinishReason::Stop },
-///         ];
-///         Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
-///     }
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ModelError> {
-/// // `complete` folds the stream into one answer.
-/// let answer = Hello.complete(ChatRequest::new(vec![Message::user("hi")])).await?;
-/// assert_eq!(answer.message.text(), "hello");
-/// # Ok(()) }
-/// ```
+/// Object safe: agents hold models as `Arc<dyn ChatModel>`. A model of your own implements
+/// `model_name` and `stream` (the [crate documentation](crate) shows one); `complete` folds
+/// the stream into one [`ChatResponse`].
 #[async_trait]
 pub trait ChatModel: Send + Sync {
     /// The model's name as sent to the server (used in events and telemetry).

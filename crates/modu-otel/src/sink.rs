@@ -54,6 +54,17 @@ struct State {
     runs: HashMap<String, RunEntry>,
 }
 
+impl State {
+    /// The ending run's entry, its open child spans ended and its usage recorded; the caller
+    /// adds how it ended and ends its span. `None` for a run this sink did not see start.
+    fn close_run(&mut self, run_id: &str, usage: &modu_core::Usage) -> Option<RunEntry> {
+        let mut run = self.runs.remove(run_id)?;
+        end_children(&mut run);
+        set_usage(&mut run.span, usage);
+        Some(run)
+    }
+}
+
 /// Turns [`AgentEvent`]s into OpenTelemetry spans and metrics following the semantic
 /// conventions for generative AI.
 ///
@@ -475,11 +486,9 @@ impl OtelEventSink {
             AgentEvent::RunCompleted {
                 run_id, usage, output, ..
             } => {
-                let Some(mut run) = state.runs.remove(run_id) else {
+                let Some(mut run) = state.close_run(run_id, usage) else {
                     return;
                 };
-                end_children(&mut run);
-                set_usage(&mut run.span, usage);
                 if self.capture_content {
                     let content = match output {
                         serde_json::Value::String(s) => self.masker.mask_text(s),
@@ -494,11 +503,9 @@ impl OtelEventSink {
                 run_id, usage, pending, ..
             } => {
                 // A pause is not an error: the span ends with an unset status.
-                let Some(mut run) = state.runs.remove(run_id) else {
+                let Some(mut run) = state.close_run(run_id, usage) else {
                     return;
                 };
-                end_children(&mut run);
-                set_usage(&mut run.span, usage);
                 run.span.set_attribute(kv(sc::MODU_RUN_PAUSED, true));
                 run.span
                     .set_attribute(kv(sc::MODU_RUN_PENDING, i64::try_from(*pending).unwrap_or(i64::MAX)));
@@ -507,11 +514,9 @@ impl OtelEventSink {
             AgentEvent::RunFailed {
                 run_id, usage, error, ..
             } => {
-                let Some(mut run) = state.runs.remove(run_id) else {
+                let Some(mut run) = state.close_run(run_id, usage) else {
                     return;
                 };
-                end_children(&mut run);
-                set_usage(&mut run.span, usage);
                 run.span.set_attribute(kv(sc::ERROR_TYPE, agent_error_type(error)));
                 run.span
                     .set_status(Status::error(self.masker.mask_text(&error.to_string())));

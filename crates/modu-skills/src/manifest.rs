@@ -433,11 +433,6 @@ fn parse_stage(s: &str) -> Option<Stage> {
     }
 }
 
-/// The name of a stage as written in `applies-to`.
-pub fn stage_name(stage: Stage) -> &'static str {
-    stage.as_str()
-}
-
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "nothing",

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use clap::Subcommand;
 use modu::skills::{
     FilesystemSkillSource, LOCKFILE_NAME, Lockfile, Skill, SkillError, SkillRegistry, SkillSource, check_name,
-    manifest::stage_name,
 };
 use serde_json::json;
 
@@ -259,7 +258,7 @@ fn skill_json(skill: &Skill) -> serde_json::Value {
         "license": m.license,
         "compatibility": m.compatibility,
         "allowed_tools": m.allowed_tools,
-        "applies_to": m.applies_to.as_ref().map(|s| s.iter().map(|s| stage_name(*s)).collect::<Vec<_>>()),
+        "applies_to": m.applies_to.as_ref().map(|s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
         "catalog": skill.catalog(),
         "source": skill.source_id(),
         "digest": skill.digest(),
@@ -293,7 +292,7 @@ fn inspect(dir: &Path, as_json: bool) -> CommandResult {
                 println!("  allowed-tools: {}", tools.join(" "));
             }
             let stages = m.applies_to.as_ref().map_or("plan act finalize (all)".to_owned(), |s| {
-                s.iter().map(|s| stage_name(*s)).collect::<Vec<_>>().join(" ")
+                s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
             });
             println!("  applies-to:    {stages}");
             println!("  files:");
