@@ -2,20 +2,20 @@
 //!
 //! - no memory policy ever separates a tool call from its result in what the model sees
 //!   (arbitrary histories of turns with single and parallel calls, results in any order);
-//! - `plan::canonical_json` (and so the effective-argument hash, a hash of it) is the same for
+//! - `canonical_json` (and so the effective-argument hash, a hash of it) is the same for
 //!   JSON that differs only in key order or in how a number is spelled (`1`, `1.0`, `1e0`), and
-//!   `plan::effective_arguments` keeps that.
+//!   `effective_arguments` keeps that.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use modu_agent::plan::{canonical_json, effective_arguments};
 use modu_agent::{
     Agent, AgentRequest, ConversationMemoryPolicy, ConversationSummarizer, KeepAll, RecentTurns, SummarizingPolicy,
     TokenBudget, TokenBudgetPolicy,
 };
+use modu_core::canonical::{canonical_json, effective_arguments};
 use modu_core::{
     ApproximateTokenCounter, ConversationStore, InMemoryConversationStore, InMemoryMemoryStateStore, Message,
     ModelError, Role, TokenCounter, ToolCall, Usage,

@@ -355,16 +355,28 @@ async fn mcp_token_store(section: &StoreSection) -> Result<Arc<dyn McpTokenStore
             let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
             Arc::new(modu::sqlite::SqliteMcpTokenStore::open(&path).await.map_err(failed)?)
         }
-        StoreKind::Redis => Arc::new(
-            modu::redis::RedisMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
+        StoreKind::Redis => {
+            let mut tokens = modu::redis::RedisMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
                 .await
-                .map_err(failed)?,
-        ),
-        StoreKind::Postgres => Arc::new(
-            modu::postgres::PostgresMcpTokenStore::connect(section.url.as_deref().unwrap_or_default())
-                .await
-                .map_err(failed)?,
-        ),
+                .map_err(failed)?;
+            // Beside the conversations and checkpoints, under the same prefix.
+            if let Some(prefix) = &section.prefix {
+                tokens = tokens.with_prefix(prefix.clone());
+            }
+            Arc::new(tokens)
+        }
+        StoreKind::Postgres => {
+            let url = section.url.as_deref().unwrap_or_default();
+            // In the configured schema, with the conversations and checkpoints.
+            let tokens = match &section.schema {
+                Some(schema) => {
+                    let pool = modu::postgres::connect_in_schema(url, schema).await.map_err(failed)?;
+                    modu::postgres::PostgresMcpTokenStore::from_pool(pool).await
+                }
+                None => modu::postgres::PostgresMcpTokenStore::connect(url).await,
+            };
+            Arc::new(tokens.map_err(failed)?)
+        }
     })
 }
 

@@ -5,18 +5,31 @@
 //! at the browser: it opens the authorization URL modu prints and follows the redirects to
 //! modu's loopback callback. The suite and Node 22 come from `cargo xtask services`
 //! (`MODU_MCP_CONFORMANCE`, `MODU_MCP_NODE22`).
+//!
+//! The tokens land in the configured store: in Redis under the configured key prefix, in
+//! PostgreSQL in the configured schema, beside the conversations and checkpoints.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::Stdio;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modu_signs_in_through_its_loopback_redirect_and_lists_the_tools() {
+use modu::mcp::oauth::McpTokenStore;
+
+/// What one sign-in left: modu's stdout and stderr, and the key its tokens are stored under.
+struct SignedIn {
+    stdout: String,
+    stderr: String,
+    token_key: String,
+}
+
+/// Runs the suite's scenario against `modu mcp tools --json` with `store` as `MODU_STORE__*`
+/// variables; `None` when the suite is not installed (outside CI).
+async fn sign_in(store: &[(&str, &str)]) -> Option<SignedIn> {
     let (Some(suite), Some(node)) = (
         modu_testing::service_env("MODU_MCP_CONFORMANCE"),
         modu_testing::service_env("MODU_MCP_NODE22"),
     ) else {
-        return;
+        return None;
     };
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // The suite's servers listen on every interface; this binds them to 127.0.0.1.
@@ -32,6 +45,7 @@ async fn modu_signs_in_through_its_loopback_redirect_and_lists_the_tools() {
         .env("NODE_OPTIONS", format!("--require {}", preload.display()))
         .env("MODU_SIGNIN_OUT", out.path().join("modu"))
         .env_remove("MCP_CONFORMANCE_SCENARIO")
+        .envs(store.iter().copied())
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .kill_on_drop(true);
@@ -46,9 +60,86 @@ async fn modu_signs_in_through_its_loopback_redirect_and_lists_the_tools() {
         done.status.success(),
         "the suite's checks failed:\n{suite_said}\nmodu's stderr:\n{stderr}"
     );
+    Some(SignedIn {
+        stdout,
+        stderr,
+        token_key: format!("suite {}", read("url")),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_signs_in_through_its_loopback_redirect_and_lists_the_tools() {
+    let Some(signed) = sign_in(&[]).await else {
+        return;
+    };
+    let (stdout, stderr) = (&signed.stdout, &signed.stderr);
     // modu asked the person, then listed the protected server's tools.
     assert!(stderr.contains("asks for authorization"), "{stderr}");
     assert!(stderr.contains("/callback"), "{stderr}");
     let listed: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert!(listed.to_string().contains("\"name\":\"suite__"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_tokens_live_under_the_configured_redis_prefix() {
+    let Some(url) = modu_testing::service_env("REDIS_URL") else {
+        return;
+    };
+    let prefix = modu_testing::unique_prefix("modu-cli-oauth");
+    let store = [
+        ("MODU_STORE__KIND", "redis"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__PREFIX", prefix.as_str()),
+    ];
+    let Some(signed) = sign_in(&store).await else {
+        return;
+    };
+    assert!(
+        signed.stdout.contains("\"suite__"),
+        "the tools are listed: {}",
+        signed.stderr
+    );
+    let tokens = modu::redis::RedisMcpTokenStore::connect(&url).await.unwrap();
+    assert!(
+        tokens.load(&signed.token_key).await.unwrap().is_none(),
+        "the tokens are not under the default prefix"
+    );
+    let tokens = tokens.with_prefix(prefix);
+    assert!(
+        tokens.load(&signed.token_key).await.unwrap().is_some(),
+        "the tokens are under the configured prefix"
+    );
+    tokens.clear(&signed.token_key).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_tokens_live_in_the_configured_postgres_schema() {
+    let Some(url) = modu_testing::service_env("MODU_POSTGRES_URL") else {
+        return;
+    };
+    let schema = modu_testing::unique_prefix("modu_cli_oauth");
+    let store = [
+        ("MODU_STORE__KIND", "postgres"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__SCHEMA", schema.as_str()),
+    ];
+    let Some(signed) = sign_in(&store).await else {
+        return;
+    };
+    assert!(
+        signed.stdout.contains("\"suite__"),
+        "the tools are listed: {}",
+        signed.stderr
+    );
+    let public = modu::postgres::PostgresMcpTokenStore::connect(&url).await.unwrap();
+    assert!(
+        public.load(&signed.token_key).await.unwrap().is_none(),
+        "the tokens are not in the default schema"
+    );
+    let pool = modu::postgres::connect_in_schema(&url, &schema).await.unwrap();
+    let tokens = modu::postgres::PostgresMcpTokenStore::from_pool(pool).await.unwrap();
+    assert!(
+        tokens.load(&signed.token_key).await.unwrap().is_some(),
+        "the tokens are in the configured schema"
+    );
 }

@@ -23,10 +23,10 @@ where
     ///
     /// Never panics on bad input: a failure is a [`RunOutcome::Failed`].
     pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> RunOutcome<O> {
-        // Boxed once here, so that the caller's future stays small (a run's state machine is
-        // several KB, and every move of an unboxed one copies it: into `join_all`, a
-        // `FuturesUnordered`, a spawned task).
-        Box::pin(run_through_layers(&self.inner, request.into())).await
+        // The caller's future stays small: the run's state machine (several KB) is boxed
+        // where the run is set up, so moving this future (into `join_all`, a
+        // `FuturesUnordered`, a spawned task) copies little.
+        run_through_layers(&self.inner, request.into()).await
     }
 
     /// Runs the agent, yielding its events as they happen and the result at the end.

@@ -278,7 +278,6 @@ mod steps;
 #[cfg(test)]
 mod test_support;
 
-pub use crate::canonical::{canonical_json, effective_arguments};
 pub use modu_core::plan::{
     ArgumentsSource, Plan, PlanFailure, PlanStep, StepOutcome, StepResult, StepStatus, ToolTraceEntry, TraceError,
 };

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use crate::event::{AgentEvent, EventSink};
@@ -31,24 +32,36 @@ impl Emitter {
 
     /// Sends an event to the caller's stream only. For raw fragments no sink may see: secret
     /// masking needs whole JSON, and a fragment can split a key from its value.
-    pub(crate) async fn emit_to_stream(&self, event: AgentEvent) {
-        if let Some(tx) = &self.stream {
-            let _ = tx.send(event).await;
-        }
+    ///
+    /// Boxed, like [`Emitter::emit`].
+    pub(crate) fn emit_to_stream(&self, event: AgentEvent) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(tx) = &self.stream {
+                let _ = tx.send(event).await;
+            }
+        })
     }
 
-    pub(crate) async fn emit(&self, event: AgentEvent) {
-        if let Some(sink) = &self.sink
-            && let Err(err) = sink.publish(&event).await
-        {
-            tracing::warn!(error = %err, event = event.kind(), "event sink failed");
-        }
-        if let Some(tx) = &self.stream
-            && !event.is_terminal()
-        {
-            // A caller that dropped its stream no longer listens; the run goes on.
-            let _ = tx.send(event).await;
-        }
+    /// Sends an event to the sink and, unless it is terminal, to the caller's stream.
+    ///
+    /// Boxed: an unboxed send (the event and the sink's future, about a kilobyte) would sit in
+    /// the state of every run-loop future that emits, and be copied each time one of them is
+    /// created, whether or not anyone listens. Boxed, it costs one allocation per event sent,
+    /// and only when someone listens (callers check [`Emitter::active`] first).
+    pub(crate) fn emit(&self, event: AgentEvent) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(sink) = &self.sink
+                && let Err(err) = sink.publish(&event).await
+            {
+                tracing::warn!(error = %err, event = event.kind(), "event sink failed");
+            }
+            if let Some(tx) = &self.stream
+                && !event.is_terminal()
+            {
+                // A caller that dropped its stream no longer listens; the run goes on.
+                let _ = tx.send(event).await;
+            }
+        })
     }
 }
 
@@ -61,13 +74,13 @@ impl crate::context::CallReports for Emitter {
         total: Option<f64>,
         message: Option<String>,
     ) -> crate::context::Reported<'_> {
-        Box::pin(self.emit(AgentEvent::ToolProgress {
+        self.emit(AgentEvent::ToolProgress {
             run_id,
             call_id,
             progress,
             total,
             message,
-        }))
+        })
     }
 
     fn model_call(
@@ -78,12 +91,12 @@ impl crate::context::CallReports for Emitter {
         usage: crate::message::Usage,
         purpose: String,
     ) -> crate::context::Reported<'_> {
-        Box::pin(self.emit(AgentEvent::ToolModelCall {
+        self.emit(AgentEvent::ToolModelCall {
             run_id,
             call_id,
             model,
             usage,
             purpose,
-        }))
+        })
     }
 }

@@ -364,7 +364,10 @@ where
         resumed,
         summary: Default::default(),
     };
-    let result = tracing::Instrument::instrument(run.execute(), span.clone()).await;
+    // Boxed here, at the bottom of the start chain, so the futures above it (agent layers,
+    // lease, start) stay small and are cheap to create and move; the run's state machine is
+    // several KB and is built in place once.
+    let result = tracing::Instrument::instrument(Box::pin(run.execute()), span.clone()).await;
     if !span.is_disabled() {
         super::spans::record_usage(&span, *result.usage());
         if let Some(kind) = result.error().and_then(AgentError::type_tag) {

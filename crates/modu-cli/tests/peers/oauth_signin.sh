@@ -10,6 +10,9 @@ modu="$1"
 url="${*: -1}"
 out="${MODU_SIGNIN_OUT:?}"
 mkdir -p "$out"
+# The server's URL names its tokens in the store ("suite <url>"): the test looks them up.
+printf '%s' "$url" > "$out/url"
+# The store is memory unless the test sets MODU_STORE__* (they override this file).
 cat > "$out/modu.toml" <<TOML
 [store]
 kind = "memory"
