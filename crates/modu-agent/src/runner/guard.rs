@@ -48,15 +48,22 @@ where
     }
 
     async fn ask_guarded(&mut self, ask: Ask, check: InputCheck) -> Result<Answer, AgentError> {
-        if self.env.agent.guardrails.mode == GuardrailMode::Blocking {
+        // Blocking: the checks settle before the request. Either way there is one
+        // `ask_cancellable` future below (two would each take their own room in this future's
+        // state, which every model request creates and moves).
+        let check = if self.env.agent.guardrails.mode == GuardrailMode::Blocking {
             let checks = check.await;
             self.env.settle(&checks, None).await?;
-            return self.ask_cancellable(ask).await;
-        }
+            None
+        } else {
+            Some(check)
+        };
         let (checks, answer) = {
             let asking = self.ask_cancellable(ask);
             tokio::pin!(asking);
-            let mut check = check;
+            let Some(mut check) = check else {
+                return (&mut asking).await;
+            };
             tokio::select! {
                 checks = &mut check => {
                     if checks.iter().any(|c| c.tripped.is_some()) {
