@@ -80,16 +80,19 @@ async fn modu_signs_in_through_its_loopback_redirect_and_lists_the_tools() {
     assert!(listed.to_string().contains("\"name\":\"suite__"), "{listed}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn signed_in_tokens_live_under_the_configured_redis_prefix() {
-    let Some(url) = modu_testing::service_env("REDIS_URL") else {
-        return;
-    };
-    let prefix = modu_testing::unique_prefix("modu-cli-oauth");
+/// Signs in with the store `kind` at `url` and `setting` (`PREFIX` or `SCHEMA`) set to `value`;
+/// then the tokens are in `configured`, not in `default` (the store without the setting).
+async fn tokens_land_where_configured(
+    kind: &str,
+    url: &str,
+    setting: (&str, &str),
+    default: &dyn McpTokenStore,
+    configured: impl AsyncFnOnce() -> Box<dyn McpTokenStore>,
+) {
     let store = [
-        ("MODU_STORE__KIND", "redis"),
-        ("MODU_STORE__URL", url.as_str()),
-        ("MODU_STORE__PREFIX", prefix.as_str()),
+        ("MODU_STORE__KIND", kind),
+        ("MODU_STORE__URL", url),
+        (setting.0, setting.1),
     ];
     let Some(signed) = sign_in(&store).await else {
         return;
@@ -99,17 +102,30 @@ async fn signed_in_tokens_live_under_the_configured_redis_prefix() {
         "the tools are listed: {}",
         signed.stderr
     );
-    let tokens = modu::redis::RedisMcpTokenStore::connect(&url).await.unwrap();
+    let key = &signed.token_key;
     assert!(
-        tokens.load(&signed.token_key).await.unwrap().is_none(),
-        "the tokens are not under the default prefix"
+        default.load(key).await.unwrap().is_none(),
+        "{kind}: not where {} is unset",
+        setting.0
     );
-    let tokens = tokens.with_prefix(prefix);
+    let configured = configured().await;
     assert!(
-        tokens.load(&signed.token_key).await.unwrap().is_some(),
-        "the tokens are under the configured prefix"
+        configured.load(key).await.unwrap().is_some(),
+        "{kind}: under {}",
+        setting.0
     );
-    tokens.clear(&signed.token_key).await.unwrap();
+    configured.clear(key).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_in_tokens_live_under_the_configured_redis_prefix() {
+    let Some(url) = modu_testing::service_env("REDIS_URL") else {
+        return;
+    };
+    let prefix = modu_testing::unique_prefix("modu-cli-oauth");
+    let default = modu::redis::RedisMcpTokenStore::connect(&url).await.unwrap();
+    let configured = async || Box::new(default.clone().with_prefix(prefix.clone())) as Box<dyn McpTokenStore>;
+    tokens_land_where_configured("redis", &url, ("MODU_STORE__PREFIX", &prefix), &default, configured).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,28 +134,10 @@ async fn signed_in_tokens_live_in_the_configured_postgres_schema() {
         return;
     };
     let schema = modu_testing::unique_prefix("modu_cli_oauth");
-    let store = [
-        ("MODU_STORE__KIND", "postgres"),
-        ("MODU_STORE__URL", url.as_str()),
-        ("MODU_STORE__SCHEMA", schema.as_str()),
-    ];
-    let Some(signed) = sign_in(&store).await else {
-        return;
+    let default = modu::postgres::PostgresMcpTokenStore::connect(&url).await.unwrap();
+    let configured = async || {
+        let pool = modu::postgres::connect_in_schema(&url, &schema).await.unwrap();
+        Box::new(modu::postgres::PostgresMcpTokenStore::from_pool(pool).await.unwrap()) as Box<dyn McpTokenStore>
     };
-    assert!(
-        signed.stdout.contains("\"suite__"),
-        "the tools are listed: {}",
-        signed.stderr
-    );
-    let public = modu::postgres::PostgresMcpTokenStore::connect(&url).await.unwrap();
-    assert!(
-        public.load(&signed.token_key).await.unwrap().is_none(),
-        "the tokens are not in the default schema"
-    );
-    let pool = modu::postgres::connect_in_schema(&url, &schema).await.unwrap();
-    let tokens = modu::postgres::PostgresMcpTokenStore::from_pool(pool).await.unwrap();
-    assert!(
-        tokens.load(&signed.token_key).await.unwrap().is_some(),
-        "the tokens are in the configured schema"
-    );
+    tokens_land_where_configured("postgres", &url, ("MODU_STORE__SCHEMA", &schema), &default, configured).await;
 }
