@@ -28,6 +28,9 @@
 //!   and response structs, the tool schema serialised once, a tool-call loop. Non-streamed
 //!   sends `stream: false` and reads one `chat.completion`; streamed sends `stream: true` and
 //!   parses the SSE lines as they arrive, folding the deltas.
+//! - client only (a diagnostic, not judged): the baseline's loop written over `OpenAiClient`
+//!   (`complete`, or `stream` folded by `ChatResponseBuilder`) without an agent. Its row shows
+//!   how modu's cost splits between the client and the agent.
 //!
 //! # What is measured
 //!
@@ -400,6 +403,41 @@ async fn modu_run(agent: &Agent, stream: bool) {
     }
 }
 
+/// The baseline's job over `OpenAiClient` alone (`--client modu-client`): what the client costs
+/// without the agent. Streamed, the answer is folded with `ChatResponseBuilder`.
+async fn client_only(model: &OpenAiClient, tools: Arc<Vec<modu_core::ToolDefinition>>, stream: bool) {
+    use modu_core::{ChatModel, ChatRequest, ChatResponseBuilder, Message};
+    let mut messages = vec![Message::user(QUESTION)];
+    loop {
+        let mut request = ChatRequest::new(messages.clone());
+        request.tools = Arc::clone(&tools);
+        let response = if stream {
+            let mut events = model.stream(request).await.unwrap();
+            let mut builder = ChatResponseBuilder::default();
+            while let Some(event) = events.next().await {
+                builder.push(event.unwrap());
+            }
+            builder.finish().unwrap()
+        } else {
+            model.complete(request).await.unwrap()
+        };
+        let calls = response.message.tool_calls.clone();
+        messages.push(response.message);
+        if calls.is_empty() {
+            return;
+        }
+        for call in calls {
+            let a: AddArgs = serde_json::from_str(&call.arguments).unwrap();
+            messages.push(Message::tool_result(
+                call.id.clone(),
+                call.name.clone(),
+                (a.a + a.b).to_string(),
+                false,
+            ));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Measurement
 // ---------------------------------------------------------------------------------------------
@@ -561,7 +599,19 @@ fn client(kind: &str, mode: &str, url: &str, runs: usize, concurrency: usize, cp
     let (kind, url) = (kind.to_owned(), url.to_owned());
     // The driving loop is a task on the one worker, as a server's request handler would be.
     let task = rt.spawn(async move {
-        if kind == "modu" {
+        if kind == "modu-client" {
+            // Diagnostic: the baseline's loop over `OpenAiClient` (no agent).
+            let model = OpenAiClient::new(&url, "mock-model").unwrap();
+            let tool =
+                modu_core::ToolDefinition::new("add", "Add two integers", modu_core::tool::schema_for::<AddArgs>());
+            let tools = Arc::new(vec![tool]);
+            let idle = rss_kib();
+            drive(runs, concurrency, idle, || {
+                let (model, tools) = (model.clone(), Arc::clone(&tools));
+                async move { client_only(&model, tools, stream).await }
+            })
+            .await
+        } else if kind == "modu" {
             let agent = modu_agent(&url);
             let idle = rss_kib();
             drive(runs, concurrency, idle, || {
@@ -769,6 +819,8 @@ fn main() {
     let rss_target = 1.3;
     let mut servers: Vec<(u64, Server)> = Vec::new();
     let mut rows = Vec::new();
+    // (scenario, baseline, OpenAiClient alone, agent) CPU µs per run.
+    let mut split: Vec<(String, f64, f64, f64)> = Vec::new();
     let mut all_pass = true;
     for (concurrency, latency, runs, target) in scenarios {
         let runs = ((runs as f64 * scale) as usize).max(concurrency.min(100));
@@ -781,13 +833,15 @@ fn main() {
             .map(|(_, s)| s.url.clone())
             .unwrap();
         for mode in ["non-streamed", "streamed"] {
-            let (mut m, mut b) = (Vec::new(), Vec::new());
+            let (mut m, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
                 m.push(spawn_client("modu", mode, &url, runs, concurrency, client_cpu));
                 b.push(spawn_client("baseline", mode, &url, runs, concurrency, client_cpu));
+                c.push(spawn_client("modu-client", mode, &url, runs, concurrency, client_cpu));
             }
             let (modu, m_lo, m_hi) = median(m);
             let (base, b_lo, b_hi) = median(b);
+            let (client, ..) = median(c);
             let ratio = modu.cpu_us_per_run / base.cpu_us_per_run;
             let pass = ratio <= target;
             all_pass &= pass;
@@ -796,6 +850,12 @@ fn main() {
             } else {
                 format!("c={concurrency} {mode}")
             };
+            split.push((
+                scenario.clone(),
+                base.cpu_us_per_run,
+                client.cpu_us_per_run,
+                modu.cpu_us_per_run,
+            ));
             rows.push((
                 scenario,
                 runs,
@@ -828,6 +888,23 @@ fn main() {
             if *pass { "pass" } else { "FAIL" }
         );
     }
+    println!();
+    println!(
+        "{:<26} {:>14} {:>12} {:>12} {:>9} {:>14}",
+        "where it goes (µs/run)", "baseline", "client only", "agent", "client/b", "agent - client"
+    );
+    for (scenario, base, client, agent) in &split {
+        println!(
+            "{:<26} {:>14.1} {:>12.1} {:>12.1} {:>8.2}x {:>14.1}",
+            scenario,
+            base,
+            client,
+            agent,
+            client / base,
+            agent - client
+        );
+    }
+    println!("  client only = the baseline's job over OpenAiClient, no agent (--client modu-client)");
     println!();
     println!(
         "{:<26} {:>14} {:>12} {:>7} {:>7} {:>6}",
