@@ -14,7 +14,7 @@ use crate::context_provider::{ModelContext, Stage};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::memory::MemoryInput;
-use crate::message::{Message, Role, Usage};
+use crate::message::{Message, Role, ToolCall, Usage};
 use crate::model::{ChatRequest, ResponseFormat, ToolChoice, ToolDefinition};
 
 impl<C, O> Run<C, O>
@@ -53,7 +53,7 @@ where
         let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
         self.state.model_calls = self.env.attempts.calls();
         let mut response = outcome?.map_err(|e| AgentError::from_model(&e))?;
-        if response.message.has_tool_calls() {
+        if response.message.has_tool_calls() && self.call_ids_collide(&response.message.tool_calls) {
             let mut used = self.used_call_ids();
             let rewritten = unique_call_ids(&mut response.message, &mut used);
             if rewritten > 0 {
@@ -302,6 +302,19 @@ where
             ToolChoice::Named(name) if !tools.iter().any(|t| &t.name == name) => None,
             other => Some(other.clone()),
         }
+    }
+
+    /// Whether an id of `calls` repeats one of them or one the run has used (then the answer's
+    /// ids are made unique). Checked without copying any id: the usual answer repeats none.
+    fn call_ids_collide(&self, calls: &[ToolCall]) -> bool {
+        let strict = self.state.strict();
+        calls.iter().enumerate().any(|(i, call)| {
+            let id = call.id.as_str();
+            calls[..i].iter().any(|c| c.id == id)
+                || self.state.messages.iter().any(|m| m.tool_calls.iter().any(|c| c.id == id))
+                || self.state.decisions.contains_key(id)
+                || strict.is_some_and(|s| s.used_call_ids().any(|u| u == id))
+        })
     }
 
     /// The tool-call ids the run has used so far (its messages and a strict step's messages).
