@@ -311,7 +311,11 @@ where
         calls.iter().enumerate().any(|(i, call)| {
             let id = call.id.as_str();
             calls[..i].iter().any(|c| c.id == id)
-                || self.state.messages.iter().any(|m| m.tool_calls.iter().any(|c| c.id == id))
+                || self
+                    .state
+                    .messages
+                    .iter()
+                    .any(|m| m.tool_calls.iter().any(|c| c.id == id))
                 || self.state.decisions.contains_key(id)
                 || strict.is_some_and(|s| s.used_call_ids().any(|u| u == id))
         })

@@ -119,7 +119,10 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    async fn execute(mut self) -> RunOutcome<O> {
+    /// The run, start to outcome. Takes the run boxed: its future then holds a pointer, not
+    /// the run itself (which an async fn's state would otherwise keep twice, as its argument
+    /// and as the local it works on), so every in-flight run is smaller.
+    async fn execute(mut self: Box<Self>) -> RunOutcome<O> {
         let env = &self.env;
         if env.emitter.active() {
             env.emitter
@@ -139,7 +142,7 @@ where
         for provider in &self.env.agent.context_providers {
             provider.run_finished(&self.env.ctx).await;
         }
-        self.finish(outcome).await
+        (*self).finish(outcome).await
     }
 
     async fn drive(&mut self) -> Result<O, AgentError> {

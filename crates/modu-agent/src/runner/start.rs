@@ -4,6 +4,9 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::FutureExt;
+use futures::future::Either;
+
 use tokio::time::Instant;
 
 use super::emitter::Emitter;
@@ -35,17 +38,26 @@ pub(super) enum Start<C> {
 }
 
 /// A run (fresh or resumed), through the agent stack when the agent has layers.
-pub(crate) async fn run_through_layers<C, O>(inner: &Arc<AgentInner<C, O>>, request: AgentRequest<C>) -> RunOutcome<O>
+///
+/// This and [`run_raw`] and [`start`] are plain functions that do their part at once and
+/// return the next future, not `async fn`s: each `async fn` level would keep its own copy of
+/// the request in its state, and every in-flight run would carry them all.
+pub(crate) fn run_through_layers<C, O>(
+    inner: &Arc<AgentInner<C, O>>,
+    request: AgentRequest<C>,
+) -> impl Future<Output = RunOutcome<O>> + Send + 'static
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
     match &inner.agent_service {
-        None => run_raw(Arc::clone(inner), request).await,
-        Some(service) => match tower::ServiceExt::oneshot(service.clone(), request).await {
-            Ok(result) => result,
-            Err(never) => match never {},
-        },
+        None => Either::Left(run_raw(Arc::clone(inner), request)),
+        Some(service) => Either::Right(tower::ServiceExt::oneshot(service.clone(), request).map(
+            |result| match result {
+                Ok(result) => result,
+                Err(never) => match never {},
+            },
+        )),
     }
 }
 
@@ -69,7 +81,10 @@ where
 }
 
 /// One run, after the agent middleware: a fresh one, or the resumed one the request carries.
-async fn run_raw<C, O>(inner: Arc<AgentInner<C, O>>, mut request: AgentRequest<C>) -> RunOutcome<O>
+fn run_raw<C, O>(
+    inner: Arc<AgentInner<C, O>>,
+    mut request: AgentRequest<C>,
+) -> impl Future<Output = RunOutcome<O>> + Send + 'static
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -81,8 +96,8 @@ where
     match (&inner.leases, request.session_id.as_deref()) {
         // Boxed: the leased path's future (the lease, a checkpoint reload, the run) would
         // otherwise size every run's.
-        (Some(_), Some(_)) => Box::pin(run_leased(inner, request, emitter)).await,
-        _ => start(inner, request, emitter, None).await,
+        (Some(_), Some(_)) => Either::Left(Box::pin(run_leased(inner, request, emitter))),
+        _ => Either::Right(start(inner, request, emitter, None)),
     }
 }
 
@@ -174,12 +189,12 @@ async fn already_stored<C, O>(
 }
 
 /// A run whose lease (if any) is held: fresh, or resuming the checkpoint the request carries.
-async fn start<C, O>(
+fn start<C, O>(
     inner: Arc<AgentInner<C, O>>,
     mut request: AgentRequest<C>,
     emitter: Emitter,
     fence: Option<Fence>,
-) -> RunOutcome<O>
+) -> impl Future<Output = RunOutcome<O>> + Send + 'static
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -206,7 +221,7 @@ where
             (start, started)
         }
     };
-    execute_from(inner, start, emitter, started, fence).await
+    execute_from(inner, start, emitter, started, fence)
 }
 
 /// The request that resumes `checkpoint`: its run id, session, user and metadata, no input.
@@ -268,13 +283,16 @@ where
 /// A run, with its clock started at `started` (a resume starts it before it loads the
 /// checkpoint, so the load counts toward the run's one timeout) and its writes fenced by the
 /// session's lease when it holds one.
-pub(super) async fn execute_from<C, O>(
+///
+/// The run is set up here, at once; the returned future only awaits it (boxed, so the futures
+/// above stay small) and records the outcome on the run's span.
+pub(super) fn execute_from<C, O>(
     agent: Arc<AgentInner<C, O>>,
     start: Start<C>,
     emitter: Emitter,
     started: Instant,
     fence: Option<Fence>,
-) -> RunOutcome<O>
+) -> impl Future<Output = RunOutcome<O>> + Send + 'static
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -364,17 +382,17 @@ where
         resumed,
         summary: Default::default(),
     };
-    // Boxed here, at the bottom of the start chain, so the futures above it (agent layers,
-    // lease, start) stay small and are cheap to create and move; the run's state machine is
-    // several KB and is built in place once.
-    let result = tracing::Instrument::instrument(Box::pin(run.execute()), span.clone()).await;
-    if !span.is_disabled() {
-        super::spans::record_usage(&span, *result.usage());
-        if let Some(kind) = result.error().and_then(AgentError::type_tag) {
-            super::spans::record_error(&span, &kind);
+    let execute = tracing::Instrument::instrument(Box::pin(Box::new(run).execute()), span.clone());
+    async move {
+        let result = execute.await;
+        if !span.is_disabled() {
+            super::spans::record_usage(&span, *result.usage());
+            if let Some(kind) = result.error().and_then(AgentError::type_tag) {
+                super::spans::record_error(&span, &kind);
+            }
         }
+        result
     }
-    result
 }
 
 /// Where a run's tool calls report to: its emitter, when anyone listens (else nothing is
