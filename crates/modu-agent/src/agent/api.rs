@@ -147,7 +147,7 @@ where
         &self,
         run_id: &str,
         context: Arc<C>,
-        stream: Option<mpsc::Sender<AgentEvent>>,
+        stream: Option<mpsc::Sender<Box<AgentEvent>>>,
         cancel: Option<tokio_util::sync::CancellationToken>,
     ) -> RunOutcome<O> {
         let started = Instant::now();

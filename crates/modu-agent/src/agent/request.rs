@@ -30,7 +30,7 @@ pub struct AgentRequest<C> {
     /// Sampling settings for this run, over the agent's ([`ModelSettings::over`]): a field set
     /// here wins. Kept in the run's checkpoint, so a resumed run uses them too.
     pub model_settings: Option<ModelSettings>,
-    pub(crate) stream: Option<tokio::sync::mpsc::Sender<crate::event::AgentEvent>>,
+    pub(crate) stream: Option<tokio::sync::mpsc::Sender<Box<crate::event::AgentEvent>>>,
     /// Cancels the run at its next boundary ([`AgentRequest::cancel_token`]).
     pub(crate) cancel: Option<tokio_util::sync::CancellationToken>,
     pub(crate) approvals: Option<Arc<std::sync::Mutex<crate::context::SharedApprovals>>>,

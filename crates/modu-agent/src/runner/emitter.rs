@@ -11,7 +11,8 @@ use crate::event::{AgentEvent, EventSink};
 #[derive(Clone)]
 pub(crate) struct Emitter {
     pub(crate) sink: Option<Arc<dyn EventSink>>,
-    pub(crate) stream: Option<mpsc::Sender<AgentEvent>>,
+    /// The caller's stream (events boxed: see `RunStream`).
+    pub(crate) stream: Option<mpsc::Sender<Box<AgentEvent>>>,
 }
 
 impl Emitter {
@@ -37,7 +38,7 @@ impl Emitter {
     pub(crate) fn emit_to_stream(&self, event: AgentEvent) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if let Some(tx) = &self.stream {
-                let _ = tx.send(event).await;
+                let _ = tx.send(Box::new(event)).await;
             }
         })
     }
@@ -59,7 +60,7 @@ impl Emitter {
                 && !event.is_terminal()
             {
                 // A caller that dropped its stream no longer listens; the run goes on.
-                let _ = tx.send(event).await;
+                let _ = tx.send(Box::new(event)).await;
             }
         })
     }

@@ -13,7 +13,9 @@ use crate::outcome::{CompletedRun, FailedRun, PausedRun, RunOutcome};
 
 /// The events of a streamed run, then its result.
 pub struct RunStream<O> {
-    rx: mpsc::Receiver<AgentEvent>,
+    /// Boxed events: a channel allocates its slots in blocks of 32, and an unboxed event
+    /// would make every streamed run's first block about 7 KB.
+    rx: mpsc::Receiver<Box<AgentEvent>>,
     handle: Option<tokio::task::JoinHandle<RunOutcome<O>>>,
     agent: String,
     /// Only the events a user sees (strict runs' `stream`).
@@ -75,10 +77,10 @@ impl<O> RunStream<O> {
     fn next_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
         loop {
             let polled = if self.handle.is_some() {
-                self.rx.poll_recv(cx)
+                self.rx.poll_recv(cx).map(|e| e.map(|e| *e))
             } else {
                 // The run has ended: everything it sent is in the channel already.
-                Poll::Ready(self.rx.try_recv().ok())
+                Poll::Ready(self.rx.try_recv().ok().map(|e| *e))
             };
             match polled {
                 Poll::Ready(Some(event)) if self.public_only && !is_public(&event) => continue,
@@ -142,7 +144,7 @@ impl<O> Drop for RunStream<O> {
 impl<O> RunStream<O> {
     /// The stream of a run on `handle` that sends its events to `rx`.
     pub(crate) fn new(
-        rx: mpsc::Receiver<AgentEvent>,
+        rx: mpsc::Receiver<Box<AgentEvent>>,
         handle: tokio::task::JoinHandle<RunOutcome<O>>,
         agent: String,
         public_only: bool,
