@@ -157,10 +157,12 @@ impl Service<ChatRequest> for ModelService {
             .take()
             .and_then(|run| run.downcast::<RunCall>().ok())
             .and_then(|run| run.delta.clone());
+        let Some(sink) = sink else {
+            // Its own small future: the streaming one below holds a builder, the partial
+            // output and the stream, which every in-flight request would otherwise carry.
+            return Box::pin(async move { model.complete(request).await });
+        };
         Box::pin(async move {
-            let Some(sink) = sink else {
-                return model.complete(request).await;
-            };
             // The run's structured output, streamed: partial snapshots for the caller.
             let mut partial = (request.response_format.is_some()
                 && matches!(sink.route, DeltaRoute::Answer | DeltaRoute::Final)
