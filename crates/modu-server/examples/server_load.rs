@@ -46,6 +46,7 @@ use modu_core::{FunctionTool, ToolSpec};
 use modu_openai::OpenAiClient;
 use modu_server::ModuServer;
 use modu_testing::MockOpenAiServer;
+use modu_testing::bench::{allowed_cpus, cpu_time, max_rss_kib};
 use serde_json::{Value, json};
 
 const QUESTION: &str = "What is 2 + 3?";
@@ -68,68 +69,11 @@ fn agent(mock_url: &str) -> Agent {
 // Measurement
 // ---------------------------------------------------------------------------------------------
 
-/// User + system CPU time of this process (all its threads), from getrusage.
-#[cfg(unix)]
-fn cpu_time() -> Duration {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
-    let tv = |t: nix::sys::time::TimeVal| {
-        Duration::from_secs(t.tv_sec().max(0) as u64) + Duration::from_micros(t.tv_usec().max(0) as u64)
-    };
-    tv(u.user_time()) + tv(u.system_time())
+/// The `p` percentile of `sorted`, in milliseconds.
+fn ms(sorted: &[Duration], p: f64) -> f64 {
+    modu_testing::bench::percentile(sorted, p).as_secs_f64() * 1e3
 }
 
-#[cfg(not(unix))]
-fn cpu_time() -> Duration {
-    Duration::ZERO
-}
-
-/// Peak RSS of this process so far (KiB), from getrusage.
-#[cfg(unix)]
-fn max_rss_kib() -> u64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64)
-}
-
-#[cfg(not(unix))]
-fn max_rss_kib() -> u64 {
-    0
-}
-
-/// Pins this process (its calling thread, and every thread it starts later) to one CPU.
-#[cfg(target_os = "linux")]
-fn pin_to(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).unwrap();
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pin_to(_cpu: usize) {}
-
-/// The CPUs this process may run on.
-#[cfg(target_os = "linux")]
-fn allowed_cpus() -> Vec<usize> {
-    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
-    (0..nix::sched::CpuSet::count())
-        .filter(|&i| set.is_set(i).unwrap_or(false))
-        .collect()
-}
-
-#[cfg(not(target_os = "linux"))]
-fn allowed_cpus() -> Vec<usize> {
-    vec![0]
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1e3
-}
-
-/// The runs of one side: latencies (sorted) and failures.
 struct Timed {
     latencies: Vec<Duration>,
     errors: usize,
@@ -190,7 +134,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// `--mock LATENCY_MS CPU`: the mock model, until stdin closes. Prints its base URL.
 fn mock(latency_ms: u64, cpu: usize) {
-    pin_to(cpu);
+    modu_testing::bench::pin_to(cpu).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -212,7 +156,7 @@ fn mock(latency_ms: u64, cpu: usize) {
 /// `--server MOCK_URL CPU`: the modu server. Prints its URL, then answers each stdin line with
 /// a JSON line `{"cpu_us", "max_rss_kib"}`; exits when stdin closes.
 fn server(mock_url: &str, cpu: usize) {
-    pin_to(cpu);
+    modu_testing::bench::pin_to(cpu).unwrap();
     let rt = runtime();
     let router = ModuServer::new().agent("bench", agent(mock_url)).router();
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
@@ -232,7 +176,7 @@ fn server(mock_url: &str, cpu: usize) {
 /// `--inproc MOCK_URL RUNS CONCURRENCY CPU`: the same agent called in-process. Prints one JSON
 /// line.
 fn inproc(mock_url: &str, runs: usize, concurrency: usize, cpu: usize) {
-    pin_to(cpu);
+    modu_testing::bench::pin_to(cpu).unwrap();
     let rt = runtime();
     let agent = Arc::new(agent(mock_url));
     let task = rt.spawn(async move {
@@ -415,7 +359,7 @@ fn main() {
     // Over HTTP.
     let mut server = Process::start(&["--server".into(), mock_url.clone(), server_cpu.to_string()]);
     let server_url = server.line();
-    pin_to(client_cpu);
+    modu_testing::bench::pin_to(client_cpu).unwrap();
     let rt = runtime();
     let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
     let url = format!("{server_url}/agui/bench");
@@ -439,8 +383,8 @@ fn main() {
 
     let server_cpu_us = (marks[1].0 - marks[0].0) as f64 / runs as f64;
     let base_cpu_us = inproc["cpu_us"].as_f64().unwrap() / runs as f64;
-    let (p50, p99) = (percentile(&timed.latencies, 0.5), percentile(&timed.latencies, 0.99));
-    let (b50, b99) = (percentile(&base_latencies, 0.5), percentile(&base_latencies, 0.99));
+    let (p50, p99) = (ms(&timed.latencies, 0.5), ms(&timed.latencies, 0.99));
+    let (b50, b99) = (ms(&base_latencies, 0.5), ms(&base_latencies, 0.99));
     println!();
     println!(
         "{:<26} {:>10} {:>10} {:>12} {:>12} {:>8}",

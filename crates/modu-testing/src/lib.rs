@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod conformance;
 mod ollama_mock;
 mod openai_mock;

@@ -56,10 +56,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "the Ollama client and its wire mapping; split pending (#16)",
     ),
     (
-        "crates/modu-openai/examples/load.rs",
-        "the load benchmark (a self-contained example binary); split pending (#16)",
-    ),
-    (
         "crates/modu-openai/src/client.rs",
         "the OpenAI-compatible client; split pending (#16)",
     ),

@@ -254,7 +254,9 @@ pub(crate) fn trace_error(error: &ToolError) -> TraceError {
 /// The cause of an error that ended a strict run.
 pub(crate) fn error_code(error: &AgentError) -> PlanFailureCause {
     match error {
-        AgentError::PlanFailed { cause, .. } => cause.clone(),
+        // The one cause that may come from outside the policy (any `AgentError::PlanFailed`):
+        // sanitised like every other field of the failure and its `StepFailed` event.
+        AgentError::PlanFailed { cause, .. } => PlanFailureCause::from_code(&sanitize_id(cause.as_str())),
         AgentError::MaxTurnsExceeded { .. } => PlanFailureCause::MaxTurns,
         AgentError::MaxToolCallsExceeded { .. } => PlanFailureCause::MaxToolCalls,
         AgentError::Output { .. } => PlanFailureCause::OutputInvalid,

@@ -307,33 +307,26 @@ where
     /// Whether an id of `calls` repeats one of them or one the run has used (then the answer's
     /// ids are made unique). Checked without copying any id: the usual answer repeats none.
     fn call_ids_collide(&self, calls: &[ToolCall]) -> bool {
-        let strict = self.state.strict();
         calls.iter().enumerate().any(|(i, call)| {
             let id = call.id.as_str();
-            calls[..i].iter().any(|c| c.id == id)
-                || self
-                    .state
-                    .messages
-                    .iter()
-                    .any(|m| m.tool_calls.iter().any(|c| c.id == id))
-                || self.state.decisions.contains_key(id)
-                || strict.is_some_and(|s| s.used_call_ids().any(|u| u == id))
+            calls[..i].iter().any(|c| c.id == id) || self.used_ids().any(|used| used == id)
         })
     }
 
-    /// The tool-call ids the run has used so far (its messages and a strict step's messages).
+    /// The tool-call ids the run has used so far (its messages, its decisions and a strict
+    /// step's messages and trace), as a set to make new ids unique against.
     pub(super) fn used_call_ids(&self) -> HashSet<String> {
-        let mut used: HashSet<String> = self
-            .state
+        self.used_ids().map(str::to_owned).collect()
+    }
+
+    /// The ids behind [`Run::used_call_ids`], borrowed.
+    fn used_ids(&self) -> impl Iterator<Item = &str> {
+        self.state
             .messages
             .iter()
-            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
-            .chain(self.state.decisions.keys().cloned())
-            .collect();
-        if let Some(strict) = self.state.strict() {
-            used.extend(strict.used_call_ids().map(str::to_owned));
-        }
-        used
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()))
+            .chain(self.state.decisions.keys().map(String::as_str))
+            .chain(self.state.strict().into_iter().flat_map(|s| s.used_call_ids()))
     }
 }
 
