@@ -774,3 +774,32 @@ async fn a_tool_can_ask_the_runs_model_through_its_context() {
     let given = ctx.with_model(Arc::new(ScriptedModel::new().named("given")));
     assert_eq!(given.model().map(|m| m.model_name()), Some("given"));
 }
+
+/// More events than a `RunStream` buffers (256), read by a consumer slower than the run: the
+/// run waits for room instead of dropping any, and the deltas arrive whole and in order.
+#[tokio::test]
+async fn a_slow_stream_consumer_gets_every_event_in_order() {
+    let deltas: Vec<String> = (0..600).map(|i| format!("{i} ")).collect();
+    let model = ScriptedModel::new().text_deltas(deltas.clone());
+    let agent = Agent::builder(model).build().unwrap();
+    let mut stream = agent.stream("count");
+    // Let the run fill the buffer before anything is read.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut received = Vec::new();
+    let mut output = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            StreamItem::Event(AgentEvent::ModelDelta { text, .. }) => {
+                received.push(text);
+                if received.len() % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            StreamItem::Event(_) => {}
+            StreamItem::Completed(c) => output = Some(c.output),
+            other => panic!("unexpected end: {other:?}"),
+        }
+    }
+    assert_eq!(received, deltas);
+    assert_eq!(output.as_deref(), Some(deltas.concat().as_str()));
+}

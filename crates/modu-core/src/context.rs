@@ -92,6 +92,19 @@ struct Inner<C> {
     events: Option<Arc<dyn CallReports>>,
 }
 
+/// A run's metadata, shared: no metadata (most runs) is one map for every run.
+fn shared_metadata(
+    metadata: serde_json::Map<String, serde_json::Value>,
+) -> Arc<serde_json::Map<String, serde_json::Value>> {
+    static NONE: std::sync::LazyLock<Arc<serde_json::Map<String, serde_json::Value>>> =
+        std::sync::LazyLock::new(Arc::default);
+    if metadata.is_empty() {
+        Arc::clone(&NONE)
+    } else {
+        Arc::new(metadata)
+    }
+}
+
 /// A report's future.
 #[doc(hidden)]
 pub type Reported<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
@@ -280,7 +293,7 @@ impl<C> RunContext<C> {
                 usage: Arc::new(Mutex::new(parts.usage)),
                 usage_by_model: Arc::new(Mutex::new(parts.usage_by_model)),
                 tool_input: parts.tool_input,
-                metadata: Arc::new(parts.metadata),
+                metadata: shared_metadata(parts.metadata),
                 approvals: parts.approvals.unwrap_or_default(),
                 model: parts.model,
                 events: parts.events,
@@ -358,7 +371,7 @@ impl<C> RunContext<C> {
 
     /// The same context with run metadata.
     pub fn with_metadata(&self, metadata: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.rebuild(|i| i.metadata = Arc::new(metadata))
+        self.rebuild(|i| i.metadata = shared_metadata(metadata))
     }
 
     /// The same context with an agent name.

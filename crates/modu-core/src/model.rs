@@ -642,31 +642,57 @@ impl ChatResponseBuilder {
     /// Adds one delta.
     pub fn push(&mut self, event: ChatEvent) {
         match event {
-            ChatEvent::TextDelta { text } => self.text.push_str(&text),
-            ChatEvent::ReasoningDelta { text } => self.reasoning.push_str(&text),
             ChatEvent::ToolCallDelta {
                 index,
                 id,
                 name,
                 arguments,
-            } => {
-                let call = self.calls.entry(index).or_default();
-                if let Some(id) = id.filter(|s| !s.is_empty())
-                    && call.id.is_none()
-                {
-                    call.id = Some(id);
-                }
-                if let Some(name) = name.filter(|s| !s.is_empty())
-                    && call.name.is_none()
-                {
-                    call.name = Some(name);
-                }
-                call.arguments.push_str(&arguments);
-            }
-            ChatEvent::Usage { usage } => self.usage = Some(usage),
+            } => self.merge_call(index, id, name, &arguments),
             ChatEvent::Finish { reason } => self.finish = Some(reason),
             ChatEvent::Model { name } => self.model = Some(name),
+            other => self.push_ref(&other),
         }
+    }
+
+    /// Adds one delta without taking it (what the answer keeps is copied), for a caller that
+    /// passes the delta on after folding it.
+    pub fn push_ref(&mut self, event: &ChatEvent) {
+        match event {
+            ChatEvent::TextDelta { text } => self.text.push_str(text),
+            ChatEvent::ReasoningDelta { text } => self.reasoning.push_str(text),
+            ChatEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+            } => self.merge_call(*index, id.as_ref(), name.as_ref(), arguments),
+            ChatEvent::Usage { usage } => self.usage = Some(*usage),
+            ChatEvent::Finish { reason } => self.finish = Some(reason.clone()),
+            ChatEvent::Model { name } => self.model = Some(name.clone()),
+        }
+    }
+
+    /// A tool-call fragment: an id or name repeated in every fragment is taken once (and only
+    /// then copied, when borrowed); argument fragments are concatenated.
+    fn merge_call<S: AsRef<str> + Into<String>>(
+        &mut self,
+        index: usize,
+        id: Option<S>,
+        name: Option<S>,
+        arguments: &str,
+    ) {
+        let call = self.calls.entry(index).or_default();
+        if let Some(id) = id.filter(|s| !s.as_ref().is_empty())
+            && call.id.is_none()
+        {
+            call.id = Some(id.into());
+        }
+        if let Some(name) = name.filter(|s| !s.as_ref().is_empty())
+            && call.name.is_none()
+        {
+            call.name = Some(name.into());
+        }
+        call.arguments.push_str(arguments);
     }
 
     /// The text received so far.

@@ -28,6 +28,50 @@ fn assembles_fragments_by_index() -> Result<(), ModelError> {
     Ok(())
 }
 
+/// `push_ref` folds a stream exactly as `push` does (text, reasoning, fragments, usage,
+/// finish reason, model), and leaves the deltas to the caller.
+#[test]
+fn push_ref_folds_like_push() -> Result<(), ModelError> {
+    let events = vec![
+        ChatEvent::Model { name: "m-1".into() },
+        ChatEvent::ReasoningDelta { text: "think".into() },
+        ChatEvent::TextDelta { text: "Hel".into() },
+        ChatEvent::TextDelta { text: "lo".into() },
+        ChatEvent::ToolCallDelta {
+            index: 0,
+            id: Some("c1".into()),
+            name: Some("add".into()),
+            arguments: "{\"a\":".into(),
+        },
+        ChatEvent::ToolCallDelta {
+            index: 0,
+            id: Some(String::new()),
+            name: None,
+            arguments: "1}".into(),
+        },
+        ChatEvent::Usage {
+            usage: Usage::new(2, 5),
+        },
+        ChatEvent::Finish {
+            reason: FinishReason::ToolCalls,
+        },
+    ];
+    let (mut owned, mut borrowed) = (ChatResponseBuilder::default(), ChatResponseBuilder::default());
+    for event in &events {
+        borrowed.push_ref(event);
+        owned.push(event.clone());
+    }
+    assert_eq!(borrowed.text(), "Hello");
+    let (owned, borrowed) = (owned.finish()?, borrowed.finish()?);
+    assert_eq!(borrowed, owned);
+    assert_eq!(
+        borrowed.message.tool_calls,
+        vec![ToolCall::new("c1", "add", "{\"a\":1}")]
+    );
+    assert_eq!(borrowed.usage.total_tokens, 7);
+    Ok(())
+}
+
 #[test]
 fn nameless_call_is_invalid() {
     let mut b = ChatResponseBuilder::default();

@@ -172,10 +172,13 @@ impl Service<ChatRequest> for ModelService {
             let mut builder = ChatResponseBuilder::default();
             while let Some(event) = stream.next().await {
                 let event = event?;
-                match &event {
+                // Folded first, so the delta itself moves into its event (no copy per delta).
+                builder.push_ref(&event);
+                match event {
                     ChatEvent::TextDelta { text } if !text.is_empty() => {
-                        sink.emitter.emit(sink.route.event(&sink.run_id, text.clone())).await;
-                        if let Some(snapshot) = partial.as_mut().and_then(|p| p.push(text)) {
+                        let snapshot = partial.as_mut().and_then(|p| p.push(&text));
+                        sink.emitter.emit(sink.route.event(&sink.run_id, text)).await;
+                        if let Some(snapshot) = snapshot {
                             let event = AgentEvent::OutputPartial {
                                 run_id: sink.run_id.to_string(),
                                 snapshot,
@@ -184,9 +187,7 @@ impl Service<ChatRequest> for ModelService {
                         }
                     }
                     ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
-                        sink.emitter
-                            .emit(sink.route.reasoning(&sink.run_id, text.clone()))
-                            .await;
+                        sink.emitter.emit(sink.route.reasoning(&sink.run_id, text)).await;
                     }
                     ChatEvent::ToolCallDelta {
                         index,
@@ -196,16 +197,15 @@ impl Service<ChatRequest> for ModelService {
                     } if matches!(sink.route, DeltaRoute::Answer) => {
                         let event = AgentEvent::ToolCallDelta {
                             run_id: sink.run_id.to_string(),
-                            index: *index,
-                            id: id.clone(),
-                            tool: name.clone(),
-                            arguments: arguments.clone(),
+                            index,
+                            id,
+                            tool: name,
+                            arguments,
                         };
                         sink.emitter.emit_to_stream(event).await;
                     }
                     _ => {}
                 }
-                builder.push(event);
             }
             builder.finish()
         })

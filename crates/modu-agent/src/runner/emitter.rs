@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either, Ready, ready};
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 
 use crate::event::{AgentEvent, EventSink};
 
@@ -34,35 +35,51 @@ impl Emitter {
     /// Sends an event to the caller's stream only. For raw fragments no sink may see: secret
     /// masking needs whole JSON, and a fragment can split a key from its value.
     ///
-    /// Boxed, like [`Emitter::emit`].
-    pub(crate) fn emit_to_stream(&self, event: AgentEvent) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            if let Some(tx) = &self.stream {
-                let _ = tx.send(Box::new(event)).await;
-            }
-        })
+    /// Like [`Emitter::emit`], a send that finds room in the stream needs no future.
+    pub(crate) fn emit_to_stream(&self, event: AgentEvent) -> Emitted<'_> {
+        match &self.stream {
+            Some(tx) => send_to_stream(tx, Box::new(event)),
+            None => Either::Left(ready(())),
+        }
     }
 
     /// Sends an event to the sink and, unless it is terminal, to the caller's stream.
     ///
-    /// Boxed: an unboxed send (the event and the sink's future, about a kilobyte) would sit in
-    /// the state of every run-loop future that emits, and be copied each time one of them is
-    /// created, whether or not anyone listens. Boxed, it costs one allocation per event sent,
-    /// and only when someone listens (callers check [`Emitter::active`] first).
-    pub(crate) fn emit(&self, event: AgentEvent) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            if let Some(sink) = &self.sink
-                && let Err(err) = sink.publish(&event).await
-            {
-                tracing::warn!(error = %err, event = event.kind(), "event sink failed");
-            }
-            if let Some(tx) = &self.stream
-                && !event.is_terminal()
-            {
-                // A caller that dropped its stream no longer listens; the run goes on.
-                let _ = tx.send(Box::new(event)).await;
-            }
-        })
+    /// Only a sink's publish, or a send that waits for room in the caller's stream, is a
+    /// (boxed) future: an unboxed one (the event and the sink's future, about a kilobyte) would
+    /// sit in the state of every run-loop future that emits, and be copied each time one of
+    /// them is created, whether or not anyone listens. Callers check [`Emitter::active`] first.
+    pub(crate) fn emit(&self, event: AgentEvent) -> Emitted<'_> {
+        match (&self.sink, &self.stream) {
+            (None, None) => Either::Left(ready(())),
+            (None, Some(_)) if event.is_terminal() => Either::Left(ready(())),
+            (None, Some(tx)) => send_to_stream(tx, Box::new(event)),
+            (Some(sink), stream) => Either::Right(Box::pin(async move {
+                if let Err(err) = sink.publish(&event).await {
+                    tracing::warn!(error = %err, event = event.kind(), "event sink failed");
+                }
+                if let Some(tx) = stream
+                    && !event.is_terminal()
+                {
+                    // A caller that dropped its stream no longer listens; the run goes on.
+                    let _ = tx.send(Box::new(event)).await;
+                }
+            })),
+        }
+    }
+}
+
+/// The future of one [`Emitter::emit`]: ready at once unless it waits for a sink or for room.
+pub(crate) type Emitted<'a> = Either<Ready<()>, BoxFuture<'a, ()>>;
+
+/// Sends to the caller's stream: at once when there is room (or nobody listens any more),
+/// else a future that waits for room, so a slow consumer holds the run back, not its memory.
+fn send_to_stream(tx: &mpsc::Sender<Box<AgentEvent>>, event: Box<AgentEvent>) -> Emitted<'_> {
+    match tx.try_send(event) {
+        Ok(()) | Err(TrySendError::Closed(_)) => Either::Left(ready(())),
+        Err(TrySendError::Full(event)) => Either::Right(Box::pin(async move {
+            let _ = tx.send(event).await;
+        })),
     }
 }
 
@@ -75,13 +92,13 @@ impl crate::context::CallReports for Emitter {
         total: Option<f64>,
         message: Option<String>,
     ) -> crate::context::Reported<'_> {
-        self.emit(AgentEvent::ToolProgress {
+        Box::pin(self.emit(AgentEvent::ToolProgress {
             run_id,
             call_id,
             progress,
             total,
             message,
-        })
+        }))
     }
 
     fn model_call(
@@ -92,12 +109,12 @@ impl crate::context::CallReports for Emitter {
         usage: crate::message::Usage,
         purpose: String,
     ) -> crate::context::Reported<'_> {
-        self.emit(AgentEvent::ToolModelCall {
+        Box::pin(self.emit(AgentEvent::ToolModelCall {
             run_id,
             call_id,
             model,
             usage,
             purpose,
-        })
+        }))
     }
 }
