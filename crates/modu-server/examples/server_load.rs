@@ -35,7 +35,7 @@
 //! - Peak RSS: `ru_maxrss` of the server process over its whole life (and of the baseline).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +45,6 @@ use modu_agent::{Agent, StreamItem};
 use modu_core::{FunctionTool, ToolSpec};
 use modu_openai::OpenAiClient;
 use modu_server::ModuServer;
-use modu_testing::MockOpenAiServer;
 use modu_testing::bench::{allowed_cpus, cpu_time, max_rss_kib};
 use serde_json::{Value, json};
 
@@ -131,27 +130,6 @@ fn runtime() -> tokio::runtime::Runtime {
 // ---------------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------------
-
-/// `--mock LATENCY_MS CPU`: the mock model, until stdin closes. Prints its base URL.
-fn mock(latency_ms: u64, cpu: usize) {
-    modu_testing::bench::pin_to(cpu).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let server = MockOpenAiServer::start().await.unwrap();
-        server.without_recording().latency(Duration::from_millis(latency_ms));
-        println!("{}", server.base_url());
-        std::io::stdout().flush().unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            let _ = tx.send(());
-        });
-        let _ = rx.await;
-    });
-}
 
 /// `--server MOCK_URL CPU`: the modu server. Prints its URL, then answers each stdin line with
 /// a JSON line `{"cpu_us", "max_rss_kib"}`; exits when stdin closes.
@@ -296,7 +274,11 @@ fn main() {
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let n = |i: usize| arg(i).parse::<usize>().unwrap();
     match arg(1) {
-        "--mock" => return mock(arg(2).parse().unwrap(), n(3)),
+        // `--mock LATENCY_MS CPU`: the mock model, until stdin closes. Prints its base URL.
+        "--mock" => {
+            let latency = Duration::from_millis(arg(2).parse().unwrap());
+            return modu_testing::bench::serve_mock_openai(latency, n(3)).unwrap();
+        }
         "--server" => return server(arg(2), n(3)),
         "--inproc" => return inproc(arg(2), n(3), n(4), n(5)),
         _ => {}

@@ -1,7 +1,7 @@
 //! What the load benchmarks measure a process with (feature `bench`): its CPU time and peak
 //! RSS from `getrusage`, its current RSS, the CPUs it may run on and pinning to one of them,
-//! and latency percentiles. Off Unix (or off Linux, for the CPU set) they answer zero, one
-//! CPU, and pin nothing.
+//! and latency percentiles; and the mock model server as a process of its own. Off Unix (or off
+//! Linux, for the CPU set) they answer zero, one CPU, and pin nothing.
 
 use std::time::Duration;
 
@@ -86,4 +86,28 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// A load benchmark's mock model server, as a process of its own: pinned to `cpu`, each answer
+/// after `latency`, nothing recorded. Prints its base URL on one line of stdout, then serves
+/// until stdin closes (the benchmark holds the pipe and drops it to stop it).
+pub fn serve_mock_openai(latency: Duration, cpu: usize) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    pin_to(cpu)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let server = crate::MockOpenAiServer::start().await?;
+        server.without_recording().latency(latency);
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", server.base_url())?;
+        out.flush()?;
+        drop(out);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+        Ok(())
+    })
 }

@@ -24,10 +24,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "the AgentEvent enum and its sinks' contract; split pending (#16)",
     ),
     (
-        "crates/modu-core/src/model.rs",
-        "ChatModel, ChatRequest, ChatEvent and the response fold; split pending (#16)",
-    ),
-    (
         "crates/modu-core/src/store.rs",
         "the store traits and their in-memory implementations; split pending (#16)",
     ),

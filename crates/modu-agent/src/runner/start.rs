@@ -357,12 +357,7 @@ where
         agent.retry.max_attempts,
         span.clone(),
     );
-    // The agent's own tools' index once it exists (else the placeholders until the run opens
-    // its tools).
-    let (tools, tool_order) = agent.tool_index.get().map_or_else(
-        || (Arc::default(), Arc::default()),
-        |(t, o)| (Arc::clone(t), Arc::clone(o)),
-    );
+    let (tools, tool_order) = super::tools::own_index(&agent);
     let run = Run {
         env: Env {
             agent,

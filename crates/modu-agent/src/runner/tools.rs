@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::chat::with_deadline;
 use super::{Run, VisibleTool, find_agent};
-use crate::agent::{ToolEntry, compile_tool};
+use crate::agent::{AgentInner, ToolEntry, ToolIndex, compile_tool};
 use crate::error::AgentError;
 
 impl<C, O> Run<C, O>
@@ -57,14 +57,8 @@ where
     /// twice is a configuration error.
     fn index_tools(&mut self) -> Result<(), AgentError> {
         if self.sessions.is_empty() {
-            // Only the agent's own tools: its index, built once per agent.
-            let (tools, order) = self.env.agent.tool_index.get_or_init(|| {
-                let (mut tools, mut order) = (HashMap::new(), Vec::new());
-                index_own(&self.env.agent.tools, &mut tools, &mut order);
-                (Arc::new(tools), Arc::new(order))
-            });
-            self.env.tools = Arc::clone(tools);
-            self.env.tool_order = Arc::clone(order);
+            // Only the agent's own tools (again: a resumed run may have handed over).
+            (self.env.tools, self.env.tool_order) = own_index(&self.env.agent);
             return Ok(());
         }
         let (mut tools, mut order) = (HashMap::new(), Vec::new());
@@ -86,6 +80,17 @@ where
         self.env.tool_order = Arc::new(order);
         Ok(())
     }
+}
+
+/// The index of `agent`'s own tools, built once per agent and shared by its runs (a run sets
+/// out with it, and keeps it unless tool providers add theirs).
+pub(super) fn own_index<C, O>(agent: &AgentInner<C, O>) -> ToolIndex<C> {
+    let (tools, order) = agent.tool_index.get_or_init(|| {
+        let (mut tools, mut order) = (HashMap::new(), Vec::new());
+        index_own(&agent.tools, &mut tools, &mut order);
+        (Arc::new(tools), Arc::new(order))
+    });
+    (Arc::clone(tools), Arc::clone(order))
 }
 
 /// Indexes the agent's own tools, in order.

@@ -44,7 +44,7 @@
 //!   (`VmRSS`, after the runtime and the agent or HTTP client were built).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,27 +124,6 @@ where
 // ---------------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------------
-
-/// `--serve LATENCY_MS CPU`: the mock server, until stdin closes. Prints its base URL.
-fn serve(latency_ms: u64, cpu: usize) {
-    modu_testing::bench::pin_to(cpu).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let server = MockOpenAiServer::start().await.unwrap();
-        server.without_recording().latency(Duration::from_millis(latency_ms));
-        println!("{}", server.base_url());
-        std::io::stdout().flush().unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            let _ = tx.send(());
-        });
-        let _ = rx.await;
-    });
-}
 
 /// `--client KIND MODE URL RUNS CONCURRENCY CPU`: one measured variant. Prints a JSON line.
 fn client(kind: &str, mode: &str, url: &str, runs: usize, concurrency: usize, cpu: usize) {
@@ -296,7 +275,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     match arg(1) {
-        "--serve" => return serve(arg(2).parse().unwrap(), arg(3).parse().unwrap()),
+        // `--serve LATENCY_MS CPU`: the mock server, until stdin closes. Prints its base URL.
+        "--serve" => {
+            let latency = Duration::from_millis(arg(2).parse().unwrap());
+            return modu_testing::bench::serve_mock_openai(latency, arg(3).parse().unwrap()).unwrap();
+        }
         "--client" => {
             let n = |i: usize| arg(i).parse::<usize>().unwrap();
             return client(arg(2), arg(3), arg(4), n(5), n(6), n(7));
