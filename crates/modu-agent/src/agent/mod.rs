@@ -50,15 +50,6 @@ impl<C> Clone for Instructions<C> {
     }
 }
 
-impl<C> Instructions<C> {
-    pub(crate) fn render(&self, ctx: &RunContext<C>) -> String {
-        match self {
-            Instructions::Static(s) => s.clone(),
-            Instructions::Dynamic(f) => f(ctx),
-        }
-    }
-}
-
 /// A tool a run may call (the agent's own, or a tool provider's).
 pub(crate) struct VisibleTool<C> {
     pub(crate) entry: ToolEntry<C>,
@@ -66,7 +57,11 @@ pub(crate) struct VisibleTool<C> {
 
 /// A run's tools by name, and their names in order (shared: an agent without tool providers
 /// indexes its tools once, in [`AgentInner::tool_index`]).
-pub(crate) type ToolIndex<C> = (Arc<std::collections::HashMap<String, VisibleTool<C>>>, Arc<Vec<String>>);
+pub(crate) type ToolIndex<C> = (
+    Arc<foldhash::HashMap<String, VisibleTool<C>>>,
+    Arc<Vec<String>>,
+    Arc<Vec<crate::model::ToolDefinition>>,
+);
 
 pub(crate) struct ToolEntry<C> {
     pub(crate) tool: Arc<dyn Tool<C>>,

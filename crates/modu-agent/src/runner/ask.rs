@@ -7,8 +7,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::chat::{DeltaSink, RunCall, with_deadline};
-use super::policy::{Answer, Ask, Format, ModelSlot, Offer, View};
+use super::policy::{Answer, Ask, Format, ModelSlot, Offer};
 use super::{Run, unique_call_ids};
+use crate::agent::Instructions;
 use crate::agent::settings::ModelSettings;
 use crate::context_provider::{ModelContext, Stage};
 use crate::error::AgentError;
@@ -30,13 +31,20 @@ where
             Offer::Stage => None,
             Offer::Only(definitions) => Some(definitions),
         };
-        let (messages, tools) = self.prepare(ask.stage, ask.extra, only).await?;
+        let (mut messages, tools, lend) = self.prepare(ask.stage, ask.extra, only).await?;
         let offered_tools = !tools.is_empty();
         let format = match ask.format {
             Format::Fixed(format) => format,
             Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
         };
-        let mut request = self.build_request(ask.stage, messages, tools, format.clone());
+        let called = self.tool_called();
+        // The run's own messages go last; lent, they are moved in and put back after the call.
+        let lent_at = lend.map(|lend| {
+            let at = (messages.len(), self.state.messages.len(), lend.system);
+            messages.append(&mut self.state.messages);
+            at
+        });
+        let mut request = self.build_request(ask.stage, messages, tools, format.clone(), called);
         let agent = Arc::clone(&self.env.agent);
         let service = match ask.model {
             ModelSlot::Planner => agent.planner_chat.as_ref().unwrap_or(&agent.chat),
@@ -49,8 +57,16 @@ where
         });
         request.extensions.deadline = self.env.deadline;
         request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
+        let lent = lent_at.map(|(start, len, system)| Lent {
+            owner: &mut self.state.messages,
+            system: system.then_some(&mut self.system),
+            request: Some(Arc::clone(&request.messages)),
+            start,
+            len,
+        });
         let call = tower::ServiceExt::oneshot(service.clone(), request);
         let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
+        drop(lent);
         self.state.model_calls = self.env.attempts.calls();
         let mut response = outcome?.map_err(|e| AgentError::from_model(&e))?;
         if response.message.has_tool_calls() && self.call_ids_collide(&response.message.tool_calls) {
@@ -68,17 +84,28 @@ where
         })
     }
 
-    pub(super) fn visible_definitions(&self) -> Vec<ToolDefinition> {
-        let mut definitions = self.env.enabled_tools();
-        definitions.extend(
-            self.env
-                .agent
-                .handoffs
-                .iter()
-                .filter(|h| h.is_enabled(&self.env.ctx))
-                .map(|h| h.definition()),
-        );
-        definitions
+    /// The definitions of the run's tools and handoffs enabled now, in order: the index's
+    /// shared list when that is all of them (the usual case: no copy), else a new list.
+    pub(super) fn visible_definitions(&self) -> Arc<Vec<ToolDefinition>> {
+        let env = &self.env;
+        let mut own: Option<Vec<ToolDefinition>> = None;
+        for (i, name) in env.tool_order.iter().enumerate() {
+            let Some(tool) = env.tools.get(name) else {
+                continue;
+            };
+            let enabled = tool.entry.tool.is_enabled(&env.ctx);
+            match &mut own {
+                Some(list) if enabled => list.push(tool.entry.tool.spec().definition()),
+                Some(_) => {}
+                None if enabled => {}
+                None => own = Some(env.definitions[..i.min(env.definitions.len())].to_vec()),
+            }
+        }
+        for handoff in env.agent.handoffs.iter().filter(|h| h.is_enabled(&env.ctx)) {
+            own.get_or_insert_with(|| env.definitions.to_vec())
+                .push(handoff.definition());
+        }
+        own.map_or_else(|| Arc::clone(&env.definitions), Arc::new)
     }
 
     /// The context pipeline: the model's view (instructions, history, the run's messages, the
@@ -86,49 +113,58 @@ where
     /// messages (system first) and tool definitions, and records which tools were offered.
     /// `only` (when given) is offered instead of every visible tool; providers may narrow that
     /// set, never widen it.
+    ///
+    /// When nothing can rewrite the request's messages (no context provider, no compaction)
+    /// and the stage adds none, the run's own messages are left out and the third value says
+    /// what the caller lends the request (see [`Lent`]): the run's messages, and the system
+    /// message of static instructions, which the run keeps between its requests. Otherwise
+    /// every message of the run would be copied into every request.
     async fn prepare(
         &mut self,
         stage: Stage,
         extra: Vec<Message>,
         only: Option<Vec<ToolDefinition>>,
-    ) -> Result<(Vec<Message>, Vec<ToolDefinition>), AgentError> {
+    ) -> Result<(Vec<Message>, Arc<Vec<ToolDefinition>>, Option<Lend>), AgentError> {
         let mut context = ModelContext::default();
         context.stage = Some(stage);
-        if let Some(instructions) = &self.env.agent.instructions {
-            let text = instructions.render(&self.env.ctx);
-            if !text.is_empty() {
-                context.instructions.push(text);
-            }
-        }
+        let agent = Arc::clone(&self.env.agent);
+        let providers = !agent.context_providers.is_empty();
+        let lend = extra.is_empty() && !providers && agent.compaction.is_none();
+        // The agent's instructions: a static text is read in place, a dynamic one rendered.
+        let rendered = match &agent.instructions {
+            Some(Instructions::Dynamic(f)) => Some(f(&self.env.ctx)).filter(|t| !t.is_empty()),
+            _ => None,
+        };
+        let instructions: &[String] = match &agent.instructions {
+            Some(Instructions::Static(text)) if !text.is_empty() => std::slice::from_ref(text),
+            _ => rendered.as_slice(),
+        };
         let restricted: Option<HashSet<String>> = only.as_ref().map(|d| d.iter().map(|t| t.name.clone()).collect());
-        match only {
-            Some(definitions) => context.tools = definitions,
-            None if stage == Stage::Act => context.tools = self.visible_definitions(),
-            None => {}
-        }
-        context.meta_tools = context
-            .tools
+        // The offer stays shared (the index's list, usually) unless a provider or the check
+        // below changes it.
+        let mut offer = match only {
+            Some(definitions) if definitions.is_empty() => no_tools(),
+            Some(definitions) => Arc::new(definitions),
+            None if stage == Stage::Act => self.visible_definitions(),
+            None => no_tools(),
+        };
+        context.meta_tools = offer
             .iter()
             .filter(|t| self.env.tools.get(&t.name).is_some_and(|v| v.entry.tool.spec().meta))
             .map(|t| t.name.clone())
             .collect();
         // The run's messages as the memory policy sees them: the state's own when the stage
-        // adds nothing (no copy), else with the stage's messages after them.
-        let joined;
-        let current: &[Message] = if extra.is_empty() {
-            &self.state.messages
-        } else {
-            joined = self.state.messages.iter().cloned().chain(extra).collect::<Vec<_>>();
-            &joined
-        };
+        // adds nothing (no copy), else with the stage's messages after them (one copy, which
+        // then goes into the request as it is).
+        let joined = (!extra.is_empty()).then(|| self.state.messages.iter().cloned().chain(extra).collect::<Vec<_>>());
+        let current: &[Message] = joined.as_deref().unwrap_or(&self.state.messages);
         let view = {
-            let agent = Arc::clone(&self.env.agent);
             let input = MemoryInput {
                 session_id: self.env.ctx.session_id(),
-                instructions: &context.instructions,
+                instructions,
                 history: &self.env.history,
                 current,
-                tools: &context.tools,
+                tools: &offer,
             };
             with_deadline(self.env.deadline, agent.limits.timeout, agent.memory.select(input)).await??
         };
@@ -152,31 +188,43 @@ where
         // One vector for the request, with room for the system message in front.
         let mut messages = Vec::with_capacity(1 + view.messages.len() + current.len());
         messages.extend(view.messages);
-        messages.extend(current.iter().cloned());
+        match joined {
+            Some(joined) => messages.extend(joined),
+            None if lend => {}
+            None => messages.extend(self.state.messages.iter().cloned()),
+        }
         context.messages = messages;
-        for provider in &self.env.agent.context_providers {
-            provider
-                .invoking(&self.env.ctx, &mut context)
-                .await
-                .map_err(|e| AgentError::ContextProvider {
-                    provider: e.provider,
-                    message: e.message,
-                })?;
+        if providers {
+            context.instructions = instructions.to_vec();
+            context.tools = Arc::unwrap_or_clone(offer);
+            for provider in &agent.context_providers {
+                provider
+                    .invoking(&self.env.ctx, &mut context)
+                    .await
+                    .map_err(|e| AgentError::ContextProvider {
+                        provider: e.provider,
+                        message: e.message,
+                    })?;
+            }
+            offer = Arc::new(std::mem::take(&mut context.tools));
         }
         // Providers may narrow the tools, never invent executable ones.
-        context.tools.retain(|t| {
+        let keep = |t: &ToolDefinition| {
             (self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name))
                 && restricted.as_ref().is_none_or(|r| r.contains(&t.name))
-        });
+        };
+        if !offer.iter().all(keep) {
+            Arc::make_mut(&mut offer).retain(keep);
+        }
         if stage == Stage::Act {
             // The sets are rebuilt only when the offer changed since the last request.
-            let tools = &context.tools;
+            let tools = &offer;
             if !self
                 .offered
                 .as_ref()
                 .is_some_and(|o| offers_exactly(tools, o.len(), |n| o.contains(n)))
             {
-                self.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+                self.offered = Some(offer.iter().map(|t| t.name.clone()).collect());
             }
             self.allowed = context.allowed_identities.take();
             if self.state.strict().is_none() {
@@ -186,23 +234,37 @@ where
                     .as_ref()
                     .is_some_and(|o| offers_exactly(tools, o.len(), |n| o.contains(n)))
                 {
-                    self.state.offered = Some(context.tools.iter().map(|t| t.name.clone()).collect());
+                    self.state.offered = Some(offer.iter().map(|t| t.name.clone()).collect());
                 }
                 self.state.admitted.clone_from(&self.allowed);
             }
         }
         let mut messages = context.messages;
-        let mut instructions = context.instructions;
-        let system = match instructions.len() {
-            0 => None,
-            1 => instructions.pop(),
-            _ => Some(instructions.join("\n\n")),
+        let mut lent_system = false;
+        let system = if providers {
+            let mut blocks = context.instructions;
+            match blocks.len() {
+                0 => None,
+                1 => blocks.pop(),
+                _ => Some(blocks.join("\n\n")),
+            }
+            .map(Message::system)
+        } else {
+            match (&agent.instructions, rendered) {
+                (_, Some(text)) => Some(Message::system(text)),
+                (Some(Instructions::Static(text)), None) if !text.is_empty() => {
+                    lent_system = lend;
+                    let kept = if lend { self.system.take() } else { None };
+                    Some(kept.unwrap_or_else(|| Message::system(text.clone())))
+                }
+                _ => None,
+            }
         };
         if let Some(system) = system {
-            messages.insert(0, Message::system(system));
+            messages.insert(0, system);
         }
-        self.compact(&mut messages, &context.tools).await?;
-        Ok((messages, context.tools))
+        self.compact(&mut messages, &offer).await?;
+        Ok((messages, offer, lend.then_some(Lend { system: lent_system })))
     }
 
     /// Fits the request into the run compaction's budget, if the agent has one.
@@ -256,8 +318,9 @@ where
         &self,
         stage: Stage,
         messages: Vec<Message>,
-        tools: Vec<ToolDefinition>,
+        tools: Arc<Vec<ToolDefinition>>,
         format: Option<ResponseFormat>,
+        called: bool,
     ) -> ChatRequest {
         let merged;
         let s = match &self.state.settings {
@@ -268,7 +331,8 @@ where
             None => &self.env.agent.settings,
         };
         let has_tools = !tools.is_empty();
-        let mut request = ChatRequest::new(messages).with_tools(tools);
+        let mut request = ChatRequest::new(messages);
+        request.tools = tools;
         request.response_format = format;
         request.temperature = s.temperature;
         request.max_tokens = s.max_tokens;
@@ -277,7 +341,7 @@ where
         request.stop = s.stop.clone();
         if has_tools {
             request.parallel_tool_calls = s.parallel_tool_calls;
-            request.tool_choice = self.tool_choice(stage, s, &request.tools);
+            request.tool_choice = self.tool_choice(stage, s, &request.tools, called);
         }
         request
     }
@@ -285,16 +349,17 @@ where
     /// The tool choice of a standard run's acting request: the settings' choice until the
     /// model's first tool call of the run (then the server's default, unless
     /// `keep_tool_choice`), and a named tool only when the request offers it.
-    fn tool_choice(&self, stage: Stage, s: &ModelSettings, tools: &[ToolDefinition]) -> Option<ToolChoice> {
+    fn tool_choice(
+        &self,
+        stage: Stage,
+        s: &ModelSettings,
+        tools: &[ToolDefinition],
+        called: bool,
+    ) -> Option<ToolChoice> {
         let choice = s.tool_choice.as_ref()?;
         if stage != Stage::Act || self.state.strict().is_some() {
             return None;
         }
-        let called = self
-            .state
-            .messages
-            .iter()
-            .any(|m| m.role == Role::Assistant && m.has_tool_calls());
         if called && !s.keep_tool_choice {
             return None;
         }
@@ -302,6 +367,14 @@ where
             ToolChoice::Named(name) if !tools.iter().any(|t| &t.name == name) => None,
             other => Some(other.clone()),
         }
+    }
+
+    /// Whether the model has called a tool in this run.
+    fn tool_called(&self) -> bool {
+        self.state
+            .messages
+            .iter()
+            .any(|m| m.role == Role::Assistant && m.has_tool_calls())
     }
 
     /// Whether an id of `calls` repeats one of them or one the run has used (then the answer's
@@ -330,7 +403,55 @@ where
     }
 }
 
+/// An empty offer, shared by every request that offers no tool.
+fn no_tools() -> Arc<Vec<ToolDefinition>> {
+    static NONE: std::sync::LazyLock<Arc<Vec<ToolDefinition>>> = std::sync::LazyLock::new(Arc::default);
+    Arc::clone(&NONE)
+}
+
 /// Whether a recorded offer of `len` names, answering `contains`, names exactly `tools`.
 fn offers_exactly(tools: &[ToolDefinition], len: usize, contains: impl Fn(&str) -> bool) -> bool {
     len == tools.len() && tools.iter().all(|t| contains(&t.name))
+}
+
+/// What a request borrows from its run besides its messages (see [`Lent`]).
+#[derive(Clone, Copy)]
+struct Lend {
+    /// The request's first message is the run's kept system message.
+    system: bool,
+}
+
+/// The run's own messages (and its kept system message), lent to a model request: moved into
+/// it instead of copied, and put back when the call is done, or dropped with it (a cancelled
+/// request leaves the run its messages). When something still holds the request (a layer that
+/// kept it past the call), they are copied back out of it.
+struct Lent<'a> {
+    owner: &'a mut Vec<Message>,
+    system: Option<&'a mut Option<Message>>,
+    request: Option<Arc<Vec<Message>>>,
+    start: usize,
+    len: usize,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        let range = self.start..self.start + self.len;
+        match Arc::try_unwrap(request) {
+            Ok(mut messages) => {
+                self.owner.extend(messages.drain(range));
+                if let Some(system) = self.system.take() {
+                    *system = messages.into_iter().next();
+                }
+            }
+            Err(shared) => {
+                self.owner.extend_from_slice(&shared[range]);
+                if let Some(system) = self.system.take() {
+                    *system = shared.first().cloned();
+                }
+            }
+        }
+    }
 }

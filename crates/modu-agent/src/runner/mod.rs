@@ -20,7 +20,9 @@
 //! The state is checkpointed after every step so `Agent::resume` can continue a run that
 //! paused for approval or failed on a transient error.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -74,6 +76,9 @@ struct Env<C, O> {
     cancel: Option<tokio_util::sync::CancellationToken>,
     tools: Arc<HashMap<String, VisibleTool<C>>>,
     tool_order: Arc<Vec<String>>,
+    /// The definitions of every tool of `tool_order`, in order (shared by the requests that
+    /// offer them all).
+    definitions: Arc<Vec<ToolDefinition>>,
     emitter: Emitter,
     deadline: Option<Instant>,
     started: Instant,
@@ -112,6 +117,9 @@ struct Run<C, O> {
     resumed: bool,
     /// The run's summary of its oldest tool rounds (summarizing compaction).
     summary: crate::compaction::RunSummary,
+    /// The system message of the agent's static instructions, kept between the run's requests
+    /// (each borrows it; cleared when the run hands over to another agent).
+    system: Option<Message>,
 }
 
 impl<C, O> Run<C, O>

@@ -357,7 +357,7 @@ where
         agent.retry.max_attempts,
         span.clone(),
     );
-    let (tools, tool_order) = super::tools::own_index(&agent);
+    let (tools, tool_order, definitions) = super::tools::own_index(&agent);
     let run = Run {
         env: Env {
             agent,
@@ -366,6 +366,7 @@ where
             attempts,
             tools,
             tool_order,
+            definitions,
             emitter,
             deadline,
             cancel,
@@ -382,6 +383,7 @@ where
         sessions: Vec::new(),
         resumed,
         summary: Default::default(),
+        system: None,
     };
     let execute = tracing::Instrument::instrument(Box::pin(Box::new(run).execute()), span.clone());
     async move {

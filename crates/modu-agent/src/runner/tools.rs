@@ -3,13 +3,14 @@
 //! ([`Run::refresh_tools`]), so a tool a server adds during the run is offered from the next
 //! request on and one it removes is refused.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use super::chat::with_deadline;
 use super::{Run, VisibleTool, find_agent};
 use crate::agent::{AgentInner, ToolEntry, ToolIndex, compile_tool};
 use crate::error::AgentError;
+use crate::model::ToolDefinition;
 
 impl<C, O> Run<C, O>
 where
@@ -24,6 +25,7 @@ where
             && let Some(target) = find_agent(&self.env.agent, &active, 8)
         {
             self.env.agent = target;
+            self.system = None;
             self.env.ctx = self.env.ctx.with_agent_name(active);
         }
         let providers = self.env.agent.tool_providers.clone();
@@ -58,10 +60,10 @@ where
     fn index_tools(&mut self) -> Result<(), AgentError> {
         if self.sessions.is_empty() {
             // Only the agent's own tools (again: a resumed run may have handed over).
-            (self.env.tools, self.env.tool_order) = own_index(&self.env.agent);
+            (self.env.tools, self.env.tool_order, self.env.definitions) = own_index(&self.env.agent);
             return Ok(());
         }
-        let (mut tools, mut order) = (HashMap::new(), Vec::new());
+        let (mut tools, mut order) = (HashMap::default(), Vec::new());
         index_own(&self.env.agent.tools, &mut tools, &mut order);
         for (provider, session) in &self.sessions {
             for tool in session.tools() {
@@ -76,6 +78,7 @@ where
                 tools.insert(name, VisibleTool { entry });
             }
         }
+        self.env.definitions = Arc::new(definitions(&tools, &order));
         self.env.tools = Arc::new(tools);
         self.env.tool_order = Arc::new(order);
         Ok(())
@@ -85,12 +88,22 @@ where
 /// The index of `agent`'s own tools, built once per agent and shared by its runs (a run sets
 /// out with it, and keeps it unless tool providers add theirs).
 pub(super) fn own_index<C, O>(agent: &AgentInner<C, O>) -> ToolIndex<C> {
-    let (tools, order) = agent.tool_index.get_or_init(|| {
-        let (mut tools, mut order) = (HashMap::new(), Vec::new());
+    let (tools, order, definitions) = agent.tool_index.get_or_init(|| {
+        let (mut tools, mut order) = (HashMap::default(), Vec::new());
         index_own(&agent.tools, &mut tools, &mut order);
-        (Arc::new(tools), Arc::new(order))
+        let definitions = definitions(&tools, &order);
+        (Arc::new(tools), Arc::new(order), Arc::new(definitions))
     });
-    (Arc::clone(tools), Arc::clone(order))
+    (Arc::clone(tools), Arc::clone(order), Arc::clone(definitions))
+}
+
+/// Every indexed tool's definition, in order: what a request offers when all are enabled.
+fn definitions<C>(tools: &HashMap<String, VisibleTool<C>>, order: &[String]) -> Vec<ToolDefinition> {
+    order
+        .iter()
+        .filter_map(|name| tools.get(name))
+        .map(|t| t.entry.tool.spec().definition())
+        .collect()
 }
 
 /// Indexes the agent's own tools, in order.

@@ -1,0 +1,188 @@
+//! A model request borrows the run's messages (and the system message of static
+//! instructions) instead of copying them: every request still sees the whole run, and the run
+//! keeps every message, whether a layer keeps the request past the call or the run abandons
+//! the call mid-flight.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use modu_agent::middleware::ChatService;
+use modu_agent::{Agent, AgentRequest, RunLimits};
+use modu_core::{
+    AgentError, ChatRequest, ChatResponse, FunctionTool, InMemoryCheckpointStore, Message, ModelError, Role, ToolSpec,
+};
+use modu_testing::ScriptedModel;
+use tokio_util::sync::CancellationToken;
+use tower::{Layer, Service};
+
+/// A chat layer that records what every request asked (a copy of its messages), and keeps the
+/// requests themselves past the call when told to (as a layer that logs or caches them would).
+#[derive(Clone)]
+struct Asked {
+    asked: Arc<std::sync::Mutex<Vec<Vec<Message>>>>,
+    kept: Option<Arc<std::sync::Mutex<Vec<ChatRequest>>>>,
+}
+
+impl Asked {
+    fn new(keep: bool) -> Self {
+        Asked {
+            asked: Arc::default(),
+            kept: keep.then(Arc::default),
+        }
+    }
+    fn asked(&self) -> Vec<Vec<Message>> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+#[derive(Clone)]
+struct AskedService {
+    seen: Asked,
+    inner: ChatService,
+}
+
+impl Layer<ChatService> for Asked {
+    type Service = AskedService;
+    fn layer(&self, inner: ChatService) -> AskedService {
+        AskedService {
+            seen: self.clone(),
+            inner,
+        }
+    }
+}
+
+impl Service<ChatRequest> for AskedService {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = <ChatService as Service<ChatRequest>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        self.seen.asked.lock().unwrap().push(request.messages.to_vec());
+        if let Some(kept) = &self.seen.kept {
+            kept.lock().unwrap().push(request.clone());
+        }
+        self.inner.call(request)
+    }
+}
+
+fn roles(messages: &[Message]) -> Vec<Role> {
+    messages.iter().map(|m| m.role).collect()
+}
+
+/// A request carries the run's messages without the run giving them up: every request sees
+/// the system message and all of the run so far, and the run ends with all of its messages,
+/// whether or not a layer keeps the requests after the call.
+#[tokio::test]
+async fn every_request_sees_the_whole_run_and_the_run_keeps_its_messages() {
+    for keep in [false, true] {
+        let model = ScriptedModel::new()
+            .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+            .tool_call("add", serde_json::json!({"a": 5, "b": 1}))
+            .text("6")
+            .without_recording();
+        let seen = Asked::new(keep);
+        let agent = Agent::builder(model)
+            .instructions("You add numbers.")
+            .tool(FunctionTool::<()>::new(
+                ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
+                |_c, a| async move {
+                    Ok(serde_json::json!(
+                        a["a"].as_i64().unwrap_or(0) + a["b"].as_i64().unwrap_or(0)
+                    ))
+                },
+            ))
+            .chat_layer(seen.clone())
+            .build()
+            .unwrap();
+        let result = agent.run("What is 2 + 3 + 1?").await;
+        assert_eq!(result.output().map(String::as_str), Some("6"), "{:?}", result.error());
+        use Role::{Assistant, System, Tool, User};
+        let run = [User, Assistant, Tool, Assistant, Tool, Assistant];
+        assert_eq!(roles(result.messages()), run, "keep {keep}");
+        assert_eq!(result.messages()[0].text(), "What is 2 + 3 + 1?");
+        assert_eq!(result.messages()[2].text(), "5");
+        let asked = seen.asked();
+        assert_eq!(asked.len(), 3);
+        for (i, messages) in asked.iter().enumerate() {
+            assert_eq!(messages[0].role, System, "request {i}, keep {keep}");
+            assert_eq!(messages[0].text(), "You add numbers.", "request {i}, keep {keep}");
+            // The request's messages after the system one are the run's so far.
+            assert_eq!(
+                &messages[1..],
+                &result.messages()[..1 + 2 * i],
+                "request {i}, keep {keep}"
+            );
+        }
+        if let Some(kept) = &seen.kept {
+            // A kept request still holds what it asked.
+            let kept = kept.lock().unwrap();
+            let first: Vec<Message> = kept[0].messages.to_vec();
+            assert_eq!(first, asked[0]);
+        }
+    }
+}
+
+/// A model call the run abandons (its cancel token fired, or its timeout passed) does not
+/// take the run's messages with it: the failed run reports them, and a resume asks with them.
+#[tokio::test]
+async fn a_model_call_abandoned_mid_flight_leaves_the_run_its_messages() {
+    let model = ScriptedModel::new()
+        .delayed_text(Duration::from_secs(30), "too late")
+        .text("resumed answer")
+        .without_recording();
+    let seen = Asked::new(false);
+    let agent: Agent<()> = Agent::builder(model)
+        .instructions("Answer.")
+        .chat_layer(seen.clone())
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    let result = agent
+        .run(AgentRequest::new((), "hi").run_id("abandoned").cancel_token(token))
+        .await;
+    assert_eq!(result.error(), Some(&AgentError::Cancelled));
+    assert_eq!(roles(result.messages()), [Role::User]);
+    assert_eq!(result.messages()[0].text(), "hi");
+    let resumed = agent.resume("abandoned", ()).await;
+    assert_eq!(
+        resumed.output().map(String::as_str),
+        Some("resumed answer"),
+        "{:?}",
+        resumed.error()
+    );
+    let asked = seen.asked();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(
+        roles(&asked[1]),
+        [Role::System, Role::User],
+        "the resume asks with the run's message"
+    );
+    assert_eq!(asked[1][1].text(), "hi");
+
+    let slow = ScriptedModel::new()
+        .delayed_text(Duration::from_secs(30), "too late")
+        .without_recording();
+    let agent: Agent<()> = Agent::builder(slow)
+        .limits(RunLimits::default().timeout(Some(Duration::from_millis(50))))
+        .build()
+        .unwrap();
+    let result = agent.run("hello").await;
+    assert!(
+        matches!(result.error(), Some(AgentError::Timeout { .. })),
+        "{:?}",
+        result.error()
+    );
+    assert_eq!(roles(result.messages()), [Role::User]);
+    assert_eq!(result.messages()[0].text(), "hello");
+}
