@@ -286,3 +286,40 @@ async fn one_huge_message_is_summarised_in_bounded_chunks() {
             .contains("Summary of the conversation so far")
     );
 }
+
+/// A memory policy of the user's own that recalls something for every request, history or not.
+struct Recall {
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl modu_agent::ConversationMemoryPolicy for Recall {
+    fn name(&self) -> &str {
+        "recall"
+    }
+    async fn select(&self, input: modu_agent::MemoryInput<'_>) -> Result<modu_agent::MemoryView, AgentError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        assert!(input.history.is_empty());
+        let mut view = modu_agent::MemoryView::default();
+        view.messages.push(Message::user("recalled: the user likes tea"));
+        Ok(view)
+    }
+}
+
+#[tokio::test]
+async fn a_policy_of_ones_own_is_asked_even_without_history() {
+    let recall = Arc::new(Recall {
+        calls: AtomicUsize::new(0),
+    });
+    let model = ScriptedModel::new().text("Tea, then.");
+    let agent = Agent::builder(model.clone())
+        .memory_policy(Arc::clone(&recall))
+        .build()
+        .unwrap();
+    let result = agent.run("What should I drink?").await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert_eq!(recall.calls.load(Ordering::SeqCst), 1);
+    let asked = &model.requests()[0].messages;
+    assert_eq!(asked[0].text(), "recalled: the user likes tea");
+    assert_eq!(asked[1].text(), "What should I drink?");
+}

@@ -1,7 +1,8 @@
-//! A model request borrows the run's messages (and the system message of static
-//! instructions) instead of copying them: every request still sees the whole run, and the run
-//! keeps every message, whether a layer keeps the request past the call or the run abandons
-//! the call mid-flight.
+//! What a model request takes from its run: it borrows the run's messages (and the system
+//! message of static instructions) instead of copying them — every request still sees the
+//! whole run, and the run keeps every message, whether a layer keeps the request past the call
+//! or the run abandons the call mid-flight — and it goes through the run's one clone of the
+//! chat stack.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -185,4 +186,83 @@ async fn a_model_call_abandoned_mid_flight_leaves_the_run_its_messages() {
     );
     assert_eq!(roles(result.messages()), [Role::User]);
     assert_eq!(result.messages()[0].text(), "hello");
+}
+
+/// A chat layer whose service counts how often it is cloned and called.
+#[derive(Clone)]
+struct CountClones {
+    clones: Arc<std::sync::atomic::AtomicUsize>,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct Counted {
+    counts: CountClones,
+    inner: ChatService,
+}
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        self.counts.clones.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Counted {
+            counts: self.counts.clone(),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Layer<ChatService> for CountClones {
+    type Service = Counted;
+    fn layer(&self, inner: ChatService) -> Counted {
+        Counted {
+            counts: self.clone(),
+            inner,
+        }
+    }
+}
+
+impl Service<ChatRequest> for Counted {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = <ChatService as Service<ChatRequest>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        self.counts.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.call(request)
+    }
+}
+
+/// As `AgentBuilder::chat_layer` says: a run clones the chat stack once and sends every one
+/// of its requests through that clone.
+#[tokio::test]
+async fn a_run_sends_all_its_requests_through_one_clone_of_the_chat_stack() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let counts = CountClones {
+        clones: Arc::default(),
+        calls: Arc::default(),
+    };
+    let model = ScriptedModel::new()
+        .tool_call("add", serde_json::json!({"a": 1, "b": 1}))
+        .tool_call("add", serde_json::json!({"a": 2, "b": 2}))
+        .text("done")
+        .cycle()
+        .without_recording();
+    let agent = Agent::builder(model)
+        .tool(FunctionTool::<()>::new(
+            ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
+            |_c, _a| async move { Ok(serde_json::json!(0)) },
+        ))
+        .chat_layer(counts.clone())
+        .build()
+        .unwrap();
+    let built = counts.clones.load(SeqCst);
+    for run in 1..=2 {
+        let result = agent.run("go").await;
+        assert!(result.is_completed(), "{:?}", result.error());
+        assert_eq!(counts.calls.load(SeqCst), 3 * run, "three requests per run");
+        assert_eq!(counts.clones.load(SeqCst) - built, run, "one clone per run");
+    }
 }

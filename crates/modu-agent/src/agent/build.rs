@@ -64,7 +64,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
             crate::plan::DecisionPolicy::Standard => "standard/1",
             crate::plan::DecisionPolicy::PlanAndExecute(p) => p.fingerprint_tag(),
         };
-        let fingerprint = fingerprint(&entries, typed.codec.as_ref(), policy_tag);
+        let fingerprint = Arc::from(fingerprint(&entries, typed.codec.as_ref(), policy_tag));
         let instructions = match (typed.instructions_fn, config.instructions) {
             (Some(f), _) => Some(Instructions::Dynamic(f)),
             (None, Some(text)) => Some(Instructions::Static(text)),
@@ -90,6 +90,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
                 sink: config.sink,
                 conversations: config.conversations,
                 memory: config.memory,
+                memory_is_default: config.memory_is_default,
                 checkpoints: config.checkpoints,
                 leases: config.leases,
                 authorizer: config.authorizer,

@@ -70,6 +70,8 @@ pub(crate) struct AgentConfig {
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
     pub(crate) memory: Arc<dyn ConversationMemoryPolicy>,
+    /// Whether `memory` is the default ([`KeepAll`]), whose view of no history is empty.
+    pub(crate) memory_is_default: bool,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) leases: Option<crate::lease::SessionLeases>,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
@@ -160,6 +162,7 @@ impl super::Agent<(), String> {
                 sink: None,
                 conversations: None,
                 memory: Arc::new(KeepAll),
+                memory_is_default: true,
                 checkpoints: None,
                 leases: None,
                 authorizer: Arc::new(AllowAllAuthorizer),
@@ -223,6 +226,12 @@ impl<C, O, S> AgentBuilder<C, O, S> {
 impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
     /// Adds chat middleware around every model call (a tower layer over
     /// [`ChatService`]); the first added is outermost.
+    ///
+    /// The stack is built once, at `build()`; each run clones it once per model slot and sends
+    /// all of its requests through that clone (`poll_ready`, then `call`). State a layer keeps
+    /// in its service value (tower's `RateLimit`) is therefore per run; state it shares
+    /// between clones (`ConcurrencyLimit`'s semaphore, a `Buffer`'s worker) spans every run of
+    /// the agent.
     pub fn chat_layer<L>(mut self, layer: L) -> Self
     where
         L: tower::Layer<ChatService> + Send + Sync + 'static,
@@ -396,6 +405,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
     /// Chooses the model's view of a session's history (default: all of it).
     pub fn memory_policy(mut self, policy: impl ConversationMemoryPolicy + 'static) -> Self {
         self.config.memory = Arc::new(policy);
+        self.config.memory_is_default = false;
         self
     }
 

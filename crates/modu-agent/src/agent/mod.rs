@@ -118,10 +118,12 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
     pub(crate) memory: Arc<dyn ConversationMemoryPolicy>,
+    /// The memory is the default one: a run without history needs no call to it.
+    pub(crate) memory_is_default: bool,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) leases: Option<crate::lease::SessionLeases>,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
-    pub(crate) fingerprint: String,
+    pub(crate) fingerprint: Arc<str>,
     /// The agent model's chat stack (user chat layers, retry, per-attempt events, the model).
     pub(crate) chat: ChatService,
     /// The planner model's chat stack, when a strict policy names its own planner model.

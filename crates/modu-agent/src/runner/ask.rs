@@ -14,7 +14,7 @@ use crate::agent::settings::ModelSettings;
 use crate::context_provider::{ModelContext, Stage};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
-use crate::memory::MemoryInput;
+use crate::memory::{MemoryInput, MemoryView};
 use crate::message::{Message, Role, ToolCall, Usage};
 use crate::model::{ChatRequest, ResponseFormat, ToolChoice, ToolDefinition};
 
@@ -46,10 +46,11 @@ where
         });
         let mut request = self.build_request(ask.stage, messages, tools, format.clone(), called);
         let agent = Arc::clone(&self.env.agent);
-        let service = match ask.model {
-            ModelSlot::Planner => agent.planner_chat.as_ref().unwrap_or(&agent.chat),
-            ModelSlot::Agent => &agent.chat,
+        let (kept, shared) = match (ask.model, &agent.planner_chat) {
+            (ModelSlot::Planner, Some(planner)) => (&mut self.kept.planner_chat, planner),
+            _ => (&mut self.kept.chat, &agent.chat),
         };
+        let service = kept.get_or_insert_with(|| shared.clone());
         let delta = self.env.emitter.deltas_wanted().then(|| DeltaSink {
             emitter: self.env.emitter.clone(),
             run_id: Arc::clone(&self.env.run_id),
@@ -59,12 +60,12 @@ where
         request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
         let lent = lent_at.map(|(start, len, system)| Lent {
             owner: &mut self.state.messages,
-            system: system.then_some(&mut self.system),
+            system: system.then_some(&mut self.kept.system),
             request: Some(Arc::clone(&request.messages)),
             start,
             len,
         });
-        let call = tower::ServiceExt::oneshot(service.clone(), request);
+        let call = async move { tower::Service::call(tower::ServiceExt::ready(service).await?, request).await };
         let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
         drop(lent);
         self.state.model_calls = self.env.attempts.calls();
@@ -158,7 +159,10 @@ where
         // then goes into the request as it is).
         let joined = (!extra.is_empty()).then(|| self.state.messages.iter().cloned().chain(extra).collect::<Vec<_>>());
         let current: &[Message] = joined.as_deref().unwrap_or(&self.state.messages);
-        let view = {
+        let view = if agent.memory_is_default && self.env.history.is_empty() {
+            // The default memory's view of no history is empty: no call.
+            MemoryView::default()
+        } else {
             let input = MemoryInput {
                 session_id: self.env.ctx.session_id(),
                 instructions,
@@ -254,7 +258,7 @@ where
                 (_, Some(text)) => Some(Message::system(text)),
                 (Some(Instructions::Static(text)), None) if !text.is_empty() => {
                     lent_system = lend;
-                    let kept = if lend { self.system.take() } else { None };
+                    let kept = if lend { self.kept.system.take() } else { None };
                     Some(kept.unwrap_or_else(|| Message::system(text.clone())))
                 }
                 _ => None,

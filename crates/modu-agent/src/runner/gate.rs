@@ -125,7 +125,7 @@ where
             let from = self.env.agent.name.clone();
             let to = target.name.clone();
             self.env.agent = target;
-            self.system = None;
+            self.kept = Default::default();
             self.env.ctx = self.env.ctx.with_agent_name(to.clone());
             self.state.active_agent = Some(to.clone());
             self.open_tools().await?;

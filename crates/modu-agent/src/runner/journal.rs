@@ -270,7 +270,7 @@ where
         if checkpoint.run_id != run_id {
             return Err(invalid(format!("it belongs to run {}", checkpoint.run_id)));
         }
-        if checkpoint.fingerprint != self.inner.fingerprint {
+        if *checkpoint.fingerprint != *self.inner.fingerprint {
             return Err(AgentError::ResumeIncompatible {
                 run_id: run_id.to_owned(),
                 message: format!(

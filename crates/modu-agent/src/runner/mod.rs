@@ -82,7 +82,7 @@ struct Env<C, O> {
     emitter: Emitter,
     deadline: Option<Instant>,
     started: Instant,
-    fingerprint: String,
+    fingerprint: Arc<str>,
 
     history: Vec<Message>,
     parent_run_id: Option<String>,
@@ -117,9 +117,18 @@ struct Run<C, O> {
     resumed: bool,
     /// The run's summary of its oldest tool rounds (summarizing compaction).
     summary: crate::compaction::RunSummary,
-    /// The system message of the agent's static instructions, kept between the run's requests
-    /// (each borrows it; cleared when the run hands over to another agent).
+    /// What the run keeps of its agent between requests (cleared when it hands over).
+    kept: Kept,
+}
+
+/// What a run keeps of its agent between model requests: the system message of static
+/// instructions (each request borrows it), and its own clone of each model slot's chat stack
+/// (one clone per run instead of one per request).
+#[derive(Default)]
+struct Kept {
     system: Option<Message>,
+    chat: Option<crate::middleware::ChatService>,
+    planner_chat: Option<crate::middleware::ChatService>,
 }
 
 impl<C, O> Run<C, O>

@@ -345,7 +345,7 @@ where
             (ctx, cp.state, true, None, nested_pause, cancel)
         }
     };
-    let fingerprint = agent.fingerprint.clone();
+    let fingerprint = Arc::clone(&agent.fingerprint);
     let run_id = ctx.shared_run_id();
     let span = super::spans::run(&agent.name, &run_id, ctx.session_id(), resumed);
     let attempts = chat::AttemptLog::new(
@@ -383,7 +383,7 @@ where
         sessions: Vec::new(),
         resumed,
         summary: Default::default(),
-        system: None,
+        kept: Default::default(),
     };
     let execute = tracing::Instrument::instrument(Box::pin(Box::new(run).execute()), span.clone());
     async move {

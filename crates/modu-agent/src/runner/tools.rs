@@ -25,7 +25,7 @@ where
             && let Some(target) = find_agent(&self.env.agent, &active, 8)
         {
             self.env.agent = target;
-            self.system = None;
+            self.kept = Default::default();
             self.env.ctx = self.env.ctx.with_agent_name(active);
         }
         let providers = self.env.agent.tool_providers.clone();
