@@ -41,7 +41,7 @@ where
         }
     }
 
-    pub(super) async fn finish(mut self, outcome: Result<O, AgentError>) -> RunOutcome<O> {
+    pub(super) async fn finish(mut self: Box<Self>, outcome: Result<O, AgentError>) -> RunOutcome<O> {
         let strict_done = self.state.strict().is_some_and(|s| s.is_done());
         let already_stored = self.state.strict().is_some_and(|s| s.conversation_stored);
         let env = &self.env;

@@ -159,7 +159,7 @@ where
         for provider in &self.env.agent.context_providers {
             provider.run_finished(&self.env.ctx).await;
         }
-        (*self).finish(outcome).await
+        self.finish(outcome).await
     }
 
     async fn drive(&mut self) -> Result<O, AgentError> {
