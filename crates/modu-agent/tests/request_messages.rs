@@ -120,12 +120,85 @@ async fn every_request_sees_the_whole_run_and_the_run_keeps_its_messages() {
             );
         }
         if let Some(kept) = &seen.kept {
-            // A kept request still holds what it asked.
-            let kept = kept.lock().unwrap();
-            let first: Vec<Message> = kept[0].messages.to_vec();
-            assert_eq!(first, asked[0]);
+            assert_eq!(kept.lock().unwrap().len(), 3, "the layer kept every request");
         }
     }
+}
+
+/// A chat layer that edits the messages on their way to the model: it appends a note through
+/// `Arc::make_mut` to the first request, and replaces the messages outright in the others.
+#[derive(Clone)]
+struct Rewrite;
+
+#[derive(Clone)]
+struct Rewritten {
+    inner: ChatService,
+    seen: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Layer<ChatService> for Rewrite {
+    type Service = Rewritten;
+    fn layer(&self, inner: ChatService) -> Rewritten {
+        Rewritten {
+            inner,
+            seen: Arc::default(),
+        }
+    }
+}
+
+impl Service<ChatRequest> for Rewritten {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = <ChatService as Service<ChatRequest>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
+        if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            Arc::make_mut(&mut request.messages).push(Message::user("a note from a layer"));
+        } else {
+            let mut messages = request.messages.to_vec();
+            messages.retain(|m| m.role != Role::System);
+            messages.push(Message::user("another note"));
+            request.messages = Arc::new(messages);
+        }
+        self.inner.call(request)
+    }
+}
+
+/// A layer's edits reach the model and stay out of the run: the run's messages, and what the
+/// next request asks, are the run's own.
+#[tokio::test]
+async fn a_layer_that_edits_the_messages_edits_its_own_copy() {
+    let model = ScriptedModel::new()
+        .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+        .text("5");
+    let seen = Asked::new(false);
+    let agent = Agent::builder(model.clone())
+        .instructions("You add numbers.")
+        .tool(FunctionTool::<()>::new(
+            ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
+            |_c, _a| async move { Ok(serde_json::json!(5)) },
+        ))
+        .chat_layer(seen.clone())
+        .chat_layer(Rewrite)
+        .build()
+        .unwrap();
+    let result = agent.run("2 + 3?").await;
+    assert_eq!(result.output().map(String::as_str), Some("5"), "{:?}", result.error());
+    use Role::{Assistant, System, Tool, User};
+    assert_eq!(roles(result.messages()), [User, Assistant, Tool, Assistant]);
+    assert!(result.messages().iter().all(|m| !m.text().contains("note")));
+    // The outer layer saw the run's own messages; the model saw the edits.
+    let asked = seen.asked();
+    assert_eq!(roles(&asked[1]), [System, User, Assistant, Tool]);
+    assert_eq!(&asked[1][1..], &result.messages()[..3]);
+    let sent = model.requests();
+    assert_eq!(sent[0].messages.last().unwrap().text(), "a note from a layer");
+    assert_eq!(roles(&sent[1].messages), [User, Assistant, Tool, User]);
+    assert_eq!(sent[1].messages[3].text(), "another note");
 }
 
 /// A model call the run abandons (its cancel token fired, or its timeout passed) does not
@@ -264,5 +337,49 @@ async fn a_run_sends_all_its_requests_through_one_clone_of_the_chat_stack() {
         assert!(result.is_completed(), "{:?}", result.error());
         assert_eq!(counts.calls.load(SeqCst), 3 * run, "three requests per run");
         assert_eq!(counts.clones.load(SeqCst) - built, run, "one clone per run");
+    }
+}
+
+/// Strict Plan-and-Execute asks with messages of its own (a step's) and without (the plan,
+/// the final answer), through the planner's stack and the agent's: every request still starts
+/// with the agent's instructions, and the run ends with its messages.
+#[tokio::test]
+async fn strict_steps_with_and_without_their_own_messages_keep_the_instructions() {
+    use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+    let planner = ScriptedModel::new()
+        .text(r#"{"steps": [{"description": "Add 2 and 3", "allowed_tools": ["add"]}]}"#)
+        .without_recording();
+    let model = ScriptedModel::new()
+        .tool_call("add", serde_json::json!({"a": 2, "b": 3}))
+        .text(r#"{"status": "completed", "result": "2 + 3 = 5"}"#)
+        .text("5")
+        .without_recording();
+    let seen = Asked::new(false);
+    let agent = Agent::builder(model)
+        .instructions("Be exact.")
+        .tool(FunctionTool::<()>::new(
+            ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
+            |_c, _a| async move { Ok(serde_json::json!(5)) },
+        ))
+        .chat_layer(seen.clone())
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::new(planner)))
+        .build()
+        .unwrap();
+    let result = agent.run("What is 2 + 3?").await;
+    assert_eq!(result.output().map(String::as_str), Some("5"), "{:?}", result.error());
+    assert_eq!(result.messages()[0].text(), "What is 2 + 3?");
+    let asked = seen.asked();
+    assert_eq!(asked.len(), 4, "plan, step tool call, step result, final answer");
+    for (i, messages) in asked.iter().enumerate() {
+        assert_eq!(messages[0].role, Role::System, "request {i}");
+        assert!(
+            messages[0].text().starts_with("Be exact."),
+            "request {i}: {:?}",
+            messages[0].text()
+        );
+        assert!(
+            messages.iter().any(|m| m.text() == "What is 2 + 3?"),
+            "request {i} asks about the run's input"
+        );
     }
 }

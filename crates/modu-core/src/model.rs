@@ -161,7 +161,9 @@ impl ReasoningReplay {
 #[non_exhaustive]
 pub struct ChatRequest {
     /// The conversation as the model should see it, system instructions first. Shared, so a
-    /// retry layer's copy of the request copies no message (`Arc::make_mut` edits it).
+    /// retry layer's copy of the request copies no message. An agent's run shares it while the
+    /// call lasts (the messages are the run's own, lent), so a layer that edits it with
+    /// `Arc::make_mut` edits its own copy, and the run's messages stay as they were.
     pub messages: Arc<Vec<Message>>,
     /// Tools the model may call, shared like the messages.
     #[serde(default, skip_serializing_if = "no_tools")]

@@ -227,11 +227,13 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
     /// Adds chat middleware around every model call (a tower layer over
     /// [`ChatService`]); the first added is outermost.
     ///
-    /// The stack is built once, at `build()`; each run clones it once per model slot and sends
-    /// all of its requests through that clone (`poll_ready`, then `call`). State a layer keeps
-    /// in its service value (tower's `RateLimit`) is therefore per run; state it shares
-    /// between clones (`ConcurrencyLimit`'s semaphore, a `Buffer`'s worker) spans every run of
-    /// the agent.
+    /// The stack is built once, at `build()`; a run clones it once per model slot (and again
+    /// for the agent it hands over to) and sends all of its requests through that clone
+    /// (`poll_ready`, then `call`). State a layer keeps in its service value (a counter in its
+    /// fields) therefore lasts one run; state its clones share (`ConcurrencyLimit`'s
+    /// semaphore, the worker behind a `Buffer`, so a `RateLimit` behind a `Buffer`) spans
+    /// every run of the agent. The request's messages are shared with the run during the
+    /// call: a layer that edits them (`Arc::make_mut`) edits its own copy.
     pub fn chat_layer<L>(mut self, layer: L) -> Self
     where
         L: tower::Layer<ChatService> + Send + Sync + 'static,

@@ -37,7 +37,10 @@ where
             Format::Fixed(format) => format,
             Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
         };
-        let called = self.tool_called();
+        // Whether the model has called a tool matters only to a configured tool choice.
+        let choice_set = self.env.agent.settings.tool_choice.is_some()
+            || self.state.settings.as_ref().is_some_and(|s| s.tool_choice.is_some());
+        let called = choice_set && self.tool_called();
         // The run's own messages go last; lent, they are moved in and put back after the call.
         let lent_at = lend.map(|lend| {
             let at = (messages.len(), self.state.messages.len(), lend.system);
@@ -90,16 +93,17 @@ where
     pub(super) fn visible_definitions(&self) -> Arc<Vec<ToolDefinition>> {
         let env = &self.env;
         let mut own: Option<Vec<ToolDefinition>> = None;
-        for (i, name) in env.tool_order.iter().enumerate() {
-            let Some(tool) = env.tools.get(name) else {
-                continue;
-            };
-            let enabled = tool.entry.tool.is_enabled(&env.ctx);
+        for (i, definition) in env.definitions.iter().enumerate() {
+            let enabled = env
+                .tools
+                .get(&definition.name)
+                .is_some_and(|t| t.entry.tool.is_enabled(&env.ctx));
             match &mut own {
-                Some(list) if enabled => list.push(tool.entry.tool.spec().definition()),
+                Some(list) if enabled => list.push(definition.clone()),
                 Some(_) => {}
                 None if enabled => {}
-                None => own = Some(env.definitions[..i.min(env.definitions.len())].to_vec()),
+                // The first disabled tool: the offer is the ones before it, and so on.
+                None => own = Some(env.definitions[..i].to_vec()),
             }
         }
         for handoff in env.agent.handoffs.iter().filter(|h| h.is_enabled(&env.ctx)) {

@@ -42,6 +42,9 @@ where
     }
 
     pub(super) async fn finish(mut self: Box<Self>, outcome: Result<O, AgentError>) -> RunOutcome<O> {
+        // The run's clones of the chat stacks go first: a permit a layer holds in one (an
+        // abandoned call's) is not kept from the agent's other runs while this one ends.
+        self.kept = Default::default();
         let strict_done = self.state.strict().is_some_and(|s| s.is_done());
         let already_stored = self.state.strict().is_some_and(|s| s.conversation_stored);
         let env = &self.env;

@@ -21,10 +21,9 @@
 //! paused for approval or failed on a transient error.
 
 use std::collections::{BTreeSet, HashSet};
-
-use foldhash::HashMap;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use tokio::time::Instant;
 
 use crate::agent::{AgentInner, VisibleTool};
