@@ -5,7 +5,9 @@
 //! chat stack.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use modu_agent::middleware::ChatService;
@@ -17,12 +19,69 @@ use modu_testing::ScriptedModel;
 use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
-/// A chat layer that records what every request asked (a copy of its messages), and keeps the
-/// requests themselves past the call when told to (as a layer that logs or caches them would).
+/// A chat layer that runs `on_call` on every request before passing it on, and counts how
+/// often its service is cloned. The tests' layers are this one with different `on_call`s.
+#[derive(Clone)]
+struct Tap {
+    on_call: Arc<dyn Fn(&mut ChatRequest) + Send + Sync>,
+    clones: Arc<AtomicUsize>,
+}
+
+impl Tap {
+    fn new(on_call: impl Fn(&mut ChatRequest) + Send + Sync + 'static) -> Self {
+        Tap {
+            on_call: Arc::new(on_call),
+            clones: Arc::default(),
+        }
+    }
+}
+
+struct Tapped {
+    tap: Tap,
+    inner: ChatService,
+}
+
+impl Clone for Tapped {
+    fn clone(&self) -> Self {
+        self.tap.clones.fetch_add(1, SeqCst);
+        Tapped {
+            tap: self.tap.clone(),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Layer<ChatService> for Tap {
+    type Service = Tapped;
+    fn layer(&self, inner: ChatService) -> Tapped {
+        Tapped {
+            tap: self.clone(),
+            inner,
+        }
+    }
+}
+
+impl Service<ChatRequest> for Tapped {
+    type Response = ChatResponse;
+    type Error = ModelError;
+    type Future = <ChatService as Service<ChatRequest>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
+        (self.tap.on_call)(&mut request);
+        self.inner.call(request)
+    }
+}
+
+/// What every request asked (a copy of its messages), and, when told to keep them, the requests
+/// themselves past the call (as a layer that logs or caches them would).
 #[derive(Clone)]
 struct Asked {
-    asked: Arc<std::sync::Mutex<Vec<Vec<Message>>>>,
-    kept: Option<Arc<std::sync::Mutex<Vec<ChatRequest>>>>,
+    asked: Arc<Mutex<Vec<Vec<Message>>>>,
+    kept: Option<Arc<Mutex<Vec<ChatRequest>>>>,
 }
 
 impl Asked {
@@ -35,39 +94,15 @@ impl Asked {
     fn asked(&self) -> Vec<Vec<Message>> {
         self.asked.lock().unwrap().clone()
     }
-}
-
-#[derive(Clone)]
-struct AskedService {
-    seen: Asked,
-    inner: ChatService,
-}
-
-impl Layer<ChatService> for Asked {
-    type Service = AskedService;
-    fn layer(&self, inner: ChatService) -> AskedService {
-        AskedService {
-            seen: self.clone(),
-            inner,
-        }
-    }
-}
-
-impl Service<ChatRequest> for AskedService {
-    type Response = ChatResponse;
-    type Error = ModelError;
-    type Future = <ChatService as Service<ChatRequest>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
-        self.seen.asked.lock().unwrap().push(request.messages.to_vec());
-        if let Some(kept) = &self.seen.kept {
-            kept.lock().unwrap().push(request.clone());
-        }
-        self.inner.call(request)
+    /// The layer that records.
+    fn tap(&self) -> Tap {
+        let seen = self.clone();
+        Tap::new(move |request| {
+            seen.asked.lock().unwrap().push(request.messages.to_vec());
+            if let Some(kept) = &seen.kept {
+                kept.lock().unwrap().push(request.clone());
+            }
+        })
     }
 }
 
@@ -97,7 +132,7 @@ async fn every_request_sees_the_whole_run_and_the_run_keeps_its_messages() {
                     ))
                 },
             ))
-            .chat_layer(seen.clone())
+            .chat_layer(seen.tap())
             .build()
             .unwrap();
         let result = agent.run("What is 2 + 3 + 1?").await;
@@ -127,36 +162,10 @@ async fn every_request_sees_the_whole_run_and_the_run_keeps_its_messages() {
 
 /// A chat layer that edits the messages on their way to the model: it appends a note through
 /// `Arc::make_mut` to the first request, and replaces the messages outright in the others.
-#[derive(Clone)]
-struct Rewrite;
-
-#[derive(Clone)]
-struct Rewritten {
-    inner: ChatService,
-    seen: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Layer<ChatService> for Rewrite {
-    type Service = Rewritten;
-    fn layer(&self, inner: ChatService) -> Rewritten {
-        Rewritten {
-            inner,
-            seen: Arc::default(),
-        }
-    }
-}
-
-impl Service<ChatRequest> for Rewritten {
-    type Response = ChatResponse;
-    type Error = ModelError;
-    type Future = <ChatService as Service<ChatRequest>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
-        if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+fn rewrite() -> Tap {
+    let seen = AtomicUsize::new(0);
+    Tap::new(move |request| {
+        if seen.fetch_add(1, SeqCst) == 0 {
             Arc::make_mut(&mut request.messages).push(Message::user("a note from a layer"));
         } else {
             let mut messages = request.messages.to_vec();
@@ -164,8 +173,7 @@ impl Service<ChatRequest> for Rewritten {
             messages.push(Message::user("another note"));
             request.messages = Arc::new(messages);
         }
-        self.inner.call(request)
-    }
+    })
 }
 
 /// A layer's edits reach the model and stay out of the run: the run's messages, and what the
@@ -182,8 +190,8 @@ async fn a_layer_that_edits_the_messages_edits_its_own_copy() {
             ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
             |_c, _a| async move { Ok(serde_json::json!(5)) },
         ))
-        .chat_layer(seen.clone())
-        .chat_layer(Rewrite)
+        .chat_layer(seen.tap())
+        .chat_layer(rewrite())
         .build()
         .unwrap();
     let result = agent.run("2 + 3?").await;
@@ -212,7 +220,7 @@ async fn a_model_call_abandoned_mid_flight_leaves_the_run_its_messages() {
     let seen = Asked::new(false);
     let agent: Agent<()> = Agent::builder(model)
         .instructions("Answer.")
-        .chat_layer(seen.clone())
+        .chat_layer(seen.tap())
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
         .build()
         .unwrap();
@@ -261,50 +269,22 @@ async fn a_model_call_abandoned_mid_flight_leaves_the_run_its_messages() {
     assert_eq!(result.messages()[0].text(), "hello");
 }
 
-/// A chat layer whose service counts how often it is cloned and called.
+/// How often a chat layer's service was cloned and called.
 #[derive(Clone)]
 struct CountClones {
-    clones: Arc<std::sync::atomic::AtomicUsize>,
-    calls: Arc<std::sync::atomic::AtomicUsize>,
+    clones: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
 }
 
-struct Counted {
-    counts: CountClones,
-    inner: ChatService,
-}
-
-impl Clone for Counted {
-    fn clone(&self) -> Self {
-        self.counts.clones.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Counted {
-            counts: self.counts.clone(),
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl Layer<ChatService> for CountClones {
-    type Service = Counted;
-    fn layer(&self, inner: ChatService) -> Counted {
-        Counted {
-            counts: self.clone(),
-            inner,
-        }
-    }
-}
-
-impl Service<ChatRequest> for Counted {
-    type Response = ChatResponse;
-    type Error = ModelError;
-    type Future = <ChatService as Service<ChatRequest>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ModelError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
-        self.counts.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.call(request)
+impl CountClones {
+    /// The layer that counts.
+    fn tap(&self) -> Tap {
+        let calls = Arc::clone(&self.calls);
+        let mut tap = Tap::new(move |_| {
+            calls.fetch_add(1, SeqCst);
+        });
+        tap.clones = Arc::clone(&self.clones);
+        tap
     }
 }
 
@@ -312,7 +292,6 @@ impl Service<ChatRequest> for Counted {
 /// of its requests through that clone.
 #[tokio::test]
 async fn a_run_sends_all_its_requests_through_one_clone_of_the_chat_stack() {
-    use std::sync::atomic::Ordering::SeqCst;
     let counts = CountClones {
         clones: Arc::default(),
         calls: Arc::default(),
@@ -328,7 +307,7 @@ async fn a_run_sends_all_its_requests_through_one_clone_of_the_chat_stack() {
             ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
             |_c, _a| async move { Ok(serde_json::json!(0)) },
         ))
-        .chat_layer(counts.clone())
+        .chat_layer(counts.tap())
         .build()
         .unwrap();
     let built = counts.clones.load(SeqCst);
@@ -361,7 +340,7 @@ async fn strict_steps_with_and_without_their_own_messages_keep_the_instructions(
             ToolSpec::new("add", "Add", serde_json::json!({"type": "object"})),
             |_c, _a| async move { Ok(serde_json::json!(5)) },
         ))
-        .chat_layer(seen.clone())
+        .chat_layer(seen.tap())
         .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::new(planner)))
         .build()
         .unwrap();

@@ -55,11 +55,10 @@ pub(crate) struct VisibleTool<C> {
     pub(crate) entry: ToolEntry<C>,
 }
 
-/// A run's tools by name, and their names in order (shared: an agent without tool providers
+/// A run's tools by name, and their definitions in order (shared: an agent without tool providers
 /// indexes its tools once, in [`AgentInner::tool_index`]).
 pub(crate) type ToolIndex<C> = (
     Arc<foldhash::HashMap<String, VisibleTool<C>>>,
-    Arc<Vec<String>>,
     Arc<Vec<crate::model::ToolDefinition>>,
 );
 

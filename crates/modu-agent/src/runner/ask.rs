@@ -31,23 +31,18 @@ where
             Offer::Stage => None,
             Offer::Only(definitions) => Some(definitions),
         };
-        let (mut messages, tools, lend) = self.prepare(ask.stage, ask.extra, only).await?;
+        let (messages, tools, lend) = self.prepare(ask.stage, ask.extra, only).await?;
         let offered_tools = !tools.is_empty();
         let format = match ask.format {
             Format::Fixed(format) => format,
             Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
         };
-        // Whether the model has called a tool matters only to a configured tool choice.
-        let choice_set = self.env.agent.settings.tool_choice.is_some()
-            || self.state.settings.as_ref().is_some_and(|s| s.tool_choice.is_some());
-        let called = choice_set && self.tool_called();
+        let mut request = self.build_request(ask.stage, messages, tools, format.clone());
         // The run's own messages go last; lent, they are moved in and put back after the call.
-        let lent_at = lend.map(|lend| {
-            let at = (messages.len(), self.state.messages.len(), lend.system);
-            messages.append(&mut self.state.messages);
-            at
+        let lent = lend.map(|lend| {
+            let system = lend.system.then_some(&mut self.kept.system);
+            Lent::new(&mut request, &mut self.state.messages, system)
         });
-        let mut request = self.build_request(ask.stage, messages, tools, format.clone(), called);
         let agent = Arc::clone(&self.env.agent);
         let (kept, shared) = match (ask.model, &agent.planner_chat) {
             (ModelSlot::Planner, Some(planner)) => (&mut self.kept.planner_chat, planner),
@@ -61,13 +56,6 @@ where
         });
         request.extensions.deadline = self.env.deadline;
         request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
-        let lent = lent_at.map(|(start, len, system)| Lent {
-            owner: &mut self.state.messages,
-            system: system.then_some(&mut self.kept.system),
-            request: Some(Arc::clone(&request.messages)),
-            start,
-            len,
-        });
         let call = async move { tower::Service::call(tower::ServiceExt::ready(service).await?, request).await };
         let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
         drop(lent);
@@ -94,10 +82,7 @@ where
         let env = &self.env;
         let mut own: Option<Vec<ToolDefinition>> = None;
         for (i, definition) in env.definitions.iter().enumerate() {
-            let enabled = env
-                .tools
-                .get(&definition.name)
-                .is_some_and(|t| t.entry.tool.is_enabled(&env.ctx));
+            let enabled = env.tool_enabled(&definition.name);
             match &mut own {
                 Some(list) if enabled => list.push(definition.clone()),
                 Some(_) => {}
@@ -328,7 +313,6 @@ where
         messages: Vec<Message>,
         tools: Arc<Vec<ToolDefinition>>,
         format: Option<ResponseFormat>,
-        called: bool,
     ) -> ChatRequest {
         let merged;
         let s = match &self.state.settings {
@@ -349,7 +333,7 @@ where
         request.stop = s.stop.clone();
         if has_tools {
             request.parallel_tool_calls = s.parallel_tool_calls;
-            request.tool_choice = self.tool_choice(stage, s, &request.tools, called);
+            request.tool_choice = self.tool_choice(stage, s, &request.tools);
         }
         request
     }
@@ -357,17 +341,16 @@ where
     /// The tool choice of a standard run's acting request: the settings' choice until the
     /// model's first tool call of the run (then the server's default, unless
     /// `keep_tool_choice`), and a named tool only when the request offers it.
-    fn tool_choice(
-        &self,
-        stage: Stage,
-        s: &ModelSettings,
-        tools: &[ToolDefinition],
-        called: bool,
-    ) -> Option<ToolChoice> {
+    fn tool_choice(&self, stage: Stage, s: &ModelSettings, tools: &[ToolDefinition]) -> Option<ToolChoice> {
         let choice = s.tool_choice.as_ref()?;
         if stage != Stage::Act || self.state.strict().is_some() {
             return None;
         }
+        let called = self
+            .state
+            .messages
+            .iter()
+            .any(|m| m.role == Role::Assistant && m.has_tool_calls());
         if called && !s.keep_tool_choice {
             return None;
         }
@@ -375,14 +358,6 @@ where
             ToolChoice::Named(name) if !tools.iter().any(|t| &t.name == name) => None,
             other => Some(other.clone()),
         }
-    }
-
-    /// Whether the model has called a tool in this run.
-    fn tool_called(&self) -> bool {
-        self.state
-            .messages
-            .iter()
-            .any(|m| m.role == Role::Assistant && m.has_tool_calls())
     }
 
     /// Whether an id of `calls` repeats one of them or one the run has used (then the answer's
@@ -439,6 +414,23 @@ struct Lent<'a> {
     request: Option<Arc<Vec<Message>>>,
     start: usize,
     len: usize,
+}
+
+impl<'a> Lent<'a> {
+    /// Lends `owner`'s messages to `request`, after the ones it has (its messages are not
+    /// shared yet, so no copy is made), and `system`'s message, already its first.
+    fn new(request: &mut ChatRequest, owner: &'a mut Vec<Message>, system: Option<&'a mut Option<Message>>) -> Self {
+        let messages = Arc::make_mut(&mut request.messages);
+        let (start, len) = (messages.len(), owner.len());
+        messages.append(owner);
+        Lent {
+            owner,
+            system,
+            request: Some(Arc::clone(&request.messages)),
+            start,
+            len,
+        }
+    }
 }
 
 impl Drop for Lent<'_> {

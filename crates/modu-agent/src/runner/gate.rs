@@ -379,11 +379,11 @@ where
                 .filter(|t| t.entry.tool.is_enabled(&self.ctx))
                 .ok_or_else(|| {
                     let available: Vec<&str> = self
-                        .tool_order
+                        .definitions
                         .iter()
+                        .map(|d| d.name.as_str())
                         .filter(|n| offered.is_none_or(|o| o.contains(*n)))
-                        .filter(|n| self.tools.get(*n).is_some_and(|t| t.entry.tool.is_enabled(&self.ctx)))
-                        .map(String::as_str)
+                        .filter(|n| self.tool_enabled(n))
                         .collect();
                     refused(
                         ToolError::new(ToolErrorKind::NotFound, "unknown_tool").with_message(format!(

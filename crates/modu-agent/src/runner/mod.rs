@@ -74,9 +74,8 @@ struct Env<C, O> {
     /// Cancels the run at its next boundary (`AgentRequest::cancel_token`).
     cancel: Option<tokio_util::sync::CancellationToken>,
     tools: Arc<HashMap<String, VisibleTool<C>>>,
-    tool_order: Arc<Vec<String>>,
-    /// The definitions of every tool of `tool_order`, in order (shared by the requests that
-    /// offer them all).
+    /// The definitions of the run's tools, in order (the agent's, then each session's): the
+    /// order the model and refusals list them in, shared by the requests that offer them all.
     definitions: Arc<Vec<ToolDefinition>>,
     emitter: Emitter,
     deadline: Option<Instant>,
@@ -92,6 +91,11 @@ struct Env<C, O> {
 }
 
 impl<C, O> Env<C, O> {
+    /// Whether the run's tool `name` is enabled now.
+    fn tool_enabled(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|t| t.entry.tool.is_enabled(&self.ctx))
+    }
+
     /// Whether the run's state outlives it (a checkpoint store, or a parent that keeps a nested
     /// run's state): only then does the state carry a copy of the per-model usage.
     fn keeps_state(&self) -> bool {
@@ -340,16 +344,17 @@ where
     }
 
     fn enabled_tools(&self) -> Vec<ToolDefinition> {
-        self.tool_order
+        self.definitions
             .iter()
-            .filter_map(|name| self.enabled_tool(name))
+            .filter(|d| self.tool_enabled(&d.name))
+            .cloned()
             .collect()
     }
 
     fn enabled_tool(&self, name: &str) -> Option<ToolDefinition> {
         self.tools
             .get(name)
-            .filter(|t| t.entry.tool.is_enabled(&self.ctx))
+            .filter(|_| self.tool_enabled(name))
             .map(|t| t.entry.tool.spec().definition())
     }
 

@@ -357,7 +357,7 @@ where
         agent.retry.max_attempts,
         span.clone(),
     );
-    let (tools, tool_order, definitions) = super::tools::own_index(&agent);
+    let (tools, definitions) = super::tools::own_index(&agent);
     let run = Run {
         env: Env {
             agent,
@@ -365,7 +365,6 @@ where
             run_id,
             attempts,
             tools,
-            tool_order,
             definitions,
             emitter,
             deadline,

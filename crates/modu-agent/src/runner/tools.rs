@@ -55,16 +55,16 @@ where
         if changed { self.index_tools() } else { Ok(()) }
     }
 
-    /// The run's tools by name, in order: the agent's own, then each session's. A name offered
-    /// twice is a configuration error.
+    /// The run's tools by name, and their definitions in order: the agent's own, then each
+    /// session's. A name offered twice is a configuration error.
     fn index_tools(&mut self) -> Result<(), AgentError> {
         if self.sessions.is_empty() {
             // Only the agent's own tools (again: a resumed run may have handed over).
-            (self.env.tools, self.env.tool_order, self.env.definitions) = own_index(&self.env.agent);
+            (self.env.tools, self.env.definitions) = own_index(&self.env.agent);
             return Ok(());
         }
-        let (mut tools, mut order) = (HashMap::default(), Vec::new());
-        index_own(&self.env.agent.tools, &mut tools, &mut order);
+        let (mut tools, mut definitions) = (HashMap::default(), Vec::new());
+        index_own(&self.env.agent.tools, &mut tools, &mut definitions);
         for (provider, session) in &self.sessions {
             for tool in session.tools() {
                 let name = tool.spec().name.clone();
@@ -74,13 +74,12 @@ where
                     });
                 }
                 let entry = compile_tool(tool)?;
-                order.push(name.clone());
+                definitions.push(entry.tool.spec().definition());
                 tools.insert(name, VisibleTool { entry });
             }
         }
-        self.env.definitions = Arc::new(definitions(&tools, &order));
         self.env.tools = Arc::new(tools);
-        self.env.tool_order = Arc::new(order);
+        self.env.definitions = Arc::new(definitions);
         Ok(())
     }
 }
@@ -88,29 +87,22 @@ where
 /// The index of `agent`'s own tools, built once per agent and shared by its runs (a run sets
 /// out with it, and keeps it unless tool providers add theirs).
 pub(super) fn own_index<C, O>(agent: &AgentInner<C, O>) -> ToolIndex<C> {
-    let (tools, order, definitions) = agent.tool_index.get_or_init(|| {
-        let (mut tools, mut order) = (HashMap::default(), Vec::new());
-        index_own(&agent.tools, &mut tools, &mut order);
-        let definitions = definitions(&tools, &order);
-        (Arc::new(tools), Arc::new(order), Arc::new(definitions))
+    let (tools, definitions) = agent.tool_index.get_or_init(|| {
+        let (mut tools, mut definitions) = (HashMap::default(), Vec::new());
+        index_own(&agent.tools, &mut tools, &mut definitions);
+        (Arc::new(tools), Arc::new(definitions))
     });
-    (Arc::clone(tools), Arc::clone(order), Arc::clone(definitions))
+    (Arc::clone(tools), Arc::clone(definitions))
 }
 
-/// Every indexed tool's definition, in order: what a request offers when all are enabled.
-fn definitions<C>(tools: &HashMap<String, VisibleTool<C>>, order: &[String]) -> Vec<ToolDefinition> {
-    order
-        .iter()
-        .filter_map(|name| tools.get(name))
-        .map(|t| t.entry.tool.spec().definition())
-        .collect()
-}
-
-/// Indexes the agent's own tools, in order.
-fn index_own<C>(entries: &[ToolEntry<C>], tools: &mut HashMap<String, VisibleTool<C>>, order: &mut Vec<String>) {
+/// Indexes the agent's own tools, and their definitions in order.
+fn index_own<C>(
+    entries: &[ToolEntry<C>],
+    tools: &mut HashMap<String, VisibleTool<C>>,
+    definitions: &mut Vec<ToolDefinition>,
+) {
     for entry in entries {
-        let name = entry.tool.spec().name.clone();
-        order.push(name.clone());
-        tools.insert(name, VisibleTool { entry: entry.clone() });
+        definitions.push(entry.tool.spec().definition());
+        tools.insert(entry.tool.spec().name.clone(), VisibleTool { entry: entry.clone() });
     }
 }
