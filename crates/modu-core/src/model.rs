@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::message::{Message, Role};
@@ -369,13 +370,29 @@ impl<M: ChatModel + ?Sized> ChatModel for std::sync::Arc<M> {
     fn model_name(&self) -> &str {
         (**self).model_name()
     }
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        (**self).stream(request).await
+    // Forwarded as they are: an `async fn` here would box the inner call's boxed future
+    // again, one more allocation per request.
+    fn stream<'life0, 'async_trait>(
+        &'life0 self,
+        request: ChatRequest,
+    ) -> BoxFuture<'async_trait, Result<ChatStream, ModelError>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).stream(request)
     }
     fn input_modalities(&self) -> crate::modality::InputModalities {
         (**self).input_modalities()
     }
-    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        (**self).complete(request).await
+    fn complete<'life0, 'async_trait>(
+        &'life0 self,
+        request: ChatRequest,
+    ) -> BoxFuture<'async_trait, Result<ChatResponse, ModelError>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).complete(request)
     }
 }

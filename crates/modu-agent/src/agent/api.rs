@@ -23,7 +23,7 @@ where
     ///
     /// Never panics on bad input: a failure is a [`RunOutcome::Failed`].
     pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> RunOutcome<O> {
-        // The caller's future stays small: the run's state machine (several KB) is boxed
+        // The caller's future stays small: the run's state machine (a few KB) is boxed
         // where the run is set up, so moving this future (into `join_all`, a
         // `FuturesUnordered`, a spawned task) copies little.
         run_through_layers(&self.inner, request.into()).await
@@ -31,7 +31,11 @@ where
 
     /// Runs the agent, yielding its events as they happen and the result at the end.
     ///
-    /// The run proceeds on a spawned task; dropping the stream cancels it. The last item is
+    /// The stream drives the run as it is polled, on the caller's task (no task is spawned):
+    /// read it to its end, or drop it to stop the run (before the drop returns). A caller that
+    /// stops polling pauses the run. Events sent from another task while the run waits (a
+    /// tool's progress, say) wake the reader. A run that panics ends the stream with a
+    /// `Failed` result. The last item is
     /// always [`StreamItem::Completed`](crate::StreamItem::Completed), [`StreamItem::Paused`](crate::StreamItem::Paused) or [`StreamItem::Failed`](crate::StreamItem::Failed), carrying the outcome (the
     /// `RunCompleted` / `RunPaused` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
     /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the
@@ -56,8 +60,8 @@ where
         let mut request = request;
         request.stream = Some(tx);
         let inner = Arc::clone(&self.inner);
-        let handle = tokio::spawn(async move { run_through_layers(&inner, request).await });
-        RunStream::new(rx, handle, self.inner.name.clone(), public_only)
+        let run = Box::pin(async move { run_through_layers(&inner, request).await });
+        RunStream::new(rx, run, self.inner.name.clone(), public_only)
     }
 
     /// Continues a run that failed on a transient error from its last checkpoint.
@@ -85,7 +89,8 @@ where
     /// [`Agent::resume`], yielding the resumed run's events and then its result, as
     /// [`Agent::stream`] does (a strict agent's stream shows only what a user sees).
     ///
-    /// The run proceeds on a spawned task; dropping the stream cancels it.
+    /// As with [`Agent::stream`], the stream drives the run as it is polled; dropping it stops
+    /// the run.
     pub fn resume_stream(&self, run_id: &str, context: C) -> RunStream<O> {
         self.resume_stream_with(run_id, Arc::new(context), None)
     }
@@ -111,9 +116,9 @@ where
         let (tx, rx) = mpsc::channel(256);
         let agent = self.clone();
         let run_id = run_id.to_owned();
-        let handle = tokio::spawn(async move { agent.resume_with(&run_id, context, Some(tx), token).await });
+        let run = Box::pin(async move { agent.resume_with(&run_id, context, Some(tx), token).await });
         let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
-        RunStream::new(rx, handle, self.inner.name.clone(), public_only)
+        RunStream::new(rx, run, self.inner.name.clone(), public_only)
     }
 
     /// Resumes a nested run from the state its parent kept, with the decisions made on the

@@ -56,7 +56,11 @@ where
         });
         request.extensions.deadline = self.env.deadline;
         request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
-        let call = async move { tower::Service::call(tower::ServiceExt::ready(service).await?, request).await };
+        // The request lives on in the call's future only (not also in this one's state).
+        let call = {
+            let request = request;
+            async move { tower::Service::call(tower::ServiceExt::ready(service).await?, request).await }
+        };
         let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
         drop(lent);
         self.state.model_calls = self.env.attempts.calls();
@@ -256,7 +260,10 @@ where
         if let Some(system) = system {
             messages.insert(0, system);
         }
-        self.compact(&mut messages, &offer).await?;
+        if agent.compaction.is_some() {
+            // Boxed: its summarizing call would otherwise size every request's future.
+            Box::pin(self.compact(&mut messages, &offer)).await?;
+        }
         Ok((messages, offer, lend.then_some(Lend { system: lent_system })))
     }
 

@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -390,15 +390,21 @@ impl tower::retry::Policy<ChatRequest, ChatResponse, ModelError> for ModelRetry 
 }
 
 /// Awaits `fut` within the run's deadline; elapsing ends the run with [`AgentError::Timeout`].
-pub(crate) async fn with_deadline<F: Future>(
+///
+/// A combinator, not an `async fn`: an `async fn` would hold `fut` twice in its state (as its
+/// argument and as what it awaits), and this wraps the run's largest futures.
+pub(crate) fn with_deadline<F: Future>(
     deadline: Option<Instant>,
     timeout: Option<Duration>,
     fut: F,
-) -> Result<F::Output, AgentError> {
+) -> impl Future<Output = Result<F::Output, AgentError>> {
+    use futures::FutureExt;
     match deadline {
-        None => Ok(fut.await),
-        Some(d) => tokio::time::timeout_at(d, fut).await.map_err(|_| AgentError::Timeout {
-            after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-        }),
+        None => Either::Left(fut.map(Ok)),
+        Some(d) => Either::Right(tokio::time::timeout_at(d, fut).map(move |r| {
+            r.map_err(|_| AgentError::Timeout {
+                after_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+            })
+        })),
     }
 }

@@ -69,18 +69,21 @@ pub(crate) fn tool(name: &str, call_id: &str) -> Span {
 }
 
 /// A tool call's future in its span; a failed call records its kind (`error.type`; a call
-/// the run's deadline cut is a `timeout`).
-pub(crate) async fn tool_call<T, E>(
+/// the run's deadline cut is a `timeout`). A combinator: an `async fn` would hold the call twice.
+pub(crate) fn tool_call<T, E>(
     span: Span,
     call: impl Future<Output = Result<Result<T, ToolError>, E>>,
-) -> Result<Result<T, ToolError>, E> {
-    let outcome = tracing::Instrument::instrument(call, span.clone()).await;
-    match &outcome {
-        Ok(Err(e)) => record_error(&span, e.kind.as_str()),
-        Err(_) => record_error(&span, "timeout"),
-        Ok(Ok(_)) => {}
-    }
-    outcome
+) -> impl Future<Output = Result<Result<T, ToolError>, E>> {
+    use futures::FutureExt;
+    let recorded = span.clone();
+    tracing::Instrument::instrument(call, span).map(move |outcome| {
+        match &outcome {
+            Ok(Err(e)) => record_error(&recorded, e.kind.as_str()),
+            Err(_) => record_error(&recorded, "timeout"),
+            Ok(Ok(_)) => {}
+        }
+        outcome
+    })
 }
 
 /// One store operation's span (under the current span: the run's).

@@ -1,10 +1,13 @@
 //! [`RunStream`]: a run's events as they happen, then its result.
 
-use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use futures::Stream;
+use futures::future::BoxFuture;
+use futures::task::noop_waker_ref;
+use futures::{FutureExt, Stream};
+use sync_wrapper::SyncWrapper;
 use tokio::sync::mpsc;
 
 use crate::error::AgentError;
@@ -16,11 +19,13 @@ pub struct RunStream<O> {
     /// Boxed events: a channel allocates its slots in blocks of 32, and an unboxed event
     /// would make every streamed run's first block about 7 KB.
     rx: mpsc::Receiver<Box<AgentEvent>>,
-    handle: Option<tokio::task::JoinHandle<RunOutcome<O>>>,
+    /// The run itself, polled by the stream (on the caller's task) until it ends. Only ever
+    /// used through `&mut`, so the stream is `Sync` although the future is not.
+    run: Option<SyncWrapper<BoxFuture<'static, RunOutcome<O>>>>,
     agent: String,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
-    /// The run's result, once its task has ended, handed out after the last event.
+    /// The run's result, once the run has ended, handed out after the last event.
     finished: Option<RunOutcome<O>>,
 }
 
@@ -73,16 +78,11 @@ impl<O> From<RunOutcome<O>> for StreamItem<O> {
 }
 
 impl<O> RunStream<O> {
-    /// The next event to hand out, if any is waiting (strict runs' `stream` skips internal ones).
+    /// An event waiting in the channel, if any (strict runs' `stream` skips internal ones);
+    /// else `cx` is woken by the next one.
     fn next_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
         loop {
-            let polled = if self.handle.is_some() {
-                self.rx.poll_recv(cx).map(|e| e.map(|e| *e))
-            } else {
-                // The run has ended: everything it sent is in the channel already.
-                Poll::Ready(self.rx.try_recv().ok().map(|e| *e))
-            };
-            match polled {
+            match self.rx.poll_recv(cx).map(|e| e.map(|e| *e)) {
                 Poll::Ready(Some(event)) if self.public_only && !is_public(&event) => continue,
                 other => return other,
             }
@@ -90,7 +90,7 @@ impl<O> RunStream<O> {
     }
 }
 
-// Nothing of a `RunStream` is structurally pinned (the result is only moved out).
+// Nothing of a `RunStream` is structurally pinned (the run is boxed, the result only moved out).
 impl<O> Unpin for RunStream<O> {}
 
 impl<O> Stream for RunStream<O> {
@@ -99,59 +99,53 @@ impl<O> Stream for RunStream<O> {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         loop {
-            match this.next_event(cx) {
-                Poll::Ready(Some(event)) => return Poll::Ready(Some(StreamItem::Event(event))),
-                Poll::Ready(None) if this.handle.is_none() => {
-                    return Poll::Ready(this.finished.take().map(StreamItem::from));
-                }
-                // Every sender is gone, or none has sent yet: has the run ended?
-                Poll::Ready(None) | Poll::Pending => {}
+            // Events the run already sent come first (and make room for a run that waits).
+            // Asked with a waker that does nothing: the events the run sends while it is
+            // polled below are read right after it, so they need not wake this task again.
+            if let Poll::Ready(Some(event)) = this.next_event(&mut Context::from_waker(noop_waker_ref())) {
+                return Poll::Ready(Some(StreamItem::Event(event)));
             }
-            let Some(handle) = this.handle.as_mut() else {
-                continue;
+            let Some(run) = this.run.as_mut() else {
+                return Poll::Ready(this.finished.take().map(StreamItem::from));
             };
-            match Pin::new(handle).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(joined) => {
-                    this.handle = None;
-                    this.finished = Some(joined.unwrap_or_else(|e| {
+            match AssertUnwindSafe(run.get_mut().as_mut()).catch_unwind().poll_unpin(cx) {
+                Poll::Ready(ended) => {
+                    this.run = None;
+                    this.finished = Some(ended.unwrap_or_else(|_| {
                         RunOutcome::failed(
                             String::new(),
                             this.agent.clone(),
-                            if e.is_cancelled() {
-                                AgentError::Cancelled
-                            } else {
-                                AgentError::Configuration {
-                                    message: "the run task panicked".into(),
-                                }
+                            AgentError::Configuration {
+                                message: "the run panicked".into(),
                             },
                         )
                     }));
                 }
+                Poll::Pending => {
+                    // Registered for events sent while the run waits (a tool's task reporting
+                    // progress, say).
+                    return match this.next_event(cx) {
+                        Poll::Ready(Some(event)) => Poll::Ready(Some(StreamItem::Event(event))),
+                        // The run still holds a sender while it is pending.
+                        Poll::Ready(None) | Poll::Pending => Poll::Pending,
+                    };
+                }
             }
-        }
-    }
-}
-
-impl<O> Drop for RunStream<O> {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.abort();
         }
     }
 }
 
 impl<O> RunStream<O> {
-    /// The stream of a run on `handle` that sends its events to `rx`.
+    /// The stream of `run`, which sends its events to `rx`.
     pub(crate) fn new(
         rx: mpsc::Receiver<Box<AgentEvent>>,
-        handle: tokio::task::JoinHandle<RunOutcome<O>>,
+        run: BoxFuture<'static, RunOutcome<O>>,
         agent: String,
         public_only: bool,
     ) -> Self {
         RunStream {
             rx,
-            handle: Some(handle),
+            run: Some(SyncWrapper::new(run)),
             agent,
             public_only,
             finished: None,
