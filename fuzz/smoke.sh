@@ -10,7 +10,8 @@
 #
 # Fails when any step fails: a crash, a failed property, a hang (timeout) or an out-of-memory in
 # any target. Findings are kept under $FUZZ_WORK/artifacts/<target>/ (default: a temporary
-# folder, printed). Honours CARGO_TARGET_DIR (default: fuzz/target).
+# folder, printed, and removed when every target passed). Honours CARGO_TARGET_DIR (default:
+# fuzz/target).
 #
 # Environment: FUZZ_SECONDS (60), FUZZ_TARGETS (space-separated subset; default all),
 # FUZZ_TOOLCHAIN (nightly), FUZZ_WORK (scratch folder), FUZZ_SKIP_REPLAY=1.
@@ -22,7 +23,13 @@ seconds="${FUZZ_SECONDS:-60}"
 toolchain="${FUZZ_TOOLCHAIN:-nightly}"
 all_targets="openai_sse ollama_ndjson tool_arguments checkpoint skill_front_matter mcp_tool_result modu_toml"
 targets="${FUZZ_TARGETS:-$all_targets}"
-work="${FUZZ_WORK:-$(mktemp -d -t modu-fuzz-smoke.XXXXXX)}"
+if [ -n "${FUZZ_WORK:-}" ]; then
+    work="$FUZZ_WORK"
+    own_work=0
+else
+    work="$(mktemp -d -t modu-fuzz-smoke.XXXXXX)"
+    own_work=1
+fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}"
 export CARGO_INCREMENTAL=0
 # The sanitizer-free build: safe Rust needs no ASan to find panics, overflows (debug assertions
@@ -83,5 +90,10 @@ printf '  %s\n' "${summary[@]}"
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzz smoke: FAILED: ${failed[*]} (inputs in $work/artifacts/)" >&2
     exit 1
+fi
+# A scratch folder of our own holds only the run's new inputs and logs once every target
+# passed: removed, so repeated runs do not fill /tmp (findings are kept: see above).
+if [ "$own_work" = 1 ]; then
+    rm -rf "$work"
 fi
 echo "fuzz smoke: ok"
