@@ -1,7 +1,7 @@
 //! The chat stack of one model slot, built once when the agent is built:
 //!
 //! ```text
-//! user chat layers → ModelRetryLayer → ModelEventsLayer → ModelService → ChatModel
+//! user chat layers → ModelRetryLayer → ModelCall (per-attempt events around the model) → ChatModel
 //! ```
 //!
 //! What a call needs from its run rides in [`ChatRequest::extensions`], not in a task-local, so
@@ -123,93 +123,87 @@ impl AttemptLog {
 
 /// Builds the chat stack of one model slot.
 pub(crate) fn stack(model: Arc<dyn ChatModel>, user_layers: &[ChatLayerFn], retry: &RetryConfig) -> ChatService {
-    let events = ModelEventsLayer {
-        model: Arc::from(model.model_name()),
-    };
-    let service = ModelRetry::layer(retry.clone()).layer(events.layer(ModelService { model }));
+    let name = Arc::from(model.model_name());
+    let service = ModelRetry::layer(retry.clone()).layer(ModelCall { model, name });
     crate::middleware::apply(ChatService::new(service), user_layers)
 }
 
-/// The innermost chat service: streams when the request carries a [`DeltaSink`] (forwarding
-/// text deltas as they arrive), otherwise asks for the whole answer.
-#[derive(Clone)]
-pub(crate) struct ModelService {
-    pub(crate) model: Arc<dyn ChatModel>,
+/// The model's answer to one attempt: streamed when a [`DeltaSink`] wants the deltas
+/// (forwarding them as they arrive), otherwise asked whole. The model sees none of the run's
+/// per-request data (a model that keeps its requests must not keep the run's event channel
+/// open).
+///
+/// A whole answer's future stays small, so the attempt's future holds it in place; the
+/// streaming one (the stream, a builder, the partial output) is boxed.
+fn answer(
+    model: Arc<dyn ChatModel>,
+    mut request: ChatRequest,
+) -> Either<impl Future<Output = Result<ChatResponse, ModelError>>, BoxFuture<'static, Result<ChatResponse, ModelError>>>
+{
+    request.extensions.deadline = None;
+    let sink = request
+        .extensions
+        .run
+        .take()
+        .and_then(|run| run.downcast::<RunCall>().ok())
+        .and_then(|run| run.delta.clone());
+    match sink {
+        None => Either::Left(async move { model.complete(request).await }),
+        Some(sink) => Either::Right(Box::pin(answer_streamed(model, request, sink))),
+    }
 }
 
-impl Service<ChatRequest> for ModelService {
-    type Response = ChatResponse;
-    type Error = ModelError;
-    type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ModelError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
-        let model = Arc::clone(&self.model);
-        // The model sees none of the run's per-request data (a model that keeps its requests
-        // must not keep the run's event channel open).
-        request.extensions.deadline = None;
-        let sink = request
-            .extensions
-            .run
-            .take()
-            .and_then(|run| run.downcast::<RunCall>().ok())
-            .and_then(|run| run.delta.clone());
-        let Some(sink) = sink else {
-            // Its own small future: the streaming one below holds a builder, the partial
-            // output and the stream, which every in-flight request would otherwise carry.
-            return Box::pin(async move { model.complete(request).await });
-        };
-        Box::pin(async move {
-            // The run's structured output, streamed: partial snapshots for the caller.
-            let mut partial = (request.response_format.is_some()
-                && matches!(sink.route, DeltaRoute::Answer | DeltaRoute::Final)
-                && sink.emitter.has_stream())
-            .then(PartialOutput::default);
-            let mut stream = model.stream(request).await?;
-            let mut builder = ChatResponseBuilder::default();
-            while let Some(event) = stream.next().await {
-                let event = event?;
-                // Folded first, so the delta itself moves into its event (no copy per delta).
-                builder.push_ref(&event);
-                match event {
-                    ChatEvent::TextDelta { text } if !text.is_empty() => {
-                        let snapshot = partial.as_mut().and_then(|p| p.push(&text));
-                        sink.emitter.emit(sink.route.event(&sink.run_id, text)).await;
-                        if let Some(snapshot) = snapshot {
-                            let event = AgentEvent::OutputPartial {
-                                run_id: sink.run_id.to_string(),
-                                snapshot,
-                            };
-                            sink.emitter.emit_to_stream(event).await;
-                        }
-                    }
-                    ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
-                        sink.emitter.emit(sink.route.reasoning(&sink.run_id, text)).await;
-                    }
-                    ChatEvent::ToolCallDelta {
-                        index,
-                        id,
-                        name,
-                        arguments,
-                    } if matches!(sink.route, DeltaRoute::Answer) => {
-                        let event = AgentEvent::ToolCallDelta {
-                            run_id: sink.run_id.to_string(),
-                            index,
-                            id,
-                            tool: name,
-                            arguments,
-                        };
-                        sink.emitter.emit_to_stream(event).await;
-                    }
-                    _ => {}
+/// [`answer`], streamed: every delta goes to `sink` as it arrives.
+async fn answer_streamed(
+    model: Arc<dyn ChatModel>,
+    request: ChatRequest,
+    sink: DeltaSink,
+) -> Result<ChatResponse, ModelError> {
+    // The run's structured output, streamed: partial snapshots for the caller.
+    let mut partial = (request.response_format.is_some()
+        && matches!(sink.route, DeltaRoute::Answer | DeltaRoute::Final)
+        && sink.emitter.has_stream())
+    .then(PartialOutput::default);
+    let mut stream = model.stream(request).await?;
+    let mut builder = ChatResponseBuilder::default();
+    while let Some(event) = stream.next().await {
+        let event = event?;
+        // Folded first, so the delta itself moves into its event (no copy per delta).
+        builder.push_ref(&event);
+        match event {
+            ChatEvent::TextDelta { text } if !text.is_empty() => {
+                let snapshot = partial.as_mut().and_then(|p| p.push(&text));
+                sink.emitter.emit(sink.route.event(&sink.run_id, text)).await;
+                if let Some(snapshot) = snapshot {
+                    let event = AgentEvent::OutputPartial {
+                        run_id: sink.run_id.to_string(),
+                        snapshot,
+                    };
+                    sink.emitter.emit_to_stream(event).await;
                 }
             }
-            builder.finish()
-        })
+            ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
+                sink.emitter.emit(sink.route.reasoning(&sink.run_id, text)).await;
+            }
+            ChatEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+            } if matches!(sink.route, DeltaRoute::Answer) => {
+                let event = AgentEvent::ToolCallDelta {
+                    run_id: sink.run_id.to_string(),
+                    index,
+                    id,
+                    tool: name,
+                    arguments,
+                };
+                sink.emitter.emit_to_stream(event).await;
+            }
+            _ => {}
+        }
     }
+    builder.finish()
 }
 
 /// The structured answer's text so far, and the last snapshot sent.
@@ -232,46 +226,29 @@ impl PartialOutput {
     }
 }
 
-/// Emits `ModelCallStarted` and `ModelCallFinished` / `ModelCallFailed` around every attempt
-/// and records its usage (a failed attempt counts as a request).
+/// The innermost chat service: one attempt of the model, with `ModelCallStarted` and
+/// `ModelCallFinished` / `ModelCallFailed` around it and its usage recorded (a failed attempt
+/// counts as a request). The events and the model's answer are one future (one allocation per
+/// attempt).
 #[derive(Clone)]
-pub(crate) struct ModelEventsLayer {
+pub(crate) struct ModelCall {
+    model: Arc<dyn ChatModel>,
     /// The slot's model name, as events carry it.
-    model: Arc<str>,
+    name: Arc<str>,
 }
 
-impl<S> Layer<S> for ModelEventsLayer {
-    type Service = ModelEvents<S>;
-    fn layer(&self, inner: S) -> ModelEvents<S> {
-        ModelEvents {
-            inner,
-            model: Arc::clone(&self.model),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub(crate) struct ModelEvents<S> {
-    inner: S,
-    model: Arc<str>,
-}
-
-impl<S> Service<ChatRequest> for ModelEvents<S>
-where
-    S: Service<ChatRequest, Response = ChatResponse, Error = ModelError>,
-    S::Future: Send + 'static,
-{
+impl Service<ChatRequest> for ModelCall {
     type Response = ChatResponse;
     type Error = ModelError;
     type Future = BoxFuture<'static, Result<ChatResponse, ModelError>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ModelError>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ModelError>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let Some(run) = RunCall::of(&request.extensions) else {
-            return Box::pin(self.inner.call(request));
+            return Box::pin(answer(Arc::clone(&self.model), request));
         };
         let attempt = run.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let log = Arc::clone(&run.log);
@@ -281,9 +258,9 @@ where
         let structured = request.response_format.is_some();
         let started = std::time::Instant::now();
         let active = log.emitter.active();
-        let model = Arc::clone(&self.model);
+        let model = Arc::clone(&self.name);
         let span = super::spans::chat(&log.span, &model);
-        let fut = self.inner.call(request);
+        let fut = answer(Arc::clone(&self.model), request);
         let in_span = span.clone();
         Box::pin(tracing::Instrument::instrument(
             async move {
