@@ -11,6 +11,7 @@ use super::policy::{Answer, Ask, Format, ModelSlot, Offer};
 use super::{Run, unique_call_ids};
 use crate::agent::Instructions;
 use crate::agent::settings::ModelSettings;
+use crate::compaction::RunCompaction;
 use crate::context_provider::{ModelContext, Stage};
 use crate::error::AgentError;
 use crate::event::AgentEvent;
@@ -260,19 +261,20 @@ where
         if let Some(system) = system {
             messages.insert(0, system);
         }
-        if agent.compaction.is_some() {
+        if let Some(compaction) = &agent.compaction {
             // Boxed: its summarizing call would otherwise size every request's future.
-            Box::pin(self.compact(&mut messages, &offer)).await?;
+            Box::pin(self.compact(compaction, &mut messages, &offer)).await?;
         }
         Ok((messages, offer, lend.then_some(Lend { system: lent_system })))
     }
 
-    /// Fits the request into the run compaction's budget, if the agent has one.
-    async fn compact(&mut self, messages: &mut Vec<Message>, tools: &[ToolDefinition]) -> Result<(), AgentError> {
-        let agent = Arc::clone(&self.env.agent);
-        let Some(compaction) = &agent.compaction else {
-            return Ok(());
-        };
+    /// Fits the request into the agent's run compaction budget.
+    async fn compact(
+        &mut self,
+        compaction: &RunCompaction,
+        messages: &mut Vec<Message>,
+        tools: &[ToolDefinition],
+    ) -> Result<(), AgentError> {
         let run_calls: HashSet<&str> = self
             .state
             .messages

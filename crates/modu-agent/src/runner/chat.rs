@@ -128,7 +128,7 @@ pub(crate) fn stack(model: Arc<dyn ChatModel>, user_layers: &[ChatLayerFn], retr
     crate::middleware::apply(ChatService::new(service), user_layers)
 }
 
-/// The model's answer to one attempt: streamed when a [`DeltaSink`] wants the deltas
+/// The model's answer to one attempt: streamed when the run's [`DeltaSink`] wants the deltas
 /// (forwarding them as they arrive), otherwise asked whole. The model sees none of the run's
 /// per-request data (a model that keeps its requests must not keep the run's event channel
 /// open).
@@ -138,15 +138,11 @@ pub(crate) fn stack(model: Arc<dyn ChatModel>, user_layers: &[ChatLayerFn], retr
 fn answer(
     model: Arc<dyn ChatModel>,
     mut request: ChatRequest,
+    sink: Option<DeltaSink>,
 ) -> Either<impl Future<Output = Result<ChatResponse, ModelError>>, BoxFuture<'static, Result<ChatResponse, ModelError>>>
 {
     request.extensions.deadline = None;
-    let sink = request
-        .extensions
-        .run
-        .take()
-        .and_then(|run| run.downcast::<RunCall>().ok())
-        .and_then(|run| run.delta.clone());
+    request.extensions.run = None;
     match sink {
         None => Either::Left(async move { model.complete(request).await }),
         Some(sink) => Either::Right(Box::pin(answer_streamed(model, request, sink))),
@@ -248,10 +244,11 @@ impl Service<ChatRequest> for ModelCall {
 
     fn call(&mut self, request: ChatRequest) -> Self::Future {
         let Some(run) = RunCall::of(&request.extensions) else {
-            return Box::pin(answer(Arc::clone(&self.model), request));
+            return Box::pin(answer(Arc::clone(&self.model), request, None));
         };
         let attempt = run.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         let log = Arc::clone(&run.log);
+        let sink = run.delta.clone();
         drop(run);
         let call = log.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let tools = request.tools.len();
@@ -260,7 +257,7 @@ impl Service<ChatRequest> for ModelCall {
         let active = log.emitter.active();
         let model = Arc::clone(&self.name);
         let span = super::spans::chat(&log.span, &model);
-        let fut = answer(Arc::clone(&self.model), request);
+        let fut = answer(Arc::clone(&self.model), request, sink);
         let in_span = span.clone();
         Box::pin(tracing::Instrument::instrument(
             async move {
