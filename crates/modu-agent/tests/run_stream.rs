@@ -1,11 +1,15 @@
 //! How a [`RunStream`](modu_agent::RunStream) drives its run: on the caller's task as it is
 //! polled (no task is spawned). An event sent from another task while the run waits still
 //! wakes the reader; dropping the stream stops the run before the drop returns; a run that
-//! panics ends the stream with a failure.
+//! panics ends the stream with a failure; a waiting run is polled again only once something
+//! woke it, not each time its reader has taken the events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -141,4 +145,51 @@ async fn a_run_that_panics_ends_its_stream_with_a_failure() {
         Some(AgentError::Configuration { message }) => assert_eq!(message, "the run panicked"),
         other => panic!("expected the run's panic as a failure, got {other:?}"),
     }
+}
+
+/// Counts the polls of the future it wraps.
+struct Counted<F> {
+    polls: Arc<AtomicUsize>,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// The events a poll of the run sent are read one poll of the stream each; none of those
+/// polls reaches into the waiting run (each would walk the whole chain of its futures down to
+/// the tool). The tool's future is polled when the call starts and when its timer fired.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_waiting_run_is_polled_again_only_when_woken() {
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&polls);
+    let spec = ToolSpec::new("sleeps", "sleeps a little", json!({"type": "object"}));
+    let tool = FunctionTool::new(spec, move |_ctx, _args| Counted {
+        polls: Arc::clone(&counted),
+        inner: Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok(json!("slept"))
+        }),
+    });
+    let agent = agent_with(tool);
+    let mut stream = agent.stream("go");
+    let mut events = 0;
+    while let Some(item) = stream.next().await {
+        match item {
+            StreamItem::Event(_) => events += 1,
+            last => assert!(last.into_outcome().unwrap().is_completed()),
+        }
+    }
+    assert!(events > 3, "the run sent its events ({events})");
+    assert_eq!(
+        polls.load(Ordering::SeqCst),
+        2,
+        "the tool's future is polled when the call starts and once its timer woke it"
+    );
 }

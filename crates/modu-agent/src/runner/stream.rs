@@ -2,10 +2,12 @@
 
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
 use futures::future::BoxFuture;
-use futures::task::noop_waker_ref;
+use futures::task::{AtomicWaker, noop_waker_ref};
 use futures::{FutureExt, Stream};
 use sync_wrapper::SyncWrapper;
 use tokio::sync::mpsc;
@@ -22,11 +24,35 @@ pub struct RunStream<O> {
     /// The run itself, polled by the stream (on the caller's task) until it ends. Only ever
     /// used through `&mut`, so the stream is `Sync` although the future is not.
     run: Option<SyncWrapper<BoxFuture<'static, RunOutcome<O>>>>,
+    /// Whether the run was woken since it last returned `Pending`, and the reader's task to
+    /// wake then.
+    woken: Arc<RunWoken>,
+    /// The waker the run is polled with (it sets `woken`).
+    run_waker: Waker,
     agent: String,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
     /// The run's result, once the run has ended, handed out after the last event.
     finished: Option<RunOutcome<O>>,
+}
+
+/// The run's side of its stream's wake-ups: a reader that takes the events a poll of the run
+/// sent comes back for more once they are read, and the run is polled again only when
+/// something woke it (a deep poll of a waiting run finds nothing new).
+struct RunWoken {
+    woken: AtomicBool,
+    reader: AtomicWaker,
+}
+
+impl Wake for RunWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.reader.wake();
+    }
 }
 
 /// Whether a strict run's [`Agent::stream`] shows this event.
@@ -108,7 +134,19 @@ impl<O> Stream for RunStream<O> {
             let Some(run) = this.run.as_mut() else {
                 return Poll::Ready(this.finished.take().map(StreamItem::from));
             };
-            match AssertUnwindSafe(run.get_mut().as_mut()).catch_unwind().poll_unpin(cx) {
+            this.woken.reader.register(cx.waker());
+            if !this.woken.woken.swap(false, Ordering::AcqRel) {
+                // Nothing woke the run since it last waited: only the channel can have news.
+                return match this.next_event(cx) {
+                    Poll::Ready(Some(event)) => Poll::Ready(Some(StreamItem::Event(event))),
+                    Poll::Ready(None) | Poll::Pending => Poll::Pending,
+                };
+            }
+            let mut run_cx = Context::from_waker(&this.run_waker);
+            match AssertUnwindSafe(run.get_mut().as_mut())
+                .catch_unwind()
+                .poll_unpin(&mut run_cx)
+            {
                 Poll::Ready(ended) => {
                     this.run = None;
                     this.finished = Some(ended.unwrap_or_else(|_| {
@@ -143,9 +181,16 @@ impl<O> RunStream<O> {
         agent: String,
         public_only: bool,
     ) -> Self {
+        // Woken to begin with: the first poll starts the run.
+        let woken = Arc::new(RunWoken {
+            woken: AtomicBool::new(true),
+            reader: AtomicWaker::new(),
+        });
         RunStream {
             rx,
             run: Some(SyncWrapper::new(run)),
+            run_waker: Waker::from(Arc::clone(&woken)),
+            woken,
             agent,
             public_only,
             finished: None,
