@@ -2,7 +2,8 @@
 //! polled (no task is spawned). An event sent from another task while the run waits still
 //! wakes the reader; dropping the stream stops the run before the drop returns; a run that
 //! panics ends the stream with a failure; a waiting run is polled again only once something
-//! woke it, not each time its reader has taken the events.
+//! woke it, not each time its reader has taken the events; a reader taking a long burst of
+//! events still lets the other tasks of its thread run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
@@ -191,5 +192,32 @@ async fn a_waiting_run_is_polled_again_only_when_woken() {
         polls.load(Ordering::SeqCst),
         2,
         "the tool's future is polled when the call starts and once its timer woke it"
+    );
+}
+
+/// A model that streams a thousand deltas at once: the reader has them all without waiting,
+/// yet it yields to the runtime now and then (the events spend the task's cooperative budget,
+/// as a channel's receive does), so another task on its thread runs during the burst.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reader_taking_a_long_burst_of_events_lets_other_tasks_run() {
+    let model = ScriptedModel::new().text_deltas(std::iter::repeat_n("x", 1000));
+    let agent: Agent = Agent::builder(model).build().unwrap();
+    let other_ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&other_ran);
+    tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+    let mut stream = agent.stream("go");
+    let (mut deltas, mut deltas_before_other) = (0, 0);
+    while let Some(item) = stream.next().await {
+        if let StreamItem::Event(AgentEvent::ModelDelta { .. }) = item {
+            deltas += 1;
+            if !other_ran.load(Ordering::SeqCst) {
+                deltas_before_other += 1;
+            }
+        }
+    }
+    assert_eq!(deltas, 1000);
+    assert!(
+        deltas_before_other < 1000,
+        "the other task ran only after the whole burst had been read"
     );
 }

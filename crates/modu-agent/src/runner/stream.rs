@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures::future::BoxFuture;
-use futures::task::{AtomicWaker, noop_waker_ref};
+use futures::task::AtomicWaker;
 use futures::{FutureExt, Stream};
 use sync_wrapper::SyncWrapper;
 use tokio::sync::mpsc;
@@ -114,6 +114,18 @@ impl<O> RunStream<O> {
             }
         }
     }
+
+    /// An event already waiting in the channel, if any (strict runs' `stream` skips internal
+    /// ones). Registers no waker: the events the run sends while it is polled are read right
+    /// after it, so they need not wake the reader's task again.
+    fn waiting_event(&mut self) -> Option<AgentEvent> {
+        while let Ok(event) = self.rx.try_recv() {
+            if !self.public_only || is_public(&event) {
+                return Some(*event);
+            }
+        }
+        None
+    }
 }
 
 // Nothing of a `RunStream` is structurally pinned (the run is boxed, the result only moved out).
@@ -126,11 +138,14 @@ impl<O> Stream for RunStream<O> {
         let this = &mut *self;
         loop {
             // Events the run already sent come first (and make room for a run that waits).
-            // Asked with a waker that does nothing: the events the run sends while it is
-            // polled below are read right after it, so they need not wake this task again.
-            if let Poll::Ready(Some(event)) = this.next_event(&mut Context::from_waker(noop_waker_ref())) {
+            // Each one spends the task's cooperative budget, as a channel's receive does: a
+            // reader that takes a long burst of events yields to the other tasks of its thread.
+            let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+            if let Some(event) = this.waiting_event() {
+                coop.made_progress();
                 return Poll::Ready(Some(StreamItem::Event(event)));
             }
+            drop(coop);
             let Some(run) = this.run.as_mut() else {
                 return Poll::Ready(this.finished.take().map(StreamItem::from));
             };
