@@ -49,20 +49,14 @@ impl SseDecoder {
         }
         // SIMD search for the next line end: a stream's chunks are mostly JSON between them.
         while let Some(end) = memchr::memchr2(b'\n', b'\r', chunk) {
-            let (line_end, rest) = match chunk[end] {
-                b'\r' if end + 1 == chunk.len() => {
-                    self.skip_lf = true;
-                    (end, &chunk[end + 1..])
-                }
-                b'\r' if chunk[end + 1] == b'\n' => (end, &chunk[end + 2..]),
-                _ => (end, &chunk[end + 1..]),
-            };
+            let rest = self.after_line_end(chunk, end);
             if self.partial.is_empty()
                 && self.data.is_empty()
                 && self.started
-                && let (b"data", value) = field(&chunk[..line_end])
-                && let Some(after) = self.blank_line(rest)
+                && let (b"data", value) = field(&chunk[..end])
+                && matches!(rest.first(), Some(b'\n' | b'\r'))
             {
+                let after = self.after_line_end(rest, 0);
                 // The usual event, one `data:` line with its blank line right after it in this
                 // chunk: its data is handed over in place, not copied.
                 if let Flow::Stop(e) = on_data(value) {
@@ -72,10 +66,10 @@ impl SseDecoder {
                 continue;
             }
             let stop = if self.partial.is_empty() {
-                self.line(&chunk[..line_end], &mut on_data)
+                self.line(&chunk[..end], &mut on_data)
             } else {
                 let mut partial = std::mem::take(&mut self.partial);
-                partial.extend_from_slice(&chunk[..line_end]);
+                partial.extend_from_slice(&chunk[..end]);
                 let stop = self.line(&partial, &mut on_data);
                 partial.clear();
                 self.partial = partial;
@@ -88,6 +82,20 @@ impl SseDecoder {
         }
         self.partial.extend_from_slice(chunk);
         None
+    }
+
+    /// The bytes after the line end (LF, CRLF or CR) at `chunk[end]`; a CR that ends the
+    /// chunk leaves an LF starting the next one to be skipped.
+    fn after_line_end<'a>(&mut self, chunk: &'a [u8], end: usize) -> &'a [u8] {
+        match chunk.get(end..) {
+            Some([b'\r']) => {
+                self.skip_lf = true;
+                &[]
+            }
+            Some([b'\r', b'\n', rest @ ..]) => rest,
+            Some([_, rest @ ..]) => rest,
+            _ => &[],
+        }
     }
 
     fn line<E>(&mut self, mut line: &[u8], on_data: &mut impl FnMut(&[u8]) -> Flow<E>) -> Option<E> {
@@ -117,22 +125,6 @@ impl SseDecoder {
             self.data.push(b'\n');
         }
         None
-    }
-}
-
-impl SseDecoder {
-    /// When `rest` starts with an empty line (the end of an event), the bytes after it; a CR
-    /// that ends the chunk leaves an LF starting the next one to be skipped.
-    fn blank_line<'a>(&mut self, rest: &'a [u8]) -> Option<&'a [u8]> {
-        match rest {
-            [b'\n', after @ ..] | [b'\r', b'\n', after @ ..] => Some(after),
-            [b'\r'] => {
-                self.skip_lf = true;
-                Some(&[])
-            }
-            [b'\r', after @ ..] => Some(after),
-            _ => None,
-        }
     }
 }
 

@@ -57,7 +57,8 @@ where
         });
         request.extensions.deadline = self.env.deadline;
         request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
-        // The request lives on in the call's future only (not also in this one's state).
+        // The request lives on in the call's future only: `Lent` borrowed it above, so unless
+        // it moves into a block of its own, this future's state keeps room for it too.
         let call = {
             let request = request;
             async move { tower::Service::call(tower::ServiceExt::ready(service).await?, request).await }

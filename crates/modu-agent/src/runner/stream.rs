@@ -104,23 +104,28 @@ impl<O> From<RunOutcome<O>> for StreamItem<O> {
 }
 
 impl<O> RunStream<O> {
-    /// An event waiting in the channel, if any (strict runs' `stream` skips internal ones);
-    /// else `cx` is woken by the next one.
+    /// Whether the reader sees `event` (strict runs' `stream` skips internal ones).
+    fn shows(&self, event: &AgentEvent) -> bool {
+        !self.public_only || is_public(event)
+    }
+
+    /// The next event the reader sees, if one is in the channel; else `cx` is woken by the
+    /// next one.
     fn next_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
         loop {
-            match self.rx.poll_recv(cx).map(|e| e.map(|e| *e)) {
-                Poll::Ready(Some(event)) if self.public_only && !is_public(&event) => continue,
-                other => return other,
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(event)) if !self.shows(&event) => continue,
+                other => return other.map(|e| e.map(|e| *e)),
             }
         }
     }
 
-    /// An event already waiting in the channel, if any (strict runs' `stream` skips internal
-    /// ones). Registers no waker: the events the run sends while it is polled are read right
-    /// after it, so they need not wake the reader's task again.
+    /// The next event the reader sees, if one is already waiting. Registers no waker: the
+    /// events the run sends while it is polled are read right after it, so they need not wake
+    /// the reader's task again.
     fn waiting_event(&mut self) -> Option<AgentEvent> {
         while let Ok(event) = self.rx.try_recv() {
-            if !self.public_only || is_public(&event) {
+            if self.shows(&event) {
                 return Some(*event);
             }
         }
@@ -150,19 +155,13 @@ impl<O> Stream for RunStream<O> {
                 return Poll::Ready(this.finished.take().map(StreamItem::from));
             };
             this.woken.reader.register(cx.waker());
-            if !this.woken.woken.swap(false, Ordering::AcqRel) {
-                // Nothing woke the run since it last waited: only the channel can have news.
-                return match this.next_event(cx) {
-                    Poll::Ready(Some(event)) => Poll::Ready(Some(StreamItem::Event(event))),
-                    Poll::Ready(None) | Poll::Pending => Poll::Pending,
-                };
-            }
-            let mut run_cx = Context::from_waker(&this.run_waker);
-            match AssertUnwindSafe(run.get_mut().as_mut())
-                .catch_unwind()
-                .poll_unpin(&mut run_cx)
-            {
-                Poll::Ready(ended) => {
+            // Polled only when something woke it since it last waited (else it has no news).
+            if this.woken.woken.swap(false, Ordering::AcqRel) {
+                let mut run_cx = Context::from_waker(&this.run_waker);
+                let polled = AssertUnwindSafe(run.get_mut().as_mut())
+                    .catch_unwind()
+                    .poll_unpin(&mut run_cx);
+                if let Poll::Ready(ended) = polled {
                     this.run = None;
                     this.finished = Some(ended.unwrap_or_else(|_| {
                         RunOutcome::failed(
@@ -173,17 +172,16 @@ impl<O> Stream for RunStream<O> {
                             },
                         )
                     }));
-                }
-                Poll::Pending => {
-                    // Registered for events sent while the run waits (a tool's task reporting
-                    // progress, say).
-                    return match this.next_event(cx) {
-                        Poll::Ready(Some(event)) => Poll::Ready(Some(StreamItem::Event(event))),
-                        // The run still holds a sender while it is pending.
-                        Poll::Ready(None) | Poll::Pending => Poll::Pending,
-                    };
+                    continue;
                 }
             }
+            // The run waits: registered for events sent meanwhile (a tool's task reporting
+            // progress, say).
+            return match this.next_event(cx) {
+                Poll::Ready(Some(event)) => Poll::Ready(Some(StreamItem::Event(event))),
+                // The run still holds a sender while it is pending.
+                Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            };
         }
     }
 }
