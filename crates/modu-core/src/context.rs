@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 
 use crate::message::Usage;
+#[doc(hidden)]
+pub use crate::model_usage::{ModelUsage, add_model_usage};
 
 /// Who the run is for: an id, roles (for RBAC) and free attributes.
 ///
@@ -84,7 +86,7 @@ struct Inner<C> {
     agent_name: String,
     user: UserContext,
     usage: Arc<Mutex<Usage>>,
-    usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
+    usage_by_model: Arc<Mutex<ModelUsage>>,
     tool_input: Option<serde_json::Value>,
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
     approvals: Arc<Mutex<SharedApprovals>>,
@@ -291,7 +293,7 @@ impl<C> RunContext<C> {
                 agent_name: parts.agent_name,
                 user: parts.user,
                 usage: Arc::new(Mutex::new(parts.usage)),
-                usage_by_model: Arc::new(Mutex::new(parts.usage_by_model)),
+                usage_by_model: Arc::new(Mutex::new(ModelUsage::from(parts.usage_by_model))),
                 tool_input: parts.tool_input,
                 metadata: shared_metadata(parts.metadata),
                 approvals: parts.approvals.unwrap_or_default(),
@@ -473,13 +475,7 @@ impl<C> RunContext<C> {
         let Some(call) = &self.call else {
             return;
         };
-        *self
-            .inner
-            .usage_by_model
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(model.to_owned())
-            .or_default() += usage;
+        add_model_usage(&self.inner.usage_by_model, model, usage);
         if let Some(events) = &self.inner.events {
             let run_id = self.inner.run_id.to_string();
             events
@@ -564,7 +560,7 @@ impl<C> RunContext<C> {
             .usage_by_model
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .to_map()
     }
 
     /// Adds the usage of a model's calls to the run's per-model breakdown (not to the total:
@@ -575,19 +571,7 @@ impl<C> RunContext<C> {
 
     /// The run's per-model usage itself (the chat stack adds each attempt's usage to it).
     #[doc(hidden)]
-    pub fn usage_by_model_handle(&self) -> Arc<Mutex<BTreeMap<String, Usage>>> {
+    pub fn usage_by_model_handle(&self) -> Arc<Mutex<ModelUsage>> {
         Arc::clone(&self.inner.usage_by_model)
-    }
-}
-
-/// Adds `usage` to `model`'s entry (its name is copied only for a new entry).
-#[doc(hidden)]
-pub fn add_model_usage(by_model: &Mutex<BTreeMap<String, Usage>>, model: &str, usage: Usage) {
-    let mut map = by_model.lock().unwrap_or_else(PoisonError::into_inner);
-    match map.get_mut(model) {
-        Some(entry) => *entry += usage,
-        None => {
-            map.insert(model.to_owned(), usage);
-        }
     }
 }

@@ -20,6 +20,7 @@ pub mod message;
 pub mod modality;
 pub mod model;
 pub mod model_error;
+mod model_usage;
 pub mod outcome;
 pub mod output;
 pub mod plan;

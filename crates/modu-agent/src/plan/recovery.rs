@@ -162,7 +162,7 @@ pub(crate) fn record_failure(st: &mut StrictState, failure: PlanFailure) -> Agen
 /// how its calls ended decides what follows (STEP_RESULT, act again, repair, recover, fail).
 pub(crate) fn classify_batch(
     st: &mut StrictState,
-    pending: &mut std::collections::BTreeMap<String, Message>,
+    pending: &mut crate::runner::state::CallResults,
     view: &dyn View,
     policy: &PlanAndExecutePolicy,
     step: &PlanStep,

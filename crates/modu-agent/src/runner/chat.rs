@@ -13,7 +13,6 @@
 //! counter. The run's deadline (the retry layer never waits past it) sits beside it.
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -81,7 +80,7 @@ pub(crate) struct AttemptLog {
     emitter: Emitter,
     run_id: Arc<str>,
     usage: Arc<Mutex<Usage>>,
-    usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
+    usage_by_model: Arc<Mutex<crate::context::ModelUsage>>,
     calls: AtomicU32,
     max_attempts: u32,
     /// The run's span: every attempt's `chat` span is its child, on whatever task it runs.
@@ -93,7 +92,7 @@ impl AttemptLog {
         emitter: Emitter,
         run_id: Arc<str>,
         usage: Arc<Mutex<Usage>>,
-        usage_by_model: Arc<Mutex<BTreeMap<String, Usage>>>,
+        usage_by_model: Arc<Mutex<crate::context::ModelUsage>>,
         calls_so_far: u32,
         max_attempts: u32,
         span: tracing::Span,

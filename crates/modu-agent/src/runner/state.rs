@@ -56,7 +56,7 @@ pub(crate) struct RunState {
     pub(crate) tool_calls: u32,
     /// Results of the current tool batch that already finished (by call id).
     #[serde(default)]
-    pub(crate) pending_results: BTreeMap<String, Message>,
+    pub(crate) pending_results: CallResults,
     /// People's decisions on calls that need approval (by call id).
     #[serde(default)]
     pub(crate) decisions: BTreeMap<String, ApprovalDecision>,
@@ -137,7 +137,7 @@ impl RunState {
 
     /// The strict state (started when there is none yet) and the finished results of the
     /// current batch, borrowed together.
-    pub(crate) fn strict_and_pending(&mut self) -> (&mut StrictState, &mut BTreeMap<String, Message>) {
+    pub(crate) fn strict_and_pending(&mut self) -> (&mut StrictState, &mut CallResults) {
         if let PolicyState::Standard(_) = self.policy {
             self.policy = PolicyState::PlanAndExecute(Box::new(StrictState::new()));
         }
@@ -172,7 +172,7 @@ impl RunState {
             model_calls: 0,
             turns: 0,
             tool_calls: 0,
-            pending_results: BTreeMap::new(),
+            pending_results: CallResults::default(),
             decisions: BTreeMap::new(),
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
@@ -190,6 +190,65 @@ impl RunState {
     pub(crate) fn unanswered_tool_calls(&self) -> Option<Vec<ToolCall>> {
         let last = self.messages.last()?;
         (last.role == Role::Assistant && last.has_tool_calls()).then(|| last.tool_calls.clone())
+    }
+}
+
+/// The results of the current tool batch that already finished, by call id.
+///
+/// A batch has a few calls, so they are kept in a vector: a map's first node for these
+/// entries is about 1.4 KB, allocated by every run that calls a tool. Checkpoints hold it as
+/// the map it always was (a JSON object, keys in order).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct CallResults(Vec<(String, Message)>);
+
+impl CallResults {
+    fn position(&self, call_id: &str) -> Option<usize> {
+        self.0.iter().position(|(id, _)| id == call_id)
+    }
+
+    /// Whether the call `call_id` has its result.
+    pub(crate) fn contains_key(&self, call_id: &str) -> bool {
+        self.position(call_id).is_some()
+    }
+
+    /// The result of the call `call_id`.
+    pub(crate) fn get(&self, call_id: &str) -> Option<&Message> {
+        self.0.iter().find(|(id, _)| id == call_id).map(|(_, m)| m)
+    }
+
+    /// Records the result of the call `call_id` (replacing an earlier one).
+    pub(crate) fn insert(&mut self, call_id: String, message: Message) {
+        match self.position(&call_id) {
+            Some(i) => self.0[i].1 = message,
+            None => self.0.push((call_id, message)),
+        }
+    }
+
+    /// Takes the result of the call `call_id` out.
+    pub(crate) fn remove(&mut self, call_id: &str) -> Option<Message> {
+        let i = self.position(call_id)?;
+        Some(self.0.swap_remove(i).1)
+    }
+
+    /// Whether no call has its result.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for CallResults {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut sorted: Vec<&(String, Message)> = self.0.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        serializer.collect_map(sorted.into_iter().map(|(id, m)| (id, m)))
+    }
+}
+
+impl<'de> Deserialize<'de> for CallResults {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, Message>::deserialize(deserializer)?;
+        Ok(CallResults(map.into_iter().collect()))
     }
 }
 
@@ -215,4 +274,40 @@ pub(crate) struct Checkpoint {
 pub(crate) struct Resume {
     pub(crate) checkpoint: Checkpoint,
     pub(crate) started: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(id: &str, text: &str) -> Message {
+        Message::tool_result(id, "add", text, false)
+    }
+
+    /// Checkpoints hold the batch's results as the map they were: the same JSON, keys in order,
+    /// whatever order the calls finished in, and read back into the same results.
+    #[test]
+    fn call_results_are_written_and_read_as_the_map_checkpoints_hold() -> Result<(), serde_json::Error> {
+        let mut results = CallResults::default();
+        let mut map = BTreeMap::new();
+        for (id, text) in [("call_b", "2"), ("call_c", "3"), ("call_a", "1")] {
+            results.insert(id.to_owned(), result(id, text));
+            map.insert(id.to_owned(), result(id, text));
+        }
+        // A result recorded again replaces the first.
+        results.insert("call_c".to_owned(), result("call_c", "33"));
+        map.insert("call_c".to_owned(), result("call_c", "33"));
+        let written = serde_json::to_string(&results)?;
+        assert_eq!(written, serde_json::to_string(&map)?);
+        let read: CallResults = serde_json::from_str(&written)?;
+        for id in ["call_a", "call_b", "call_c"] {
+            assert_eq!(read.get(id), map.get(id), "{id}");
+        }
+        assert!(!read.contains_key("call_d"));
+        assert_eq!(results.remove("call_b"), map.remove("call_b"));
+        assert!(!results.contains_key("call_b"));
+        assert_eq!(serde_json::to_string(&results)?, serde_json::to_string(&map)?);
+        assert_eq!(serde_json::to_string(&CallResults::default())?, "{}");
+        Ok(())
+    }
 }

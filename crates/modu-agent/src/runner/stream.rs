@@ -32,8 +32,36 @@ pub struct RunStream<O> {
     agent: String,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
-    /// The run's result, once the run has ended, handed out after the last event.
-    finished: Option<RunOutcome<O>>,
+    /// The run's result, once the run has ended, handed out after the last event (boxed as
+    /// its item will be: unboxed, it would be most of every in-flight stream's size).
+    finished: Option<Ended<O>>,
+}
+
+/// A [`StreamItem`] that ends a stream.
+enum Ended<O> {
+    Completed(Box<CompletedRun<O>>),
+    Paused(Box<PausedRun>),
+    Failed(Box<FailedRun<O>>),
+}
+
+impl<O> From<RunOutcome<O>> for Ended<O> {
+    fn from(outcome: RunOutcome<O>) -> Self {
+        match outcome {
+            RunOutcome::Completed(c) => Ended::Completed(Box::new(c)),
+            RunOutcome::Paused(p) => Ended::Paused(Box::new(p)),
+            RunOutcome::Failed(f) => Ended::Failed(Box::new(f)),
+        }
+    }
+}
+
+impl<O> From<Ended<O>> for StreamItem<O> {
+    fn from(ended: Ended<O>) -> Self {
+        match ended {
+            Ended::Completed(c) => StreamItem::Completed(c),
+            Ended::Paused(p) => StreamItem::Paused(p),
+            Ended::Failed(f) => StreamItem::Failed(f),
+        }
+    }
 }
 
 /// The run's side of its stream's wake-ups: a reader that takes the events a poll of the run
@@ -95,11 +123,7 @@ impl<O> StreamItem<O> {
 
 impl<O> From<RunOutcome<O>> for StreamItem<O> {
     fn from(outcome: RunOutcome<O>) -> Self {
-        match outcome {
-            RunOutcome::Completed(c) => StreamItem::Completed(Box::new(c)),
-            RunOutcome::Paused(p) => StreamItem::Paused(Box::new(p)),
-            RunOutcome::Failed(f) => StreamItem::Failed(Box::new(f)),
-        }
+        Ended::from(outcome).into()
     }
 }
 
@@ -163,15 +187,19 @@ impl<O> Stream for RunStream<O> {
                     .poll_unpin(&mut run_cx);
                 if let Poll::Ready(ended) = polled {
                     this.run = None;
-                    this.finished = Some(ended.unwrap_or_else(|_| {
-                        RunOutcome::failed(
-                            String::new(),
-                            this.agent.clone(),
-                            AgentError::Configuration {
-                                message: "the run panicked".into(),
-                            },
-                        )
-                    }));
+                    this.finished = Some(
+                        ended
+                            .unwrap_or_else(|_| {
+                                RunOutcome::failed(
+                                    String::new(),
+                                    this.agent.clone(),
+                                    AgentError::Configuration {
+                                        message: "the run panicked".into(),
+                                    },
+                                )
+                            })
+                            .into(),
+                    );
                     continue;
                 }
             }

@@ -1,0 +1,49 @@
+//! A run's usage by model, as [`RunContext::usage_by_model`](crate::RunContext::usage_by_model)
+//! reports it.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use crate::message::Usage;
+
+/// Adds `usage` to `model`'s entry (its name is copied only for a new entry).
+#[doc(hidden)]
+pub fn add_model_usage(by_model: &Mutex<ModelUsage>, model: &str, usage: Usage) {
+    by_model
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .add(model, usage);
+}
+
+/// A run's usage by model, as [`RunContext::usage_by_model`] reports it. A run asks one model,
+/// or a few (a fallback chain), so the entries are kept in a vector: a map's first node is
+/// about 800 bytes, and every run that calls a model would allocate one.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelUsage(Vec<(String, Usage)>);
+
+impl ModelUsage {
+    /// Adds `usage` to `model`'s entry (its name is copied only for a new entry).
+    pub fn add(&mut self, model: &str, usage: Usage) {
+        match self.0.iter_mut().find(|(name, _)| name == model) {
+            Some((_, entry)) => *entry += usage,
+            None => self.0.push((model.to_owned(), usage)),
+        }
+    }
+
+    /// The usage by model, as a map.
+    pub fn to_map(&self) -> BTreeMap<String, Usage> {
+        // Inserted one by one: `collect` would gather the entries in a vector to sort first.
+        let mut map = BTreeMap::new();
+        for (model, usage) in &self.0 {
+            map.insert(model.clone(), *usage);
+        }
+        map
+    }
+}
+
+impl From<BTreeMap<String, Usage>> for ModelUsage {
+    fn from(map: BTreeMap<String, Usage>) -> Self {
+        ModelUsage(map.into_iter().collect())
+    }
+}
