@@ -27,6 +27,11 @@ impl Emitter {
         self.stream.is_some() || self.sink.as_ref().is_some_and(|s| s.wants_deltas())
     }
 
+    /// Whether an event sink listens (the only reader of a run's terminal event).
+    pub(crate) fn has_sink(&self) -> bool {
+        self.sink.is_some()
+    }
+
     /// Whether the caller reads the run as a stream.
     pub(crate) fn has_stream(&self) -> bool {
         self.stream.is_some()

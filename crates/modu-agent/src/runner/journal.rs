@@ -155,7 +155,8 @@ where
         }
         let usage = env.ctx.usage();
         let duration_ms = env.started.elapsed().as_millis() as u64;
-        if env.emitter.active() {
+        // A run's terminal event goes to the sink only (its stream ends with the outcome).
+        if env.emitter.has_sink() {
             let event = match (&output, &error) {
                 (Some(o), None) => AgentEvent::RunCompleted {
                     run_id: run_id.clone(),
