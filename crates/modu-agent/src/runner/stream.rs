@@ -238,3 +238,16 @@ impl<O> RunStream<O> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RunStream;
+
+    /// A caller's future holds its stream across every await: the run and its result are
+    /// boxed, so the stream itself stays a handful of pointers whatever the output type.
+    #[test]
+    fn a_stream_is_a_handful_of_pointers() {
+        let size = std::mem::size_of::<RunStream<String>>();
+        assert!(size <= 128, "RunStream<String> is {size} bytes");
+    }
+}
