@@ -213,7 +213,7 @@ impl CallResults {
 
     /// The result of the call `call_id`.
     pub(crate) fn get(&self, call_id: &str) -> Option<&Message> {
-        self.0.iter().find(|(id, _)| id == call_id).map(|(_, m)| m)
+        self.position(call_id).map(|i| &self.0[i].1)
     }
 
     /// Records the result of the call `call_id` (replacing an earlier one).
