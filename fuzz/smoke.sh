@@ -50,7 +50,8 @@ fi
 
 if [ "${FUZZ_SKIP_REPLAY:-0}" != 1 ]; then
     echo "fuzz smoke: replaying the corpora and regression inputs (stable)"
-    cargo test --manifest-path "$here/Cargo.toml" -p modu-fuzz-harness --test regressions
+    mkdir -p "$work/tmp"
+    TMPDIR="$work/tmp" cargo test --manifest-path "$here/Cargo.toml" -p modu-fuzz-harness --test regressions
 fi
 
 cd "$root"
@@ -60,13 +61,15 @@ cargo "+$toolchain" fuzz build "${build_flags[@]}"
 failed=()
 summary=()
 for t in $targets; do
-    mkdir -p "$work/corpus/$t" "$work/artifacts/$t"
+    mkdir -p "$work/corpus/$t" "$work/artifacts/$t" "$work/tmp"
     dict=()
     [ -f "$here/dict/$t.dict" ] && dict=("-dict=$here/dict/$t.dict")
     log="$work/$t.log"
     echo "fuzz smoke: $t for ${seconds}s"
     set +e
-    cargo "+$toolchain" fuzz run "${build_flags[@]}" "$t" "$work/corpus/$t" "$here/corpus/$t" -- \
+    # Targets that need a file (modu_toml) write it to the temporary folder: this scratch
+    # folder's, so it goes with the folder (a target stopped by -max_total_time cannot remove it).
+    TMPDIR="$work/tmp" cargo "+$toolchain" fuzz run "${build_flags[@]}" "$t" "$work/corpus/$t" "$here/corpus/$t" -- \
         -max_total_time="$seconds" -rss_limit_mb=256 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$work/artifacts/$t/" "${dict[@]}" >"$log" 2>&1
     rc=$?
