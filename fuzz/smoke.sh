@@ -30,6 +30,11 @@ else
     work="$(mktemp -d -t modu-fuzz-smoke.XXXXXX)"
     own_work=1
 fi
+# Targets that need a file (modu_toml, in the replay and the fuzz runs) write it to the
+# temporary folder: this scratch folder's, so it goes with it (a target stopped by
+# -max_total_time cannot remove its file).
+mkdir -p "$work/tmp"
+export TMPDIR="$work/tmp"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}"
 export CARGO_INCREMENTAL=0
 # The sanitizer-free build: safe Rust needs no ASan to find panics, overflows (debug assertions
@@ -50,8 +55,7 @@ fi
 
 if [ "${FUZZ_SKIP_REPLAY:-0}" != 1 ]; then
     echo "fuzz smoke: replaying the corpora and regression inputs (stable)"
-    mkdir -p "$work/tmp"
-    TMPDIR="$work/tmp" cargo test --manifest-path "$here/Cargo.toml" -p modu-fuzz-harness --test regressions
+    cargo test --manifest-path "$here/Cargo.toml" -p modu-fuzz-harness --test regressions
 fi
 
 cd "$root"
@@ -61,15 +65,13 @@ cargo "+$toolchain" fuzz build "${build_flags[@]}"
 failed=()
 summary=()
 for t in $targets; do
-    mkdir -p "$work/corpus/$t" "$work/artifacts/$t" "$work/tmp"
+    mkdir -p "$work/corpus/$t" "$work/artifacts/$t"
     dict=()
     [ -f "$here/dict/$t.dict" ] && dict=("-dict=$here/dict/$t.dict")
     log="$work/$t.log"
     echo "fuzz smoke: $t for ${seconds}s"
     set +e
-    # Targets that need a file (modu_toml) write it to the temporary folder: this scratch
-    # folder's, so it goes with the folder (a target stopped by -max_total_time cannot remove it).
-    TMPDIR="$work/tmp" cargo "+$toolchain" fuzz run "${build_flags[@]}" "$t" "$work/corpus/$t" "$here/corpus/$t" -- \
+    cargo "+$toolchain" fuzz run "${build_flags[@]}" "$t" "$work/corpus/$t" "$here/corpus/$t" -- \
         -max_total_time="$seconds" -rss_limit_mb=256 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$work/artifacts/$t/" "${dict[@]}" >"$log" 2>&1
     rc=$?
