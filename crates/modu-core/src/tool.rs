@@ -410,8 +410,19 @@ impl<C: Send + Sync, T: Tool<C> + ?Sized> Tool<C> for Arc<T> {
     fn spec(&self) -> &ToolSpec {
         (**self).spec()
     }
-    async fn call(&self, ctx: &RunContext<C>, arguments: serde_json::Value) -> Result<serde_json::Value, ToolError> {
-        (**self).call(ctx, arguments).await
+    // Forwarded as it is: an `async fn` here would box the inner call's boxed future again,
+    // one more allocation per tool call.
+    fn call<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        ctx: &'life1 RunContext<C>,
+        arguments: serde_json::Value,
+    ) -> BoxFuture<'async_trait, Result<serde_json::Value, ToolError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).call(ctx, arguments)
     }
     fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
         (**self).is_enabled(ctx)
@@ -552,8 +563,19 @@ impl<C: Send + Sync + 'static> Tool<C> for FunctionTool<C> {
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
-    async fn call(&self, ctx: &RunContext<C>, arguments: serde_json::Value) -> Result<serde_json::Value, ToolError> {
-        (self.handler)(ctx.clone(), arguments).await
+    // The handler's future is returned as it is (it owns what it needs): an `async fn` here
+    // would box it again, one more allocation per call.
+    fn call<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        ctx: &'life1 RunContext<C>,
+        arguments: serde_json::Value,
+    ) -> BoxFuture<'async_trait, Result<serde_json::Value, ToolError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (self.handler)(ctx.clone(), arguments)
     }
     fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
         self.enabled.as_ref().is_none_or(|p| p(ctx))

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -141,7 +141,8 @@ where
 {
     type Response = serde_json::Value;
     type Error = ToolError;
-    type Future = BoxFuture<'static, Result<serde_json::Value, ToolError>>;
+    /// The inner call as it is when no timeout of the tool's own applies (no second box).
+    type Future = Either<S::Future, BoxFuture<'static, Result<serde_json::Value, ToolError>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx)
@@ -157,17 +158,17 @@ where
         let deadline = invocation.extensions.deadline;
         let fut = self.inner.call(invocation);
         let Some(limit) = limit else {
-            return Box::pin(fut);
+            return Either::Left(fut);
         };
         if deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < limit) {
-            return Box::pin(fut);
+            return Either::Left(fut);
         }
-        Box::pin(async move {
+        Either::Right(Box::pin(async move {
             match tokio::time::timeout(limit, fut).await {
                 Ok(result) => result,
                 Err(_) => Err(ToolError::timeout(limit)),
             }
-        })
+        }))
     }
 }
 
