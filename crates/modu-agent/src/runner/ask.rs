@@ -216,25 +216,14 @@ where
             Arc::make_mut(&mut offer).retain(keep);
         }
         if stage == Stage::Act {
-            // The sets are rebuilt only when the offer changed since the last request.
-            let tools = &offer;
-            if !self
-                .offered
-                .as_ref()
-                .is_some_and(|o| offers_exactly(tools, o.len(), |n| o.contains(n)))
-            {
+            // The set is rebuilt only when the offer changed since the last request; a standard
+            // run's state shares it.
+            if !self.offered.as_ref().is_some_and(|o| o.names_exactly(&offer)) {
                 self.offered = Some(offer.iter().map(|t| t.name.clone()).collect());
             }
             self.allowed = context.allowed_identities.take();
             if self.state.strict().is_none() {
-                if !self
-                    .state
-                    .offered
-                    .as_ref()
-                    .is_some_and(|o| offers_exactly(tools, o.len(), |n| o.contains(n)))
-                {
-                    self.state.offered = Some(offer.iter().map(|t| t.name.clone()).collect());
-                }
+                self.state.offered.clone_from(&self.offered);
                 self.state.admitted.clone_from(&self.allowed);
             }
         }
@@ -400,11 +389,6 @@ where
 fn no_tools() -> Arc<Vec<ToolDefinition>> {
     static NONE: std::sync::LazyLock<Arc<Vec<ToolDefinition>>> = std::sync::LazyLock::new(Arc::default);
     Arc::clone(&NONE)
-}
-
-/// Whether a recorded offer of `len` names, answering `contains`, names exactly `tools`.
-fn offers_exactly(tools: &[ToolDefinition], len: usize, contains: impl Fn(&str) -> bool) -> bool {
-    len == tools.len() && tools.iter().all(|t| contains(&t.name))
 }
 
 /// What a request borrows from its run besides its messages (see [`Lent`]).

@@ -2,7 +2,7 @@
 //! schema, the approval decision, RBAC) and executed through the function stack (user
 //! function layers, then the tool's timeout and retries), results in call order.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -27,7 +27,7 @@ use crate::tool::{ToolError, ToolErrorKind};
 /// What the tool loop knows about approvals when it runs a batch.
 #[derive(Clone, Copy)]
 pub(super) struct ApprovalGate<'a> {
-    pub(super) offered: Option<&'a HashSet<String>>,
+    pub(super) offered: Option<&'a super::state::ToolNames>,
     pub(super) decisions: &'a BTreeMap<String, ApprovalDecision>,
     pub(super) always_approved: &'a BTreeSet<String>,
     /// Nested runs paused by calls of this batch (by the parent's call id).
@@ -382,7 +382,7 @@ where
                         .definitions
                         .iter()
                         .map(|d| d.name.as_str())
-                        .filter(|n| offered.is_none_or(|o| o.contains(*n)))
+                        .filter(|n| offered.is_none_or(|o| o.contains(n)))
                         .filter(|n| self.tool_enabled(n))
                         .collect();
                     refused(

@@ -112,7 +112,7 @@ struct Run<C, O> {
     env: Env<C, O>,
     state: RunState,
     /// The tools offered in the last request (`None` before the first request of this process).
-    offered: Option<HashSet<String>>,
+    offered: Option<state::ToolNames>,
     /// The identities context providers admitted for the last request (`None`: all offered).
     allowed: Option<BTreeSet<String>>,
     /// The tool providers' sessions of this run, with the provider's name.
@@ -218,7 +218,7 @@ where
                     calls,
                     allowed: Some(allowed),
                 } => {
-                    self.offered = Some(allowed);
+                    self.offered = Some(allowed.into_iter().collect());
                     self.run_batch(&calls, true, |env, state, call, report| {
                         policy.tool_result(state, env, call, report)
                     })

@@ -376,7 +376,7 @@ where
             nested_pause,
             fence,
         },
-        offered: state.offered.as_ref().map(|o| o.iter().cloned().collect()),
+        offered: state.offered.clone(),
         allowed: state.admitted.clone(),
         state,
         sessions: Vec::new(),

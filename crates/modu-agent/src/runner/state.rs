@@ -2,6 +2,7 @@
 //! decision policy's own state tagged by policy (`state.policy = {id, state}`, schema 3).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +13,7 @@ use crate::approval::{ApprovalDecision, ApprovalRequest, NestedPause};
 use crate::context::UserContext;
 use crate::input::{InputAnswer, InputRequest};
 use crate::message::{Message, Role, ToolCall, Usage};
+use crate::model::ToolDefinition;
 use crate::plan::state::StrictState;
 use crate::store::CheckpointStatus;
 
@@ -78,7 +80,7 @@ pub(crate) struct RunState {
     /// The tools offered and the identities admitted in the last standard request, so a
     /// batch resumed in another process is checked as it would have been.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) offered: Option<BTreeSet<String>>,
+    pub(crate) offered: Option<ToolNames>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) admitted: Option<BTreeSet<String>>,
     /// The agent answering after a handoff (`None`: the agent the run started with).
@@ -252,6 +254,42 @@ impl<'de> Deserialize<'de> for CallResults {
     }
 }
 
+/// The names of the tools a request offered. Built when the offer changes and shared by the
+/// run (its tool gate admits only these) and its state; checkpoints hold it as the set it
+/// always was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ToolNames(Arc<BTreeSet<String>>);
+
+impl ToolNames {
+    /// Whether `name` was offered.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+
+    /// Whether these are exactly the names of `tools`.
+    pub(crate) fn names_exactly(&self, tools: &[ToolDefinition]) -> bool {
+        self.0.len() == tools.len() && tools.iter().all(|t| self.0.contains(&t.name))
+    }
+}
+
+impl FromIterator<String> for ToolNames {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
+        ToolNames(Arc::new(names.into_iter().collect()))
+    }
+}
+
+impl Serialize for ToolNames {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolNames {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeSet::deserialize(deserializer).map(|names| ToolNames(Arc::new(names)))
+    }
+}
+
 /// A checkpoint: the run state with what is needed to check and rebuild the run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Checkpoint {
@@ -308,6 +346,26 @@ mod tests {
         assert!(!results.contains_key("call_b"));
         assert_eq!(serde_json::to_string(&results)?, serde_json::to_string(&map)?);
         assert_eq!(serde_json::to_string(&CallResults::default())?, "{}");
+        Ok(())
+    }
+
+    /// The offered tools are written as the sorted set checkpoints always held, read back, and
+    /// compared with an offer by its names only (order aside).
+    #[test]
+    fn offered_tools_are_written_and_read_as_the_set_checkpoints_hold() -> Result<(), serde_json::Error> {
+        let names: ToolNames = ["search", "add", "fetch"].map(str::to_owned).into_iter().collect();
+        let set: BTreeSet<String> = ["search", "add", "fetch"].map(str::to_owned).into_iter().collect();
+        let written = serde_json::to_string(&names)?;
+        assert_eq!(written, serde_json::to_string(&set)?);
+        assert_eq!(written, r#"["add","fetch","search"]"#);
+        let read: ToolNames = serde_json::from_str(&written)?;
+        assert_eq!(read, names);
+        assert!(read.contains("fetch") && !read.contains("delete"));
+        let definition = |name: &str| ToolDefinition::new(name, "", serde_json::json!({"type": "object"}));
+        let offer = [definition("fetch"), definition("search"), definition("add")];
+        assert!(read.names_exactly(&offer));
+        assert!(!read.names_exactly(&offer[..2]));
+        assert!(!read.names_exactly(&[definition("fetch"), definition("search"), definition("delete")]));
         Ok(())
     }
 }
