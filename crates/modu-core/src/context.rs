@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::Usage;
 #[doc(hidden)]
-pub use crate::model_usage::{ModelUsage, add_model_usage};
+pub use crate::model_usage::{ModelUsage, RunUsage, add_model_call};
 
 /// Who the run is for: an id, roles (for RBAC) and free attributes.
 ///
@@ -85,8 +85,7 @@ struct Inner<C> {
     session_id: Option<String>,
     agent_name: String,
     user: UserContext,
-    usage: Arc<Mutex<Usage>>,
-    usage_by_model: Arc<Mutex<ModelUsage>>,
+    usage: Arc<Mutex<RunUsage>>,
     tool_input: Option<serde_json::Value>,
     metadata: Arc<serde_json::Map<String, serde_json::Value>>,
     approvals: Arc<Mutex<SharedApprovals>>,
@@ -292,8 +291,10 @@ impl<C> RunContext<C> {
                 session_id: parts.session_id,
                 agent_name: parts.agent_name,
                 user: parts.user,
-                usage: Arc::new(Mutex::new(parts.usage)),
-                usage_by_model: Arc::new(Mutex::new(ModelUsage::from(parts.usage_by_model))),
+                usage: Arc::new(Mutex::new(RunUsage {
+                    total: parts.usage,
+                    by_model: ModelUsage::from(parts.usage_by_model),
+                })),
                 tool_input: parts.tool_input,
                 metadata: shared_metadata(parts.metadata),
                 approvals: parts.approvals.unwrap_or_default(),
@@ -312,7 +313,6 @@ impl<C> RunContext<C> {
             agent_name: self.inner.agent_name.clone(),
             user: self.inner.user.clone(),
             usage: Arc::clone(&self.inner.usage),
-            usage_by_model: Arc::clone(&self.inner.usage_by_model),
             tool_input: self.inner.tool_input.clone(),
             metadata: Arc::clone(&self.inner.metadata),
             approvals: Arc::clone(&self.inner.approvals),
@@ -475,7 +475,7 @@ impl<C> RunContext<C> {
         let Some(call) = &self.call else {
             return;
         };
-        add_model_usage(&self.inner.usage_by_model, model, usage);
+        self.add_model_usage(model, usage);
         if let Some(events) = &self.inner.events {
             let run_id = self.inner.run_id.to_string();
             events
@@ -538,17 +538,17 @@ impl<C> RunContext<C> {
 
     /// The usage aggregated so far by this run (and by runs nested in it).
     pub fn usage(&self) -> Usage {
-        *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner).total
     }
 
     /// Adds usage to the run's total.
     pub fn add_usage(&self, usage: Usage) {
-        *self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner) += usage;
+        self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner).total += usage;
     }
 
-    /// The run's usage counter itself (the chat stack adds each attempt's usage to it).
+    /// The run's usage record itself (the chat stack adds each attempt's usage to it).
     #[doc(hidden)]
-    pub fn usage_handle(&self) -> Arc<Mutex<Usage>> {
+    pub fn usage_handle(&self) -> Arc<Mutex<RunUsage>> {
         Arc::clone(&self.inner.usage)
     }
 
@@ -557,21 +557,21 @@ impl<C> RunContext<C> {
     /// alone (memory summaries, compaction) is in [`RunContext::usage`] only.
     pub fn usage_by_model(&self) -> BTreeMap<String, Usage> {
         self.inner
-            .usage_by_model
+            .usage
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .by_model
             .to_map()
     }
 
     /// Adds the usage of a model's calls to the run's per-model breakdown (not to the total:
     /// [`RunContext::add_usage`] does that).
     pub fn add_model_usage(&self, model: &str, usage: Usage) {
-        add_model_usage(&self.inner.usage_by_model, model, usage);
-    }
-
-    /// The run's per-model usage itself (the chat stack adds each attempt's usage to it).
-    #[doc(hidden)]
-    pub fn usage_by_model_handle(&self) -> Arc<Mutex<ModelUsage>> {
-        Arc::clone(&self.inner.usage_by_model)
+        self.inner
+            .usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .by_model
+            .add(model, usage);
     }
 }

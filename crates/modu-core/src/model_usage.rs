@@ -6,13 +6,31 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::message::Usage;
 
-/// Adds `usage` to `model`'s entry (its name is copied only for a new entry).
+/// A run's usage: its total and its model calls' share by model, kept under one lock (the
+/// chat stack adds each attempt's usage to both at once).
 #[doc(hidden)]
-pub fn add_model_usage(by_model: &Mutex<ModelUsage>, model: &str, usage: Usage) {
-    by_model
-        .lock()
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunUsage {
+    /// The run's total ([`RunContext::usage`](crate::RunContext::usage)).
+    pub total: Usage,
+    /// The usage of its model calls, by model.
+    pub by_model: ModelUsage,
+}
+
+impl RunUsage {
+    /// Adds a model call's usage to the total and to `model`'s share.
+    pub fn add_model_call(&mut self, model: &str, usage: Usage) {
+        self.total += usage;
+        self.by_model.add(model, usage);
+    }
+}
+
+/// Adds a model call's usage to the run's total and to `model`'s share.
+#[doc(hidden)]
+pub fn add_model_call(run: &Mutex<RunUsage>, model: &str, usage: Usage) {
+    run.lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .add(model, usage);
+        .add_model_call(model, usage);
 }
 
 /// A run's usage by model, as [`RunContext::usage_by_model`] reports it. A run asks one model,

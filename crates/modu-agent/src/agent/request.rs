@@ -85,8 +85,12 @@ impl<C> AgentRequest<C> {
     /// A request with a user message and an application context: a `C`, or an `Arc<C>`
     /// shared with other runs (not cloned).
     pub fn new(context: impl Into<Arc<C>>, input: impl Into<String>) -> Self {
+        // The run appends to this vector: its answer at least, usually after a tool round.
+        // Room for those now saves growing it on the way.
+        let mut messages = Vec::with_capacity(4);
+        messages.push(Message::user(input));
         AgentRequest {
-            input: vec![Message::user(input)],
+            input: messages,
             context: context.into(),
             session_id: None,
             user: UserContext::default(),

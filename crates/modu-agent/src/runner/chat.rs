@@ -14,7 +14,7 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -79,8 +79,8 @@ impl RunCall {
 pub(crate) struct AttemptLog {
     emitter: Emitter,
     run_id: Arc<str>,
-    usage: Arc<Mutex<Usage>>,
-    usage_by_model: Arc<Mutex<crate::context::ModelUsage>>,
+    /// The run's usage record (its total and its share by model).
+    usage: Arc<Mutex<crate::context::RunUsage>>,
     calls: AtomicU32,
     max_attempts: u32,
     /// The run's span: every attempt's `chat` span is its child, on whatever task it runs.
@@ -91,8 +91,7 @@ impl AttemptLog {
     pub(crate) fn new(
         emitter: Emitter,
         run_id: Arc<str>,
-        usage: Arc<Mutex<Usage>>,
-        usage_by_model: Arc<Mutex<crate::context::ModelUsage>>,
+        usage: Arc<Mutex<crate::context::RunUsage>>,
         calls_so_far: u32,
         max_attempts: u32,
         span: tracing::Span,
@@ -101,7 +100,6 @@ impl AttemptLog {
             emitter,
             run_id,
             usage,
-            usage_by_model,
             calls: AtomicU32::new(calls_so_far),
             max_attempts,
             span,
@@ -115,8 +113,7 @@ impl AttemptLog {
 
     /// Adds an attempt's usage to the run's total and to `model`'s share.
     fn add_usage(&self, model: &str, usage: Usage) {
-        *self.usage.lock().unwrap_or_else(PoisonError::into_inner) += usage;
-        crate::context::add_model_usage(&self.usage_by_model, model, usage);
+        crate::context::add_model_call(&self.usage, model, usage);
     }
 }
 

@@ -23,8 +23,11 @@ use crate::middleware::AgentService;
 use crate::outcome::RunOutcome;
 use crate::store::CheckpointStatus;
 
+/// How a run starts. Built and taken apart at once (never stored), so the request is not
+/// boxed: a box would be one allocation per run for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Start<C> {
-    Fresh(Box<AgentRequest<C>>),
+    Fresh(AgentRequest<C>),
     Resume {
         checkpoint: Box<Checkpoint>,
         context: Arc<C>,
@@ -201,7 +204,7 @@ where
 {
     // One `execute_from` future, whichever way the run starts.
     let (start, started) = match request.resume.take() {
-        None => (Start::Fresh(Box::new(request)), Instant::now()),
+        None => (Start::Fresh(request), Instant::now()),
         Some(resume) => {
             let Resume {
                 mut checkpoint,
@@ -300,7 +303,6 @@ where
     let deadline = agent.limits.timeout.map(|t| started + t);
     let (ctx, state, resumed, parent_run_id, nested_pause, cancel) = match start {
         Start::Fresh(req) => {
-            let req = *req;
             let cancel = req.cancel;
             let parts = RunParts {
                 run_id: req.run_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
@@ -352,7 +354,6 @@ where
         emitter.clone(),
         Arc::clone(&run_id),
         ctx.usage_handle(),
-        ctx.usage_by_model_handle(),
         state.model_calls,
         agent.retry.max_attempts,
         span.clone(),
