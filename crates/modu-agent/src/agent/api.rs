@@ -14,6 +14,12 @@ use crate::runner::RunStream;
 use crate::runner::chat::with_deadline;
 use crate::runner::start::{resume_request, run_through_layers};
 
+/// How many events a streamed run sends ahead of its reader. The stream polls its run, so a
+/// larger buffer gains no parallelism: the run only runs further ahead before the reader sees
+/// anything, and a burst (a model's deltas arriving together) keeps that many events alive at
+/// once, which costs more in the allocator than the run's pause for its reader does.
+const STREAM_BUFFER: usize = 8;
+
 impl<C, O> Agent<C, O>
 where
     C: Send + Sync + 'static,
@@ -56,7 +62,7 @@ where
     }
 
     fn stream_inner(&self, request: AgentRequest<C>, public_only: bool) -> RunStream<O> {
-        let (tx, rx) = mpsc::channel(256);
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let mut request = request;
         request.stream = Some(tx);
         let inner = Arc::clone(&self.inner);
@@ -113,7 +119,7 @@ where
         context: Arc<C>,
         token: Option<tokio_util::sync::CancellationToken>,
     ) -> RunStream<O> {
-        let (tx, rx) = mpsc::channel(256);
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let agent = self.clone();
         let run_id = run_id.to_owned();
         let run = Box::pin(async move { agent.resume_with(&run_id, context, Some(tx), token).await });
