@@ -1,5 +1,6 @@
-//! A run's usage by model, as [`RunContext::usage_by_model`](crate::RunContext::usage_by_model)
-//! reports it.
+//! A run's usage as its context keeps it: the total ([`RunContext::usage`](crate::RunContext::usage))
+//! and the share by model ([`RunContext::usage_by_model`](crate::RunContext::usage_by_model)),
+//! under one lock.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
