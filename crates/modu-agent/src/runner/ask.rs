@@ -6,8 +6,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use super::chat::{DeltaSink, RunCall, with_deadline};
-use super::policy::{Answer, Ask, Format, ModelSlot, Offer};
+use super::policy::{Answer, Ask, DeltaRoute, Format, ModelSlot, Offer};
 use super::{Run, unique_call_ids};
 use crate::agent::Instructions;
 use crate::agent::settings::ModelSettings;
@@ -17,7 +19,7 @@ use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::memory::{MemoryInput, MemoryView};
 use crate::message::{Message, Role, ToolCall, Usage};
-use crate::model::{ChatRequest, ResponseFormat, ToolChoice, ToolDefinition};
+use crate::model::{ChatRequest, ChatResponse, ModelError, ResponseFormat, ToolChoice, ToolDefinition};
 
 impl<C, O> Run<C, O>
 where
@@ -27,58 +29,84 @@ where
     /// One model request: the context pipeline, the request, the slot's chat stack (retries and
     /// per-attempt events inside it) within the run's deadline, unique call ids, and the
     /// context providers told of the answer.
-    pub(super) async fn ask(&mut self, ask: Ask) -> Result<Answer, AgentError> {
-        let only = match ask.offer {
+    ///
+    /// An `async` block over `ask`'s parts, not an `async fn`: an `async fn` keeps its argument
+    /// twice in its state (as the argument and as the local its body moves it into), and every
+    /// in-flight run holds this future.
+    pub(super) fn ask(&mut self, ask: Ask) -> impl Future<Output = Result<Answer, AgentError>> + Send + '_ {
+        let Ask {
+            stage,
+            extra,
+            offer,
+            format,
+            route,
+            model,
+        } = ask;
+        let only = match offer {
             Offer::Stage => None,
             Offer::Only(definitions) => Some(definitions),
         };
-        let (messages, tools, lend) = self.prepare(ask.stage, ask.extra, only).await?;
-        let offered_tools = !tools.is_empty();
-        let format = match ask.format {
-            Format::Fixed(format) => format,
-            Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
-        };
-        let mut request = self.build_request(ask.stage, messages, tools, format.clone());
-        // The run's own messages go last; lent, they are moved in and put back after the call.
+        async move {
+            let (messages, tools, lend) = self.prepare(stage, extra, only).await?;
+            let offered_tools = !tools.is_empty();
+            let format = match format {
+                Format::Fixed(format) => format,
+                Format::WhenNoTools(format) => format.filter(|_| !offered_tools),
+            };
+            let request = self.build_request(stage, messages, tools, format.clone());
+            let outcome = self.send(request, lend, model, route).await;
+            self.state.model_calls = self.env.attempts.calls();
+            let mut response = outcome?.map_err(|e| AgentError::from_model(&e))?;
+            if response.message.has_tool_calls() && self.call_ids_collide(&response.message.tool_calls) {
+                let mut used = self.used_call_ids();
+                let rewritten = unique_call_ids(&mut response.message, &mut used);
+                if rewritten > 0 {
+                    tracing::debug!(rewritten, "the model server sent repeated tool-call ids; renamed");
+                }
+            }
+            self.notify(&response.message).await?;
+            Ok(Answer {
+                response,
+                offered_tools,
+                format,
+            })
+        }
+    }
+
+    /// Sends `request` through the chat stack of `model`'s slot within the run's deadline. The
+    /// run's own messages go last; lent (`lend`), they are moved in and put back when the call
+    /// is done (see [`Lent`]).
+    ///
+    /// A combinator: the request lives on in the call's future only, and the loan in the
+    /// closure that ends it.
+    fn send(
+        &mut self,
+        mut request: ChatRequest,
+        lend: Option<Lend>,
+        model: ModelSlot,
+        route: DeltaRoute,
+    ) -> impl Future<Output = Result<Result<ChatResponse, ModelError>, AgentError>> + Send + '_ {
         let lent = lend.map(|lend| {
             let system = lend.system.then_some(&mut self.kept.system);
             Lent::new(&mut request, &mut self.state.messages, system)
         });
-        let agent = Arc::clone(&self.env.agent);
-        let (kept, shared) = match (ask.model, &agent.planner_chat) {
+        let env = &self.env;
+        let (kept, shared) = match (model, &env.agent.planner_chat) {
             (ModelSlot::Planner, Some(planner)) => (&mut self.kept.planner_chat, planner),
-            _ => (&mut self.kept.chat, &agent.chat),
+            _ => (&mut self.kept.chat, &env.agent.chat),
         };
         let service = kept.get_or_insert_with(|| shared.clone());
-        let delta = self.env.emitter.deltas_wanted().then(|| DeltaSink {
-            emitter: self.env.emitter.clone(),
-            run_id: Arc::clone(&self.env.run_id),
-            route: ask.route,
+        let delta = env.emitter.deltas_wanted().then(|| DeltaSink {
+            emitter: env.emitter.clone(),
+            run_id: Arc::clone(&env.run_id),
+            route,
         });
-        request.extensions.deadline = self.env.deadline;
-        request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&self.env.attempts)));
-        // The request lives on in the call's future only: `Lent` borrowed it above, so unless
-        // it moves into a block of its own, this future's state keeps room for it too.
-        let call = {
-            let request = request;
-            async move { tower::Service::call(tower::ServiceExt::ready(service).await?, request).await }
-        };
-        let outcome = with_deadline(self.env.deadline, agent.limits.timeout, call).await;
-        drop(lent);
-        self.state.model_calls = self.env.attempts.calls();
-        let mut response = outcome?.map_err(|e| AgentError::from_model(&e))?;
-        if response.message.has_tool_calls() && self.call_ids_collide(&response.message.tool_calls) {
-            let mut used = self.used_call_ids();
-            let rewritten = unique_call_ids(&mut response.message, &mut used);
-            if rewritten > 0 {
-                tracing::debug!(rewritten, "the model server sent repeated tool-call ids; renamed");
-            }
-        }
-        self.notify(&response.message).await?;
-        Ok(Answer {
-            response,
-            offered_tools,
-            format,
+        request.extensions.deadline = env.deadline;
+        request.extensions.run = Some(RunCall::slot(delta, Arc::clone(&env.attempts)));
+        let call = tower::ServiceExt::oneshot(service, request);
+        with_deadline(env.deadline, env.agent.limits.timeout, call).map(move |outcome| {
+            drop(lent);
+            outcome
         })
     }
 

@@ -3,7 +3,12 @@
 //! guardrails on the accepted final output. Tool guardrails are a layer of the function stack
 //! (`function`).
 
-use futures::future::BoxFuture;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Either};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::policy::{Answer, Ask};
 use super::{Env, Run};
@@ -40,10 +45,17 @@ where
     ///
     /// The guarded request is boxed: its future (two requests and the checks) would otherwise
     /// make every unguarded request's future, and every future around it, twice as large.
-    pub(super) async fn ask_checked(&mut self, ask: Ask, check: Option<InputCheck>) -> Result<Answer, AgentError> {
+    ///
+    /// A combinator, not an `async fn`: an `async fn` would keep the request (`ask`) in its own
+    /// state beside the request's future, which holds it too.
+    pub(super) fn ask_checked(
+        &mut self,
+        ask: Ask,
+        check: Option<InputCheck>,
+    ) -> impl Future<Output = Result<Answer, AgentError>> + Send + '_ {
         match check {
-            None => self.ask_cancellable(ask).await,
-            Some(check) => Box::pin(self.ask_guarded(ask, check)).await,
+            None => Either::Left(self.ask_cancellable(ask)),
+            Some(check) => Either::Right(Box::pin(self.ask_guarded(ask, check))),
         }
     }
 
@@ -83,14 +95,10 @@ where
         })
     }
 
-    async fn ask_cancellable(&mut self, ask: Ask) -> Result<Answer, AgentError> {
-        match self.env.cancel.clone() {
-            None => self.ask(ask).await,
-            Some(token) => tokio::select! {
-                answer = self.ask(ask) => answer,
-                () = token.cancelled() => Err(AgentError::Cancelled),
-            },
-        }
+    /// A model request that ends with `AgentError::Cancelled` when the run is cancelled first.
+    fn ask_cancellable(&mut self, ask: Ask) -> impl Future<Output = Result<Answer, AgentError>> + Send + '_ {
+        let token = self.env.cancel.clone();
+        unless_cancelled(self.ask(ask), token).map(|answer| answer.unwrap_or(Err(AgentError::Cancelled)))
     }
 
     /// The output guardrails' check of an accepted output (as the codec's JSON).
@@ -160,5 +168,106 @@ where
                 })
                 .await;
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// `future`, ended early (with `None`) when `cancelled` fires first: what `tokio::select!`
+    /// over the two does, without an `async` block's state keeping a second copy of `future`.
+    /// A token cancelled before the start ends it unpolled (its work is not begun); later, a
+    /// future and a cancellation that are ready together give the future's output (as
+    /// tokio-util's `run_until_cancelled`).
+    pub(super) struct UnlessCancelled<F> {
+        #[pin]
+        future: F,
+        #[pin]
+        cancelled: Option<WaitForCancellationFutureOwned>,
+        already: bool,
+    }
+}
+
+/// `future`, cancelled by `token` when there is one (see [`UnlessCancelled`]).
+pub(super) fn unless_cancelled<F: Future>(future: F, token: Option<CancellationToken>) -> UnlessCancelled<F> {
+    UnlessCancelled {
+        future,
+        already: token.as_ref().is_some_and(CancellationToken::is_cancelled),
+        cancelled: token.map(CancellationToken::cancelled_owned),
+    }
+}
+
+impl<F: Future> Future for UnlessCancelled<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if *this.already {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        match this.cancelled.as_pin_mut().map(|cancelled| cancelled.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(None),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn without_a_token_the_future_runs_to_its_end() {
+        assert_eq!(unless_cancelled(async { 7 }, None).await, Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_token_cancelled_before_the_start_leaves_the_work_unbegun() {
+        let token = CancellationToken::new();
+        token.cancel();
+        let polled = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&polled);
+        let work = async move {
+            seen.store(true, Ordering::SeqCst);
+            7
+        };
+        assert_eq!(unless_cancelled(work, Some(token)).await, None);
+        assert!(!polled.load(Ordering::SeqCst), "the work was started");
+    }
+
+    #[tokio::test]
+    async fn a_cancellation_ends_a_pending_future() {
+        let token = CancellationToken::new();
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            cancel.cancel();
+        });
+        let never = std::future::pending::<u32>();
+        assert_eq!(unless_cancelled(never, Some(token)).await, None);
+    }
+
+    #[tokio::test]
+    async fn an_output_ready_with_the_cancellation_is_kept() {
+        let token = CancellationToken::new();
+        let ready = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&ready);
+        let work = std::future::poll_fn(move |_| {
+            if done.load(Ordering::SeqCst) {
+                Poll::Ready(7)
+            } else {
+                Poll::Pending
+            }
+        });
+        let mut running = std::pin::pin!(unless_cancelled(work, Some(token.clone())));
+        assert!(futures::poll!(running.as_mut()).is_pending());
+        // Both are ready when it is polled again: the output wins.
+        token.cancel();
+        ready.store(true, Ordering::SeqCst);
+        assert_eq!(running.await, Some(7));
     }
 }

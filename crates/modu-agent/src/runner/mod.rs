@@ -7,8 +7,9 @@
 //!   [`start::execute_from`] sets up the run;
 //! - `ask`: every model request is one [`ask::Ask`] through the model slot's chat stack
 //!   (`chat`: user chat layers → retry → per-attempt events → the model);
-//! - `gate`: every tool batch (lookup, validation, approval, authorization, the function stack,
-//!   timeout, retry, result cap, events, a checkpoint after each finished call);
+//! - `batch` and `gate`: every tool batch (its calls concurrently, results in call order, a
+//!   checkpoint after each finished call) and every call in it (lookup, validation, approval,
+//!   authorization, the function stack, timeout, retry, result cap, events);
 //! - `policy`: what a decision policy is (a sans-IO machine: [`policy::Policy::next`] is fed
 //!   what the last step produced and answers the next step); `standard` is one, strict
 //!   Plan-and-Execute (`crate::plan::machine`) the other; [`Run::drive`] is the one loop that
@@ -39,6 +40,7 @@ use crate::tool::ToolSpec;
 use crate::tool_provider::ToolSession;
 
 mod ask;
+mod batch;
 pub(crate) mod chat;
 pub(crate) mod emitter;
 pub(crate) mod function;
@@ -284,7 +286,9 @@ where
             .extra(extra)
             .format(Format::Fixed(format))
             .route(route);
-        let message = self.ask(ask).await?.response.message;
+        // Boxed: a corrective request is rare, and in place its future would size the
+        // future of every run (this one's state is held beside each step's).
+        let message = Box::pin(self.ask(ask)).await?.response.message;
         match self.env.agent.codec.parse(&message.text()) {
             Ok(output) => {
                 self.check_output(&output).await?;

@@ -283,19 +283,14 @@ where
     }
 }
 
-/// A run, with its clock started at `started` (a resume starts it before it loads the
-/// checkpoint, so the load counts toward the run's one timeout) and its writes fenced by the
-/// session's lease when it holds one.
-///
-/// The run is set up here, at once; the returned future only awaits it (boxed, so the futures
-/// above stay small) and records the outcome on the run's span.
-pub(super) fn execute_from<C, O>(
+/// A run set up from `start`, boxed, with its span: what [`execute_from`] awaits.
+fn new_run<C, O>(
     agent: Arc<AgentInner<C, O>>,
     start: Start<C>,
     emitter: Emitter,
     started: Instant,
     fence: Option<Fence>,
-) -> impl Future<Output = RunOutcome<O>> + Send + 'static
+) -> (Box<Run<C, O>>, tracing::Span)
 where
     C: Send + Sync + 'static,
     O: Send + 'static,
@@ -385,7 +380,28 @@ where
         summary: Default::default(),
         kept: Default::default(),
     };
-    let execute = tracing::Instrument::instrument(Box::pin(Box::new(run).execute()), span.clone());
+    (Box::new(run), span)
+}
+
+/// A run, with its clock started at `started` (a resume starts it before it loads the
+/// checkpoint, so the load counts toward the run's one timeout) and its writes fenced by the
+/// session's lease when it holds one.
+///
+/// The run is set up here, at once ([`new_run`]); the returned future only awaits it (boxed,
+/// so the futures above stay small) and records the outcome on the run's span.
+pub(super) fn execute_from<C, O>(
+    agent: Arc<AgentInner<C, O>>,
+    start: Start<C>,
+    emitter: Emitter,
+    started: Instant,
+    fence: Option<Fence>,
+) -> impl Future<Output = RunOutcome<O>> + Send + 'static
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let (run, span) = new_run(agent, start, emitter, started, fence);
+    let execute = tracing::Instrument::instrument(Box::pin(run.execute()), span.clone());
     async move {
         let result = execute.await;
         if !span.is_disabled() {
@@ -404,4 +420,30 @@ fn reports(emitter: &Emitter) -> Option<Arc<dyn crate::context::CallReports>> {
     emitter
         .active()
         .then(|| Arc::new(emitter.clone()) as Arc<dyn crate::context::CallReports>)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every in-flight run holds this future, boxed: the run's state between its steps, with
+    /// room for its largest step (a model request, a tool batch). Its size is memory each
+    /// concurrent run takes, and beyond glibc's per-thread cache (1,032 bytes) an allocation
+    /// of it is slower. The rare steps (a guarded request, a corrective request, a concurrent
+    /// batch, the strict policy) are boxed or in functions of their own for that reason.
+    #[test]
+    fn a_standard_runs_future_stays_small() {
+        let agent = crate::Agent::builder(modu_testing::ScriptedModel::new().text("done"))
+            .build()
+            .unwrap();
+        let emitter = Emitter {
+            sink: None,
+            stream: None,
+        };
+        let start = Start::Fresh(AgentRequest::from("hello"));
+        let (run, _span) = new_run(Arc::clone(&agent.inner), start, emitter, Instant::now(), None);
+        let future = run.execute();
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 2_200, "a standard run's future is {size} bytes");
+    }
 }
