@@ -538,12 +538,17 @@ impl<C> RunContext<C> {
 
     /// The usage aggregated so far by this run (and by runs nested in it).
     pub fn usage(&self) -> Usage {
-        self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner).total
+        self.usage_record().total
     }
 
     /// Adds usage to the run's total.
     pub fn add_usage(&self, usage: Usage) {
-        self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner).total += usage;
+        self.usage_record().total += usage;
+    }
+
+    /// The run's usage record, locked.
+    fn usage_record(&self) -> std::sync::MutexGuard<'_, RunUsage> {
+        self.inner.usage.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The run's usage record itself (the chat stack adds each attempt's usage to it).
@@ -556,22 +561,12 @@ impl<C> RunContext<C> {
     /// chain's member) or was asked (failed calls). Usage added with [`RunContext::add_usage`]
     /// alone (memory summaries, compaction) is in [`RunContext::usage`] only.
     pub fn usage_by_model(&self) -> BTreeMap<String, Usage> {
-        self.inner
-            .usage
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .by_model
-            .to_map()
+        self.usage_record().by_model.to_map()
     }
 
     /// Adds the usage of a model's calls to the run's per-model breakdown (not to the total:
     /// [`RunContext::add_usage`] does that).
     pub fn add_model_usage(&self, model: &str, usage: Usage) {
-        self.inner
-            .usage
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .by_model
-            .add(model, usage);
+        self.usage_record().by_model.add(model, usage);
     }
 }

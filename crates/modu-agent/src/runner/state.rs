@@ -257,7 +257,8 @@ impl<'de> Deserialize<'de> for CallResults {
 /// The names of the tools a request offered. Built when the offer changes and shared by the
 /// run (its tool gate admits only these) and its state; checkpoints hold it as the set it
 /// always was.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
 pub(crate) struct ToolNames(Arc<BTreeSet<String>>);
 
 impl ToolNames {
@@ -275,18 +276,6 @@ impl ToolNames {
 impl FromIterator<String> for ToolNames {
     fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
         ToolNames(Arc::new(names.into_iter().collect()))
-    }
-}
-
-impl Serialize for ToolNames {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for ToolNames {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        BTreeSet::deserialize(deserializer).map(|names| ToolNames(Arc::new(names)))
     }
 }
 
