@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::error::{OpenAiConfigError, status_error, stream_error, transport_error};
 use crate::sse::{Flow, SseDecoder};
+use crate::tool_json::ToolJsonCache;
 use crate::wire::{self, EmptyToolCallContent, MessageOptions, WireChunk, WireCompletion};
 use modu_core::ReasoningReplay;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
@@ -67,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) message_options: MessageOptions,
     always_stream: bool,
     redactor: Arc<Redactor>,
+    /// The JSON of the shared tool lists sent lately (an agent's list, serialised once).
+    tool_json: ToolJsonCache,
 }
 
 impl std::fmt::Debug for OpenAiClient {
@@ -325,6 +328,7 @@ impl OpenAiClientBuilder {
                 },
                 always_stream: self.always_stream,
                 redactor: Arc::new(redactor),
+                tool_json: ToolJsonCache::default(),
             }),
         })
     }
@@ -474,6 +478,7 @@ impl OpenAiClient {
                 message_options: i.message_options,
                 always_stream: i.always_stream,
                 redactor: Arc::clone(&i.redactor),
+                tool_json: ToolJsonCache::default(),
             }),
         }
     }
@@ -590,7 +595,8 @@ impl ChatModel for OpenAiClient {
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, true, i.message_options).map_err(|e| self.redact(e))?;
+        let body = wire::encode_request(&i.model, &request, true, i.message_options, &i.tool_json)
+            .map_err(|e| self.redact(e))?;
         let resp = self.post_chat(body, true).await.map_err(|e| self.redact(e))?;
         Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone())))
     }
@@ -612,7 +618,7 @@ impl ChatModel for OpenAiClient {
 impl OpenAiClient {
     async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, false, i.message_options)?;
+        let body = wire::encode_request(&i.model, &request, false, i.message_options, &i.tool_json)?;
         let resp = self.post_chat(body, false).await?;
         let bytes = resp
             .bytes()

@@ -10,8 +10,10 @@ use modu_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::media::{MEDIA_ONLY_TOOL_TEXT, WireParts, check_request};
+use crate::tool_json::ToolJsonCache;
 
 /// How an assistant turn that only calls tools carries its (empty) content on the wire.
 ///
@@ -193,19 +195,34 @@ pub(crate) struct WireFunctionOut<'a> {
     pub arguments: &'a str,
 }
 
-/// A request's tools, serialised from modu's [`ToolDefinition`]s.
+/// A request's tools, serialised from modu's [`ToolDefinition`]s, or their JSON already
+/// serialised ([`ToolJsonCache`](crate::tool_json::ToolJsonCache)).
 #[derive(Clone, Copy)]
-pub(crate) struct WireTools<'a>(&'a [ToolDefinition]);
+pub(crate) enum WireTools<'a> {
+    Definitions(&'a [ToolDefinition]),
+    Encoded(&'a RawValue),
+}
 
-impl WireTools<'_> {
+impl<'a> WireTools<'a> {
+    pub(crate) fn new(tools: &'a [ToolDefinition]) -> Self {
+        WireTools::Definitions(tools)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        match self {
+            WireTools::Definitions(tools) => tools.is_empty(),
+            WireTools::Encoded(_) => false,
+        }
     }
 }
 
 impl Serialize for WireTools<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|t| WireTool {
+        let tools = match self {
+            WireTools::Definitions(tools) => tools,
+            WireTools::Encoded(json) => return json.serialize(serializer),
+        };
+        serializer.collect_seq(tools.iter().map(|t| WireTool {
             kind: "function",
             function: WireFunctionDef {
                 name: &t.name,
@@ -286,7 +303,7 @@ pub(crate) fn wire_messages(messages: &[Message], options: MessageOptions) -> Wi
 }
 
 pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> WireTools<'_> {
-    WireTools(tools)
+    WireTools::new(tools)
 }
 
 /// `tool_choice`: a string, or the object that names a function.
@@ -346,6 +363,7 @@ pub(crate) fn encode_request(
     request: &ChatRequest,
     stream: bool,
     options: MessageOptions,
+    tool_json: &ToolJsonCache,
 ) -> Result<Vec<u8>, ModelError> {
     check_request(
         model,
@@ -353,10 +371,15 @@ pub(crate) fn encode_request(
         options.modalities,
         options.max_inline_media_bytes,
     )?;
+    let encoded = tool_json.get(&request.tools).map_err(|e| ModelError::InvalidRequest {
+        message: format!("cannot serialise the request's tools: {e}"),
+    })?;
     let body = WireRequest {
         model,
         messages: wire_messages(&request.messages, options),
-        tools: wire_tools(&request.tools),
+        tools: encoded
+            .as_deref()
+            .map_or_else(|| wire_tools(&request.tools), WireTools::Encoded),
         tool_choice: request.tool_choice.as_ref().map(wire_tool_choice),
         parallel_tool_calls: request.parallel_tool_calls,
         response_format: request.response_format.as_ref().map(wire_response_format),

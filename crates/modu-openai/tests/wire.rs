@@ -558,6 +558,55 @@ async fn dropping_the_stream_closes_the_connection() {
     assert!(after < Duration::from_secs(5));
 }
 
+/// An agent offers one shared tool list (an `Arc`) in every request; the client serialises it
+/// once. Every request, streamed or not, with extras or not, still carries the list as it is,
+/// and a changed list is sent changed.
+#[tokio::test]
+async fn a_shared_tool_list_is_sent_whole_in_every_request() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    let c = client(&server);
+    let add = ToolDefinition::new(
+        "add",
+        "Add two integers",
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+    );
+    let sub = ToolDefinition::new("sub", "Subtract", json!({"type": "object"}));
+    let wire = |tools: &[&ToolDefinition]| {
+        tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+            .collect::<Vec<_>>()
+    };
+    let mut shared = std::sync::Arc::new(vec![add.clone(), sub.clone()]);
+    let request = |tools: &std::sync::Arc<Vec<ToolDefinition>>| {
+        let mut req = ChatRequest::new(vec![Message::user("2+3?")]);
+        req.tools = std::sync::Arc::clone(tools);
+        req
+    };
+    for round in 0..2 {
+        server.push(MockReply::Text("ok".into()));
+        c.complete(request(&shared)).await.unwrap();
+        server.push(MockReply::Text("ok".into()));
+        let mut events = c.stream(request(&shared)).await.unwrap();
+        while let Some(event) = events.next().await {
+            event.unwrap();
+        }
+        server.push(MockReply::Text("ok".into()));
+        c.complete(request(&shared).with_extra("seed", json!(1))).await.unwrap();
+        let bodies = server.requests();
+        for body in &bodies[round * 3..] {
+            assert_eq!(body["tools"], json!(wire(&[&add, &sub])), "round {round}: {body}");
+        }
+    }
+    // The list changed through `Arc::make_mut` (nobody else holds it): the next request
+    // carries the change.
+    std::sync::Arc::make_mut(&mut shared).pop();
+    server.push(MockReply::Text("ok".into()));
+    c.complete(request(&shared)).await.unwrap();
+    let body = server.requests().pop().unwrap();
+    assert_eq!(body["tools"], json!(wire(&[&add])));
+}
+
 #[tokio::test]
 async fn request_body_shapes() {
     let server = MockOpenAiServer::start().await.unwrap();
