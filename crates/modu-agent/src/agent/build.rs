@@ -79,6 +79,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
                 model: config.model,
                 tools: entries,
                 tool_index: std::sync::OnceLock::new(),
+                offered_names: std::sync::OnceLock::new(),
                 tool_providers: typed.tool_providers,
                 context_providers: typed.context_providers,
                 codec: typed.codec,

@@ -106,6 +106,9 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) tools: Vec<ToolEntry<C>>,
     /// `tools` indexed by name, built by the first run that has no tool provider's tools.
     pub(crate) tool_index: std::sync::OnceLock<ToolIndex<C>>,
+    /// The names of `tool_index`'s definitions, as a request that offers them all records
+    /// them: built by the first such request, shared by the agent's runs.
+    pub(crate) offered_names: std::sync::OnceLock<crate::runner::state::ToolNames>,
     pub(crate) tool_providers: Vec<Arc<dyn ToolProvider<C>>>,
     pub(crate) context_providers: Vec<Arc<dyn ContextProvider<C>>>,
     pub(crate) codec: Arc<dyn OutputCodec<Output = O>>,

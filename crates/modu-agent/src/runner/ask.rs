@@ -247,7 +247,14 @@ where
             // The set is rebuilt only when the offer changed since the last request; a standard
             // run's state shares it.
             if !self.offered.as_ref().is_some_and(|o| o.names_exactly(&offer)) {
-                self.offered = Some(offer.iter().map(|t| t.name.clone()).collect());
+                let names = || offer.iter().map(|t| t.name.clone()).collect();
+                // The agent's own list (no provider changed it) has its set built once.
+                let own = agent.tool_index.get().is_some_and(|(_, own)| Arc::ptr_eq(own, &offer));
+                self.offered = Some(if own {
+                    agent.offered_names.get_or_init(names).clone()
+                } else {
+                    names()
+                });
             }
             self.allowed = context.allowed_identities.take();
             if self.state.strict().is_none() {
