@@ -7,6 +7,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use modu_core::{
     ChatEvent, ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, InputModalities, ModelError,
@@ -593,32 +594,60 @@ impl ChatModel for OpenAiClient {
         self.inner.message_options.modalities
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, true, i.message_options, &i.tool_json)
-            .map_err(|e| self.redact(e))?;
-        let resp = self.post_chat(body, true).await.map_err(|e| self.redact(e))?;
-        Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone())))
+    // `stream` and `complete` encode the request before their future begins (the signatures
+    // are `async_trait`'s, written out): the future then keeps the body, not the request, while
+    // it waits for the server, and is that much smaller for every request in flight.
+    fn stream<'life0, 'async_trait>(
+        &'life0 self,
+        request: ChatRequest,
+    ) -> BoxFuture<'async_trait, Result<ChatStream, ModelError>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        let body = self.encode(&request, true);
+        drop(request);
+        Box::pin(async move {
+            let resp = self.post_chat(body?, true).await.map_err(|e| self.redact(e))?;
+            Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone())) as ChatStream)
+        })
     }
 
-    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+    fn complete<'life0, 'async_trait>(
+        &'life0 self,
+        request: ChatRequest,
+    ) -> BoxFuture<'async_trait, Result<ChatResponse, ModelError>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
         if self.inner.always_stream {
-            // The stream's errors are masked already.
-            let mut stream = self.stream(request).await?;
-            let mut builder = ChatResponseBuilder::default();
-            while let Some(event) = stream.next().await {
-                builder.push(event?);
-            }
-            return builder.finish();
+            let stream = self.stream(request);
+            return Box::pin(async move {
+                // The stream's errors are masked already.
+                let mut stream = stream.await?;
+                let mut builder = ChatResponseBuilder::default();
+                while let Some(event) = stream.next().await {
+                    builder.push(event?);
+                }
+                builder.finish()
+            });
         }
-        self.complete_raw(request).await.map_err(|e| self.redact(e))
+        let body = self.encode(&request, false);
+        drop(request);
+        Box::pin(async move { self.complete_raw(body?).await.map_err(|e| self.redact(e)) })
     }
 }
 
 impl OpenAiClient {
-    async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+    /// The body of a chat request (errors masked).
+    fn encode(&self, request: &ChatRequest, stream: bool) -> Result<Vec<u8>, ModelError> {
         let i = &self.inner;
-        let body = wire::encode_request(&i.model, &request, false, i.message_options, &i.tool_json)?;
+        wire::encode_request(&i.model, request, stream, i.message_options, &i.tool_json).map_err(|e| self.redact(e))
+    }
+
+    async fn complete_raw(&self, body: Vec<u8>) -> Result<ChatResponse, ModelError> {
+        let i = &self.inner;
         let resp = self.post_chat(body, false).await?;
         let bytes = resp
             .bytes()
