@@ -146,56 +146,61 @@ fn answer(
 }
 
 /// [`answer`], streamed: every delta goes to `sink` as it arrives.
-async fn answer_streamed(
+///
+/// An `async` block rather than an `async fn`, so its state keeps the model, the request and
+/// the sink once (an `async fn` keeps its arguments and the locals they move into).
+fn answer_streamed(
     model: Arc<dyn ChatModel>,
     request: ChatRequest,
     sink: DeltaSink,
-) -> Result<ChatResponse, ModelError> {
+) -> impl Future<Output = Result<ChatResponse, ModelError>> + Send + 'static {
     // The run's structured output, streamed: partial snapshots for the caller.
     let mut partial = (request.response_format.is_some()
         && matches!(sink.route, DeltaRoute::Answer | DeltaRoute::Final)
         && sink.emitter.has_stream())
     .then(PartialOutput::default);
-    let mut stream = model.stream(request).await?;
-    let mut builder = ChatResponseBuilder::default();
-    while let Some(event) = stream.next().await {
-        let event = event?;
-        // Folded first, so the delta itself moves into its event (no copy per delta).
-        builder.push_ref(&event);
-        match event {
-            ChatEvent::TextDelta { text } if !text.is_empty() => {
-                let snapshot = partial.as_mut().and_then(|p| p.push(&text));
-                sink.emitter.emit(sink.route.event(&sink.run_id, text)).await;
-                if let Some(snapshot) = snapshot {
-                    let event = AgentEvent::OutputPartial {
+    async move {
+        let mut stream = model.stream(request).await?;
+        let mut builder = ChatResponseBuilder::default();
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            // Folded first, so the delta itself moves into its event (no copy per delta).
+            builder.push_ref(&event);
+            match event {
+                ChatEvent::TextDelta { text } if !text.is_empty() => {
+                    let snapshot = partial.as_mut().and_then(|p| p.push(&text));
+                    sink.emitter.emit(sink.route.event(&sink.run_id, text)).await;
+                    if let Some(snapshot) = snapshot {
+                        let event = AgentEvent::OutputPartial {
+                            run_id: sink.run_id.to_string(),
+                            snapshot,
+                        };
+                        sink.emitter.emit_to_stream(event).await;
+                    }
+                }
+                ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
+                    sink.emitter.emit(sink.route.reasoning(&sink.run_id, text)).await;
+                }
+                ChatEvent::ToolCallDelta {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                } if matches!(sink.route, DeltaRoute::Answer) => {
+                    let event = AgentEvent::ToolCallDelta {
                         run_id: sink.run_id.to_string(),
-                        snapshot,
+                        index,
+                        id,
+                        tool: name,
+                        arguments,
                     };
                     sink.emitter.emit_to_stream(event).await;
                 }
+                _ => {}
             }
-            ChatEvent::ReasoningDelta { text } if !text.is_empty() => {
-                sink.emitter.emit(sink.route.reasoning(&sink.run_id, text)).await;
-            }
-            ChatEvent::ToolCallDelta {
-                index,
-                id,
-                name,
-                arguments,
-            } if matches!(sink.route, DeltaRoute::Answer) => {
-                let event = AgentEvent::ToolCallDelta {
-                    run_id: sink.run_id.to_string(),
-                    index,
-                    id,
-                    tool: name,
-                    arguments,
-                };
-                sink.emitter.emit_to_stream(event).await;
-            }
-            _ => {}
         }
+        builder.finish()
     }
-    builder.finish()
 }
 
 /// The structured answer's text so far, and the last snapshot sent.
