@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::{BoxFuture, Either};
+use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -251,72 +251,116 @@ impl Service<ChatRequest> for ModelCall {
         let log = Arc::clone(&run.log);
         let sink = run.delta.clone();
         drop(run);
-        let call = log.calls.fetch_add(1, Ordering::Relaxed) + 1;
-        let tools = request.tools.len();
-        let structured = request.response_format.is_some();
-        let started = std::time::Instant::now();
-        let active = log.emitter.active();
         let model = Arc::clone(&self.name);
         let span = super::spans::chat(&log.span, &model);
-        let fut = answer(Arc::clone(&self.model), request, sink);
-        let in_span = span.clone();
-        Box::pin(tracing::Instrument::instrument(
-            async move {
-                if active {
-                    log.emitter
-                        .emit(AgentEvent::ModelCallStarted {
-                            run_id: log.run_id.to_string(),
-                            model: model.to_string(),
-                            call,
-                            tools,
-                            structured,
-                        })
-                        .await;
-                }
-                let result = fut.await;
-                match &result {
-                    Ok(response) => {
-                        let answered = response.model.as_deref().unwrap_or(&model);
-                        in_span.record("gen_ai.response.model", answered);
-                        super::spans::record_usage(&in_span, response.usage);
-                        log.add_usage(answered, response.usage);
-                        if active {
-                            log.emitter
-                                .emit(AgentEvent::ModelCallFinished {
-                                    run_id: log.run_id.to_string(),
-                                    model: model.to_string(),
-                                    call,
-                                    usage: response.usage,
-                                    finish_reason: response.finish_reason.clone(),
-                                    tool_calls: response.message.tool_calls.len(),
-                                    duration_ms: started.elapsed().as_millis() as u64,
-                                    answered_by: response.model.clone(),
-                                })
-                                .await;
-                        }
+        let attempt = Attempt {
+            call: log.calls.fetch_add(1, Ordering::Relaxed) + 1,
+            attempt,
+            tools: request.tools.len(),
+            structured: request.response_format.is_some(),
+            started: std::time::Instant::now(),
+            active: log.emitter.active(),
+            span: span.clone(),
+            model,
+            log,
+        };
+        let answer = answer(Arc::clone(&self.model), request, sink);
+        // Three stages, each holding only what it needs: the answer's future is kept once
+        // (an `async` block around it would keep it twice, and the result beside it).
+        let attempt = attempt
+            .begin()
+            .then(move |attempt| answer.map(move |result| (attempt, result)))
+            .then(|(attempt, result)| attempt.end(result));
+        Box::pin(tracing::Instrument::instrument(attempt, span))
+    }
+}
+
+/// One attempt of [`ModelCall`]: what its events and its usage record say about it.
+struct Attempt {
+    log: Arc<AttemptLog>,
+    /// The slot's model name.
+    model: Arc<str>,
+    /// The attempt's `chat` span.
+    span: tracing::Span,
+    started: std::time::Instant,
+    call: u32,
+    attempt: u32,
+    tools: usize,
+    structured: bool,
+    /// Whether anyone listens to the run's events.
+    active: bool,
+}
+
+impl Attempt {
+    /// Sends `ModelCallStarted`.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep `self` twice")]
+    fn begin(self) -> impl Future<Output = Self> + Send + 'static {
+        async move {
+            if self.active {
+                let log = &self.log;
+                log.emitter
+                    .emit(AgentEvent::ModelCallStarted {
+                        run_id: log.run_id.to_string(),
+                        model: self.model.to_string(),
+                        call: self.call,
+                        tools: self.tools,
+                        structured: self.structured,
+                    })
+                    .await;
+            }
+            self
+        }
+    }
+
+    /// Records the answer (usage, span) and sends `ModelCallFinished` or `ModelCallFailed`.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice")]
+    fn end(
+        self,
+        result: Result<ChatResponse, ModelError>,
+    ) -> impl Future<Output = Result<ChatResponse, ModelError>> + Send + 'static {
+        async move {
+            let (log, model) = (&self.log, &self.model);
+            match &result {
+                Ok(response) => {
+                    let answered = response.model.as_deref().unwrap_or(model);
+                    self.span.record("gen_ai.response.model", answered);
+                    super::spans::record_usage(&self.span, response.usage);
+                    log.add_usage(answered, response.usage);
+                    if self.active {
+                        log.emitter
+                            .emit(AgentEvent::ModelCallFinished {
+                                run_id: log.run_id.to_string(),
+                                model: model.to_string(),
+                                call: self.call,
+                                usage: response.usage,
+                                finish_reason: response.finish_reason.clone(),
+                                tool_calls: response.message.tool_calls.len(),
+                                duration_ms: self.started.elapsed().as_millis() as u64,
+                                answered_by: response.model.clone(),
+                            })
+                            .await;
                     }
-                    Err(err) => {
-                        super::spans::record_error(&in_span, err.kind().as_str());
-                        let mut failed = Usage::default();
-                        failed.requests = 1;
-                        log.add_usage(&model, failed);
-                        if active {
-                            log.emitter
-                                .emit(AgentEvent::ModelCallFailed {
-                                    run_id: log.run_id.to_string(),
-                                    model: model.to_string(),
-                                    call,
-                                    error_kind: err.kind().to_owned(),
-                                    will_retry: err.is_retryable() && attempt < log.max_attempts,
-                                })
-                                .await;
-                        }
+                }
+                Err(err) => {
+                    super::spans::record_error(&self.span, err.kind().as_str());
+                    let mut failed = Usage::default();
+                    failed.requests = 1;
+                    log.add_usage(model, failed);
+                    if self.active {
+                        log.emitter
+                            .emit(AgentEvent::ModelCallFailed {
+                                run_id: log.run_id.to_string(),
+                                model: model.to_string(),
+                                call: self.call,
+                                error_kind: err.kind().to_owned(),
+                                will_retry: err.is_retryable() && self.attempt < log.max_attempts,
+                            })
+                            .await;
                     }
                 }
-                result
-            },
-            span,
-        ))
+            }
+            result
+        }
     }
 }
 
