@@ -8,7 +8,8 @@
 //! drops the run, and recovers it on another agent: the session must hold the run once.
 //!
 //! The claim sees the run's messages where the run started (`history_len` in its checkpoint),
-//! removes the checkpoint and continues nothing.
+//! removes the checkpoint and continues nothing. A run resumed after its session moved on
+//! appends where the session ends then, and its checkpoint says so before it goes on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -22,9 +23,27 @@ use modu_core::{
 };
 use modu_testing::ScriptedModel;
 
-/// Checkpoints whose fenced delete never returns (the worker "dies" right before it).
+/// Checkpoints whose fenced delete never returns (the worker "dies" right before it), or, with
+/// `saves_before_stuck`, whose fenced saves stop returning after that many.
 struct StuckDelete {
     inner: Arc<dyn CheckpointStore>,
+    saves_before_stuck: Option<std::sync::atomic::AtomicUsize>,
+}
+
+impl StuckDelete {
+    fn on_delete(inner: &Arc<dyn CheckpointStore>) -> Arc<dyn CheckpointStore> {
+        Arc::new(StuckDelete {
+            inner: Arc::clone(inner),
+            saves_before_stuck: None,
+        })
+    }
+
+    fn after_saves(inner: &Arc<dyn CheckpointStore>, saves: usize) -> Arc<dyn CheckpointStore> {
+        Arc::new(StuckDelete {
+            inner: Arc::clone(inner),
+            saves_before_stuck: Some(std::sync::atomic::AtomicUsize::new(saves)),
+        })
+    }
 }
 
 #[async_trait]
@@ -51,6 +70,16 @@ impl CheckpointStore for StuckDelete {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
+        if let Some(left) = &self.saves_before_stuck {
+            let taken = left.fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            );
+            if taken.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
         self.inner.save_fenced(run_id, meta, state, fence).await
     }
     async fn delete_fenced(&self, _run_id: &str, _fence: &Fence) -> Result<(), StoreError> {
@@ -82,9 +111,7 @@ async fn a_run_killed_between_its_append_and_its_checkpoint_removal_is_stored_on
         ScriptedModel::new()
             .tool_call("noop", serde_json::json!({}))
             .text("first answer"),
-        Arc::new(StuckDelete {
-            inner: Arc::clone(&checkpoints),
-        }),
+        StuckDelete::on_delete(&checkpoints),
         "worker-1",
     );
     let run = tokio::spawn(async move {
@@ -119,4 +146,110 @@ async fn a_run_killed_between_its_append_and_its_checkpoint_removal_is_stored_on
         .filter(|m| m.role == Role::User)
         .count();
     assert_eq!(users, 1, "the run is stored once");
+}
+
+/// Waits until `done` holds, for at most five seconds.
+async fn wait_until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let mut waited = Duration::ZERO;
+    while !done().await {
+        assert!(waited < Duration::from_secs(5), "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += Duration::from_millis(10);
+    }
+}
+
+/// A run dies after its first checkpoint; another run of the session completes meanwhile; the
+/// first is resumed, appends after the other's messages and dies before removing its
+/// checkpoint; a last claim must find it stored there, not run it a second time.
+#[tokio::test]
+async fn a_run_resumed_after_its_session_moved_on_is_still_stored_once() {
+    let leases = InMemoryLeaseStore::new();
+    let conversations: Arc<dyn modu_core::ConversationStore> =
+        Arc::new(leases.fence_conversations(InMemoryConversationStore::new()));
+    let checkpoints: Arc<dyn CheckpointStore> = Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new()));
+    let ttl = Duration::from_millis(200);
+    let agent = |model: ScriptedModel, checkpoints: Arc<dyn CheckpointStore>, holder: &str| {
+        Agent::builder(model)
+            .name("chaos")
+            .tool(modu_core::FunctionTool::new(
+                modu_core::ToolSpec::new("noop", "Does nothing.", serde_json::json!({"type": "object"})),
+                |_ctx: modu_core::RunContext<()>, _args| async { Ok(serde_json::json!("ok")) },
+            ))
+            .conversation_store(Arc::clone(&conversations))
+            .checkpoint_store(checkpoints)
+            .session_leases(leases.clone(), LeaseOptions::new().ttl(ttl).holder(holder))
+            .build()
+            .unwrap()
+    };
+    let user_texts = || async {
+        conversations
+            .load("s")
+            .await
+            .unwrap()
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(|m| m.text())
+            .collect::<Vec<_>>()
+    };
+
+    // run-1 saves its first checkpoint (the session empty) and its worker dies.
+    let first = agent(
+        ScriptedModel::new()
+            .tool_call("noop", serde_json::json!({}))
+            .text("first answer"),
+        StuckDelete::after_saves(&checkpoints, 1),
+        "worker-1",
+    );
+    let run = tokio::spawn(async move {
+        first
+            .run(AgentRequest::new((), "first question").session("s").run_id("run-1"))
+            .await
+    });
+    wait_until("run-1 never saved its checkpoint", || async {
+        checkpoints.load("run-1").await.unwrap().is_some()
+    })
+    .await;
+    run.abort();
+    let _ = run.await;
+
+    // Once the lease expired, run-2 of the same session completes.
+    tokio::time::sleep(ttl * 2).await;
+    let other = agent(
+        ScriptedModel::new().text("second answer"),
+        Arc::clone(&checkpoints),
+        "worker-2",
+    );
+    let outcome = other
+        .run(AgentRequest::new((), "second question").session("s").run_id("run-2"))
+        .await;
+    assert!(outcome.is_completed(), "{:?}", outcome.error());
+
+    // run-1 is resumed after run-2's messages, appends, and dies before removing its checkpoint.
+    let resumer = agent(
+        ScriptedModel::new()
+            .tool_call("noop", serde_json::json!({}))
+            .text("first answer"),
+        StuckDelete::on_delete(&checkpoints),
+        "worker-3",
+    );
+    let recovery = tokio::spawn(async move { resumer.recover_orphans(()).await });
+    wait_until("run-1 was never appended", || async { user_texts().await.len() == 2 }).await;
+    recovery.abort();
+    let _ = recovery.await;
+    assert_eq!(user_texts().await, ["second question", "first question"]);
+
+    // The last claim finds run-1 in the session and removes its checkpoint.
+    tokio::time::sleep(ttl * 2).await;
+    let last = agent(
+        ScriptedModel::new().text("again").cycle(),
+        Arc::clone(&checkpoints),
+        "worker-4",
+    );
+    let _ = last.recover_orphans(()).await.unwrap();
+    assert_eq!(
+        user_texts().await,
+        ["second question", "first question"],
+        "run-1 is stored once"
+    );
+    assert!(checkpoints.load("run-1").await.unwrap().is_none());
 }

@@ -169,8 +169,9 @@ where
 
     async fn drive(&mut self) -> Result<O, AgentError> {
         self.open_tools().await?;
-        self.load_history().await?;
-        if !self.resumed {
+        // A fresh run's first checkpoint, and a resumed run's again when its session moved on
+        // since it was saved (see `load_history`).
+        if self.load_history().await? || !self.resumed {
             self.checkpoint().await?;
         }
         match &self.env.agent.policy {
@@ -301,18 +302,22 @@ where
         }
     }
 
-    async fn load_history(&mut self) -> Result<(), AgentError> {
+    /// Loads the session's history. Records where the run's messages will be appended (the
+    /// history's end: under the session's lease nothing else writes there), and says whether
+    /// a resumed run's place moved, so that its checkpoint is saved again: the session may
+    /// have moved on while the run waited to be resumed, and a later claim of this run looks
+    /// for its messages at that place (`start::already_stored`).
+    async fn load_history(&mut self) -> Result<bool, AgentError> {
         let (Some(store), Some(session)) = (&self.env.agent.conversations, self.env.ctx.session_id()) else {
-            return Ok(());
+            return Ok(false);
         };
         let load = tracing::Instrument::instrument(store.load(session), spans::store("conversation.load"));
         match with_deadline(self.env.deadline, self.env.agent.limits.timeout, load).await? {
             Ok(history) => {
-                if !self.resumed {
-                    self.state.history_len = Some(history.len());
-                }
+                let moved = self.state.history_len != Some(history.len());
+                self.state.history_len = Some(history.len());
                 self.env.history = history;
-                Ok(())
+                Ok(self.resumed && moved)
             }
             Err(e) => {
                 self.store_failed("conversation.load", &e.to_string()).await;
