@@ -87,65 +87,51 @@ impl CheckpointStore for StuckDelete {
     }
 }
 
-#[tokio::test]
-async fn a_run_killed_between_its_append_and_its_checkpoint_removal_is_stored_once() {
-    let leases = InMemoryLeaseStore::new();
-    let conversations: Arc<dyn modu_core::ConversationStore> =
-        Arc::new(leases.fence_conversations(InMemoryConversationStore::new()));
-    let checkpoints: Arc<dyn CheckpointStore> = Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new()));
-    let ttl = Duration::from_millis(200);
-    let agent = |model: ScriptedModel, checkpoints: Arc<dyn CheckpointStore>, holder: &str| {
+/// Workers of one agent over shared in-memory stores with fenced session leases.
+struct Workers {
+    leases: InMemoryLeaseStore,
+    conversations: Arc<dyn modu_core::ConversationStore>,
+    checkpoints: Arc<dyn CheckpointStore>,
+    ttl: Duration,
+}
+
+impl Workers {
+    fn new() -> Self {
+        let leases = InMemoryLeaseStore::new();
+        Workers {
+            conversations: Arc::new(leases.fence_conversations(InMemoryConversationStore::new())),
+            checkpoints: Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new())),
+            leases,
+            ttl: Duration::from_millis(200),
+        }
+    }
+
+    /// A worker's agent (one tool, `noop`), its checkpoints through `checkpoints`.
+    fn agent(&self, model: ScriptedModel, checkpoints: Arc<dyn CheckpointStore>, holder: &str) -> Agent {
         Agent::builder(model)
             .name("chaos")
             .tool(modu_core::FunctionTool::new(
                 modu_core::ToolSpec::new("noop", "Does nothing.", serde_json::json!({"type": "object"})),
                 |_ctx: modu_core::RunContext<()>, _args| async { Ok(serde_json::json!("ok")) },
             ))
-            .conversation_store(Arc::clone(&conversations))
+            .conversation_store(Arc::clone(&self.conversations))
             .checkpoint_store(checkpoints)
-            .session_leases(leases.clone(), LeaseOptions::new().ttl(ttl).holder(holder))
+            .session_leases(self.leases.clone(), LeaseOptions::new().ttl(self.ttl).holder(holder))
             .build()
             .unwrap()
-    };
-    let dying = agent(
-        ScriptedModel::new()
-            .tool_call("noop", serde_json::json!({}))
-            .text("first answer"),
-        StuckDelete::on_delete(&checkpoints),
-        "worker-1",
-    );
-    let run = tokio::spawn(async move {
-        dying
-            .run(AgentRequest::new((), "hello").session("s").run_id("run-1"))
-            .await
-    });
-    // The run appended its messages and is stuck before the checkpoint's removal: it dies.
-    let mut waited = Duration::ZERO;
-    while conversations.load("s").await.unwrap().is_empty() {
-        assert!(waited < Duration::from_secs(5), "the run never appended");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waited += Duration::from_millis(10);
     }
-    run.abort();
-    let _ = run.await;
-    assert!(checkpoints.load("run-1").await.unwrap().is_some());
 
-    // Another worker recovers orphans once the lease expired.
-    tokio::time::sleep(ttl * 2).await;
-    let recoverer = agent(
-        ScriptedModel::new().text("second answer").cycle(),
-        Arc::clone(&checkpoints),
-        "worker-2",
-    );
-    let _ = recoverer.recover_orphans(()).await.unwrap();
-    let users = conversations
-        .load("s")
-        .await
-        .unwrap()
-        .iter()
-        .filter(|m| m.role == Role::User)
-        .count();
-    assert_eq!(users, 1, "the run is stored once");
+    /// The user messages of session `s`, in order.
+    async fn user_texts(&self) -> Vec<String> {
+        self.conversations
+            .load("s")
+            .await
+            .unwrap()
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(|m| m.text())
+            .collect()
+    }
 }
 
 /// Waits until `done` holds, for at most five seconds.
@@ -158,42 +144,49 @@ async fn wait_until<F: std::future::Future<Output = bool>>(what: &str, mut done:
     }
 }
 
+#[tokio::test]
+async fn a_run_killed_between_its_append_and_its_checkpoint_removal_is_stored_once() {
+    let w = Workers::new();
+    let checkpoints = Arc::clone(&w.checkpoints);
+    let dying = w.agent(
+        ScriptedModel::new()
+            .tool_call("noop", serde_json::json!({}))
+            .text("first answer"),
+        StuckDelete::on_delete(&checkpoints),
+        "worker-1",
+    );
+    let run = tokio::spawn(async move {
+        dying
+            .run(AgentRequest::new((), "hello").session("s").run_id("run-1"))
+            .await
+    });
+    // The run appended its messages and is stuck before the checkpoint's removal: it dies.
+    wait_until("the run never appended", || async { !w.user_texts().await.is_empty() }).await;
+    run.abort();
+    let _ = run.await;
+    assert!(checkpoints.load("run-1").await.unwrap().is_some());
+
+    // Another worker recovers orphans once the lease expired.
+    tokio::time::sleep(w.ttl * 2).await;
+    let recoverer = w.agent(
+        ScriptedModel::new().text("second answer").cycle(),
+        Arc::clone(&checkpoints),
+        "worker-2",
+    );
+    let _ = recoverer.recover_orphans(()).await.unwrap();
+    assert_eq!(w.user_texts().await.len(), 1, "the run is stored once");
+}
+
 /// A run dies after its first checkpoint; another run of the session completes meanwhile; the
 /// first is resumed, appends after the other's messages and dies before removing its
 /// checkpoint; a last claim must find it stored there, not run it a second time.
 #[tokio::test]
 async fn a_run_resumed_after_its_session_moved_on_is_still_stored_once() {
-    let leases = InMemoryLeaseStore::new();
-    let conversations: Arc<dyn modu_core::ConversationStore> =
-        Arc::new(leases.fence_conversations(InMemoryConversationStore::new()));
-    let checkpoints: Arc<dyn CheckpointStore> = Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new()));
-    let ttl = Duration::from_millis(200);
-    let agent = |model: ScriptedModel, checkpoints: Arc<dyn CheckpointStore>, holder: &str| {
-        Agent::builder(model)
-            .name("chaos")
-            .tool(modu_core::FunctionTool::new(
-                modu_core::ToolSpec::new("noop", "Does nothing.", serde_json::json!({"type": "object"})),
-                |_ctx: modu_core::RunContext<()>, _args| async { Ok(serde_json::json!("ok")) },
-            ))
-            .conversation_store(Arc::clone(&conversations))
-            .checkpoint_store(checkpoints)
-            .session_leases(leases.clone(), LeaseOptions::new().ttl(ttl).holder(holder))
-            .build()
-            .unwrap()
-    };
-    let user_texts = || async {
-        conversations
-            .load("s")
-            .await
-            .unwrap()
-            .iter()
-            .filter(|m| m.role == Role::User)
-            .map(|m| m.text())
-            .collect::<Vec<_>>()
-    };
+    let w = Workers::new();
+    let checkpoints = Arc::clone(&w.checkpoints);
 
     // run-1 saves its first checkpoint (the session empty) and its worker dies.
-    let first = agent(
+    let first = w.agent(
         ScriptedModel::new()
             .tool_call("noop", serde_json::json!({}))
             .text("first answer"),
@@ -213,8 +206,8 @@ async fn a_run_resumed_after_its_session_moved_on_is_still_stored_once() {
     let _ = run.await;
 
     // Once the lease expired, run-2 of the same session completes.
-    tokio::time::sleep(ttl * 2).await;
-    let other = agent(
+    tokio::time::sleep(w.ttl * 2).await;
+    let other = w.agent(
         ScriptedModel::new().text("second answer"),
         Arc::clone(&checkpoints),
         "worker-2",
@@ -225,7 +218,7 @@ async fn a_run_resumed_after_its_session_moved_on_is_still_stored_once() {
     assert!(outcome.is_completed(), "{:?}", outcome.error());
 
     // run-1 is resumed after run-2's messages, appends, and dies before removing its checkpoint.
-    let resumer = agent(
+    let resumer = w.agent(
         ScriptedModel::new()
             .tool_call("noop", serde_json::json!({}))
             .text("first answer"),
@@ -233,21 +226,21 @@ async fn a_run_resumed_after_its_session_moved_on_is_still_stored_once() {
         "worker-3",
     );
     let recovery = tokio::spawn(async move { resumer.recover_orphans(()).await });
-    wait_until("run-1 was never appended", || async { user_texts().await.len() == 2 }).await;
+    wait_until("run-1 was never appended", || async { w.user_texts().await.len() == 2 }).await;
     recovery.abort();
     let _ = recovery.await;
-    assert_eq!(user_texts().await, ["second question", "first question"]);
+    assert_eq!(w.user_texts().await, ["second question", "first question"]);
 
     // The last claim finds run-1 in the session and removes its checkpoint.
-    tokio::time::sleep(ttl * 2).await;
-    let last = agent(
+    tokio::time::sleep(w.ttl * 2).await;
+    let last = w.agent(
         ScriptedModel::new().text("again").cycle(),
         Arc::clone(&checkpoints),
         "worker-4",
     );
     let _ = last.recover_orphans(()).await.unwrap();
     assert_eq!(
-        user_texts().await,
+        w.user_texts().await,
         ["second question", "first question"],
         "run-1 is stored once"
     );
