@@ -70,6 +70,87 @@ where
         super::guard::unless_cancelled(self.run_tool_raw(call, gate, sanitized), token)
     }
 
+    /// The synchronous half of the gate: the tool by name (offered and enabled), the arguments
+    /// as JSON that fits its schema, the tools allowed now, the approval decision, and RBAC
+    /// last, right before execution, on the tool that really runs (a meta tool's external
+    /// tool). Each refusal says what was wrong in words the model can act on.
+    fn admit<'a>(
+        &'a self,
+        call: &crate::message::ToolCall,
+        gate: ApprovalGate<'_>,
+    ) -> Result<(&'a VisibleTool<C>, serde_json::Value), Refusal> {
+        let offered = gate.offered;
+        let tool = self
+            .tools
+            .get(&call.name)
+            .filter(|_| offered.is_none_or(|o| o.contains(&call.name)))
+            .filter(|t| t.entry.tool.is_enabled(&self.ctx))
+            .ok_or_else(|| self.unknown_tool(call, offered))?;
+        let args = call.parse_arguments().map_err(invalid_json)?;
+        let problems = tool.entry.validator.problems(&args);
+        if !problems.is_empty() {
+            return Err(invalid_arguments(&problems));
+        }
+        if let Some(allowed) = gate.allowed {
+            let identity = tool.entry.tool.identity(&args);
+            if !allowed.contains(identity.as_ref()) {
+                return Err(not_allowed(&identity, allowed));
+            }
+        }
+        // A decision recorded for this call (approve, approve_always or reject) binds it,
+        // whatever `needs_approval` says now: the predicate is asked only for calls nobody
+        // decided yet, each time such a call reaches the gate (first run and resumes).
+        let decision = match gate.decisions.get(&call.id) {
+            Some(d) => Some(d.clone()),
+            None if tool.entry.tool.needs_approval(&self.ctx, &args) => {
+                // Decisions that cover a whole tool use the tool's identity (for a meta tool
+                // such as MCP's mcp_call_tool, the external tool), not the called name.
+                let request = tool.entry.tool.approval_request(&call.id, &args);
+                let in_code = self.ctx.tool_decision(&request.tool_name).map(|d| match d {
+                    Ok(()) => ApprovalDecision::Approved,
+                    Err(message) => ApprovalDecision::Rejected { message },
+                });
+                let always = gate
+                    .always_approved
+                    .contains(&request.tool_name)
+                    .then_some(ApprovalDecision::Approved);
+                match always.or(in_code) {
+                    Some(d) => Some(d),
+                    None => return Err(Refusal::Approval(request)),
+                }
+            }
+            None => None,
+        };
+        if let Some(ApprovalDecision::Rejected { message }) = decision {
+            return Err(rejected(message));
+        }
+        self.agent
+            .authorizer
+            .authorize(self.ctx.user(), &tool.entry.tool.identity(&args))
+            .map_err(Refusal::Error)?;
+        Ok((tool, args))
+    }
+
+    /// The refusal of a call to a tool the run does not offer now, naming the ones it does.
+    #[cold]
+    #[inline(never)]
+    fn unknown_tool(&self, call: &crate::message::ToolCall, offered: Option<&super::state::ToolNames>) -> Refusal {
+        let available: Vec<&str> = self
+            .definitions
+            .iter()
+            .map(|d| d.name.as_str())
+            .filter(|n| offered.is_none_or(|o| o.contains(n)))
+            .filter(|n| self.tool_enabled(n))
+            .collect();
+        Refusal::Error(
+            ToolError::new(ToolErrorKind::NotFound, "unknown_tool").with_message(format!(
+                "there is no tool named {:?}; available tools: {}",
+                call.name,
+                available.join(", ")
+            )),
+        )
+    }
+
     /// One tool call: lookup, argument checks, approval, authorization, execution with timeout
     /// and retry, events; reported in detail (failures are data the caller turns into a tool
     /// message; only the run's own deadline ends the run). With `sanitized` (strict policy) the
@@ -89,94 +170,7 @@ where
             // Lookup, checks and approval, synchronous and in a block of their own: what they
             // leave behind is not kept in this future's state while the tool runs.
             let admitted = {
-                let offered = gate.offered;
-                let refused = Refusal::Error;
-                let checked: Result<(&VisibleTool<C>, serde_json::Value), Refusal> = (|| {
-                    let tool = self
-                        .tools
-                        .get(&call.name)
-                        .filter(|_| offered.is_none_or(|o| o.contains(&call.name)))
-                        .filter(|t| t.entry.tool.is_enabled(&self.ctx))
-                        .ok_or_else(|| {
-                            let available: Vec<&str> = self
-                                .definitions
-                                .iter()
-                                .map(|d| d.name.as_str())
-                                .filter(|n| offered.is_none_or(|o| o.contains(n)))
-                                .filter(|n| self.tool_enabled(n))
-                                .collect();
-                            refused(
-                                ToolError::new(ToolErrorKind::NotFound, "unknown_tool").with_message(format!(
-                                    "there is no tool named {:?}; available tools: {}",
-                                    call.name,
-                                    available.join(", ")
-                                )),
-                            )
-                        })?;
-                    let args = call.parse_arguments().map_err(|e| {
-                        refused(ToolError::validation(
-                            "invalid_json",
-                            format!("the arguments are not valid JSON ({e}); send a JSON object"),
-                        ))
-                    })?;
-                    let problems = tool.entry.validator.problems(&args);
-                    if !problems.is_empty() {
-                        return Err(refused(ToolError::validation(
-                            "invalid_arguments",
-                            format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
-                        )));
-                    }
-                    if let Some(allowed) = gate.allowed {
-                        let identity = tool.entry.tool.identity(&args);
-                        if !allowed.contains(identity.as_ref()) {
-                            return Err(refused(
-                                ToolError::new(ToolErrorKind::NotFound, "tool_not_allowed").with_message(format!(
-                                    "{identity} is not among the tools allowed now; allowed: {}",
-                                    allowed.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
-                                )),
-                            ));
-                        }
-                    }
-                    // A decision recorded for this call (approve, approve_always or reject) binds it,
-                    // whatever `needs_approval` says now: the predicate is asked only for calls nobody
-                    // decided yet, each time such a call reaches the gate (first run and resumes).
-                    let recorded = gate.decisions.get(&call.id);
-                    let decision = match recorded {
-                        Some(d) => Some(d.clone()),
-                        None if tool.entry.tool.needs_approval(&self.ctx, &args) => {
-                            // Decisions that cover a whole tool use the tool's identity (for a meta tool
-                            // such as MCP's mcp_call_tool, the external tool), not the called name.
-                            let request = tool.entry.tool.approval_request(&call.id, &args);
-                            let in_code = self.ctx.tool_decision(&request.tool_name).map(|d| match d {
-                                Ok(()) => ApprovalDecision::Approved,
-                                Err(message) => ApprovalDecision::Rejected { message },
-                            });
-                            let always = gate
-                                .always_approved
-                                .contains(&request.tool_name)
-                                .then_some(ApprovalDecision::Approved);
-                            match always.or(in_code) {
-                                Some(d) => Some(d),
-                                None => return Err(Refusal::Approval(request)),
-                            }
-                        }
-                        None => None,
-                    };
-                    if let Some(ApprovalDecision::Rejected { message }) = decision {
-                        return Err(refused(
-                            ToolError::new(ToolErrorKind::Rejected, "rejected_by_user").with_message(
-                                message.unwrap_or_else(|| "a person rejected this call; do not retry it".to_owned()),
-                            ),
-                        ));
-                    }
-                    // Authorization comes last, right before execution (after approval), on the tool
-                    // that really runs (a meta tool's external tool).
-                    self.agent
-                        .authorizer
-                        .authorize(self.ctx.user(), &tool.entry.tool.identity(&args))
-                        .map_err(refused)?;
-                    Ok((tool, args))
-                })();
+                let checked = self.admit(call, gate);
                 // A call whose nested run paused earlier goes on only when every one of the nested
                 // calls has a decision; it then resumes the nested run with them.
                 let mut nested_resume = None;
@@ -319,4 +313,42 @@ where
         let attempts = scope.attempts.load(std::sync::atomic::Ordering::Relaxed);
         Ok((outcome, attempts.max(1)))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_json(error: serde_json::Error) -> Refusal {
+    Refusal::Error(ToolError::validation(
+        "invalid_json",
+        format!("the arguments are not valid JSON ({error}); send a JSON object"),
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_arguments(problems: &[String]) -> Refusal {
+    Refusal::Error(ToolError::validation(
+        "invalid_arguments",
+        format!("the arguments do not fit the tool's schema: {}", problems.join("; ")),
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn not_allowed(identity: &str, allowed: &BTreeSet<String>) -> Refusal {
+    Refusal::Error(
+        ToolError::new(ToolErrorKind::NotFound, "tool_not_allowed").with_message(format!(
+            "{identity} is not among the tools allowed now; allowed: {}",
+            allowed.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+        )),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn rejected(message: Option<String>) -> Refusal {
+    Refusal::Error(
+        ToolError::new(ToolErrorKind::Rejected, "rejected_by_user")
+            .with_message(message.unwrap_or_else(|| "a person rejected this call; do not retry it".to_owned())),
+    )
 }
