@@ -29,6 +29,7 @@ pub mod response;
 pub mod store;
 pub mod tokens;
 pub mod tool;
+pub mod tool_json;
 pub mod tool_provider;
 pub mod tripwire;
 

@@ -63,6 +63,8 @@ struct Inner {
     input_modalities: modu_core::InputModalities,
     max_inline_media_bytes: usize,
     redactor: Arc<Redactor>,
+    /// The JSON of the shared tool lists sent lately: an agent's list is encoded once.
+    tool_json: modu_core::tool_json::ToolJsonCache,
 }
 
 impl std::fmt::Debug for OllamaClient {
@@ -291,6 +293,7 @@ impl OllamaClientBuilder {
                 input_modalities: self.input_modalities,
                 max_inline_media_bytes: self.max_inline_media_bytes,
                 redactor: Arc::new(redactor),
+                tool_json: modu_core::tool_json::ToolJsonCache::new(),
             }),
         })
     }
@@ -454,6 +457,7 @@ impl OllamaClient {
             &i.options,
             i.keep_alive.as_ref(),
             i.reasoning_replay,
+            &i.tool_json,
         )?;
         let mut rb = i
             .http

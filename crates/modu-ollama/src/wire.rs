@@ -2,19 +2,21 @@
 
 use std::collections::BTreeMap;
 
+use modu_core::tool_json::ToolJsonCache;
 use modu_core::{
     ChatEvent, ChatRequest, ContentPart, FinishReason, InputModalities, Message, ModelError, ReasoningEffort,
     ReasoningReplay, Role, ToolChoice, ToolDefinition, Usage,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 #[derive(Serialize)]
 pub(crate) struct WireRequest<'a> {
     pub model: &'a str,
     pub messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    pub tools: WireTools<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<&'a Value>,
     #[serde(skip_serializing_if = "Map::is_empty")]
@@ -130,6 +132,26 @@ pub(crate) fn check_request(
     Ok(())
 }
 
+/// The request's `tools`: built from the definitions, or the shared list's JSON encoded before
+/// ([`ToolJsonCache`]).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum WireTools<'a> {
+    Definitions(Vec<WireTool<'a>>),
+    Encoded(&'a RawValue),
+}
+
+impl WireTools<'_> {
+    fn is_empty(&self) -> bool {
+        matches!(self, WireTools::Definitions(d) if d.is_empty())
+    }
+}
+
+/// The JSON of a whole tool list as Ollama takes it (what [`ToolJsonCache`] keeps).
+fn encode_tools(tools: &[ToolDefinition]) -> Result<Box<RawValue>, serde_json::Error> {
+    serde_json::value::to_raw_value(&wire_tools(tools))
+}
+
 pub(crate) fn wire_tools(tools: &[ToolDefinition]) -> Vec<WireTool<'_>> {
     tools
         .iter()
@@ -168,6 +190,7 @@ pub(crate) fn encode_request(
     default_options: &Map<String, Value>,
     keep_alive: Option<&Value>,
     replay: ReasoningReplay,
+    tool_json: &ToolJsonCache,
 ) -> Result<Vec<u8>, ModelError> {
     let mut options = default_options.clone();
     if let Some(t) = request.temperature {
@@ -187,10 +210,23 @@ pub(crate) fn encode_request(
             options.insert(k.clone(), v.clone());
         }
     }
+    let invalid = |e: serde_json::Error| ModelError::InvalidRequest {
+        message: format!("cannot serialise the request: {e}"),
+    };
+    let offered = offered_tools(request);
+    // The whole shared list (the usual case: an agent's tools) is encoded once per client.
+    let cached = if std::ptr::eq(offered, request.tools.as_slice()) {
+        tool_json.get_or_encode(&request.tools, encode_tools).map_err(invalid)?
+    } else {
+        None
+    };
     let body = WireRequest {
         model,
         messages: wire_messages(&request.messages, replay),
-        tools: wire_tools(offered_tools(request)),
+        tools: match &cached {
+            Some(json) => WireTools::Encoded(json),
+            None => WireTools::Definitions(wire_tools(offered)),
+        },
         format: request.response_format.as_ref().map(|f| &f.schema),
         options,
         keep_alive,
@@ -198,9 +234,6 @@ pub(crate) fn encode_request(
         stream,
     };
     let extras: BTreeMap<&String, &Value> = request.extras.iter().filter(|(k, _)| k.as_str() != "options").collect();
-    let invalid = |e: serde_json::Error| ModelError::InvalidRequest {
-        message: format!("cannot serialise the request: {e}"),
-    };
     if extras.is_empty() {
         return serde_json::to_vec(&body).map_err(invalid);
     }

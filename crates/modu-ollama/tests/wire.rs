@@ -483,3 +483,59 @@ async fn tool_choice_narrows_the_offered_tools() {
         assert!(body.get("tool_choice").is_none());
     }
 }
+
+#[tokio::test]
+async fn a_shared_tool_list_is_sent_whole_in_every_request() {
+    // An agent offers one shared list in every request; the client encodes it once and must
+    // still send all of it each time, in every request shape, and send a changed list changed.
+    let server = MockOllamaServer::start().await.unwrap();
+    let c = client(&server);
+    let tool = |name: &str| ToolDefinition::new(name, "a tool", json!({"type": "object", "properties": {}}));
+    let mut tools = std::sync::Arc::new(vec![tool("add"), tool("weather")]);
+    let request = |tools: &std::sync::Arc<Vec<ToolDefinition>>| {
+        let mut r = hi();
+        r.tools = std::sync::Arc::clone(tools);
+        r
+    };
+    let names = |body: &Value| -> Value {
+        body.get("tools")
+            .and_then(Value::as_array)
+            .map(|t| t.iter().map(|t| t["function"]["name"].clone()).collect())
+            .unwrap_or(Value::Null)
+    };
+    for _round in 0..2 {
+        server.push(OllamaReply::Text("ok".into()));
+        c.complete(request(&tools)).await.unwrap();
+        server.push(OllamaReply::Text("ok".into()));
+        let (_, folded) = stream_fold(&c, request(&tools)).await;
+        folded.unwrap();
+        server.push(OllamaReply::Text("ok".into()));
+        let mut with_extras = request(&tools);
+        with_extras.extras.insert("options".into(), json!({"num_ctx": 4096}));
+        with_extras.extras.insert("keep_alive".into(), json!("5m"));
+        c.complete(with_extras).await.unwrap();
+        server.push(OllamaReply::Text("ok".into()));
+        c.complete(request(&tools).with_tool_choice(modu_core::ToolChoice::Named("weather".into())))
+            .await
+            .unwrap();
+        let sent = server.requests();
+        let last = &sent[sent.len() - 4..];
+        for body in &last[..3] {
+            assert_eq!(names(body), json!(["add", "weather"]), "{body}");
+            assert_eq!(body["tools"][0]["type"], "function");
+            assert_eq!(body["tools"][0]["function"]["parameters"]["type"], "object");
+        }
+        assert_eq!(last[2]["options"]["num_ctx"], 4096);
+        assert_eq!(last[2]["keep_alive"], "5m");
+        assert_eq!(names(&last[3]), json!(["weather"]), "a named tool still goes alone");
+    }
+    std::sync::Arc::make_mut(&mut tools).push(tool("search"));
+    server.push(OllamaReply::Text("ok".into()));
+    c.complete(request(&tools)).await.unwrap();
+    let body = server.requests().pop().unwrap();
+    assert_eq!(
+        names(&body),
+        json!(["add", "weather", "search"]),
+        "a changed list is sent changed"
+    );
+}

@@ -10,7 +10,6 @@ pub mod fuzzing;
 mod media;
 mod sse;
 mod tokens;
-mod tool_json;
 mod wire;
 
 pub use client::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, ModelInfo, OpenAiClient, OpenAiClientBuilder};

@@ -52,14 +52,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "the Ollama client and its wire mapping; split pending (#16)",
     ),
     (
-        "crates/modu-openai/src/client.rs",
-        "the OpenAI-compatible client; split pending (#16)",
-    ),
-    (
-        "crates/modu-openai/src/wire.rs",
-        "the chat-completions wire types and mapping; split pending (#16)",
-    ),
-    (
         "crates/modu-openai/tests/wire.rs",
         "wire-format tests against the mock server; split pending (#16)",
     ),

@@ -10,10 +10,10 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName
 
 use super::{Inner, OpenAiClient};
 use crate::error::OpenAiConfigError;
-use crate::tool_json::ToolJsonCache;
 use crate::wire::{EmptyToolCallContent, MessageOptions};
 use modu_core::ReasoningReplay;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
+use modu_core::tool_json::ToolJsonCache;
 
 /// The default time allowed to open a TCP connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

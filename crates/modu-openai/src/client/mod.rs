@@ -10,9 +10,9 @@ use modu_core::ModelError;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use crate::error::{OpenAiConfigError, status_error, transport_error};
-use crate::tool_json::ToolJsonCache;
 use crate::wire::MessageOptions;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
+use modu_core::tool_json::ToolJsonCache;
 
 mod builder;
 mod chat;

@@ -14,7 +14,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::media::{MEDIA_ONLY_TOOL_TEXT, WireParts, check_request};
-use crate::tool_json::ToolJsonCache;
+use modu_core::tool_json::ToolJsonCache;
 
 /// How an assistant turn that only calls tools carries its (empty) content on the wire.
 ///
@@ -197,7 +197,7 @@ pub(crate) struct WireFunctionOut<'a> {
 }
 
 /// A request's tools, serialised from modu's [`ToolDefinition`]s, or their JSON already
-/// serialised ([`ToolJsonCache`](crate::tool_json::ToolJsonCache)).
+/// serialised ([`ToolJsonCache`]).
 #[derive(Clone, Copy)]
 pub(crate) enum WireTools<'a> {
     Definitions(&'a [ToolDefinition]),
@@ -372,9 +372,13 @@ pub(crate) fn encode_request(
         options.modalities,
         options.max_inline_media_bytes,
     )?;
-    let encoded = tool_json.get(&request.tools).map_err(|e| ModelError::InvalidRequest {
-        message: format!("cannot serialise the request's tools: {e}"),
-    })?;
+    let encoded = tool_json
+        .get_or_encode(&request.tools, |tools| {
+            serde_json::value::to_raw_value(&WireTools::new(tools))
+        })
+        .map_err(|e| ModelError::InvalidRequest {
+            message: format!("cannot serialise the request's tools: {e}"),
+        })?;
     let body = WireRequest {
         model,
         messages: wire_messages(&request.messages, options),
