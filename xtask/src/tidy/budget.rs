@@ -48,10 +48,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "stdio transport and child-process lifecycle; split pending (#16)",
     ),
     (
-        "crates/modu-ollama/src/client.rs",
-        "the Ollama client and its wire mapping; split pending (#16)",
-    ),
-    (
         "crates/modu-openai/tests/wire.rs",
         "wire-format tests against the mock server; split pending (#16)",
     ),
