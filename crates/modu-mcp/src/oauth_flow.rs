@@ -8,12 +8,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::transport::auth::{
     AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest, AuthorizationSession,
-    ClientCredentialsConfig, CredentialStore, OAuthClientConfig, StoredCredentials, WWWAuthenticateParams,
+    OAuthClientConfig, WWWAuthenticateParams,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::{McpAuthError, redact};
-use crate::oauth::{Grant, McpAuthorizationRequest, McpOAuth, McpStoredTokens, McpTokenStore};
+use crate::oauth::{McpAuthorizationRequest, McpOAuth, McpStoredTokens};
+
+mod machine;
+mod store;
+
+use store::StoreAdapter;
 
 /// What the server answered a request with.
 pub(crate) enum Challenge {
@@ -196,90 +201,6 @@ impl OAuthFlow {
                 Ok(None)
             }
         }
-    }
-
-    /// The scopes a grant without a person asks for: the configured ones, then those the
-    /// challenge names and `extra` (a step-up's), each once.
-    pub(crate) fn machine_scopes(&self, challenge: &str, extra: Option<&str>) -> Vec<String> {
-        let mut scopes = self.config.scopes.clone();
-        let required = reqwest::Url::parse(&self.url)
-            .ok()
-            .and_then(|base| WWWAuthenticateParams::parse(challenge, &base).scope);
-        for scope in required
-            .iter()
-            .map(String::as_str)
-            .chain(extra)
-            .flat_map(str::split_whitespace)
-        {
-            if !scopes.iter().any(|s| s == scope) {
-                scopes.push(scope.to_owned());
-            }
-        }
-        scopes
-    }
-
-    /// The client-credentials grant: discovery, then a token from the token endpoint for the
-    /// configured scopes plus the ones the challenge names and `extra` (no person is asked).
-    async fn client_credentials(
-        &self,
-        challenge: &str,
-        extra: Option<&str>,
-    ) -> Result<(AuthorizationManager, String), McpAuthError> {
-        let mut manager = self.discover(challenge).await?;
-        let Some(client_id) = &self.config.client_id else {
-            return Err(self.fail("the client-credentials grant needs a client id"));
-        };
-        let scopes = self.machine_scopes(challenge, extra);
-        let resource = Some(self.url.clone());
-        let grant = match (&self.config.signing_key, &self.config.client_secret) {
-            (Some(key), _) => ClientCredentialsConfig::PrivateKeyJwt {
-                client_id: client_id.clone(),
-                signing_key: key.pem.to_vec(),
-                signing_algorithm: key.algorithm.to_rmcp(),
-                token_endpoint_audience: None,
-                scopes,
-                resource,
-            },
-            (None, Some(secret)) => ClientCredentialsConfig::ClientSecret {
-                client_id: client_id.clone(),
-                client_secret: secret.clone(),
-                scopes,
-                resource,
-            },
-            (None, None) => return Err(self.fail("the client-credentials grant needs a secret or a signing key")),
-        };
-        manager
-            .validate_client_credentials_metadata(&grant)
-            .and_then(|()| manager.configure_client_credentials(&grant))
-            .map_err(|e| self.auth_failure("the client-credentials grant could not start", &e))?;
-        // rmcp's exchange future is not `Send` with `private_key_jwt` compiled in (it holds a
-        // form serializer across an await), so it runs on a blocking thread of this runtime.
-        let handle = tokio::runtime::Handle::current();
-        let (manager, result) = tokio::task::spawn_blocking(move || {
-            let result = handle.block_on(manager.exchange_client_credentials(&grant));
-            (manager, result)
-        })
-        .await
-        .map_err(|e| self.fail(format!("the client-credentials token request stopped: {e}")))?;
-        let response =
-            result.map_err(|e| self.auth_failure("the token endpoint refused the client credentials", &e))?;
-        let token = self.remember_response(&response)?;
-        tracing::debug!(server = %self.server, "OAuth client-credentials token fetched");
-        Ok((manager, token))
-    }
-
-    /// The grant without a person this flow runs, for the scopes `extra` adds; `None` for the
-    /// authorization-code flow.
-    async fn machine_grant(
-        &self,
-        challenge: &str,
-        extra: Option<&str>,
-    ) -> Option<Result<(AuthorizationManager, String), McpAuthError>> {
-        Some(match self.config.grant {
-            Grant::ClientCredentials => self.client_credentials(challenge, extra).await,
-            Grant::CrossAppAccess => self.cross_app_access(challenge, extra).await,
-            Grant::AuthorizationCode => return None,
-        })
     }
 
     /// A full authorization: discovery, client identification, consent, code exchange (or the
@@ -490,96 +411,9 @@ impl WithoutUrlRef for reqwest::Error {
     }
 }
 
-/// rmcp's credential store on the connector's [`McpTokenStore`].
-struct StoreAdapter {
-    store: Arc<dyn McpTokenStore>,
-    key: String,
-}
-
-fn to_rmcp(tokens: McpStoredTokens) -> Result<StoredCredentials, AuthError> {
-    let mut response = json!({
-        "access_token": tokens.access_token,
-        "token_type": tokens.token_type,
-    });
-    if let Some(refresh) = tokens.refresh_token {
-        response["refresh_token"] = Value::String(refresh);
-    }
-    if let Some(expires_in) = tokens.expires_in {
-        response["expires_in"] = Value::from(expires_in);
-    }
-    if !tokens.scopes.is_empty() {
-        response["scope"] = Value::String(tokens.scopes.join(" "));
-    }
-    serde_json::from_value(json!({
-        "client_id": tokens.client_id,
-        "token_response": response,
-        "granted_scopes": tokens.scopes,
-        "token_received_at": tokens.received_at,
-        "issuer": tokens.issuer,
-    }))
-    .map_err(|_| AuthError::CredentialStoreError("the stored tokens could not be read".to_owned()))
-}
-
-/// `None` for credentials without tokens (a client id only).
-fn from_rmcp(credentials: &StoredCredentials) -> Option<McpStoredTokens> {
-    let value = serde_json::to_value(credentials).ok()?;
-    let response = value.get("token_response")?.as_object()?;
-    let text =
-        |map: &serde_json::Map<String, Value>, key: &str| map.get(key).and_then(Value::as_str).map(str::to_owned);
-    let mut tokens = McpStoredTokens::new(credentials.client_id.clone(), text(response, "access_token")?);
-    if let Some(kind) = text(response, "token_type") {
-        tokens.token_type = kind;
-    }
-    tokens.refresh_token = text(response, "refresh_token");
-    tokens.expires_in = response.get("expires_in").and_then(Value::as_u64);
-    tokens.received_at = credentials.token_received_at;
-    tokens.scopes = credentials.granted_scopes.clone();
-    tokens.issuer = credentials.issuer.clone();
-    Some(tokens)
-}
-
-#[async_trait::async_trait]
-impl CredentialStore for StoreAdapter {
-    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        let stored = self
-            .store
-            .load(&self.key)
-            .await
-            .map_err(|e| AuthError::CredentialStoreError(e.message))?;
-        stored.map(to_rmcp).transpose()
-    }
-
-    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
-        match from_rmcp(&credentials) {
-            Some(tokens) => self.store.save(&self.key, tokens).await,
-            None => self.store.clear(&self.key).await,
-        }
-        .map_err(|e| AuthError::CredentialStoreError(e.message))
-    }
-
-    async fn clear(&self) -> Result<(), AuthError> {
-        self.store
-            .clear(&self.key)
-            .await
-            .map_err(|e| AuthError::CredentialStoreError(e.message))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stored_tokens_survive_the_round_trip_through_rmcp() {
-        let mut tokens = McpStoredTokens::new("client-1", "access-1");
-        tokens.refresh_token = Some("refresh-1".into());
-        tokens.expires_in = Some(3600);
-        tokens.received_at = Some(1_700_000_000);
-        tokens.scopes = vec!["a".into(), "b".into()];
-        tokens.issuer = Some("https://as.example".into());
-        let back = from_rmcp(&to_rmcp(tokens.clone()).unwrap()).unwrap();
-        assert_eq!(back, tokens);
-    }
 
     #[test]
     fn auth_errors_read_as_sentences_without_type_names() {

@@ -40,14 +40,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "run loop integration tests; split pending (#16)",
     ),
     (
-        "crates/modu-mcp/src/oauth_flow.rs",
-        "the OAuth authorization-code flow; split pending (#16)",
-    ),
-    (
-        "crates/modu-mcp/src/stdio.rs",
-        "stdio transport and child-process lifecycle; split pending (#16)",
-    ),
-    (
         "crates/modu-openai/tests/wire.rs",
         "wire-format tests against the mock server; split pending (#16)",
     ),
