@@ -44,10 +44,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "wire-format tests against the mock server; split pending (#16)",
     ),
     (
-        "crates/modu-postgres/src/lib.rs",
-        "all PostgreSQL stores in one file; split per store pending (#16)",
-    ),
-    (
         "crates/modu-redis/src/lib.rs",
         "all Redis stores in one file; split per store pending (#16)",
     ),
