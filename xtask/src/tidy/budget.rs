@@ -48,18 +48,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "all Redis stores in one file; split per store pending (#16)",
     ),
     (
-        "crates/modu-skills/src/runtime.rs",
-        "skill selection and resource tools; split pending (#16)",
-    ),
-    (
-        "crates/modu-skills/src/source.rs",
-        "skill sources and safe file access; split pending (#16)",
-    ),
-    (
-        "crates/modu-skills/tests/runtime.rs",
-        "skills runtime tests; split pending (#16)",
-    ),
-    (
         "crates/modu-sqlite/src/lib.rs",
         "all SQLite stores in one file; split per store pending (#16)",
     ),
