@@ -44,14 +44,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "wire-format tests against the mock server; split pending (#16)",
     ),
     (
-        "crates/modu-redis/src/lib.rs",
-        "all Redis stores in one file; split per store pending (#16)",
-    ),
-    (
-        "crates/modu-sqlite/src/lib.rs",
-        "all SQLite stores in one file; split per store pending (#16)",
-    ),
-    (
         "crates/modu-testing/src/conformance.rs",
         "the store conformance suites; split per store trait pending (#16)",
     ),

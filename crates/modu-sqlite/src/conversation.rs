@@ -1,0 +1,245 @@
+//! Conversations in SQLite ([`SqliteConversationStore`]).
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use modu_core::{ConversationStore, Fence, Message, SessionSummary, StoreError};
+use sqlx::sqlite::SqlitePool;
+use sqlx::{Row, Sqlite, Transaction};
+
+use crate::lease::check_fence;
+use crate::{cutoff, migrate, now_ms, open, query_err, time_of_ms, write_tx};
+
+/// Conversations in SQLite: a row per session (`modu_sessions`: next sequence number, last
+/// access) and a row per message (`modu_messages`, keyed by session and sequence number).
+///
+/// `append` runs in one `BEGIN IMMEDIATE` transaction that reserves a range of sequence
+/// numbers and inserts the batch: concurrent appends (from any number of connections or
+/// processes) are serialised by SQLite's write lock, keep each batch contiguous and lose
+/// nothing. With a TTL, sessions not appended to or loaded for `ttl` read as empty and are
+/// deleted lazily (on their next access, or by [`SqliteConversationStore::purge_expired`]).
+#[derive(Clone, Debug)]
+pub struct SqliteConversationStore {
+    pool: SqlitePool,
+    ttl: Option<Duration>,
+}
+
+impl SqliteConversationStore {
+    /// Opens (and creates) the database at `path` (see [`open`]).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Ok(SqliteConversationStore {
+            pool: open(path).await?,
+            ttl: None,
+        })
+    }
+
+    /// A store on an existing pool; applies the migrations.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(SqliteConversationStore { pool, ttl: None })
+    }
+
+    /// Sessions expire `ttl` after their last append or load.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// An append, fenced when `fence` is given: the lease check and the writes are one
+    /// `BEGIN IMMEDIATE` transaction.
+    async fn append_checked(
+        &self,
+        session_id: &str,
+        messages: &[Message],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = if fence.is_some() {
+            "conversation.append_fenced"
+        } else {
+            "conversation.append"
+        };
+        let err = query_err(op);
+        let mut encoded = Vec::with_capacity(messages.len());
+        for m in messages {
+            encoded.push(serde_json::to_string(m).map_err(|e| StoreError::Backend {
+                message: format!("cannot encode a message: {e}"),
+                source: Some(Box::new(e)),
+            })?);
+        }
+        let count = i64::try_from(encoded.len()).unwrap_or(i64::MAX);
+        let mut tx = write_tx(&self.pool, op).await?;
+        if let Some(fence) = fence {
+            check_fence(&mut tx, fence, op).await?;
+        }
+        let now = now_ms();
+        if let Some(ttl) = self.ttl {
+            drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), op).await?;
+        }
+        let next: i64 = sqlx::query_scalar(
+            "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3, appended_ms = ?3
+             RETURNING next_seq",
+        )
+        .bind(session_id)
+        .bind(count)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(&err)?;
+        let start = next - count;
+        for (i, message) in encoded.iter().enumerate() {
+            sqlx::query("INSERT INTO modu_messages (session_id, seq, message) VALUES (?1, ?2, ?3)")
+                .bind(session_id)
+                .bind(start + i as i64)
+                .bind(message)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+        }
+        tx.commit().await.map_err(&err)
+    }
+
+    /// Deletes every expired session now; returns how many. A no-op without a TTL.
+    pub async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let Some(ttl) = self.ttl else { return Ok(0) };
+        let err = query_err("conversation.purge_expired");
+        let cut = cutoff(now_ms(), ttl);
+        let mut tx = write_tx(&self.pool, "conversation.purge_expired").await?;
+        sqlx::query(
+            "DELETE FROM modu_messages WHERE session_id IN
+                (SELECT session_id FROM modu_sessions WHERE touched_ms < ?1)",
+        )
+        .bind(cut)
+        .execute(&mut *tx)
+        .await
+        .map_err(&err)?;
+        let n = sqlx::query("DELETE FROM modu_sessions WHERE touched_ms < ?1")
+            .bind(cut)
+            .execute(&mut *tx)
+            .await
+            .map_err(&err)?
+            .rows_affected();
+        tx.commit().await.map_err(&err)?;
+        Ok(n)
+    }
+}
+
+/// Deletes `session_id` if it expired before `cut` (all sessions when `cut` is `None`).
+async fn drop_session(
+    tx: &mut Transaction<'static, Sqlite>,
+    session_id: &str,
+    cut: Option<i64>,
+    operation: &'static str,
+) -> Result<(), StoreError> {
+    let err = query_err(operation);
+    let cut = cut.unwrap_or(i64::MAX);
+    sqlx::query(
+        "DELETE FROM modu_messages WHERE session_id = ?1
+            AND EXISTS (SELECT 1 FROM modu_sessions WHERE session_id = ?1 AND touched_ms < ?2)",
+    )
+    .bind(session_id)
+    .bind(cut)
+    .execute(&mut **tx)
+    .await
+    .map_err(&err)?;
+    sqlx::query("DELETE FROM modu_sessions WHERE session_id = ?1 AND touched_ms < ?2")
+        .bind(session_id)
+        .bind(cut)
+        .execute(&mut **tx)
+        .await
+        .map_err(&err)?;
+    Ok(())
+}
+
+#[async_trait]
+impl ConversationStore for SqliteConversationStore {
+    async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        self.append_checked(session_id, messages, None).await
+    }
+
+    async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        self.append_checked(session_id, messages, Some(fence)).await
+    }
+
+    async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        const OP: &str = "conversation.load";
+        let err = query_err(OP);
+        let select = "SELECT seq, CAST(message AS TEXT) FROM modu_messages WHERE session_id = ?1 ORDER BY seq";
+        let rows = match self.ttl {
+            None => sqlx::query(select)
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(&err)?,
+            Some(ttl) => {
+                let now = now_ms();
+                let mut tx = write_tx(&self.pool, OP).await?;
+                let alive =
+                    sqlx::query("UPDATE modu_sessions SET touched_ms = ?1 WHERE session_id = ?2 AND touched_ms >= ?3")
+                        .bind(now)
+                        .bind(session_id)
+                        .bind(cutoff(now, ttl))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&err)?
+                        .rows_affected()
+                        > 0;
+                let rows = if alive {
+                    sqlx::query(select)
+                        .bind(session_id)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(&err)?
+                } else {
+                    drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), OP).await?;
+                    Vec::new()
+                };
+                tx.commit().await.map_err(&err)?;
+                rows
+            }
+        };
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.try_get(0).map_err(&err)?;
+                let text: String = row.try_get(1).map_err(&err)?;
+                serde_json::from_str(&text).map_err(|e| StoreError::Corrupted {
+                    message: format!("message {seq} of session {session_id:?} is not a valid message: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        const OP: &str = "conversation.delete";
+        let mut tx = write_tx(&self.pool, OP).await?;
+        drop_session(&mut tx, session_id, None, OP).await?;
+        tx.commit().await.map_err(query_err(OP))
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let err = query_err("conversation.list_sessions");
+        let cut = self.ttl.map_or(i64::MIN, |ttl| cutoff(now_ms(), ttl));
+        let rows =
+            sqlx::query("SELECT session_id, appended_ms FROM modu_sessions WHERE touched_ms >= ?1 ORDER BY session_id")
+                .bind(cut)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(&err)?;
+        let mut sessions = rows
+            .iter()
+            .map(|row| {
+                let id: String = row.try_get(0).map_err(&err)?;
+                let appended: i64 = row.try_get(1).map_err(&err)?;
+                Ok(SessionSummary::new(id, time_of_ms(appended)))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Ok(sessions)
+    }
+}

@@ -1,0 +1,106 @@
+//! Memory state in SQLite ([`SqliteMemoryStateStore`]).
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use modu_core::{MemoryStateStore, StoreError};
+use sqlx::sqlite::SqlitePool;
+
+use crate::{cutoff, migrate, now_ms, open, query_err};
+
+/// Memory state (cached summaries, …) in SQLite (`modu_memory_state`). With a TTL, a value
+/// not put or read for `ttl` reads as missing and is deleted lazily.
+#[derive(Clone, Debug)]
+pub struct SqliteMemoryStateStore {
+    pool: SqlitePool,
+    ttl: Option<Duration>,
+}
+
+impl SqliteMemoryStateStore {
+    /// Opens (and creates) the database at `path` (see [`open`]).
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Ok(SqliteMemoryStateStore {
+            pool: open(path).await?,
+            ttl: None,
+        })
+    }
+
+    /// A store on an existing pool; applies the migrations.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        migrate(&pool).await?;
+        Ok(SqliteMemoryStateStore { pool, ttl: None })
+    }
+
+    /// Values expire `ttl` after their last put or get.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+}
+
+#[async_trait]
+impl MemoryStateStore for SqliteMemoryStateStore {
+    async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let err = query_err("memory.get");
+        let raw: Option<Vec<u8>> = match self.ttl {
+            None => sqlx::query_scalar("SELECT CAST(value AS BLOB) FROM modu_memory_state WHERE key = ?1")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(&err)?,
+            Some(ttl) => {
+                let now = now_ms();
+                let cut = cutoff(now, ttl);
+                let v: Option<Vec<u8>> = sqlx::query_scalar(
+                    "UPDATE modu_memory_state SET touched_ms = ?1 WHERE key = ?2 AND touched_ms >= ?3
+                     RETURNING CAST(value AS BLOB)",
+                )
+                .bind(now)
+                .bind(key)
+                .bind(cut)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(&err)?;
+                if v.is_none() {
+                    sqlx::query("DELETE FROM modu_memory_state WHERE key = ?1 AND touched_ms < ?2")
+                        .bind(key)
+                        .bind(cut)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(&err)?;
+                }
+                v
+            }
+        };
+        raw.map(|bytes| {
+            String::from_utf8(bytes).map_err(|e| StoreError::Corrupted {
+                message: format!("memory value {key:?} is not UTF-8: {e}"),
+            })
+        })
+        .transpose()
+    }
+
+    async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO modu_memory_state (key, value, touched_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, touched_ms = excluded.touched_ms",
+        )
+        .bind(key)
+        .bind(value)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(query_err("memory.put"))?;
+        Ok(())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM modu_memory_state WHERE key = ?1")
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(query_err("memory.delete"))?;
+        Ok(())
+    }
+}
