@@ -1,8 +1,6 @@
 //! Tools: [`Tool`], its [`ToolSpec`], the typed [`ToolError`], and [`FunctionTool`] for tools
 //! written as closures. The `#[tool]` attribute in `modu-macros` builds tools from functions.
 
-use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::BoxError;
 use crate::context::RunContext;
-use crate::model::ToolDefinition;
+
+mod error;
+mod function;
+mod spec;
+mod validator;
 
 /// Everything the run loop needs to know about a tool besides how to call it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -23,7 +25,7 @@ pub struct ToolSpec {
     /// What it does, for the model.
     pub description: String,
     /// The JSON schema of its arguments; the run loop validates arguments against it. Shared
-    /// with every [`ToolDefinition`] the spec makes.
+    /// with every [`ToolDefinition`](crate::model::ToolDefinition) the spec makes.
     pub parameters: Arc<serde_json::Value>,
     /// Running the same call twice is harmless: the run loop may retry it on a retryable error.
     #[serde(default)]
@@ -75,94 +77,6 @@ mod opt_secs {
     }
 }
 
-impl ToolSpec {
-    /// A spec with a name, a description and a parameter schema; every flag off.
-    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: serde_json::Value) -> Self {
-        ToolSpec {
-            name: name.into(),
-            description: description.into(),
-            parameters: Arc::new(parameters),
-            idempotent: false,
-            repair_safe: false,
-            timeout_retry_safe: false,
-            blocking: false,
-            timeout: None,
-            max_result_bytes: None,
-            needs_approval: false,
-            exempt_from_tool_limit: false,
-            meta: false,
-        }
-    }
-
-    /// A spec whose parameter schema comes from `A`'s [`schemars::JsonSchema`].
-    pub fn for_args<A: schemars::JsonSchema>(name: impl Into<String>, description: impl Into<String>) -> Self {
-        Self::new(name, description, schema_for::<A>())
-    }
-
-    /// Marks the tool idempotent.
-    pub fn idempotent(mut self, yes: bool) -> Self {
-        self.idempotent = yes;
-        self
-    }
-
-    /// Marks the tool repair-safe.
-    pub fn repair_safe(mut self, yes: bool) -> Self {
-        self.repair_safe = yes;
-        self
-    }
-
-    /// Marks a blocking tool's timeout as safe to retry.
-    pub fn timeout_retry_safe(mut self, yes: bool) -> Self {
-        self.timeout_retry_safe = yes;
-        self
-    }
-
-    /// Marks the tool as blocking (synchronous).
-    pub fn blocking(mut self, yes: bool) -> Self {
-        self.blocking = yes;
-        self
-    }
-
-    /// Sets the per-call timeout.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Requires a person's approval before every call.
-    pub fn needs_approval(mut self, yes: bool) -> Self {
-        self.needs_approval = yes;
-        self
-    }
-
-    /// Marks the tool as one that stands for other tools (see [`ToolSpec::meta`]).
-    pub fn meta(mut self, yes: bool) -> Self {
-        self.meta = yes;
-        self
-    }
-
-    /// Exempts the tool's calls from `RunLimits::max_tool_calls`.
-    pub fn exempt_from_tool_limit(mut self, yes: bool) -> Self {
-        self.exempt_from_tool_limit = yes;
-        self
-    }
-
-    /// Sets the result size cap.
-    pub fn max_result_bytes(mut self, bytes: usize) -> Self {
-        self.max_result_bytes = Some(bytes);
-        self
-    }
-
-    /// The tool as the model sees it.
-    pub fn definition(&self) -> ToolDefinition {
-        ToolDefinition {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            parameters: self.parameters.clone(),
-        }
-    }
-}
-
 /// The JSON schema of `T` as a tool-parameter schema (draft 2020-12, no `$schema` key, and
 /// `"type": "object"` with empty properties for unit-like argument types).
 pub fn schema_for<T: schemars::JsonSchema>() -> serde_json::Value {
@@ -211,28 +125,6 @@ pub enum ToolErrorKind {
     InputRequired,
 }
 
-impl ToolErrorKind {
-    /// The snake_case name (`"validation"`, `"timeout"`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolErrorKind::Validation => "validation",
-            ToolErrorKind::Execution => "execution",
-            ToolErrorKind::Timeout => "timeout",
-            ToolErrorKind::Authorization => "authorization",
-            ToolErrorKind::NotFound => "not_found",
-            ToolErrorKind::Rejected => "rejected",
-            ToolErrorKind::LimitExceeded => "limit_exceeded",
-            ToolErrorKind::InputRequired => "input_required",
-        }
-    }
-}
-
-impl fmt::Display for ToolErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// What the run loop should do about a failed call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -270,69 +162,6 @@ pub struct ToolError {
     /// What the tool suggests doing about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryAction>,
-}
-
-impl ToolError {
-    /// An error of this kind with a reason.
-    pub fn new(kind: ToolErrorKind, reason: impl Into<String>) -> Self {
-        ToolError {
-            kind,
-            reason: reason.into(),
-            message: None,
-            retryable: false,
-            recovery: None,
-        }
-    }
-
-    /// A validation error with a message for the model.
-    pub fn validation(reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(ToolErrorKind::Validation, reason).with_message(message)
-    }
-
-    /// An execution error.
-    pub fn execution(reason: impl Into<String>) -> Self {
-        Self::new(ToolErrorKind::Execution, reason)
-    }
-
-    /// A timeout error (retryable).
-    pub fn timeout(after: Duration) -> Self {
-        Self::new(ToolErrorKind::Timeout, "timeout")
-            .with_message(format!("the tool did not answer within {:.3}s", after.as_secs_f64()))
-            .retryable(true)
-    }
-
-    /// Sets the message.
-    pub fn with_message(mut self, message: impl Into<String>) -> Self {
-        self.message = Some(message.into());
-        self
-    }
-
-    /// Sets retryable.
-    pub fn retryable(mut self, yes: bool) -> Self {
-        self.retryable = yes;
-        self
-    }
-
-    /// Sets the recovery action.
-    pub fn with_recovery(mut self, action: RecoveryAction) -> Self {
-        self.recovery = Some(action);
-        self
-    }
-
-    /// The JSON the model receives for this error (the tool message's content):
-    /// `{"error":{"type":…,"reason":…,"message":…}}`; `message` only when `with_message`.
-    pub fn model_content(&self, with_message: bool) -> String {
-        let mut err = serde_json::Map::new();
-        err.insert("type".into(), self.kind.as_str().into());
-        err.insert("reason".into(), self.reason.clone().into());
-        if with_message && let Some(m) = &self.message {
-            err.insert("message".into(), m.clone().into());
-        }
-        if self.retryable {
-            err.insert("retryable".into(), true.into());
-        }
-        serde_json::json!({ "error": err }).to_string()
-    }
 }
 
 /// Classifies a tool's own error into a [`ToolError`]; `None` leaves it to generic handling
@@ -463,131 +292,6 @@ pub struct FunctionTool<C> {
     approval: Option<ApprovalFn<C>>,
 }
 
-impl<C> Clone for FunctionTool<C> {
-    fn clone(&self) -> Self {
-        FunctionTool {
-            spec: self.spec.clone(),
-            handler: Arc::clone(&self.handler),
-            enabled: self.enabled.clone(),
-            approval: self.approval.clone(),
-        }
-    }
-}
-
-impl<C: Send + Sync + 'static> FunctionTool<C> {
-    /// An async tool.
-    pub fn new<F, Fut>(spec: ToolSpec, f: F) -> Self
-    where
-        F: Fn(RunContext<C>, serde_json::Value) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<serde_json::Value, ToolError>> + Send + 'static,
-    {
-        FunctionTool {
-            spec,
-            handler: Arc::new(move |ctx, args| Box::pin(f(ctx, args))),
-            enabled: None,
-            approval: None,
-        }
-    }
-
-    /// A synchronous tool, run on the blocking thread pool (the spec is marked `blocking`).
-    pub fn blocking<F>(spec: ToolSpec, f: F) -> Self
-    where
-        F: Fn(RunContext<C>, serde_json::Value) -> Result<serde_json::Value, ToolError> + Send + Sync + 'static,
-    {
-        let f = Arc::new(f);
-        FunctionTool {
-            spec: spec.blocking(true),
-            handler: Arc::new(move |ctx, args| {
-                let f = Arc::clone(&f);
-                Box::pin(run_blocking(move || f(ctx, args)))
-            }),
-            enabled: None,
-            approval: None,
-        }
-    }
-
-    /// A typed async tool: arguments are deserialised into `A` (its schema is the tool's
-    /// parameter schema) and the result `R` serialised.
-    pub fn typed<A, R, F, Fut>(name: impl Into<String>, description: impl Into<String>, f: F) -> Self
-    where
-        A: serde::de::DeserializeOwned + schemars::JsonSchema + Send + 'static,
-        R: Serialize,
-        F: Fn(RunContext<C>, A) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
-    {
-        let f = Arc::new(f);
-        Self::new(ToolSpec::for_args::<A>(name, description), move |ctx, args| {
-            let f = Arc::clone(&f);
-            async move {
-                let args: A = parse_arguments(args)?;
-                let out = f(ctx, args).await?;
-                to_result_value(&out)
-            }
-        })
-    }
-
-    /// Sets an `is_enabled` predicate.
-    pub fn enabled_when<P>(mut self, predicate: P) -> Self
-    where
-        P: Fn(&RunContext<C>) -> bool + Send + Sync + 'static,
-    {
-        self.enabled = Some(Arc::new(predicate));
-        self
-    }
-
-    /// Requires approval for calls this predicate picks (from the context and arguments).
-    ///
-    /// The predicate is evaluated when a call reaches the tool gate — after its arguments
-    /// passed schema validation, before RBAC — each time an undecided call does so: on the
-    /// first run and again on every resume while the call has no decision. Once a person's
-    /// decision (approve, approve_always, reject) is recorded for a call, that decision binds
-    /// the call and the predicate is not asked again for it: a rejected call never runs, even
-    /// when the resuming agent's predicate would now return `false`.
-    pub fn needs_approval_when<P>(mut self, predicate: P) -> Self
-    where
-        P: Fn(&RunContext<C>, &serde_json::Value) -> bool + Send + Sync + 'static,
-    {
-        self.approval = Some(Arc::new(predicate));
-        self
-    }
-
-    /// Changes the spec (to set flags after construction).
-    pub fn map_spec(mut self, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Self {
-        self.spec = f(self.spec);
-        self
-    }
-}
-
-#[async_trait]
-impl<C: Send + Sync + 'static> Tool<C> for FunctionTool<C> {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    // The handler's future is returned as it is (it owns what it needs): an `async fn` here
-    // would box it again, one more allocation per call.
-    fn call<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        ctx: &'life1 RunContext<C>,
-        arguments: serde_json::Value,
-    ) -> BoxFuture<'async_trait, Result<serde_json::Value, ToolError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (self.handler)(ctx.clone(), arguments)
-    }
-    fn is_enabled(&self, ctx: &RunContext<C>) -> bool {
-        self.enabled.as_ref().is_none_or(|p| p(ctx))
-    }
-    fn needs_approval(&self, ctx: &RunContext<C>, arguments: &serde_json::Value) -> bool {
-        match &self.approval {
-            Some(p) => p(ctx, arguments),
-            None => self.spec.needs_approval,
-        }
-    }
-}
-
 /// Deserialises validated arguments into a typed value; a mismatch is a validation error whose
 /// message tells the model what was wrong.
 pub fn parse_arguments<A: serde::de::DeserializeOwned>(args: serde_json::Value) -> Result<A, ToolError> {
@@ -671,56 +375,6 @@ pub mod __macro_support {
 /// one; connectors that validate before sending (MCP) use the same.
 pub struct ArgumentValidator {
     inner: jsonschema::Validator,
-}
-
-impl std::fmt::Debug for ArgumentValidator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArgumentValidator").finish_non_exhaustive()
-    }
-}
-
-impl ArgumentValidator {
-    /// Compiles a schema; the error says why it is not a valid schema.
-    pub fn new(schema: &serde_json::Value) -> Result<Self, String> {
-        jsonschema::validator_for(schema)
-            .map(|inner| ArgumentValidator { inner })
-            .map_err(|e| e.to_string())
-    }
-
-    /// What is wrong with `arguments` (at most 8 problems, each with its JSON pointer); empty
-    /// when they fit.
-    pub fn problems(&self, arguments: &serde_json::Value) -> Vec<String> {
-        if self.inner.is_valid(arguments) {
-            return Vec::new();
-        }
-        self.inner
-            .iter_errors(arguments)
-            .take(8)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{path}: {e}")
-                }
-            })
-            .collect()
-    }
-
-    /// Whether `arguments` fit, without collecting the problems.
-    pub fn is_valid(&self, arguments: &serde_json::Value) -> bool {
-        self.inner.is_valid(arguments)
-    }
-
-    /// `Ok` when `arguments` fit, else the problems joined with `"; "`.
-    pub fn check(&self, arguments: &serde_json::Value) -> Result<(), String> {
-        let problems = self.problems(arguments);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
-    }
 }
 
 /// Replaces every character that is not a letter, digit, `_` or `-` (names of schemas and tools).

@@ -20,18 +20,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "end-to-end tests of the CLI binary; split by command pending (#16)",
     ),
     (
-        "crates/modu-core/src/event.rs",
-        "the AgentEvent enum and its sinks' contract; split pending (#16)",
-    ),
-    (
-        "crates/modu-core/src/store.rs",
-        "the store traits and their in-memory implementations; split pending (#16)",
-    ),
-    (
-        "crates/modu-core/src/tool.rs",
-        "Tool, ToolSpec, ToolError and FunctionTool; split pending (#16)",
-    ),
-    (
         "crates/modu-agent/tests/plan_execute.rs",
         "Plan-and-Execute integration tests; split by phase pending (#16)",
     ),
