@@ -16,18 +16,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "chaos harness (worker processes, Redis/PostgreSQL setup); split pending (#16)",
     ),
     (
-        "crates/modu-cli/tests/agent_cli.rs",
-        "end-to-end tests of the CLI binary; split by command pending (#16)",
-    ),
-    (
-        "crates/modu-agent/tests/plan_execute.rs",
-        "Plan-and-Execute integration tests; split by phase pending (#16)",
-    ),
-    (
-        "crates/modu-agent/tests/run_loop.rs",
-        "run loop integration tests; split pending (#16)",
-    ),
-    (
         "crates/modu-openai/tests/wire.rs",
         "wire-format tests against the mock server; split pending (#16)",
     ),

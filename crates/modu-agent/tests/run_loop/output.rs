@@ -1,0 +1,125 @@
+//! Structured output and the finalization request.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use modu_agent::{Agent, FinalizationMode};
+use modu_core::AgentError;
+use modu_testing::ScriptedModel;
+use serde_json::json;
+
+use crate::support::add_tool;
+
+#[derive(Debug, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Capital {
+    country: String,
+    city: String,
+}
+
+#[tokio::test]
+async fn structured_output_without_tools_is_one_request_with_the_schema() {
+    let model = ScriptedModel::new().text(r#"{"country": "Korea", "city": "Seoul"}"#);
+    let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
+    let result = agent.run("Capital of Korea?").await;
+    assert_eq!(
+        result.output(),
+        Some(&Capital {
+            country: "Korea".into(),
+            city: "Seoul".into()
+        })
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].tools.is_empty());
+    let format = requests[0].response_format.as_ref().unwrap();
+    assert_eq!(format.schema["properties"]["city"]["type"], "string");
+    assert!(format.strict);
+}
+
+#[tokio::test]
+async fn structured_output_with_tools_separates_tool_and_schema_requests() {
+    let model = ScriptedModel::new()
+        .tool_call("add", json!({"a": 1, "b": 2}))
+        .text("The capital is Seoul.")
+        .text(r#"{"country": "Korea", "city": "Seoul"}"#);
+    let agent = Agent::builder(model.clone())
+        .output::<Capital>()
+        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
+        .build()
+        .unwrap();
+    let result = agent.run("Capital of Korea?").await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert_eq!(result.output().unwrap().city, "Seoul");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    for act in &requests[..2] {
+        assert!(!act.tools.is_empty(), "tool requests carry tools");
+        assert!(
+            act.response_format.is_none(),
+            "tool requests never carry the output schema"
+        );
+    }
+    let fin = &requests[2];
+    assert!(fin.tools.is_empty(), "the finalization request carries no tools");
+    assert!(
+        fin.response_format.is_some(),
+        "the finalization request carries the schema"
+    );
+    // The draft answer is context for the final request, and the stored answer is the JSON.
+    assert!(fin.messages.iter().any(|m| m.text() == "The capital is Seoul."));
+    assert!(result.messages().last().unwrap().text().contains("Seoul"));
+    assert!(!result.messages().iter().any(|m| m.text() == "The capital is Seoul."));
+}
+
+#[tokio::test]
+async fn finalization_modes_always_and_disabled() {
+    // always: a text agent also gets a separate final request without tools.
+    let model = ScriptedModel::new().text("draft").text("final");
+    let agent = Agent::builder(model.clone())
+        .finalization_mode(FinalizationMode::Always)
+        .build()
+        .unwrap();
+    assert_eq!(agent.run("q").await.output().map(String::as_str), Some("final"));
+    assert_eq!(model.requests().len(), 2);
+    // disabled: structured output with tools parses the tool loop's last answer directly.
+    let model = ScriptedModel::new().text(r#"{"country": "Korea", "city": "Seoul"}"#);
+    let agent = Agent::builder(model.clone())
+        .output::<Capital>()
+        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
+        .finalization_mode(FinalizationMode::Disabled)
+        .build()
+        .unwrap();
+    assert_eq!(agent.run("q").await.output().unwrap().city, "Seoul");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].response_format.is_none() && !requests[0].tools.is_empty());
+}
+
+#[tokio::test]
+async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
+    let model = ScriptedModel::new()
+        .text("Seoul, I think")
+        .text(r#"{"country":"Korea","city":"Seoul"}"#);
+    let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
+    let result = agent.run("q").await;
+    assert_eq!(result.output().unwrap().city, "Seoul");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1]
+            .messages
+            .last()
+            .unwrap()
+            .text()
+            .contains("could not be parsed")
+    );
+
+    let model = ScriptedModel::new().text("no").text("still no");
+    let agent = Agent::builder(model).output::<Capital>().build().unwrap();
+    let result = agent.run("q").await;
+    assert!(
+        matches!(result.error(), Some(AgentError::Output { .. })),
+        "{:?}",
+        result.error()
+    );
+}

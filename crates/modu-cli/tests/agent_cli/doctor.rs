@@ -1,0 +1,133 @@
+//! `modu doctor` and `modu mcp tools`: the checks, and the tools of the MCP servers.
+
+use modu_testing::MockOpenAiServer;
+use serde_json::{Value, json};
+
+use crate::support::{everything_config, modu, output, text};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_lists_server_everything() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), everything_config(&script, "")).unwrap();
+    let out = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["mcp", "tools"])).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("everything__echo\tEchoes back the input string\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("everything__get-sum\t"), "{stdout}");
+
+    let json_out =
+        output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["mcp", "tools", "--server", "everything", "--json"]))
+            .await;
+    let tools: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    let echo = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "everything__echo")
+        .unwrap();
+    assert_eq!(echo["input_schema"]["properties"]["message"]["type"], json!("string"));
+
+    let unknown = output(modu(dir.path(), "http://127.0.0.1:9/v1").args(["mcp", "tools", "--server", "nope"])).await;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(
+        text(&unknown.stderr),
+        "error: no MCP server named `nope` (configured: everything)\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_each_check_and_a_broken_server() {
+    let Some(script) = modu_testing::service_env("MODU_MCP_EVERYTHING") else {
+        return;
+    };
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}\n[[mcp.servers]]\nname = \"broken\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/modu-mcp-server\"\n",
+        everything_config(&script, "")
+    );
+    std::fs::write(dir.path().join("modu.toml"), config).unwrap();
+    let out = output(modu(dir.path(), &mock.base_url()).arg("doctor")).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "✓ config: modu.toml");
+    assert_eq!(
+        lines[1],
+        format!("✓ model: {} answers, model `mock-model`", mock.base_url())
+    );
+    assert_eq!(lines[2], "✓ store: sqlite .modu/modu.db (0 sessions)");
+    assert_eq!(lines[3], "✓ agent: builds (policy standard)");
+    // 14: server-everything registers trigger-elicitation-request for a client that declares elicitation.
+    assert_eq!(lines[4], "✓ mcp everything: 14 tools");
+    assert_eq!(
+        lines[5],
+        "✗ mcp broken: MCP transport error (server broken): could not start \"/nonexistent/modu-mcp-server\": No such file or directory (os error 2)"
+    );
+    assert_eq!(text(&out.stderr), "error: 1 check(s) failed\n");
+
+    // Everything healthy: exit 0.
+    std::fs::write(dir.path().join("modu.toml"), everything_config(&script, "")).unwrap();
+    let healthy = output(modu(dir.path(), &mock.base_url()).arg("doctor")).await;
+    assert!(healthy.status.success(), "{}", text(&healthy.stdout));
+
+    // Limits the policy cannot work with: what `run` would reject, doctor reports.
+    let unusable = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_AGENT__POLICY", "plan_and_execute")
+            .env("MODU_LIMITS__MAX_STEPS", "0")
+            .arg("doctor"),
+    )
+    .await;
+    assert_eq!(unusable.status.code(), Some(1));
+    assert!(
+        text(&unusable.stdout)
+            .contains("✗ agent: invalid configuration: a strict Plan-and-Execute policy needs max_steps of at least 1"),
+        "{}",
+        text(&unusable.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_and_run_name_a_model_server_that_is_down() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let dir = tempfile::tempdir().unwrap();
+    let out = output(
+        modu(dir.path(), &url)
+            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
+            .args(["run", "hello"]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
+    assert_eq!(
+        error,
+        format!(
+            "error: cannot reach the model server at {url}: cannot connect to the model server ({url}/chat/completions)"
+        )
+    );
+    assert!(out.stdout.is_empty());
+
+    let doctor = output(modu(dir.path(), &url).arg("doctor")).await;
+    assert_eq!(doctor.status.code(), Some(1));
+    assert!(
+        text(&doctor.stdout).contains(&format!(
+            "✗ model: cannot reach the model server at {url}: cannot connect to the model server ({url}/models)\n"
+        )),
+        "{}",
+        text(&doctor.stdout)
+    );
+}

@@ -1,0 +1,190 @@
+//! `modu run --session` and `modu sessions`: conversations in SQLite, Redis and Postgres.
+
+use modu_testing::{MockOpenAiServer, MockReply};
+use serde_json::{Value, json};
+
+use crate::support::{assert_recent, failed_run, modu, output, session_of, text, transcript};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_turn_session_persists_in_sqlite_and_continues_with_session() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Text("Nice to meet you, Ada.".into()));
+    mock.push(MockReply::Text("Your name is Ada.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let first = output(modu(dir.path(), &mock.base_url()).args(["run", "My name is Ada."])).await;
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(text(&first.stdout), "Nice to meet you, Ada.\n");
+    let session = session_of(&text(&first.stderr));
+
+    // A second process: the history comes from .modu/modu.db.
+    let second =
+        output(modu(dir.path(), &mock.base_url()).args(["run", "--session", &session, "What is my name?"])).await;
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "Your name is Ada.\n");
+    assert!(
+        !text(&second.stderr).contains("session: "),
+        "no new session is announced"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        transcript(&requests[1]),
+        [
+            "user: My name is Ada.",
+            "assistant: Nice to meet you, Ada.",
+            "user: What is my name?"
+        ]
+    );
+
+    // sessions list | show | delete
+    // One line per session: the id, a tab, when it was last used.
+    let list = output(modu(dir.path(), &mock.base_url()).args(["sessions", "list"])).await;
+    assert!(list.status.success());
+    let listed = text(&list.stdout);
+    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
+    assert_eq!(id, session, "{listed:?}");
+    assert_recent(last_used);
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let list = output(modu(dir.path(), &mock.base_url()).args(["sessions", "list", "--json"])).await;
+    let sessions: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    assert_eq!(sessions[0]["session_id"], json!(session));
+    assert_eq!(sessions[0]["last_used"], json!(last_used));
+    let show = output(modu(dir.path(), &mock.base_url()).args(["sessions", "show", &session])).await;
+    assert_eq!(
+        text(&show.stdout),
+        "user: My name is Ada.\nassistant: Nice to meet you, Ada.\nuser: What is my name?\nassistant: Your name is Ada.\n"
+    );
+    let delete = output(modu(dir.path(), &mock.base_url()).args(["sessions", "delete", &session])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let gone = output(modu(dir.path(), &mock.base_url()).args(["sessions", "show", &session])).await;
+    assert_eq!(gone.status.code(), Some(1));
+    assert_eq!(
+        text(&gone.stderr),
+        format!("error: no session `{session}` in sqlite .modu/modu.db\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_can_live_in_redis() {
+    let Some(url) = modu_testing::service_env("REDIS_URL") else {
+        return;
+    };
+    let prefix = modu_testing::unique_prefix("modu-cli");
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let redis = |cmd: &mut tokio::process::Command| {
+        cmd.env("MODU_STORE__KIND", "redis")
+            .env("MODU_STORE__URL", &url)
+            .env("MODU_STORE__PREFIX", &prefix);
+    };
+    for prompt in ["one", "two"] {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        redis(&mut cmd);
+        let out = output(cmd.args(["run", "--session", "r1", prompt])).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(
+        transcript(&mock.requests()[1]),
+        ["user: one", "assistant: You said: one", "user: two"]
+    );
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    redis(&mut cmd);
+    let list = output(cmd.args(["sessions", "list"])).await;
+    let listed = text(&list.stdout);
+    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
+    assert_eq!(id, "r1", "{listed:?}");
+    assert_recent(last_used);
+    assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    redis(&mut cmd);
+    let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+
+    // Checkpoints live there too: a failed run is listed, then deleted.
+    let envs = [
+        ("MODU_STORE__KIND", "redis"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__PREFIX", prefix.as_str()),
+    ];
+    let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    let listed = text(&list.stdout);
+    assert!(
+        listed.starts_with(&format!("{run_id}\tfailed\tmodu\tr2\t")),
+        "{listed:?} {}",
+        text(&list.stderr)
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let delete = output(
+        modu(dir.path(), &mock.base_url())
+            .envs(envs)
+            .args(["runs", "delete", &run_id]),
+    )
+    .await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_can_live_in_postgres() {
+    let Some(url) = modu_testing::service_env("MODU_POSTGRES_URL") else {
+        return;
+    };
+    let schema = modu_testing::unique_prefix("modu-cli");
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let postgres = |cmd: &mut tokio::process::Command| {
+        cmd.env("MODU_STORE__KIND", "postgres")
+            .env("MODU_STORE__URL", &url)
+            .env("MODU_STORE__SCHEMA", &schema);
+    };
+    for prompt in ["one", "two"] {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        postgres(&mut cmd);
+        let out = output(cmd.args(["run", "--session", "r1", prompt])).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(
+        transcript(&mock.requests()[1]),
+        ["user: one", "assistant: You said: one", "user: two"]
+    );
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    postgres(&mut cmd);
+    let list = output(cmd.args(["sessions", "list"])).await;
+    let listed = text(&list.stdout);
+    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
+    assert_eq!(id, "r1", "{listed:?}");
+    assert_recent(last_used);
+    assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    postgres(&mut cmd);
+    let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+
+    // Checkpoints live there too: a failed run is listed, then deleted.
+    let envs = [
+        ("MODU_STORE__KIND", "postgres"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__SCHEMA", schema.as_str()),
+    ];
+    let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    let listed = text(&list.stdout);
+    assert!(
+        listed.starts_with(&format!("{run_id}\tfailed\tmodu\tr2\t")),
+        "{listed:?} {}",
+        text(&list.stderr)
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    let delete = output(
+        modu(dir.path(), &mock.base_url())
+            .envs(envs)
+            .args(["runs", "delete", &run_id]),
+    )
+    .await;
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
+    assert_eq!(text(&list.stdout), "");
+}
