@@ -16,18 +16,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "chaos harness (worker processes, Redis/PostgreSQL setup); split pending (#16)",
     ),
     (
-        "crates/modu-openai/tests/wire.rs",
-        "wire-format tests against the mock server; split pending (#16)",
-    ),
-    (
-        "crates/modu-testing/src/conformance.rs",
-        "the store conformance suites; split per store trait pending (#16)",
-    ),
-    (
-        "crates/modu-testing/src/openai_mock.rs",
-        "the mock OpenAI-compatible server; split pending (#16)",
-    ),
-    (
         "xtask/src/main.rs",
         "CI steps, services and benches in one file; split pending (#16)",
     ),

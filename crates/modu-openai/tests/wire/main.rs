@@ -1,0 +1,11 @@
+//! Wire tests: `OpenAiClient` against `MockOpenAiServer` (and a few hand-made servers), one
+//! test per shape a real server sends.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod errors;
+mod reasoning;
+mod requests;
+mod streaming;
+mod support;
+mod tokenize;
+mod usage;
