@@ -15,10 +15,6 @@ pub const ALLOW: &[(&str, &str)] = &[
         "crates/modu-chaos/tests/support/mod.rs",
         "chaos harness (worker processes, Redis/PostgreSQL setup); split pending (#16)",
     ),
-    (
-        "xtask/src/main.rs",
-        "CI steps, services and benches in one file; split pending (#16)",
-    ),
 ];
 
 /// `sizes`: (line count, path) of every file the budget applies to.

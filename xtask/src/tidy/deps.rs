@@ -6,7 +6,7 @@
 //! Documented rule: no backend crate ([`BACKENDS`]) has a normal dependency on another; the
 //! facade and the CLI are the crates that see several. [`BACKEND_EXCEPTIONS`] lists the edges
 //! that break it today (named, so they cannot grow silently). modu-core's external dependency
-//! rule (no reqwest, redis, …) is `check_core_dependencies` in main.rs, over `cargo tree`.
+//! rule (no reqwest, redis, …) is `check_core_dependencies` in checks.rs, over `cargo tree`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
