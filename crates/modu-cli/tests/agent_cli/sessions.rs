@@ -71,60 +71,12 @@ async fn sessions_can_live_in_redis() {
         return;
     };
     let prefix = modu_testing::unique_prefix("modu-cli");
-    let mock = MockOpenAiServer::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let redis = |cmd: &mut tokio::process::Command| {
-        cmd.env("MODU_STORE__KIND", "redis")
-            .env("MODU_STORE__URL", &url)
-            .env("MODU_STORE__PREFIX", &prefix);
-    };
-    for prompt in ["one", "two"] {
-        let mut cmd = modu(dir.path(), &mock.base_url());
-        redis(&mut cmd);
-        let out = output(cmd.args(["run", "--session", "r1", prompt])).await;
-        assert!(out.status.success(), "{}", text(&out.stderr));
-    }
-    assert_eq!(
-        transcript(&mock.requests()[1]),
-        ["user: one", "assistant: You said: one", "user: two"]
-    );
-    let mut cmd = modu(dir.path(), &mock.base_url());
-    redis(&mut cmd);
-    let list = output(cmd.args(["sessions", "list"])).await;
-    let listed = text(&list.stdout);
-    let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
-    assert_eq!(id, "r1", "{listed:?}");
-    assert_recent(last_used);
-    assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
-    let mut cmd = modu(dir.path(), &mock.base_url());
-    redis(&mut cmd);
-    let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
-    assert!(delete.status.success(), "{}", text(&delete.stderr));
-
-    // Checkpoints live there too: a failed run is listed, then deleted.
-    let envs = [
+    sessions_and_runs_live_in([
         ("MODU_STORE__KIND", "redis"),
         ("MODU_STORE__URL", url.as_str()),
         ("MODU_STORE__PREFIX", prefix.as_str()),
-    ];
-    let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
-    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
-    let listed = text(&list.stdout);
-    assert!(
-        listed.starts_with(&format!("{run_id}\tfailed\tmodu\tr2\t")),
-        "{listed:?} {}",
-        text(&list.stderr)
-    );
-    assert_eq!(listed.lines().count(), 1, "{listed:?}");
-    let delete = output(
-        modu(dir.path(), &mock.base_url())
-            .envs(envs)
-            .args(["runs", "delete", &run_id]),
-    )
+    ])
     .await;
-    assert!(delete.status.success(), "{}", text(&delete.stderr));
-    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
-    assert_eq!(text(&list.stdout), "");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,42 +85,47 @@ async fn sessions_can_live_in_postgres() {
         return;
     };
     let schema = modu_testing::unique_prefix("modu-cli");
+    sessions_and_runs_live_in([
+        ("MODU_STORE__KIND", "postgres"),
+        ("MODU_STORE__URL", url.as_str()),
+        ("MODU_STORE__SCHEMA", schema.as_str()),
+    ])
+    .await;
+}
+
+/// A session kept over two runs, listed and deleted, and a failed run's checkpoint listed and
+/// deleted, all in the store the `MODU_STORE__*` variables in `envs` name (nothing in SQLite).
+async fn sessions_and_runs_live_in(envs: [(&str, &str); 3]) {
     let mock = MockOpenAiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let postgres = |cmd: &mut tokio::process::Command| {
-        cmd.env("MODU_STORE__KIND", "postgres")
-            .env("MODU_STORE__URL", &url)
-            .env("MODU_STORE__SCHEMA", &schema);
-    };
     for prompt in ["one", "two"] {
-        let mut cmd = modu(dir.path(), &mock.base_url());
-        postgres(&mut cmd);
-        let out = output(cmd.args(["run", "--session", "r1", prompt])).await;
+        let out = output(
+            modu(dir.path(), &mock.base_url())
+                .envs(envs)
+                .args(["run", "--session", "r1", prompt]),
+        )
+        .await;
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
     assert_eq!(
         transcript(&mock.requests()[1]),
         ["user: one", "assistant: You said: one", "user: two"]
     );
-    let mut cmd = modu(dir.path(), &mock.base_url());
-    postgres(&mut cmd);
-    let list = output(cmd.args(["sessions", "list"])).await;
+    let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["sessions", "list"])).await;
     let listed = text(&list.stdout);
     let (id, last_used) = listed.trim_end().split_once('\t').unwrap();
     assert_eq!(id, "r1", "{listed:?}");
     assert_recent(last_used);
     assert!(!dir.path().join(".modu").exists(), "nothing in SQLite");
-    let mut cmd = modu(dir.path(), &mock.base_url());
-    postgres(&mut cmd);
-    let delete = output(cmd.args(["sessions", "delete", "r1"])).await;
+    let delete = output(
+        modu(dir.path(), &mock.base_url())
+            .envs(envs)
+            .args(["sessions", "delete", "r1"]),
+    )
+    .await;
     assert!(delete.status.success(), "{}", text(&delete.stderr));
 
     // Checkpoints live there too: a failed run is listed, then deleted.
-    let envs = [
-        ("MODU_STORE__KIND", "postgres"),
-        ("MODU_STORE__URL", url.as_str()),
-        ("MODU_STORE__SCHEMA", schema.as_str()),
-    ];
     let run_id = failed_run(dir.path(), &mock, "r2", &envs).await;
     let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
     let listed = text(&list.stdout);
