@@ -7,6 +7,13 @@
 //! variants, inherent methods and trait impls, traits with their items, functions, constants,
 //! statics, macros. Names, kinds and a function's parameter names: a changed parameter or
 //! return type under the same names is not seen.
+//!
+//! Rustdoc JSON does not inline re-exports: `mod builder; pub use builder::AgentBuilder;` is a
+//! `use` item pointing at a struct in a private module. The walk follows such re-exports (and
+//! globs of private modules) to items of this crate and lists them as if defined at the
+//! re-export's path, under its name. An item reachable at several paths is listed once: at its
+//! definition if that is in a public module, else at the path with the fewest `::` segments,
+//! ties broken lexicographically. Items of other crates stay `use` lines.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -23,10 +30,16 @@ fn snapshot_path(root: &Path, package: &str) -> PathBuf {
     root.join("xtask/api").join(format!("{package}.txt"))
 }
 
+/// Where the walk may list an item: (rank, `::` segments, path, id). Rank 0: the item is
+/// defined in a public module, at this path; rank 1: it is reached through a re-export. The walk
+/// takes the smallest first and lists each item once, so the first place popped is its one path.
+type Place = (u8, usize, String, String);
+
 struct Walk<'a> {
     index: &'a serde_json::Map<String, Value>,
     out: BTreeSet<String>,
     seen: BTreeSet<String>,
+    queue: BTreeSet<Place>,
 }
 
 fn id_key(id: &Value) -> String {
@@ -60,30 +73,99 @@ impl Walk<'_> {
         item.get("visibility").and_then(Value::as_str) == Some("public")
     }
 
-    fn item(&mut self, id: &str, prefix: &str) {
+    /// Queue `id` to be listed at `path`. What a place lists only grows its path (a module's
+    /// children, a glob's items) or keeps it (a re-export's target, ranked after any
+    /// definition), so places pop in order and the first pop of an item is its best place.
+    fn push(&mut self, rank: u8, path: String, id: String) {
+        let segments = path.matches("::").count();
+        self.queue.insert((rank, segments, path, id));
+    }
+
+    /// Queue a module's child `id` under `prefix`: at its name, a re-export's (new) name, or
+    /// `*` for a glob.
+    fn child(&mut self, id: &str, prefix: &str, rank: u8) {
+        let Some(item) = self.get(id) else { return };
+        if !Self::public(item) {
+            return;
+        }
+        let name = match kind(item) {
+            Some(("use", body)) if body.get("is_glob").and_then(Value::as_bool) == Some(true) => "*",
+            Some(("use", body)) => body.get("name").and_then(Value::as_str).unwrap_or("_"),
+            _ => item.get("name").and_then(Value::as_str).unwrap_or("_"),
+        };
+        self.push(rank, format!("{prefix}::{name}"), id.to_owned());
+    }
+
+    /// The item of this crate a `use` names, through re-exports of re-exports; `None` for
+    /// another crate's item (not in the index).
+    fn target(&self, body: &Value) -> Option<String> {
+        let mut id = body.get("id").filter(|i| !i.is_null()).map(id_key)?;
+        let mut hops = BTreeSet::new();
+        loop {
+            let item = self.get(&id)?;
+            match kind(item) {
+                Some(("use", b)) if b.get("is_glob").and_then(Value::as_bool) != Some(true) => {
+                    if !hops.insert(id.clone()) {
+                        return None;
+                    }
+                    id = b.get("id").filter(|i| !i.is_null()).map(id_key)?;
+                }
+                _ => return Some(id),
+            }
+        }
+    }
+
+    fn walk(&mut self) {
+        while let Some((rank, _, path, id)) = self.queue.pop_first() {
+            if let Some((prefix, name)) = path.rsplit_once("::")
+                && self.seen.insert(id.clone())
+            {
+                self.item(&id, prefix, name, rank);
+            }
+        }
+    }
+
+    /// List item `id` at `prefix::name`.
+    fn item(&mut self, id: &str, prefix: &str, name: &str, rank: u8) {
         let Some(item) = self.get(id).cloned() else { return };
         if !Self::public(&item) {
             return;
         }
         let Some((k, body)) = kind(&item) else { return };
-        let name = item.get("name").and_then(Value::as_str).unwrap_or("_");
         let path = format!("{prefix}::{name}");
         match k {
             "module" => {
                 self.out.insert(format!("mod {path}"));
-                if self.seen.insert(id.to_owned()) {
-                    for child in ids(body.get("items")) {
-                        self.item(&child, &path);
-                    }
+                for child in ids(body.get("items")) {
+                    self.child(&child, &path, rank);
                 }
             }
             "use" => {
                 let source = body.get("source").and_then(Value::as_str).unwrap_or("?");
                 if body.get("is_glob").and_then(Value::as_bool) == Some(true) {
                     self.out.insert(format!("use {prefix}::* = {source}::*"));
+                    // A glob of this crate's module (private, or it would be walked already):
+                    // its public items, under the glob's prefix.
+                    let module = body.get("id").filter(|i| !i.is_null()).map(id_key);
+                    let items = module
+                        .and_then(|m| self.get(&m))
+                        .and_then(kind)
+                        .filter(|(k, _)| *k == "module")
+                        .map(|(_, m)| ids(m.get("items")))
+                        .unwrap_or_default();
+                    for child in items {
+                        self.child(&child, prefix, 1);
+                    }
                 } else {
-                    let name = body.get("name").and_then(Value::as_str).unwrap_or(name);
-                    self.out.insert(format!("use {prefix}::{name} = {source}"));
+                    self.out.insert(format!("use {path} = {source}"));
+                    // A variant stays listed with its enum.
+                    if let Some(target) = self.target(body)
+                        && self
+                            .get(&target)
+                            .is_some_and(|t| Self::public(t) && kind(t).is_none_or(|(k, _)| k != "variant"))
+                    {
+                        self.push(1, path, target);
+                    }
                 }
             }
             "struct" | "union" => {
@@ -205,14 +287,16 @@ pub fn items(json: &Value) -> Result<Vec<String>, String> {
     let mut walk = Walk {
         index,
         out: BTreeSet::new(),
-        seen: BTreeSet::new(),
+        seen: BTreeSet::from([root.clone()]),
+        queue: BTreeSet::new(),
     };
     let root_item = index.get(&root).cloned().unwrap_or(Value::Null);
     if let Some((_, body)) = kind(&root_item) {
         for child in ids(body.get("items")) {
-            walk.item(&child, &name);
+            walk.child(&child, &name, 0);
         }
     }
+    walk.walk();
     Ok(walk.out.into_iter().collect())
 }
 
@@ -329,6 +413,159 @@ mod tests {
                 "variant k::Kind::One",
             ]
         );
+    }
+
+    /// `k` with `pub mod a`, `pub mod z` and private `b`, `g`, `p`:
+    /// `pub use b::Builder` (also `pub use crate::b::Builder` in `a`), `pub use b::Thing as
+    /// Renamed`, `pub use a::Agent` (defined in public `a`), `Tie` re-exported in `a` and `z`,
+    /// `pub use g::*` (`g` also globs itself), `pub use b::p as q` (`p` re-exports itself).
+    fn reexports() -> Value {
+        serde_json::from_str(
+            r#"{
+            "root": 0,
+            "index": {
+                "0": {"name": "k", "visibility": "public", "inner": {"module": {"is_crate": true, "items": [1, 2, 3, 4, 5, 6, 7, 8, 9]}}},
+                "1": {"name": "a", "visibility": "public", "inner": {"module": {"items": [10, 11, 12]}}},
+                "2": {"name": "b", "visibility": "default", "inner": {"module": {"items": [20, 30, 50, 60]}}},
+                "3": {"name": null, "visibility": "public", "inner": {"use": {"source": "b::Builder", "name": "Builder", "id": 20, "is_glob": false}}},
+                "4": {"name": null, "visibility": "public", "inner": {"use": {"source": "b::Thing", "name": "Renamed", "id": 30, "is_glob": false}}},
+                "5": {"name": null, "visibility": "public", "inner": {"use": {"source": "a::Agent", "name": "Agent", "id": 10, "is_glob": false}}},
+                "6": {"name": null, "visibility": "public", "inner": {"use": {"source": "g", "name": "g", "id": 40, "is_glob": true}}},
+                "7": {"name": "z", "visibility": "public", "inner": {"module": {"items": [13]}}},
+                "8": {"name": null, "visibility": "public", "inner": {"use": {"source": "b::p", "name": "q", "id": 60, "is_glob": false}}},
+                "9": {"name": null, "visibility": "public", "inner": {"use": {"source": "other::Ext", "name": "Ext", "id": 99, "is_glob": false}}},
+                "10": {"name": "Agent", "visibility": "public", "inner": {"struct": {"kind": "unit", "impls": []}}},
+                "11": {"name": null, "visibility": "public", "inner": {"use": {"source": "crate::b::Builder", "name": "Builder", "id": 20, "is_glob": false}}},
+                "12": {"name": null, "visibility": "public", "inner": {"use": {"source": "crate::b::Tie", "name": "Tie", "id": 50, "is_glob": false}}},
+                "13": {"name": null, "visibility": "public", "inner": {"use": {"source": "crate::b::Tie", "name": "Tie", "id": 50, "is_glob": false}}},
+                "20": {"name": "Builder", "visibility": "public", "inner": {"struct": {"kind": {"plain": {"fields": [21, 22]}}, "impls": [23, 25, 26]}}},
+                "21": {"name": "model", "visibility": "public", "inner": {"struct_field": {}}},
+                "22": {"name": "secret", "visibility": "default", "inner": {"struct_field": {}}},
+                "23": {"name": null, "visibility": "default", "inner": {"impl": {"trait": null, "items": [24, 27], "is_synthetic": false, "blanket_impl": null}}},
+                "24": {"name": "build", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["self", {}]]}}}},
+                "27": {"name": "check", "visibility": "crate", "inner": {"function": {"sig": {"inputs": []}}}},
+                "25": {"name": null, "visibility": "default", "inner": {"impl": {"trait": {"path": "Clone"}, "items": [], "is_synthetic": false, "blanket_impl": null}}},
+                "26": {"name": null, "visibility": "default", "inner": {"impl": {"trait": {"path": "Send"}, "items": [], "is_synthetic": true, "blanket_impl": null}}},
+                "30": {"name": "Thing", "visibility": "public", "inner": {"struct": {"kind": "unit", "impls": []}}},
+                "50": {"name": "Tie", "visibility": "public", "inner": {"struct": {"kind": "unit", "impls": []}}},
+                "40": {"name": "g", "visibility": "default", "inner": {"module": {"items": [41, 42, 43]}}},
+                "41": {"name": "helper", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["x", {}]]}}}},
+                "42": {"name": "internal", "visibility": "crate", "inner": {"function": {}}},
+                "43": {"name": null, "visibility": "public", "inner": {"use": {"source": "self", "name": "g", "id": 40, "is_glob": true}}},
+                "60": {"name": "p", "visibility": "public", "inner": {"module": {"items": [61, 62]}}},
+                "61": {"name": "Inner", "visibility": "public", "inner": {"trait": {"items": []}}},
+                "62": {"name": null, "visibility": "public", "inner": {"use": {"source": "self", "name": "again", "id": 60, "is_glob": false}}}
+            }
+        }"#,
+        )
+        .unwrap()
+    }
+
+    /// `json` with every module's items in reverse order.
+    fn reversed(mut json: Value) -> Value {
+        for item in json["index"].as_object_mut().unwrap().values_mut() {
+            if let Some(items) = item.pointer_mut("/inner/module/items").and_then(Value::as_array_mut) {
+                items.reverse();
+            }
+        }
+        json
+    }
+
+    #[test]
+    fn reexports_of_private_items_are_listed_once_at_their_best_path() {
+        let items = items(&reexports()).unwrap();
+        assert_eq!(
+            items,
+            [
+                "field k::Builder::model",
+                "fn k::Builder::build(self)",
+                "fn k::helper(x)",
+                "impl Clone for k::Builder",
+                "mod k::a",
+                "mod k::q",
+                "mod k::z",
+                "struct k::Builder",
+                "struct k::Renamed",
+                "struct k::a::Agent",
+                "struct k::a::Tie",
+                "trait k::q::Inner",
+                "use k::* = g::*",
+                "use k::* = self::*",
+                "use k::Agent = a::Agent",
+                "use k::Builder = b::Builder",
+                "use k::Ext = other::Ext",
+                "use k::Renamed = b::Thing",
+                "use k::a::Builder = crate::b::Builder",
+                "use k::a::Tie = crate::b::Tie",
+                "use k::q = b::p",
+                "use k::q::again = self",
+                "use k::z::Tie = crate::b::Tie",
+            ]
+        );
+        assert_eq!(
+            self::items(&reversed(reexports())).unwrap(),
+            items,
+            "independent of JSON order"
+        );
+    }
+
+    #[test]
+    fn a_struct_in_a_private_module_is_listed_at_its_reexport() {
+        let items = items(&reexports()).unwrap();
+        for line in [
+            "struct k::Builder",
+            "field k::Builder::model",
+            "fn k::Builder::build(self)",
+            "impl Clone for k::Builder",
+        ] {
+            assert!(items.iter().any(|l| l == line), "{line} missing: {items:#?}");
+        }
+        assert!(
+            !items
+                .iter()
+                .any(|l| l.contains("secret") || l.contains("check") || l.contains("Send"))
+        );
+        assert!(
+            !items
+                .iter()
+                .any(|l| l.contains("k::b::") || l.contains("k::g::") || l.contains("k::p"))
+        );
+    }
+
+    #[test]
+    fn a_renamed_reexport_uses_the_new_name() {
+        let items = items(&reexports()).unwrap();
+        assert!(items.iter().any(|l| l == "struct k::Renamed"));
+        assert!(!items.iter().any(|l| l.contains("Thing") && !l.starts_with("use ")));
+    }
+
+    #[test]
+    fn an_item_reexported_at_two_paths_is_listed_once() {
+        for json in [reexports(), reversed(reexports())] {
+            let items = items(&json).unwrap();
+            // Fewest segments: k::Builder, not k::a::Builder.
+            let builder: Vec<_> = items
+                .iter()
+                .filter(|l| l.starts_with("struct ") && l.ends_with("::Builder"))
+                .collect();
+            assert_eq!(builder, ["struct k::Builder"]);
+            // Same segments: lexicographic, k::a::Tie before k::z::Tie.
+            let tie: Vec<_> = items
+                .iter()
+                .filter(|l| l.starts_with("struct ") && l.ends_with("::Tie"))
+                .collect();
+            assert_eq!(tie, ["struct k::a::Tie"]);
+        }
+    }
+
+    #[test]
+    fn a_directly_public_item_reexported_elsewhere_is_listed_once() {
+        let items = items(&reexports()).unwrap();
+        let agent: Vec<_> = items
+            .iter()
+            .filter(|l| l.contains("Agent") && !l.starts_with("use "))
+            .collect();
+        assert_eq!(agent, ["struct k::a::Agent"]);
     }
 
     #[test]
