@@ -185,6 +185,7 @@ where
     B: AsRef<[u8]>,
 {
     let mut read = 0usize;
+    let mut yielded = false;
     let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
     std::future::poll_fn(|cx| {
         loop {
@@ -199,6 +200,15 @@ where
                 Poll::Pending => {
                     if timer.is_none() && tokio::runtime::Handle::try_current().is_err() {
                         return Poll::Ready(()); // no runtime to time the wait
+                    }
+                    // The end is usually one step of the connection's task away (this poll
+                    // woke it): let that task run once before arming the timer. Registering a
+                    // timer wakes the runtime's driver (a syscall, and one more park of the
+                    // worker), which every streamed request would otherwise pay.
+                    if !yielded {
+                        yielded = true;
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
                     }
                     let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(DRAIN_WAIT)));
                     return t.as_mut().poll(cx);
