@@ -214,11 +214,18 @@ impl StdError for RedactedError {
 
 /// Where the user info of a URL is: the bytes after `://` up to the last `@` before the first
 /// `?` or `#` (a wrongly encoded password may hold a `/`, so the path is not excluded).
+///
+/// A URL without a scheme (`user:pw@host/v1`, which the clients refuse, and then quote in
+/// their error) has its user info from the start, unless a space comes before the `@` (then
+/// it is a sentence, not a URL).
 fn userinfo_span(url: &str) -> Option<(usize, usize)> {
-    let start = url.find("://")? + 3;
+    let start = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[start..];
     let end = rest.find(['?', '#']).unwrap_or(rest.len());
     let at = rest[..end].rfind('@')?;
+    if start == 0 && rest[..at].contains(char::is_whitespace) {
+        return None;
+    }
     Some((start, start + at))
 }
 
@@ -294,6 +301,10 @@ mod tests {
         assert_eq!(display_url("http://user:p%40ss@host:1/v1"), "http://***@host:1/v1");
         assert_eq!(display_url("https://host/v1?x=a@b"), "https://host/v1?x=a@b");
         assert_eq!(display_url("reading the stream"), "reading the stream");
+        // Without a scheme (a base URL the clients refuse, quoted in their error).
+        assert_eq!(display_url("alice:s3cret@localhost:8000/v1"), "***@localhost:8000/v1");
+        assert_eq!(display_url("localhost:8000/v1"), "localhost:8000/v1");
+        assert_eq!(display_url("mail the owner at ops@example.com"), "mail the owner at ops@example.com");
         let r = Redactor::new(None, [], "http://Aladdin:open%20sesame@host/v1");
         assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
         assert_eq!(

@@ -259,4 +259,9 @@ async fn base_url_user_info_is_masked_in_errors_with_its_basic_form() {
 
     let err = OpenAiClient::new("http://alice-SECRET:pa55-SECRET@", "m").unwrap_err();
     assert!(!err.to_string().contains(MARK), "{err}");
+    // Without a scheme the URL is refused, and its error quotes it without the user info.
+    let err = OpenAiClient::new("alice-SECRET:pa55-SECRET@localhost:8000/v1", "m").unwrap_err();
+    let (display, debug) = (err.to_string(), format!("{err:?}"));
+    assert!(!display.contains(MARK) && !debug.contains(MARK), "{display} / {debug}");
+    assert!(display.contains("***@localhost:8000/v1"), "{display}");
 }
