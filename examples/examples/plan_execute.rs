@@ -63,7 +63,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = match (std::env::var("OPENAI_BASE_URL"), std::env::var("OPENAI_MODEL")) {
         (Ok(_), Ok(_)) => {
             let client = OpenAiClient::from_env()?;
-            println!("model: {} at {}", client.model(), client.base_url());
+            println!(
+                "model: {} at {}",
+                client.model(),
+                modu::redact::display_url(client.base_url())
+            );
             client
         }
         _ => {

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "model: {} at {} (from OPENAI_BASE_URL / OPENAI_MODEL)",
                 client.model(),
-                client.base_url()
+                modu::redact::display_url(client.base_url())
             );
             client
         }

@@ -46,12 +46,12 @@ pub enum Model {
 }
 
 impl Model {
-    /// The server's base URL, for messages.
-    pub fn base_url(&self) -> &str {
-        match self {
+    /// The server's base URL, for messages: its user info (a password) shown as `***`.
+    pub fn base_url(&self) -> std::borrow::Cow<'_, str> {
+        modu::redact::display_url(match self {
             Model::Openai(c) => c.base_url(),
             Model::Ollama(c) => c.base_url(),
-        }
+        })
     }
 
     /// The client as the agent holds it.

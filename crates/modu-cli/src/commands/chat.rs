@@ -79,7 +79,7 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
             )));
         }
         if let Some(error) = &result.error() {
-            eprintln!("error: {}", ui::run_error(error, built.model.base_url()));
+            eprintln!("error: {}", ui::run_error(error, &built.model.base_url()));
         }
     }
     Ok(())

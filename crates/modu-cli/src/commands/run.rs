@@ -87,7 +87,7 @@ pub async fn finish(built: &Built, result: &modu::RunOutcome<String>) -> Command
             if !run_id.is_empty() && built.agent.has_checkpoint(run_id).await.unwrap_or(false) {
                 eprintln!("hint: continue this run with `modu resume {run_id}`");
             }
-            Err(Failure::Invalid(ui::run_error(error, built.model.base_url())))
+            Err(Failure::Invalid(ui::run_error(error, &built.model.base_url())))
         }
     }
 }

@@ -131,3 +131,36 @@ async fn doctor_and_run_name_a_model_server_that_is_down() {
         text(&doctor.stdout)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_model_server_is_named_without_its_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://alice:pa55-SECRET@127.0.0.1:{port}/v1");
+    let shown = format!("http://***@127.0.0.1:{port}/v1");
+    let dir = tempfile::tempdir().unwrap();
+    let out = output(
+        modu(dir.path(), &url)
+            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
+            .args(["run", "hello"]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("SECRET"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("error: cannot reach the model server at {shown}: ")),
+        "{stderr}"
+    );
+
+    let doctor = output(modu(dir.path(), &url).arg("doctor")).await;
+    let stdout = text(&doctor.stdout);
+    assert!(!stdout.contains("SECRET"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("✗ model: cannot reach the model server at {shown}: ")),
+        "{stdout}"
+    );
+}
