@@ -154,3 +154,37 @@ async fn a_resumed_run_keeps_its_own_settings() -> TestResult {
     assert_eq!((sent[1].temperature, sent[1].seed), (Some(0.1), Some(3)));
     Ok(())
 }
+
+/// A transcript given as input (an OpenAI-compatible or AG-UI client's history) with earlier
+/// tool calls does not count as the run's first call: the forced choice is sent until the
+/// model calls a tool in this run.
+#[tokio::test]
+async fn a_transcripts_earlier_calls_do_not_end_the_forced_choice() -> TestResult {
+    use modu_core::{Message, ToolCall};
+    let transcript = vec![
+        Message::user("add something"),
+        Message::assistant_tool_calls("", vec![ToolCall::new("call_old", "add", "{}")]),
+        Message::tool_result("call_old", "add", "ok", false),
+        Message::assistant("added"),
+        Message::user("now the weather"),
+    ];
+    let model = ScriptedModel::new().tool_call("weather", json!({})).text("sunny");
+    let agent = Agent::builder(model.clone())
+        .tool(tool("add"))
+        .tool(tool("weather"))
+        .tool_choice(ToolChoice::Named("weather".into()))
+        .build()?;
+    let result = agent.run(AgentRequest::new((), "").messages(transcript)).await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("sunny"),
+        "{:?}",
+        result.error()
+    );
+    assert_eq!(
+        choices(&model),
+        vec![Some(ToolChoice::Named("weather".into())), None],
+        "forced until this run's first call, then reset"
+    );
+    Ok(())
+}

@@ -380,11 +380,9 @@ where
         if stage != Stage::Act || self.state.strict().is_some() {
             return None;
         }
-        let called = self
-            .state
-            .messages
-            .iter()
-            .any(|m| m.role == Role::Assistant && m.has_tool_calls());
+        // The run's own messages: a transcript given as input may hold earlier calls.
+        let own = self.state.messages.get(self.state.input_len.unwrap_or(0)..).unwrap_or_default();
+        let called = own.iter().any(|m| m.role == Role::Assistant && m.has_tool_calls());
         if called && !s.keep_tool_choice {
             return None;
         }

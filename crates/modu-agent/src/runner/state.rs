@@ -47,6 +47,11 @@ pub(crate) struct RunState {
     /// stored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) history_len: Option<usize>,
+    /// How many of `messages` are the run's input, when the input holds a tool call of its own
+    /// (a transcript passed with `AgentRequest::messages`): a forced tool choice lasts until the
+    /// model's first tool call *of the run*, after them. `None`: the input holds no tool call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) input_len: Option<usize>,
     /// The decision policy's own state: `{"id": "standard/1" | "plan_and_execute/1", "state"}`.
     pub(crate) policy: PolicyState,
     pub(crate) usage: Usage,
@@ -165,9 +170,14 @@ impl RunState {
 impl RunState {
     /// A run's state before its first step: `messages` are its input.
     pub(crate) fn new(messages: Vec<Message>) -> Self {
+        let input_len = messages
+            .iter()
+            .any(|m| m.role == Role::Assistant && m.has_tool_calls())
+            .then_some(messages.len());
         RunState {
             messages,
             history_len: None,
+            input_len,
             policy: PolicyState::Standard(Phase::Act),
             usage: Usage::default(),
             usage_by_model: BTreeMap::new(),
