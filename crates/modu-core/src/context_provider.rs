@@ -43,7 +43,9 @@ pub struct ModelContext {
     /// The conversation: history, then the run's messages.
     pub messages: Vec<Message>,
     /// The tools offered. Providers may remove tools (a removed tool is refused if called);
-    /// tools are added through [`ToolProvider`](crate::ToolProvider)s, not here.
+    /// tools are added through [`ToolProvider`](crate::ToolProvider)s, not here: a tool put
+    /// here that the request did not offer is dropped (a request without tools, such as the
+    /// final one with the output schema, stays without).
     pub tools: Vec<crate::model::ToolDefinition>,
     /// The names of the offered tools that stand for other tools ([`crate::ToolSpec::meta`]),
     /// filled in by the run loop.

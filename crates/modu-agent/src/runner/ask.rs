@@ -221,9 +221,11 @@ where
             None => messages.extend(self.state.messages.iter().cloned()),
         }
         context.messages = messages;
+        // The offer before the providers: they may narrow it, never widen it.
+        let mut before: Option<Arc<Vec<ToolDefinition>>> = None;
         if providers {
             context.instructions = instructions.to_vec();
-            context.tools = Arc::unwrap_or_clone(offer);
+            context.tools = offer.as_ref().clone();
             for provider in &agent.context_providers {
                 provider
                     .invoking(&self.env.ctx, &mut context)
@@ -233,12 +235,15 @@ where
                         message: e.message,
                     })?;
             }
-            offer = Arc::new(std::mem::take(&mut context.tools));
+            before = Some(std::mem::replace(&mut offer, Arc::new(std::mem::take(&mut context.tools))));
         }
-        // Providers may narrow the tools, never invent executable ones.
+        // Providers may narrow the tools, never widen the stage's offer (a request that offers
+        // none, such as the final one with the output schema, stays without tools) or invent
+        // executable ones.
         let keep = |t: &ToolDefinition| {
             (self.env.tools.contains_key(&t.name) || self.env.agent.handoffs.iter().any(|h| h.tool_name == t.name))
                 && restricted.as_ref().is_none_or(|r| r.contains(&t.name))
+                && before.as_ref().is_none_or(|b| b.iter().any(|d| d.name == t.name))
         };
         if !offer.iter().all(keep) {
             Arc::make_mut(&mut offer).retain(keep);

@@ -123,3 +123,46 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
         result.error()
     );
 }
+
+/// A context provider that puts a tool definition into every request, whatever the stage
+/// offers (`ModelContext::tools` is for narrowing; this one misuses it).
+struct AddsTools(modu_core::ToolDefinition);
+
+#[async_trait::async_trait]
+impl modu_core::ContextProvider<()> for AddsTools {
+    fn name(&self) -> &str {
+        "adds-tools"
+    }
+    async fn invoking(
+        &self,
+        _ctx: &modu_core::RunContext<()>,
+        context: &mut modu_core::ModelContext,
+    ) -> Result<(), modu_core::ContextProviderError> {
+        context.tools.retain(|t| t.name != self.0.name);
+        context.tools.push(self.0.clone());
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_context_provider_cannot_put_tools_into_the_request_with_the_schema() {
+    let model = ScriptedModel::new()
+        .text("The capital is Seoul.")
+        .text(r#"{"country": "Korea", "city": "Seoul"}"#);
+    let add = add_tool(Arc::new(AtomicUsize::new(0)));
+    let definition = modu_core::Tool::<()>::spec(&add).definition();
+    let agent = Agent::builder(model.clone())
+        .output::<Capital>()
+        .tool(add)
+        .context_provider(Arc::new(AddsTools(definition)))
+        .build()
+        .unwrap();
+    let result = agent.run("Capital of Korea?").await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].tools.len(), 1, "the acting request offers the tool");
+    let fin = &requests[1];
+    assert!(fin.response_format.is_some());
+    assert!(fin.tools.is_empty(), "a provider may narrow the offer, never widen it");
+}
