@@ -262,12 +262,18 @@ where
 
     /// Parses the final answer; one corrective request on failure. The answer that parsed
     /// joins the run's messages.
+    ///
+    /// A final answer's tool calls are dropped: a final answer comes from a request that
+    /// offered no tools (an acting answer with calls runs them instead), so they cannot run, and
+    /// an assistant message with calls but no results would make every later request of the
+    /// session invalid (OpenAI refuses it).
     async fn accept_final(
         &mut self,
-        answer: Message,
+        mut answer: Message,
         format: Option<ResponseFormat>,
         route: DeltaRoute,
     ) -> Result<O, AgentError> {
+        drop_calls(&mut answer);
         let first = match self.env.agent.codec.parse(&answer.text()) {
             Ok(output) => {
                 self.check_output(&output).await?;
@@ -289,7 +295,8 @@ where
             .route(route);
         // Boxed: a corrective request is rare, and in place its future would size the
         // future of every run (this one's state is held beside each step's).
-        let message = Box::pin(self.ask(ask)).await?.response.message;
+        let mut message = Box::pin(self.ask(ask)).await?.response.message;
+        drop_calls(&mut message);
         match self.env.agent.codec.parse(&message.text()) {
             Ok(output) => {
                 self.check_output(&output).await?;
@@ -324,6 +331,15 @@ where
                 Err(AgentError::from_store("conversation.load", &e))
             }
         }
+    }
+}
+
+/// Drops the tool calls of an answer to a request that offered no tools (see
+/// [`Run::accept_final`]).
+fn drop_calls(answer: &mut Message) {
+    if answer.has_tool_calls() {
+        tracing::debug!(calls = answer.tool_calls.len(), "a final answer called tools its request did not offer; dropped");
+        answer.tool_calls.clear();
     }
 }
 

@@ -166,3 +166,61 @@ async fn a_context_provider_cannot_put_tools_into_the_request_with_the_schema() 
     assert!(fin.response_format.is_some());
     assert!(fin.tools.is_empty(), "a provider may narrow the offer, never widen it");
 }
+
+/// Every assistant message with tool calls in `messages` is followed by a result for each.
+fn every_call_answered(messages: &[modu_core::Message]) -> bool {
+    messages.iter().enumerate().all(|(i, m)| {
+        m.tool_calls.iter().all(|c| {
+            messages[i + 1..]
+                .iter()
+                .any(|r| r.role == modu_core::Role::Tool && r.tool_call_id.as_deref() == Some(c.id.as_str()))
+        })
+    })
+}
+
+/// A model that calls a tool in answer to the final request (which offers none) does not leave
+/// a call without a result in the run's messages or the session: the calls cannot run, and
+/// OpenAI refuses a conversation that holds one.
+#[tokio::test]
+async fn a_final_answers_tool_calls_are_dropped() {
+    let store = Arc::new(modu_core::InMemoryConversationStore::new());
+    let model = ScriptedModel::new()
+        .text("draft")
+        .tool_call("add", json!({"a": 1, "b": 2}))
+        .text("next draft")
+        .text("next answer");
+    let agent = Agent::builder(model.clone())
+        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
+        .finalization_mode(FinalizationMode::Always)
+        .conversation_store(store.clone())
+        .build()
+        .unwrap();
+    let result = agent.run(modu_agent::AgentRequest::new((), "q").session("s")).await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert!(every_call_answered(result.messages()), "{:?}", result.messages());
+    assert!(!result.messages().iter().any(|m| m.has_tool_calls()));
+    let stored = modu_core::ConversationStore::load(store.as_ref(), "s").await.unwrap();
+    assert!(every_call_answered(&stored), "{stored:?}");
+    // The session's next request is a valid conversation.
+    let next = agent.run(modu_agent::AgentRequest::new((), "again").session("s")).await;
+    assert!(next.is_completed(), "{:?}", next.error());
+    let sent = model.requests();
+    assert!(every_call_answered(&sent[2].messages), "{:?}", sent[2].messages);
+
+    // Structured output: the corrective request does not carry the dropped calls either.
+    let model = ScriptedModel::new()
+        .text("The capital is Seoul.")
+        .tool_call("add", json!({"a": 1, "b": 2}))
+        .text(r#"{"country": "Korea", "city": "Seoul"}"#);
+    let agent = Agent::builder(model.clone())
+        .output::<Capital>()
+        .tool(add_tool(Arc::new(AtomicUsize::new(0))))
+        .build()
+        .unwrap();
+    let result = agent.run("Capital of Korea?").await;
+    assert_eq!(result.output().map(|c| c.city.as_str()), Some("Seoul"), "{:?}", result.error());
+    let sent = model.requests();
+    assert_eq!(sent.len(), 3);
+    assert!(every_call_answered(&sent[2].messages), "{:?}", sent[2].messages);
+    assert!(every_call_answered(result.messages()));
+}
