@@ -105,3 +105,52 @@ async fn a_text_run_sends_no_snapshots() -> TestResult {
     );
     Ok(())
 }
+
+/// An answer that does not parse gets a corrective request, whose snapshots start over: the
+/// `ModelCallStarted` of that request comes between the two series, each series only grows,
+/// and the run's last snapshot is the final output.
+#[tokio::test]
+async fn a_corrective_requests_snapshots_start_a_new_series_after_its_model_call_started() -> TestResult {
+    let bad = r#"{"result": "five", "bogus": "not in the answer", "steps": []}"#;
+    let good = r#"{"result": 5, "explanation": "2 + 3 is 5", "steps": ["take 2", "add 3"]}"#;
+    let cut = |text: &str| -> Vec<String> {
+        text.as_bytes()
+            .chunks(9)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect()
+    };
+    let model = ScriptedModel::new().text_deltas(cut(bad)).text_deltas(cut(good));
+    let agent = Agent::builder(model.clone()).output::<Answer>().build()?;
+    let mut stream = agent.stream("2 + 3?");
+    // One series of snapshots per model request.
+    let mut series: Vec<Vec<Value>> = Vec::new();
+    let mut output = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            StreamItem::Event(AgentEvent::ModelCallStarted { .. }) => series.push(Vec::new()),
+            StreamItem::Event(AgentEvent::OutputPartial { snapshot, .. }) => {
+                series.last_mut().ok_or("a snapshot before any model call")?.push(snapshot);
+            }
+            StreamItem::Event(_) => {}
+            StreamItem::Completed(r) => output = Some(r.output),
+            StreamItem::Failed(r) => return Err(format!("run failed: {:?}", r.error).into()),
+            StreamItem::Paused(p) => return Err(format!("run paused: {:?}", p.approvals).into()),
+        }
+    }
+    assert_eq!(model.requests().len(), 2, "one corrective request");
+    assert_eq!(series.len(), 2);
+    assert!(series[0].iter().any(|s| s.get("bogus").is_some()), "{:?}", series[0]);
+    let full = serde_json::to_value(output.ok_or("no output")?)?;
+    assert_eq!(series[1].last(), Some(&full));
+    // Within the corrective request's series, every member is one the final answer holds.
+    for snapshot in &series[1] {
+        for (k, v) in snapshot.as_object().into_iter().flatten() {
+            match (v, &full[k]) {
+                (Value::String(a), Value::String(b)) => assert!(b.starts_with(a.as_str())),
+                (Value::Array(a), Value::Array(b)) => assert!(a.len() <= b.len()),
+                (a, b) => assert_eq!(a, b),
+            }
+        }
+    }
+    Ok(())
+}

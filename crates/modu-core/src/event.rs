@@ -120,6 +120,11 @@ pub enum AgentEvent {
     /// snapshot grows. Like [`AgentEvent::ToolCallDelta`], only the caller's
     /// `RunStream` gets it: the snapshot is the model's raw text, and masking needs the
     /// whole answer. Read it as a type of your own with [`AgentEvent::partial_output`].
+    ///
+    /// Each snapshot is the whole value so far of the answer being written: show the latest,
+    /// do not merge them. An answer that is not used (it did not parse and a corrective
+    /// request follows, or its request is retried) leaves snapshots the final answer does not
+    /// match; the next request's [`AgentEvent::ModelCallStarted`] comes before its own.
     OutputPartial {
         /// The run.
         run_id: String,
