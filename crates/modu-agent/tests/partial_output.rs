@@ -129,7 +129,10 @@ async fn a_corrective_requests_snapshots_start_a_new_series_after_its_model_call
         match item {
             StreamItem::Event(AgentEvent::ModelCallStarted { .. }) => series.push(Vec::new()),
             StreamItem::Event(AgentEvent::OutputPartial { snapshot, .. }) => {
-                series.last_mut().ok_or("a snapshot before any model call")?.push(snapshot);
+                series
+                    .last_mut()
+                    .ok_or("a snapshot before any model call")?
+                    .push(snapshot);
             }
             StreamItem::Event(_) => {}
             StreamItem::Completed(r) => output = Some(r.output),

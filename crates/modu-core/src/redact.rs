@@ -304,7 +304,10 @@ mod tests {
         // Without a scheme (a base URL the clients refuse, quoted in their error).
         assert_eq!(display_url("alice:s3cret@localhost:8000/v1"), "***@localhost:8000/v1");
         assert_eq!(display_url("localhost:8000/v1"), "localhost:8000/v1");
-        assert_eq!(display_url("mail the owner at ops@example.com"), "mail the owner at ops@example.com");
+        assert_eq!(
+            display_url("mail the owner at ops@example.com"),
+            "mail the owner at ops@example.com"
+        );
         let r = Redactor::new(None, [], "http://Aladdin:open%20sesame@host/v1");
         assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
         assert_eq!(

@@ -235,7 +235,10 @@ where
                         message: e.message,
                     })?;
             }
-            before = Some(std::mem::replace(&mut offer, Arc::new(std::mem::take(&mut context.tools))));
+            before = Some(std::mem::replace(
+                &mut offer,
+                Arc::new(std::mem::take(&mut context.tools)),
+            ));
         }
         // Providers may narrow the tools, never widen the stage's offer (a request that offers
         // none, such as the final one with the output schema, stays without tools) or invent
@@ -386,7 +389,11 @@ where
             return None;
         }
         // The run's own messages: a transcript given as input may hold earlier calls.
-        let own = self.state.messages.get(self.state.input_len.unwrap_or(0)..).unwrap_or_default();
+        let own = self
+            .state
+            .messages
+            .get(self.state.input_len.unwrap_or(0)..)
+            .unwrap_or_default();
         let called = own.iter().any(|m| m.role == Role::Assistant && m.has_tool_calls());
         if called && !s.keep_tool_choice {
             return None;

@@ -338,7 +338,10 @@ where
 /// [`Run::accept_final`]).
 fn drop_calls(answer: &mut Message) {
     if answer.has_tool_calls() {
-        tracing::debug!(calls = answer.tool_calls.len(), "a final answer called tools its request did not offer; dropped");
+        tracing::debug!(
+            calls = answer.tool_calls.len(),
+            "a final answer called tools its request did not offer; dropped"
+        );
         answer.tool_calls.clear();
     }
 }

@@ -218,7 +218,12 @@ async fn a_final_answers_tool_calls_are_dropped() {
         .build()
         .unwrap();
     let result = agent.run("Capital of Korea?").await;
-    assert_eq!(result.output().map(|c| c.city.as_str()), Some("Seoul"), "{:?}", result.error());
+    assert_eq!(
+        result.output().map(|c| c.city.as_str()),
+        Some("Seoul"),
+        "{:?}",
+        result.error()
+    );
     let sent = model.requests();
     assert_eq!(sent.len(), 3);
     assert!(every_call_answered(&sent[2].messages), "{:?}", sent[2].messages);
