@@ -66,6 +66,11 @@ pub use tool::{
 pub use tool_provider::{StaticToolSession, ToolProvider, ToolProviderError, ToolProviderErrorKind, ToolSession};
 pub use tripwire::{GuardrailKind, Tripwire};
 
+/// The attribute modu's async traits are written with ([`Tool`], [`ChatModel`],
+/// [`ContextProvider`], [`EventSink`], the stores, …): put `#[async_trait]` on your
+/// implementations of them without a dependency of your own.
+pub use async_trait::async_trait;
+
 /// A boxed error, the cause type used across modu.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 

@@ -10,10 +10,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use modu_core::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, Message, ModelError, Role, RunContext, Tool,
-    ToolError, ToolSpec, Usage,
+    ToolError, ToolSpec, Usage, async_trait,
 };
 use serde_json::{Value, json};
 

@@ -234,6 +234,26 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
     /// semaphore, the worker behind a `Buffer`, so a `RateLimit` behind a `Buffer`) spans
     /// every run of the agent. The request's messages are shared with the run during the
     /// call: a layer that edits them (`Arc::make_mut`) edits its own copy.
+    ///
+    /// Each layer's service must answer with [`ModelError`](crate::ModelError). A tower layer
+    /// with an error of its own (`Buffer`, `Timeout`: `BoxError`) goes in one `ServiceBuilder`
+    /// with `MapErrLayer` and [`into_model_error`](crate::middleware::into_model_error) after
+    /// it, not as two `chat_layer` calls:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use modu_agent::Agent;
+    /// use modu_agent::middleware::into_model_error;
+    /// use tower::ServiceBuilder;
+    ///
+    /// # fn main() -> Result<(), modu_agent::BuildError> {
+    /// # let model = modu_testing::ScriptedModel::new().text("hi");
+    /// let agent: Agent = Agent::builder(model)
+    ///     .chat_layer(ServiceBuilder::new().map_err(into_model_error).timeout(Duration::from_secs(30)))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn chat_layer<L>(mut self, layer: L) -> Self
     where
         L: tower::Layer<ChatService> + Send + Sync + 'static,
