@@ -314,3 +314,105 @@ async fn resume_stream_yields_the_resumed_runs_events_then_its_result() {
         [StreamItem::Failed(r)] if matches!(r.error, AgentError::CheckpointNotFound { .. })
     ));
 }
+
+/// A recorded decision binds its call: the same decision again changes nothing, the other one
+/// is refused (the call no longer waits), so a rejected call never runs whoever clicks later.
+#[tokio::test]
+async fn a_decision_binds_its_call_and_a_later_opposite_one_is_refused() {
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let moved = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new()
+        .tool_call("transfer", json!({"amount": 5000}))
+        .text("not paying")
+        .tool_call("transfer", json!({"amount": 7}))
+        .text("paid");
+    let a = agent(model.clone(), store, Arc::clone(&moved), Arc::new(AtomicUsize::new(0)));
+
+    // Rejected, then approved: refused, and the call never runs.
+    let paused = a.run("pay 5000").await;
+    let call_id = paused.approvals()[0].call_id.clone();
+    a.reject(paused.run_id(), &call_id, None).await.unwrap();
+    a.reject(paused.run_id(), &call_id, None).await.unwrap();
+    assert!(matches!(
+        a.approve(paused.run_id(), &call_id).await,
+        Err(AgentError::UnknownApproval { .. })
+    ));
+    assert!(matches!(
+        a.approve_always(paused.run_id(), &call_id).await,
+        Err(AgentError::UnknownApproval { .. })
+    ));
+    let done = a.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("not paying"),
+        "{:?}",
+        done.error()
+    );
+    assert_eq!(moved.load(Ordering::SeqCst), 0);
+
+    // Approved twice (a double click), then rejected: refused; the call runs once.
+    let paused = a.run("pay 7").await;
+    let call_id = paused.approvals()[0].call_id.clone();
+    a.approve(paused.run_id(), &call_id).await.unwrap();
+    a.approve(paused.run_id(), &call_id).await.unwrap();
+    assert!(matches!(
+        a.reject(paused.run_id(), &call_id, None).await,
+        Err(AgentError::UnknownApproval { .. })
+    ));
+    let done = a.resume(paused.run_id(), ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("paid"), "{:?}", done.error());
+    assert_eq!(moved.load(Ordering::SeqCst), 1);
+}
+
+/// Once a resume goes on with the decided calls, its checkpoint says the run is running: the
+/// call no longer waits, and a decision arriving now (a second reviewer, another process) is
+/// refused instead of bringing the paused run back.
+#[tokio::test]
+async fn a_resumed_run_no_longer_waits_for_decisions() {
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let slow = {
+        let (started, release, runs) = (Arc::clone(&started), Arc::clone(&release), Arc::clone(&runs));
+        FunctionTool::<()>::new(
+            ToolSpec::new("transfer", "Move money", json!({"type": "object"})).needs_approval(true),
+            move |_ctx, _args| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+                async move {
+                    started.notify_one();
+                    release.notified().await;
+                    Ok(json!("moved"))
+                }
+            },
+        )
+    };
+    let model = ScriptedModel::new().tool_call("transfer", json!({})).text("paid");
+    let a = Agent::builder(model)
+        .tool(slow)
+        .checkpoint_store(Arc::clone(&store) as Arc<dyn CheckpointStore>)
+        .build()
+        .unwrap();
+    let paused = a.run("pay").await;
+    let (run_id, call_id) = (paused.run_id().to_owned(), paused.approvals()[0].call_id.clone());
+    a.approve(&run_id, &call_id).await.unwrap();
+    let resumed = {
+        let (a, run_id) = (a.clone(), run_id.clone());
+        tokio::spawn(async move { a.resume(&run_id, ()).await })
+    };
+    started.notified().await;
+    assert!(a.pending_approvals(&run_id).await.unwrap().is_empty());
+    assert!(matches!(
+        a.approve(&run_id, &call_id).await,
+        Err(AgentError::UnknownApproval { .. })
+    ));
+    release.notify_one();
+    let done = resumed.await.unwrap();
+    assert_eq!(done.output().map(String::as_str), Some("paid"), "{:?}", done.error());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(
+        !a.has_checkpoint(&run_id).await.unwrap(),
+        "the finished run left no checkpoint"
+    );
+}

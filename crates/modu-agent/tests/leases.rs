@@ -282,3 +282,122 @@ async fn leases_need_stores_with_fenced_writes() {
         "recovery needs a checkpoint store"
     );
 }
+
+/// A worker: like [`worker`], but its `work` tool needs approval.
+fn approving_worker(b: &Backend, holder: &str, work: Duration) -> Agent {
+    let calls = Arc::clone(&b.calls);
+    let tool = FunctionTool::<()>::new(
+        ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})).needs_approval(true),
+        move |_ctx, _args| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(work).await;
+                Ok(serde_json::json!("worked"))
+            }
+        },
+    );
+    Agent::builder(model())
+        .name("leased")
+        .tool(tool)
+        .conversation_store(Arc::clone(&b.conversations))
+        .checkpoint_store(Arc::clone(&b.checkpoints))
+        .session_leases(b.leases.clone(), opts(holder))
+        .build()
+        .unwrap()
+}
+
+/// A worker that dies inside a call it resumed after approval leaves a `running` run, which
+/// `recover_orphans` continues (the approved call runs again: at least once).
+#[tokio::test]
+async fn a_run_resumed_after_approval_whose_worker_dies_is_recovered() {
+    let b = backend();
+    let dying = approving_worker(&b, "w1", Duration::from_secs(30));
+    let w2 = approving_worker(&b, "w2", Duration::ZERO);
+    let paused = dying
+        .run(
+            modu_agent::AgentRequest::new((), "approve me")
+                .session("s")
+                .run_id("r-a"),
+        )
+        .await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let call = paused.approvals()[0].call_id.clone();
+    dying.approve("r-a", &call).await.unwrap();
+    // Paused and decided, but not resumed: nobody may take it over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(w2.recover_orphans(()).await.unwrap().is_empty());
+
+    let resumed = tokio::spawn(async move { dying.resume("r-a", ()).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    resumed.abort();
+    assert_eq!(b.calls.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let recovered = w2.recover_orphans(()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(
+        recovered[0].output().map(String::as_str),
+        Some("done"),
+        "{:?}",
+        recovered[0].error()
+    );
+    assert_eq!(b.calls.load(Ordering::SeqCst), 2, "the approved call ran again, once");
+    assert_eq!(b.checkpoints.load("r-a").await.unwrap(), None);
+}
+
+/// An answered ask keeps its run paused until its owner resumes it: another worker's
+/// `recover_orphans` does not take it over.
+#[tokio::test]
+async fn an_answered_ask_is_not_taken_over_by_recovery() {
+    let b = backend();
+    let asking = |holder: &str| {
+        let calls = Arc::clone(&b.calls);
+        let tool = FunctionTool::<()>::new(
+            ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})),
+            move |ctx: modu_core::RunContext<()>, _args| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let answer = ctx.ask_user("How long?", serde_json::json!({"type": "string"}))?;
+                    Ok(serde_json::json!(format!("worked {answer}")))
+                }
+            },
+        );
+        Agent::builder(model())
+            .name("leased")
+            .tool(tool)
+            .conversation_store(Arc::clone(&b.conversations))
+            .checkpoint_store(Arc::clone(&b.checkpoints))
+            .session_leases(b.leases.clone(), opts(holder))
+            .build()
+            .unwrap()
+    };
+    let owner = asking("w1");
+    let other = asking("w2");
+    let paused = owner
+        .run(modu_agent::AgentRequest::new((), "ask me").session("s").run_id("r-i"))
+        .await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    owner
+        .answer("r-i", &paused.inputs()[0].call_id, serde_json::json!("an hour"))
+        .await
+        .unwrap();
+    assert!(owner.pending_inputs("r-i").await.unwrap().is_empty(), "answered");
+    // Answering again is refused: the ask no longer waits.
+    assert!(matches!(
+        owner
+            .answer("r-i", &paused.inputs()[0].call_id, serde_json::json!("a day"))
+            .await,
+        Err(AgentError::UnknownInput { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        other.recover_orphans(()).await.unwrap().is_empty(),
+        "a paused run is not an orphan"
+    );
+    let done = owner.resume("r-i", ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("done"), "{:?}", done.error());
+    assert_eq!(
+        b.calls.load(Ordering::SeqCst),
+        2,
+        "asked once, ran again with the answer"
+    );
+}

@@ -1,4 +1,4 @@
-//! The run API of [`Agent`]: run, stream, resume, approvals, export and import.
+//! The run API of [`Agent`]: run, stream, resume, export and import (approvals: `approvals`, asks for input: `input`).
 
 use std::sync::Arc;
 
@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Agent, AgentRequest};
-use crate::approval::{ApprovalDecision, ApprovalRequest, NestedResume};
+use crate::approval::NestedResume;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::outcome::RunOutcome;
@@ -176,67 +176,6 @@ where
             }
             Err(error) => RunOutcome::failed(run_id, self.inner.name.clone(), error),
         }
-    }
-
-    /// The calls of a paused run that wait for a decision.
-    pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
-        Ok(self.load_checkpoint(run_id).await?.state.interruptions)
-    }
-
-    /// Approves one waiting call; it runs once when the run resumes.
-    pub async fn approve(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
-        self.decide(run_id, call_id, ApprovalDecision::Approved, false).await
-    }
-
-    /// Approves one waiting call and every later call of the same tool in this run.
-    pub async fn approve_always(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
-        self.decide(run_id, call_id, ApprovalDecision::Approved, true).await
-    }
-
-    /// Rejects one waiting call: it does not run, and the model sees the rejection (with the
-    /// message, if any).
-    pub async fn reject(&self, run_id: &str, call_id: &str, message: Option<String>) -> Result<(), AgentError> {
-        self.decide(run_id, call_id, ApprovalDecision::Rejected { message }, false)
-            .await
-    }
-
-    async fn decide(
-        &self,
-        run_id: &str,
-        call_id: &str,
-        decision: ApprovalDecision,
-        always: bool,
-    ) -> Result<(), AgentError> {
-        let mut checkpoint = self.load_checkpoint(run_id).await?;
-        let request = checkpoint
-            .state
-            .interruptions
-            .iter()
-            .find(|r| r.call_id == call_id)
-            .cloned()
-            .ok_or_else(|| AgentError::UnknownApproval {
-                run_id: run_id.to_owned(),
-                call_id: call_id.to_owned(),
-            })?;
-        let approved = decision == ApprovalDecision::Approved;
-        checkpoint.state.decisions.insert(call_id.to_owned(), decision);
-        if always {
-            // By the name the approval showed: for MCP, the external tool, not mcp_call_tool.
-            checkpoint.state.always_approved.insert(request.tool_name.clone());
-        }
-        self.store_checkpoint(&checkpoint).await?;
-        if let Some(sink) = &self.inner.sink {
-            let event = AgentEvent::ApprovalResolved {
-                run_id: run_id.to_owned(),
-                call_id: call_id.to_owned(),
-                tool_name: request.tool_name,
-                approved,
-            };
-            if let Err(err) = sink.publish(&event).await {
-                tracing::warn!(error = %err, "event sink failed");
-            }
-        }
-        Ok(())
     }
 
     /// The saved state of an unfinished run as JSON (for moving a paused run to another

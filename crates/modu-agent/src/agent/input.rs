@@ -11,9 +11,15 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    /// The calls of a paused run that wait for a person's input ([`crate::input`]).
+    /// The calls of a paused run that wait for a person's input ([`crate::input`]) and have
+    /// no answer yet.
     pub async fn pending_inputs(&self, run_id: &str) -> Result<Vec<InputRequest>, AgentError> {
-        Ok(self.load_checkpoint(run_id).await?.state.input_requests)
+        let state = self.load_checkpoint(run_id).await?.state;
+        Ok(state
+            .input_requests
+            .into_iter()
+            .filter(|r| !answered(&state.inputs, r))
+            .collect())
     }
 
     /// Answers a call's ask for input: the value must fit the request's schema
@@ -50,16 +56,19 @@ where
     ) -> Result<(), AgentError> {
         let mut checkpoint = self.load_checkpoint(run_id).await?;
         let state = &mut checkpoint.state;
-        let position = state
+        // An answered ask stays listed until the run resumes: the run is still paused (a
+        // checkpoint that lists no waiting call says `running`, and `recover_orphans` would take
+        // the run over from its owner). Answering it again is refused: it no longer waits.
+        let request = state
             .input_requests
             .iter()
-            .position(|r| r.call_id == call_id)
+            .find(|r| r.call_id == call_id && !answered(&state.inputs, r))
+            .cloned()
             .ok_or_else(|| AgentError::UnknownInput {
                 run_id: run_id.to_owned(),
                 call_id: call_id.to_owned(),
             })?;
-        let answer = answer(&state.input_requests[position])?;
-        let request = state.input_requests.remove(position);
+        let answer = answer(&request)?;
         let answers = state.inputs.entry(call_id.to_owned()).or_default();
         // The answer belongs to the ask at `index`; asks before it were answered earlier.
         answers.truncate(request.index as usize);
@@ -79,4 +88,11 @@ where
         }
         Ok(())
     }
+}
+
+/// Whether `request` (the ask at its index) has an answer in `inputs`.
+fn answered(inputs: &std::collections::BTreeMap<String, Vec<InputAnswer>>, request: &InputRequest) -> bool {
+    inputs
+        .get(&request.call_id)
+        .is_some_and(|answers| answers.len() > request.index as usize)
 }

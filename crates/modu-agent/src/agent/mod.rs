@@ -14,6 +14,7 @@ use crate::tool::{Tool, ToolSpec};
 use crate::{authorize::ToolAuthorizer, context_provider::ContextProvider, tool_provider::ToolProvider};
 
 mod api;
+mod approvals;
 mod build;
 mod build_error;
 pub use build_error::BuildError;

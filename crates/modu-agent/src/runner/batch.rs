@@ -124,8 +124,15 @@ where
     where
         F: FnMut(&Env<C, O>, &mut RunState, &crate::message::ToolCall, CallReport) -> Message,
     {
+        let was_paused = !self.state.interruptions.is_empty() || !self.state.input_requests.is_empty();
         self.state.interruptions.clear();
         self.state.input_requests.clear();
+        if was_paused {
+            // A resumed pause goes on: its checkpoint says so before the decided calls run, so a
+            // worker that dies in one leaves a `running` run for `recover_orphans`, and a
+            // decision arriving now is refused (its call no longer waits).
+            self.checkpoint().await?;
+        }
         let mut waiting = Waiting::default();
         {
             // The gate reads decisions while `finished` writes the state: it gets its own copies.

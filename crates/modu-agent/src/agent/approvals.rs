@@ -1,0 +1,93 @@
+//! The run API for approvals ([`crate::approval`]): listing a paused run's waiting calls and
+//! deciding them.
+
+use super::Agent;
+use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::error::AgentError;
+use crate::event::AgentEvent;
+
+impl<C, O> Agent<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// The calls of a paused run that wait for a decision.
+    pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
+        Ok(self.load_checkpoint(run_id).await?.state.interruptions)
+    }
+
+    /// Approves one waiting call; it runs once when the run resumes.
+    ///
+    /// A decision binds its call: approving it again does nothing, and rejecting an approved
+    /// call (or approving a rejected one) is refused with [`AgentError::UnknownApproval`], as
+    /// is deciding a call whose run has been resumed.
+    pub async fn approve(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Approved, false).await
+    }
+
+    /// Approves one waiting call and every later call of the same tool in this run.
+    pub async fn approve_always(&self, run_id: &str, call_id: &str) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Approved, true).await
+    }
+
+    /// Rejects one waiting call: it does not run, and the model sees the rejection (with the
+    /// message, if any). Rejecting it again does nothing; approving it afterwards is refused
+    /// (see [`Agent::approve`]).
+    pub async fn reject(&self, run_id: &str, call_id: &str, message: Option<String>) -> Result<(), AgentError> {
+        self.decide(run_id, call_id, ApprovalDecision::Rejected { message }, false)
+            .await
+    }
+
+    async fn decide(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        always: bool,
+    ) -> Result<(), AgentError> {
+        let mut checkpoint = self.load_checkpoint(run_id).await?;
+        let request = checkpoint
+            .state
+            .interruptions
+            .iter()
+            .find(|r| r.call_id == call_id)
+            .cloned()
+            .ok_or_else(|| AgentError::UnknownApproval {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+            })?;
+        let approved = decision == ApprovalDecision::Approved;
+        // A recorded decision binds its call: the same one again (a double click, a second
+        // reviewer) changes nothing, the other one is refused: the call no longer waits.
+        match checkpoint.state.decisions.get(call_id) {
+            Some(recorded) if (*recorded == ApprovalDecision::Approved) != approved => {
+                return Err(AgentError::UnknownApproval {
+                    run_id: run_id.to_owned(),
+                    call_id: call_id.to_owned(),
+                });
+            }
+            Some(_) if !always || checkpoint.state.always_approved.contains(&request.tool_name) => return Ok(()),
+            Some(_) => {}
+            None => {
+                checkpoint.state.decisions.insert(call_id.to_owned(), decision);
+            }
+        }
+        if always {
+            // By the name the approval showed: for MCP, the external tool, not mcp_call_tool.
+            checkpoint.state.always_approved.insert(request.tool_name.clone());
+        }
+        self.store_checkpoint(&checkpoint).await?;
+        if let Some(sink) = &self.inner.sink {
+            let event = AgentEvent::ApprovalResolved {
+                run_id: run_id.to_owned(),
+                call_id: call_id.to_owned(),
+                tool_name: request.tool_name,
+                approved,
+            };
+            if let Err(err) = sink.publish(&event).await {
+                tracing::warn!(error = %err, "event sink failed");
+            }
+        }
+        Ok(())
+    }
+}
