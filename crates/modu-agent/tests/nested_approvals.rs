@@ -234,3 +234,90 @@ async fn a_request_can_carry_tools_approved_in_advance() {
     assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(c2.moved.load(Ordering::SeqCst), 0);
 }
+
+/// The nested agent is part of what the parent's checkpoint depends on: a parent whose nested
+/// agent changed (its tool's schema here) refuses the decision and the resume with
+/// `ResumeIncompatible` instead of going on without the approved call.
+#[tokio::test]
+async fn a_changed_nested_agent_makes_the_parents_resume_incompatible() {
+    let c = Counters::new();
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let old_boss = boss(boss_script(), &expert(expert_script(), &c), store.clone());
+    let paused = old_boss.run("pay 30").await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let call = paused.approvals()[0].call_id.clone();
+
+    let changed = Agent::builder(expert_script())
+        .name("treasurer")
+        .tool(FunctionTool::new(
+            ToolSpec::new(
+                "transfer",
+                "Move money",
+                json!({"type": "object", "properties": {"cents": {"type": "integer"}}, "required": ["cents"]}),
+            )
+            .needs_approval(true),
+            |_ctx, _args| async { Ok(json!("moved")) },
+        ))
+        .build()
+        .unwrap();
+    let new_boss = boss(boss_script(), &changed, store.clone());
+    assert_ne!(old_boss.fingerprint(), new_boss.fingerprint());
+    assert!(matches!(
+        new_boss.approve(paused.run_id(), &call).await,
+        Err(modu_core::AgentError::ResumeIncompatible { .. })
+    ));
+    old_boss.approve(paused.run_id(), &call).await.unwrap();
+    let resumed = new_boss.resume(paused.run_id(), ()).await;
+    assert!(
+        matches!(resumed.error(), Some(modu_core::AgentError::ResumeIncompatible { .. })),
+        "{:?}",
+        resumed.error()
+    );
+    assert_eq!(c.moved.load(Ordering::SeqCst), 0);
+
+    // An agent without nested agents keeps the fingerprint it had.
+    let plain = Agent::builder(ScriptedModel::new()).name("plain").build().unwrap();
+    let again = Agent::builder(ScriptedModel::new()).name("plain").build().unwrap();
+    assert_eq!(plain.fingerprint(), again.fingerprint());
+}
+
+/// A nested run that fails on its model reaches the parent's model (and anything showing tool
+/// results) as modu's own words: the model server's text stays out of the tool result.
+#[tokio::test]
+async fn a_failed_nested_run_does_not_quote_its_model_server() {
+    #[derive(Clone)]
+    struct Failing;
+    #[async_trait::async_trait]
+    impl modu_core::ChatModel for Failing {
+        fn model_name(&self) -> &str {
+            "failing"
+        }
+        async fn stream(
+            &self,
+            _request: modu_core::ChatRequest,
+        ) -> Result<modu_core::ChatStream, modu_core::ModelError> {
+            Err(modu_core::ModelError::invalid_response(
+                "upstream said: internal-detail-QWERTY",
+            ))
+        }
+    }
+    let inner = Agent::builder(Failing).name("inner").build().unwrap();
+    let model = ScriptedModel::new()
+        .tool_call("ask_inner", json!({"text": "hi"}))
+        .text("it failed");
+    let outer = Agent::builder(model)
+        .tool(inner.as_tool::<Task>("ask_inner", "Ask the inner agent"))
+        .build()
+        .unwrap();
+    let done = outer.run("go").await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    let result = done
+        .messages()
+        .iter()
+        .find(|m| m.role == Role::Tool)
+        .map(|m| m.text())
+        .unwrap();
+    assert!(result.contains("the nested agent inner failed"), "{result}");
+    assert!(result.contains("invalid_response"), "{result}");
+    assert!(!result.contains("QWERTY"), "{result}");
+}

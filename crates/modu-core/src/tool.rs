@@ -232,6 +232,15 @@ pub trait Tool<C>: Send + Sync {
             metadata: serde_json::Map::new(),
         }
     }
+
+    /// What a run's checkpoint depends on in this tool beyond its spec, for a tool that keeps
+    /// state of its own in the checkpoint: an agent used as a tool returns the nested agent's
+    /// fingerprint. The fingerprint of an agent offering the tool changes with it, so a
+    /// checkpoint taken with another version fails to resume (`ResumeIncompatible`) instead of
+    /// going on with a different tool. The default, `None`, says the spec is all that counts.
+    fn fingerprint(&self) -> Option<&str> {
+        None
+    }
 }
 
 #[async_trait]
@@ -264,6 +273,9 @@ impl<C: Send + Sync, T: Tool<C> + ?Sized> Tool<C> for Arc<T> {
     }
     fn approval_request(&self, call_id: &str, arguments: &serde_json::Value) -> crate::approval::ApprovalRequest {
         (**self).approval_request(call_id, arguments)
+    }
+    fn fingerprint(&self) -> Option<&str> {
+        (**self).fingerprint()
     }
 }
 

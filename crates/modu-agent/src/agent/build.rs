@@ -118,11 +118,21 @@ fn fingerprint<C, O: Send + 'static>(
         .map(|t| (t.tool.spec().name.clone(), t.tool.spec().parameters.to_string()))
         .collect();
     names.sort();
-    let desc = serde_json::json!({
+    let mut desc = serde_json::json!({
         "policy": policy,
         "tools": names,
         "output": codec.response_format().map(|f| f.schema),
-    })
-    .to_string();
+    });
+    // Tools with state of their own in a checkpoint (an agent as a tool: its agent's
+    // fingerprint). Absent when there are none, so other agents' fingerprints stay as they were.
+    let mut nested: Vec<(String, String)> = tools
+        .iter()
+        .filter_map(|t| Some((t.tool.spec().name.clone(), t.tool.fingerprint()?.to_owned())))
+        .collect();
+    if !nested.is_empty() {
+        nested.sort();
+        desc["nested"] = serde_json::json!(nested);
+    }
+    let desc = desc.to_string();
     crate::canonical::stable_hash(&desc)
 }

@@ -173,10 +173,30 @@ where
             RunOutcome::Failed(failed) => Err(ToolError::execution("nested_run_failed").with_message(format!(
                 "the nested agent {} failed: {}",
                 self.agent.name(),
-                failed.error
+                nested_failure(&failed.error)
             ))),
         }
     }
+
+    fn fingerprint(&self) -> Option<&str> {
+        Some(self.agent.fingerprint())
+    }
+}
+
+/// A nested run's failure as the parent's model (and whatever shows tool results, such as an
+/// AG-UI client) sees it: modu's own words, never a model server's, store's or provider's text,
+/// which may quote what it should not (the full error goes to the log).
+fn nested_failure(error: &crate::error::AgentError) -> String {
+    use crate::error::AgentError;
+    let shown = match error {
+        AgentError::Model { kind, .. } => format!("the model call failed ({kind})"),
+        AgentError::Store { operation, .. } => format!("store operation {operation} failed"),
+        AgentError::ToolProvider { provider, .. } => format!("tool provider {provider} failed"),
+        AgentError::ContextProvider { provider, .. } => format!("context provider {provider} failed"),
+        other => return other.to_string(),
+    };
+    tracing::warn!(error = %error, "a nested run failed");
+    shown
 }
 
 type OnHandoff<C> = Arc<dyn Fn(&RunContext<C>, serde_json::Value) -> Result<(), String> + Send + Sync>;
