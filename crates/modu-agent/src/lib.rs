@@ -38,3 +38,6 @@ pub use memory::{
 };
 pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
 pub use session_queue::SessionQueue;
+/// The token that cancels a run (`AgentRequest::cancel_token`, `Agent::resume_cancellable`):
+/// tokio-util's, re-exported so a caller needs no dependency of its own.
+pub use tokio_util::sync::CancellationToken;

@@ -70,7 +70,8 @@ where
         RunStream::new(rx, run, self.inner.name.clone(), public_only)
     }
 
-    /// Continues a run that failed on a transient error from its last checkpoint.
+    /// Continues a run from its last checkpoint: a paused run once its waiting calls are
+    /// decided or answered, a cancelled one, or one that failed on a transient error.
     ///
     /// Tool calls whose results were checkpointed are not run again. Fails with a typed error
     /// when there is no checkpoint, when it cannot be read, or when it was written by an
@@ -86,10 +87,10 @@ where
     pub async fn resume_cancellable(
         &self,
         run_id: &str,
-        context: Arc<C>,
+        context: impl Into<Arc<C>>,
         token: tokio_util::sync::CancellationToken,
     ) -> RunOutcome<O> {
-        self.resume_with(run_id, context, None, Some(token)).await
+        self.resume_with(run_id, context.into(), None, Some(token)).await
     }
 
     /// [`Agent::resume`], yielding the resumed run's events and then its result, as
@@ -97,8 +98,8 @@ where
     ///
     /// As with [`Agent::stream`], the stream drives the run as it is polled; dropping it stops
     /// the run.
-    pub fn resume_stream(&self, run_id: &str, context: C) -> RunStream<O> {
-        self.resume_stream_with(run_id, Arc::new(context), None)
+    pub fn resume_stream(&self, run_id: &str, context: impl Into<Arc<C>>) -> RunStream<O> {
+        self.resume_stream_with(run_id, context.into(), None)
     }
 
     /// [`Agent::resume_stream`], stopped at the next boundary when `token` is cancelled, with
@@ -107,10 +108,10 @@ where
     pub fn resume_stream_cancellable(
         &self,
         run_id: &str,
-        context: Arc<C>,
+        context: impl Into<Arc<C>>,
         token: tokio_util::sync::CancellationToken,
     ) -> RunStream<O> {
-        self.resume_stream_with(run_id, context, Some(token))
+        self.resume_stream_with(run_id, context.into(), Some(token))
     }
 
     fn resume_stream_with(
