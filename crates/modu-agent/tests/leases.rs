@@ -401,3 +401,88 @@ async fn an_answered_ask_is_not_taken_over_by_recovery() {
         "asked once, ran again with the answer"
     );
 }
+
+/// A checkpoint store whose saves take a while (a slow network), over the shared one.
+struct SlowSaves(Arc<dyn CheckpointStore>);
+
+#[async_trait]
+impl CheckpointStore for SlowSaves {
+    async fn save(&self, run_id: &str, meta: &modu_core::CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.0.save(run_id, meta, state).await
+    }
+    async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        self.0.delete(run_id).await
+    }
+    async fn list(&self, query: &modu_core::CheckpointQuery) -> Result<modu_core::CheckpointPage, StoreError> {
+        self.0.list(query).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.0.purge_expired().await
+    }
+    async fn save_fenced(
+        &self,
+        run_id: &str,
+        meta: &modu_core::CheckpointMeta,
+        state: &[u8],
+        fence: &modu_core::Fence,
+    ) -> Result<(), StoreError> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.0.save_fenced(run_id, meta, state, fence).await
+    }
+    async fn delete_fenced(&self, run_id: &str, fence: &modu_core::Fence) -> Result<(), StoreError> {
+        self.0.delete_fenced(run_id, fence).await
+    }
+}
+
+/// A decision recorded by one worker while another resumes the run never lands after that
+/// resume went on: with leases the decision holds the session's lease, so the resume waits for
+/// it (or it waits for the resume). Here the decision's save is slow; the resume must not finish
+/// in between and have its finished run brought back by that save.
+#[tokio::test]
+async fn a_decision_and_a_resume_in_two_workers_do_not_interleave() {
+    let b = backend();
+    let owner = approving_worker(&b, "w1", Duration::ZERO);
+    let slow_backend = Backend {
+        checkpoints: Arc::new(SlowSaves(Arc::clone(&b.checkpoints))),
+        ..b.clone()
+    };
+    let reviewer = approving_worker(&slow_backend, "w2", Duration::ZERO);
+    let paused = owner
+        .run(
+            modu_agent::AgentRequest::new((), "approve me")
+                .session("s")
+                .run_id("r-d"),
+        )
+        .await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let call = paused.approvals()[0].call_id.clone();
+    owner.approve("r-d", &call).await.unwrap();
+
+    // The reviewer's approve_always (a save) starts first; the owner's resume right after.
+    let decided = {
+        let call = call.clone();
+        tokio::spawn(async move { reviewer.approve_always("r-d", &call).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The reviewer holds the session's lease while it saves: the resume (which does not wait
+    // here) is refused before it reads anything, and goes on once the decision is stored.
+    let refused = owner.resume("r-d", ()).await;
+    assert!(
+        matches!(refused.error(), Some(AgentError::SessionBusy { .. })),
+        "{:?}",
+        refused.error()
+    );
+    decided.await.unwrap().unwrap();
+    let done = owner.resume("r-d", ()).await;
+    assert_eq!(done.output().map(String::as_str), Some("done"), "{:?}", done.error());
+    assert_eq!(b.calls.load(Ordering::SeqCst), 1, "the approved call ran once");
+    assert_eq!(
+        b.checkpoints.load("r-d").await.unwrap(),
+        None,
+        "the finished run's checkpoint stays gone"
+    );
+}

@@ -204,7 +204,7 @@ where
             });
         };
         let checkpoint = self.decode_checkpoint(&run_id, state)?;
-        self.store_checkpoint(&checkpoint).await?;
+        self.store_checkpoint(&checkpoint, None).await?;
         Ok(run_id)
     }
 

@@ -45,43 +45,47 @@ where
         decision: ApprovalDecision,
         always: bool,
     ) -> Result<(), AgentError> {
-        let mut checkpoint = self.load_checkpoint(run_id).await?;
-        let request = checkpoint
-            .state
-            .interruptions
-            .iter()
-            .find(|r| r.call_id == call_id)
-            .cloned()
-            .ok_or_else(|| AgentError::UnknownApproval {
-                run_id: run_id.to_owned(),
-                call_id: call_id.to_owned(),
-            })?;
         let approved = decision == ApprovalDecision::Approved;
-        // A recorded decision binds its call: the same one again (a double click, a second
-        // reviewer) changes nothing, the other one is refused: the call no longer waits.
-        match checkpoint.state.decisions.get(call_id) {
-            Some(recorded) if (*recorded == ApprovalDecision::Approved) != approved => {
-                return Err(AgentError::UnknownApproval {
-                    run_id: run_id.to_owned(),
-                    call_id: call_id.to_owned(),
-                });
-            }
-            Some(_) if !always || checkpoint.state.always_approved.contains(&request.tool_name) => return Ok(()),
-            Some(_) => {}
-            None => {
-                checkpoint.state.decisions.insert(call_id.to_owned(), decision);
-            }
-        }
-        if always {
-            // By the name the approval showed: for MCP, the external tool, not mcp_call_tool.
-            checkpoint.state.always_approved.insert(request.tool_name.clone());
-        }
-        self.store_checkpoint(&checkpoint).await?;
+        let unknown = || AgentError::UnknownApproval {
+            run_id: run_id.to_owned(),
+            call_id: call_id.to_owned(),
+        };
+        let decided = self
+            .edit_checkpoint(run_id, |checkpoint| {
+                let state = &mut checkpoint.state;
+                let request = state
+                    .interruptions
+                    .iter()
+                    .find(|r| r.call_id == call_id)
+                    .ok_or_else(unknown)?;
+                let tool = request.tool_name.clone();
+                // A recorded decision binds its call: the same one again (a double click, a
+                // second reviewer) changes nothing, the other one is refused: the call no longer
+                // waits.
+                match state.decisions.get(call_id) {
+                    Some(recorded) if (*recorded == ApprovalDecision::Approved) != approved => return Err(unknown()),
+                    Some(_) if !always || state.always_approved.contains(&tool) => return Ok((false, None)),
+                    Some(_) => {}
+                    None => {
+                        state.decisions.insert(call_id.to_owned(), decision);
+                    }
+                }
+                if always {
+                    // By the name the approval showed: for MCP, the external tool, not
+                    // mcp_call_tool.
+                    state.always_approved.insert(tool.clone());
+                }
+                Ok((true, Some(tool)))
+            })
+            .await?;
+        let Some(tool_name) = decided else {
+            return Ok(());
+        };
         if let Some(sink) = &self.inner.sink {
             let event = AgentEvent::ApprovalResolved {
                 run_id: run_id.to_owned(),
                 call_id: call_id.to_owned(),
-                tool_name: request.tool_name,
+                tool_name,
                 approved,
             };
             if let Err(err) = sink.publish(&event).await {

@@ -54,33 +54,37 @@ where
         call_id: &str,
         answer: impl FnOnce(&InputRequest) -> Result<InputAnswer, AgentError>,
     ) -> Result<(), AgentError> {
-        let mut checkpoint = self.load_checkpoint(run_id).await?;
-        let state = &mut checkpoint.state;
-        // An answered ask stays listed until the run resumes: the run is still paused (a
-        // checkpoint that lists no waiting call says `running`, and `recover_orphans` would take
-        // the run over from its owner). Answering it again is refused: it no longer waits.
-        let request = state
-            .input_requests
-            .iter()
-            .find(|r| r.call_id == call_id && !answered(&state.inputs, r))
-            .cloned()
-            .ok_or_else(|| AgentError::UnknownInput {
-                run_id: run_id.to_owned(),
-                call_id: call_id.to_owned(),
-            })?;
-        let answer = answer(&request)?;
-        let answers = state.inputs.entry(call_id.to_owned()).or_default();
-        // The answer belongs to the ask at `index`; asks before it were answered earlier.
-        answers.truncate(request.index as usize);
-        let answered = matches!(answer, InputAnswer::Given { .. });
-        answers.push(answer);
-        self.store_checkpoint(&checkpoint).await?;
+        let (request, given) = self
+            .edit_checkpoint(run_id, |checkpoint| {
+                let state = &mut checkpoint.state;
+                // An answered ask stays listed until the run resumes: the run is still paused
+                // (a checkpoint that lists no waiting call says `running`, and `recover_orphans`
+                // would take the run over from its owner). Answering it again is refused: it no
+                // longer waits.
+                let request = state
+                    .input_requests
+                    .iter()
+                    .find(|r| r.call_id == call_id && !answered(&state.inputs, r))
+                    .cloned()
+                    .ok_or_else(|| AgentError::UnknownInput {
+                        run_id: run_id.to_owned(),
+                        call_id: call_id.to_owned(),
+                    })?;
+                let answer = answer(&request)?;
+                let answers = state.inputs.entry(call_id.to_owned()).or_default();
+                // The answer belongs to the ask at `index`; asks before it were answered earlier.
+                answers.truncate(request.index as usize);
+                let given = matches!(answer, InputAnswer::Given { .. });
+                answers.push(answer);
+                Ok((true, (request, given)))
+            })
+            .await?;
         if let Some(sink) = &self.inner.sink {
             let event = AgentEvent::InputAnswered {
                 run_id: run_id.to_owned(),
                 call_id: call_id.to_owned(),
                 tool_name: request.tool_name,
-                answered,
+                answered: given,
             };
             if let Err(err) = sink.publish(&event).await {
                 tracing::warn!(error = %err, "event sink failed");

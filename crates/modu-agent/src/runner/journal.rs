@@ -11,6 +11,7 @@ use crate::agent::Agent;
 use crate::context::UserContext;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
+use crate::lease::Fence;
 use crate::outcome::RunOutcome;
 use crate::store::{CheckpointMeta, CheckpointStatus};
 
@@ -215,7 +216,12 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    pub(crate) async fn store_checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), AgentError> {
+    /// Saves `checkpoint`; only while `fence` is its session's live lease, when given.
+    pub(crate) async fn store_checkpoint(
+        &self,
+        checkpoint: &Checkpoint,
+        fence: Option<&Fence>,
+    ) -> Result<(), AgentError> {
         let Some(store) = &self.inner.checkpoints else {
             return Err(AgentError::Configuration {
                 message: "approvals and resume need a checkpoint store".into(),
@@ -227,10 +233,45 @@ where
         })?;
         let meta = CheckpointMeta::new(checkpoint.agent.clone(), checkpoint.state.status())
             .with_session(checkpoint.session_id.clone());
-        store
-            .save(&checkpoint.run_id, &meta, &bytes)
-            .await
-            .map_err(|e| AgentError::from_store("checkpoint.save", &e))
+        let saved = match fence {
+            Some(fence) => store.save_fenced(&checkpoint.run_id, &meta, &bytes, fence).await,
+            None => store.save(&checkpoint.run_id, &meta, &bytes).await,
+        };
+        saved.map_err(|e| AgentError::from_store("checkpoint.save", &e))
+    }
+
+    /// Loads `run_id`'s checkpoint, lets `edit` change it (and say whether to save it), and
+    /// saves it. With session leases this happens under the session's lease, fenced: an edit
+    /// of a paused run (a decision, an answer) then never lands after a resume of the run went
+    /// on in another process, which would bring the run's old state back. A resume in flight
+    /// makes it wait (`LeaseOptions::wait`), then fail with `SessionBusy`.
+    pub(crate) async fn edit_checkpoint<T>(
+        &self,
+        run_id: &str,
+        edit: impl FnOnce(&mut Checkpoint) -> Result<(bool, T), AgentError>,
+    ) -> Result<T, AgentError> {
+        let mut checkpoint = self.load_checkpoint(run_id).await?;
+        let (Some(leases), Some(session)) = (&self.inner.leases, checkpoint.session_id.clone()) else {
+            let (save, value) = edit(&mut checkpoint)?;
+            if save {
+                self.store_checkpoint(&checkpoint, None).await?;
+            }
+            return Ok(value);
+        };
+        let held = super::lease::take(leases, &session, true).await?;
+        let fence = held.fence();
+        let edited = async {
+            // Read again under the lease: a resume may have moved the run on meanwhile.
+            let mut checkpoint = self.load_checkpoint(run_id).await?;
+            let (save, value) = edit(&mut checkpoint)?;
+            if save {
+                self.store_checkpoint(&checkpoint, Some(&fence)).await?;
+            }
+            Ok(value)
+        }
+        .await;
+        held.release().await;
+        edited
     }
 
     pub(crate) async fn load_checkpoint(&self, run_id: &str) -> Result<Checkpoint, AgentError> {
