@@ -26,7 +26,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{OriginalUri, Path, State};
+use axum::extract::{OriginalUri, State};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -42,7 +42,7 @@ use crate::a2a_wire::{
 };
 use crate::auth::{Caller, Principal};
 use crate::control::{decide, follow_sse, owned_run, start_live};
-use crate::error::ServerError;
+use crate::error::{ApiPath, ServerError};
 use crate::live::run_detached;
 use crate::mount::{Decision, Item, RunInput, Served};
 use crate::{AppState, Metadata};
@@ -82,7 +82,7 @@ fn card_json(name: &str, agent: &Arc<dyn Served>, url: String) -> Value {
 /// `GET /a2a/{agent}/.well-known/agent-card.json`.
 pub(crate) async fn card(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ServerError> {
@@ -118,7 +118,7 @@ fn rpc_response(id: &Value, result: Result<Value, RpcError>) -> Response {
 /// `POST /a2a/{agent}`: one JSON-RPC request.
 pub(crate) async fn rpc(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     Caller(principal): Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -199,6 +199,9 @@ struct Prepared {
     context_id: String,
     /// The new run's input; `None` to resume the paused run.
     start: Option<RunInput>,
+    /// The paused run's registration as in flight, for a continuation (claimed before its
+    /// decisions are recorded, so a concurrent resume of the same run is refused).
+    live: Option<Arc<crate::live::LiveRun>>,
 }
 
 /// Checks a message and records its task (new, or moved from input-required to working).
@@ -261,6 +264,7 @@ async fn prepare(
         task_id,
         context_id,
         start: Some(start),
+        live: None,
     })
 }
 
@@ -326,10 +330,14 @@ async fn continuation(
         };
         chosen.push((waiting.call_id.clone(), decision));
     }
+    // The paused run is claimed before anything is recorded: a resume of it in flight (from
+    // run control or AG-UI) refuses this one, and this one refuses theirs.
+    let live = live_task(state, name, &task_id, principal)?;
     if !state
         .tasks
         .transition(&task_id, TaskState::InputRequired, TaskState::Working)
     {
+        state.live.remove(name, &task_id, &live);
         return Err(RpcError::new(
             code::UNSUPPORTED_OPERATION,
             "the task is not waiting for input",
@@ -340,6 +348,7 @@ async fn continuation(
             state
                 .tasks
                 .transition(&task_id, TaskState::Working, TaskState::InputRequired);
+            state.live.remove(name, &task_id, &live);
             return Err(RpcError::new(code::INTERNAL, error.to_string()));
         }
     }
@@ -352,6 +361,7 @@ async fn continuation(
         task_id,
         context_id: task.context_id,
         start: None,
+        live: Some(live),
     })
 }
 
@@ -363,8 +373,11 @@ async fn send(
     principal: &Principal,
     params: Value,
 ) -> Result<Value, RpcError> {
-    let prepared = prepare(state, name, &agent, principal, params).await?;
-    let live = live_task(state, name, &prepared.task_id, principal)?;
+    let mut prepared = prepare(state, name, &agent, principal, params).await?;
+    let live = match prepared.live.take() {
+        Some(live) => live,
+        None => live_task(state, name, &prepared.task_id, principal)?,
+    };
     let mut guard = TaskGuard {
         state: Arc::clone(state),
         id: prepared.task_id.clone(),
@@ -395,9 +408,18 @@ async fn stream(
     params: Value,
     id: Value,
 ) -> Result<Response, RpcError> {
-    let prepared = prepare(&state, name, &agent, principal, params).await?;
-    let live = live_task(&state, name, &prepared.task_id, principal)?;
-    let task = state.tasks.get(&prepared.task_id, name, principal)?;
+    let mut prepared = prepare(&state, name, &agent, principal, params).await?;
+    let live = match prepared.live.take() {
+        Some(live) => live,
+        None => live_task(&state, name, &prepared.task_id, principal)?,
+    };
+    let task = match state.tasks.get(&prepared.task_id, name, principal) {
+        Ok(task) => task,
+        Err(error) => {
+            state.live.remove(name, &prepared.task_id, &live);
+            return Err(error);
+        }
+    };
     let opening = json!({"task": task_json(&prepared.task_id, &task, None)});
     let items: BoxStream<'static, Item> = match prepared.start {
         Some(mut input) => {
@@ -527,7 +549,8 @@ fn subscribe(
         .filter(|live| task.state == TaskState::Working && !live.is_done())
         .ok_or_else(|| RpcError::new(code::UNSUPPORTED_OPERATION, "the task is not working"))?;
     let first = success(&id, json!({"task": task_json(&params.id, &task, None)})).to_string();
-    let after = crate::control::last_event_id(headers);
+    let after =
+        crate::control::last_event_id(headers).map_err(|e| RpcError::new(code::INVALID_REQUEST, e.to_string()))?;
     crate::control::follow_sse_from(&live, after, Some(first), move |value| success(&id, value).to_string())
         .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
 }

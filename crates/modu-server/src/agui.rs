@@ -15,14 +15,18 @@
 //!   an entry `{"interruptId", "status": "resolved", "payload": {"approved": true}}` approves
 //!   the call (`"always": true` also later calls of the tool), `{"approved": false,
 //!   "message"?}` rejects it, and `"status": "cancelled"` rejects it too. Every waiting call
-//!   must be answered; the paused run then continues and streams under the new `runId`.
+//!   must be answered; the paused run then continues and streams under the new `runId`. While
+//!   it runs, the paused run is taken: another resume of it (over AG-UI, run control or A2A)
+//!   is refused with 409.
+//! - A request with `Last-Event-ID` reconnects to its run (`runId`): the events after that id,
+//!   then the rest live; it never starts a run, and a run no longer kept is answered with 410.
 //! - Frontend tools (`tools`), `context` and `state` are not used yet.
 
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
 use axum::response::Response;
 use http::HeaderMap;
 use modu_core::{Message, Role, ToolCall};
@@ -32,8 +36,8 @@ use serde_json::Value;
 use crate::AppState;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
-use crate::control::{agui_stream, decide, follow_sse, last_event_id, owned_run, start_live};
-use crate::error::ServerError;
+use crate::control::{agui_stream, decide, last_event_id, owned_run, reconnect, start_live, start_live_resuming};
+use crate::error::{ApiPath, ServerError};
 use crate::mount::{Decision, RunInput, Served, called_tool};
 
 /// An AG-UI `RunAgentInput` (the fields the server reads).
@@ -181,7 +185,7 @@ pub(crate) fn mcp_selection(forwarded: Option<&Value>) -> Result<Option<Value>, 
 /// `POST /agui/{agent}`.
 pub(crate) async fn run(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     Caller(principal): Caller,
     headers: HeaderMap,
     payload: Result<Json<RunAgentInput>, JsonRejection>,
@@ -196,11 +200,10 @@ pub(crate) async fn run(
     if !state.sessions.claim(&input.thread_id, &principal) {
         return Err(ServerError::not_found("no thread with this id"));
     }
-    // A client reconnecting to its run: the events after the last one it saw.
-    if let Some(after) = last_event_id(&headers)
-        && let Some(live) = state.live.get(&name, &input.run_id, &principal)
-    {
-        return follow_sse(&live, Some(after), |event| event.to_string());
+    // A client reconnecting to its run: the events after the last one it saw (410 when the
+    // run is no longer kept). A request with `Last-Event-ID` never starts a run.
+    if let Some(after) = last_event_id(&headers)? {
+        return reconnect(&state, &name, &input.run_id, &principal, after);
     }
     if state.live.running(&name, &input.run_id) {
         return Err(ServerError::RunIdInUse);
@@ -315,7 +318,9 @@ async fn resume(
             )));
         }
     }
-    let live = start_live(state, name, &run_id, principal)?;
+    // The paused run is claimed too, for as long as this resume runs: a second resume of it
+    // (AG-UI, run control or A2A) is refused with 409 instead of running its calls again.
+    let live = start_live_resuming(state, name, &run_id, Some(&paused_id), principal)?;
     for (call, decision) in answers {
         if let Err(error) = decide(&agent, &paused_id, call, decision).await {
             state.live.remove(name, &run_id, &live);

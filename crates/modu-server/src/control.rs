@@ -10,8 +10,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
-use crate::error::ServerError;
-use crate::live::LiveRun;
+use crate::error::{ApiPath, ServerError};
+use crate::live::{LiveRun, Unfollowable};
 use crate::mount::{Decision, Finished, PausedRun, Served};
 
 /// A waiting call as the wire shows it.
@@ -72,7 +72,7 @@ pub(crate) async fn decide(
 /// `GET /agents/{agent}/runs/{run_id}/approvals`.
 pub(crate) async fn approvals(
     State(state): State<Arc<AppState>>,
-    Path((name, run_id)): Path<(String, String)>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
@@ -120,7 +120,7 @@ async fn decided(
 /// `POST /agents/{agent}/runs/{run_id}/approve` with `{"callId", "always"?}`.
 pub(crate) async fn approve(
     State(state): State<Arc<AppState>>,
-    Path((name, run_id)): Path<(String, String)>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
     payload: Result<Json<ApproveBody>, JsonRejection>,
 ) -> Result<Json<Value>, ServerError> {
@@ -132,7 +132,7 @@ pub(crate) async fn approve(
 /// `POST /agents/{agent}/runs/{run_id}/reject` with `{"callId", "message"?}`.
 pub(crate) async fn reject(
     State(state): State<Arc<AppState>>,
-    Path((name, run_id)): Path<(String, String)>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
     payload: Result<Json<RejectBody>, JsonRejection>,
 ) -> Result<Json<Value>, ServerError> {
@@ -174,7 +174,7 @@ pub(crate) fn finished_json(run_id: &str, finished: Finished) -> Result<Value, S
 /// (`threadId` the run's session); otherwise JSON (see [`finished_json`]).
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
-    Path((name, run_id)): Path<(String, String)>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
     headers: HeaderMap,
 ) -> Result<Response, ServerError> {
@@ -195,24 +195,68 @@ pub(crate) async fn resume(
 }
 
 /// Registers a run about to start under `run_id`; 409 when one with this id is in flight.
+///
+/// Every resume of a paused run takes the paused run's id here (run control and A2A run under
+/// it; an AG-UI resume runs under its new id and claims the paused one, see
+/// [`start_live_resuming`]), so a second resume of a paused run being resumed is refused.
 pub(crate) fn start_live(
     state: &AppState,
     agent: &str,
     run_id: &str,
     principal: &Principal,
 ) -> Result<Arc<LiveRun>, ServerError> {
+    start_live_resuming(state, agent, run_id, None, principal)
+}
+
+/// [`start_live`] for a run `run_id` that resumes the paused run `paused`: it claims the
+/// paused id too while it runs; 409 when either id is in flight (a run, or a resume's claim).
+pub(crate) fn start_live_resuming(
+    state: &AppState,
+    agent: &str,
+    run_id: &str,
+    paused: Option<&str>,
+    principal: &Principal,
+) -> Result<Arc<LiveRun>, ServerError> {
     state
         .live
-        .start(agent, run_id, principal, state.cancel_on_disconnect)
+        .start(agent, run_id, paused, principal, state.cancel_on_disconnect)
         .ok_or(ServerError::RunIdInUse)
 }
 
-/// The `Last-Event-ID` header, when it holds an event id.
-pub(crate) fn last_event_id(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
+/// The `Last-Event-ID` header: `None` without one (or an empty one), the event id it holds,
+/// or 400 when it holds something else.
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ServerError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let invalid = || ServerError::bad_request("Last-Event-ID must be the id of an event the server sent");
+    let value = value.to_str().map_err(|_| invalid())?.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|_| invalid())
+}
+
+/// A client reconnecting to its run `run_id` with `Last-Event-ID: after`: the events after
+/// it, then the rest live; 410 when the run is no longer kept (it ended more than
+/// [`KEEP_FINISHED`](crate::KEEP_FINISHED) ago), never ran, or is not the caller's. A
+/// reconnect never starts a run.
+pub(crate) fn reconnect(
+    state: &AppState,
+    agent: &str,
+    run_id: &str,
+    principal: &Principal,
+    after: u64,
+) -> Result<Response, ServerError> {
+    let Some(live) = state.live.get(agent, run_id, principal) else {
+        return Err(ServerError::Gone {
+            message: format!(
+                "the run's events are no longer kept (a run can be followed while it runs and for {} s after)",
+                crate::KEEP_FINISHED.as_secs()
+            ),
+        });
+    };
+    follow_sse(&live, Some(after), |event| event.to_string())
 }
 
 /// An SSE response following `live` from `after`: each event with its id, its data the
@@ -232,12 +276,16 @@ pub(crate) fn follow_sse_from(
     first: Option<String>,
     wrap: impl Fn(Value) -> String + Send + 'static,
 ) -> Result<Response, ServerError> {
-    let events = live.follow(after).map_err(|evicted| ServerError::Gone {
-        message: format!(
-            "the events before {} are no longer kept (a run keeps its newest {})",
-            evicted.oldest,
-            crate::live::EVENT_BUFFER
-        ),
+    let events = live.follow(after).map_err(|unfollowable| ServerError::Gone {
+        message: match unfollowable {
+            Unfollowable::Evicted { oldest } => format!(
+                "the events before {oldest} are no longer kept (a run keeps its newest {})",
+                crate::live::EVENT_BUFFER
+            ),
+            Unfollowable::NotSent { last } => {
+                format!("the run sent no event with this id (its newest is {last})")
+            }
+        },
     })?;
     let first = futures::stream::iter(first.map(|data| Ok::<Event, Infallible>(Event::default().data(data))));
     let body =
@@ -277,7 +325,7 @@ pub(crate) fn agui_stream(
 /// with the error `cancelled`; its checkpoint is kept, so `resume` can continue it.
 pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
-    Path((name, run_id)): Path<(String, String)>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
 ) -> Result<Response, ServerError> {
     state.agent(&name)?;
@@ -297,26 +345,30 @@ pub(crate) async fn cancel(
 /// `GET /agents/{agent}/runs/{run_id}/events`: follows a streamed run of the caller's (AG-UI
 /// events; A2A stream responses for a task): the events after `Last-Event-ID` (all the run
 /// still keeps without it), then the rest as they come. A run can be followed while it runs
-/// and for [`KEEP_FINISHED`](crate::KEEP_FINISHED) after its end.
+/// and for [`KEEP_FINISHED`](crate::KEEP_FINISHED) after its end; after that (or for a run
+/// that is not the caller's) it is 404, or 410 with `Last-Event-ID` (see [`reconnect`]).
 pub(crate) async fn events(
     State(state): State<Arc<AppState>>,
-    Path((name, run_id)): Path<(String, String)>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
     headers: HeaderMap,
 ) -> Result<Response, ServerError> {
     state.agent(&name)?;
+    if let Some(after) = last_event_id(&headers)? {
+        return reconnect(&state, &name, &run_id, &principal, after);
+    }
     let live = state
         .live
         .get(&name, &run_id, &principal)
         .ok_or_else(|| ServerError::not_found("no streamed run with this id"))?;
-    follow_sse(&live, last_event_id(&headers), |event| event.to_string())
+    follow_sse(&live, None, |event| event.to_string())
 }
 
 /// `GET /agents/{agent}/sessions/{session_id}/messages`: the stored messages of a session
 /// of the caller's (404 for anyone else's).
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
-    Path((name, session_id)): Path<(String, String)>,
+    ApiPath((name, session_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
@@ -335,7 +387,7 @@ pub(crate) async fn history(
 /// `GET /agents/{agent}/sessions`: the caller's stored sessions, most recently used first.
 pub(crate) async fn sessions(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
@@ -360,7 +412,7 @@ pub(crate) async fn sessions(
 /// session, each with its waiting calls.
 pub(crate) async fn session_approvals(
     State(state): State<Arc<AppState>>,
-    Path((name, session_id)): Path<(String, String)>,
+    ApiPath((name, session_id)): ApiPath<(String, String)>,
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;

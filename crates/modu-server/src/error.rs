@@ -1,10 +1,13 @@
 //! [`ServerError`]: every error the server answers with, as a JSON body.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{FromRequestParts, Path};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use http::request::Parts;
 use modu_core::AgentError;
+use serde::de::DeserializeOwned;
 
 use crate::mount::public_error;
 
@@ -35,6 +38,9 @@ pub enum ServerError {
         /// What was not found, in the server's words.
         message: String,
     },
+    /// The route does not take the request's method.
+    #[error("the route does not take this method")]
+    MethodNotAllowed,
     /// The body is larger than the server accepts.
     #[error("the request body is larger than the server accepts")]
     PayloadTooLarge,
@@ -89,6 +95,7 @@ impl ServerError {
             ServerError::UnknownAgent { .. } => StatusCode::NOT_FOUND,
             ServerError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ServerError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ServerError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ServerError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ServerError::RunIdInUse => StatusCode::CONFLICT,
             ServerError::Gone { .. } => StatusCode::GONE,
@@ -108,6 +115,7 @@ impl ServerError {
             ServerError::UnknownAgent { .. } => ("invalid_request_error", "model_not_found"),
             ServerError::BadRequest { .. } => ("invalid_request_error", "invalid_request"),
             ServerError::NotFound { .. } => ("invalid_request_error", "not_found"),
+            ServerError::MethodNotAllowed => ("invalid_request_error", "method_not_allowed"),
             ServerError::PayloadTooLarge => ("invalid_request_error", "payload_too_large"),
             ServerError::RunIdInUse => ("invalid_request_error", "run_id_in_use"),
             ServerError::Gone { .. } => ("invalid_request_error", "events_gone"),
@@ -152,4 +160,37 @@ impl From<JsonRejection> for ServerError {
             _ => ServerError::bad_request("the body could not be read"),
         }
     }
+}
+
+/// The path parameters, as [`Path`] reads them, with a rejection (say, a segment that is not
+/// UTF-8) answered as a [`ServerError::BadRequest`] in the error shape.
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ServerError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(ApiPath(value)),
+            // axum's sentence names the parameter and what is wrong with it (the caller's URL).
+            Err(rejection @ PathRejection::FailedToDeserializePathParams(_)) => {
+                Err(ServerError::bad_request(rejection.body_text()))
+            }
+            Err(_) => Err(ServerError::bad_request("the path could not be read")),
+        }
+    }
+}
+
+/// The router's fallback: no route has this path.
+pub(crate) async fn no_route() -> ServerError {
+    ServerError::not_found("no route has this path")
+}
+
+/// The routes' fallback for a method they do not take.
+pub(crate) async fn no_method() -> ServerError {
+    ServerError::MethodNotAllowed
 }

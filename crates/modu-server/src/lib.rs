@@ -47,7 +47,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | `POST /v1/chat/completions` | OpenAI chat completions, streamed (`"stream": true`, SSE) or not; `model` names the agent |
 /// | `GET /v1/models` | the mounted agents, as OpenAI models |
 /// | `POST /agui/{agent}` | an AG-UI `RunAgentInput`, answered with an SSE stream of AG-UI events; its `resume` answers a paused run's interrupts |
-/// | `POST /a2a/{agent}` | A2A 1.0 JSON-RPC: `SendMessage`, `SendStreamingMessage` (SSE), `GetTask`, `CancelTask` |
+/// | `POST /a2a/{agent}` | A2A 1.0 JSON-RPC: `SendMessage`, `SendStreamingMessage` (SSE), `SubscribeToTask` (SSE), `GetTask`, `CancelTask`, `ListTasks` |
 /// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served) |
 /// | `GET /agents/{agent}/runs/{run}/approvals` | a paused run's waiting calls |
 /// | `POST /agents/{agent}/runs/{run}/approve`, `/reject` | a decision on one call: `{"callId", "always"?}`, `{"callId", "message"?}` |
@@ -68,6 +68,9 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 ///
 /// Without [`ModuServer::auth`] every request runs as [`Principal::anonymous`] (no user, no
 /// roles), unless a layer of the application put a [`Principal`] in the request's extensions.
+///
+/// Errors, including a path no route has (404), a method a route does not take (405) and a
+/// path parameter that cannot be read (400), are answered in [`ServerError`]'s shape.
 pub struct ModuServer {
     agents: BTreeMap<String, Arc<dyn Served>>,
     metadata: BTreeMap<String, Metadata>,
@@ -270,6 +273,11 @@ impl ModuServer {
     }
 
     /// The routes, ready to serve or to nest in an application's router.
+    ///
+    /// The router has a fallback (a path no route has is answered with 404 in
+    /// [`ServerError`]'s shape), which a nested router keeps under its prefix. axum refuses to
+    /// [`merge`](Router::merge) two routers that both have a fallback: to merge this one into an
+    /// application's router that has its own, call [`Router::reset_fallback`] on this one first.
     pub fn router(self) -> Router {
         let state = Arc::new(AppState {
             agents: self.agents,
@@ -300,6 +308,8 @@ impl ModuServer {
                 "/agents/{agent}/sessions/{session_id}/approvals",
                 get(control::session_approvals),
             )
+            .fallback(error::no_route)
+            .method_not_allowed_fallback(error::no_method)
             .with_state(state)
             .layer(DefaultBodyLimit::max(self.body_limit));
         let router = match self.auth {
@@ -311,7 +321,10 @@ impl ModuServer {
             None => router,
         };
         if self.dev_ui {
-            Router::new().route("/", get(ui::index)).merge(router)
+            Router::new()
+                .route("/", get(ui::index))
+                .method_not_allowed_fallback(error::no_method)
+                .merge(router)
         } else {
             router
         }

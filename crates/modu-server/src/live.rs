@@ -11,6 +11,10 @@
 //!   newest [`EVENT_BUFFER`] events of a run; a `Last-Event-ID` older than that is answered with
 //!   410, and a client that falls that far behind is disconnected.
 //! - A run stays here [`KEEP_FINISHED`] after it ended, so a late reconnect still reads its end.
+//! - Every resume of a paused run claims the paused run's id here for as long as it runs, so a
+//!   second resume of it (from whichever endpoint) is refused: run control and A2A resume under
+//!   the paused id itself; an AG-UI resume runs under a new id and claims the paused one beside
+//!   it (a claim only: following or cancelling the paused id does not reach the resume).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,7 +37,23 @@ pub const KEEP_FINISHED: Duration = Duration::from_secs(60);
 /// The runs in flight of a server, by `(agent, run id)`.
 #[derive(Default)]
 pub(crate) struct LiveRuns {
-    map: Mutex<HashMap<(String, String), Arc<LiveRun>>>,
+    registry: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// The runs, by the id their clients see.
+    runs: HashMap<(String, String), Arc<LiveRun>>,
+    /// The paused runs being resumed under another id, by the paused run's id.
+    resuming: HashMap<(String, String), Arc<LiveRun>>,
+}
+
+impl Registry {
+    /// Whether a run with this id, or a resume of the paused run with this id, is in flight.
+    fn in_flight(&self, key: &(String, String)) -> bool {
+        let running = |map: &HashMap<(String, String), Arc<LiveRun>>| map.get(key).is_some_and(|run| !run.is_done());
+        running(&self.runs) || running(&self.resuming)
+    }
 }
 
 /// One run in flight.
@@ -46,6 +66,8 @@ pub(crate) struct LiveRun {
     log: Mutex<Log>,
     /// The newest event id, bumped on every event and at the end.
     changed: watch::Sender<u64>,
+    /// The paused run this run resumes under a new id (and claims while it runs).
+    resumes: Option<String>,
 }
 
 #[derive(Default)]
@@ -65,24 +87,39 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Why a run cannot be followed from an event id.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Evicted {
-    /// The oldest event id the log still has.
-    pub oldest: u64,
+pub(crate) enum Unfollowable {
+    /// The events after the id were dropped from the log; `oldest` is the oldest it still has.
+    Evicted {
+        /// The oldest event id the log still has.
+        oldest: u64,
+    },
+    /// The run never sent an event with this id; `last` is the newest it sent.
+    NotSent {
+        /// The newest event id of the run.
+        last: u64,
+    },
 }
 
 impl LiveRuns {
     /// Registers a run (in place of an ended one with the same id); `None` when a run with
-    /// this id is in flight.
+    /// this id is in flight. A run that resumes the paused run `paused` under a new id also
+    /// claims the paused id while it runs, so that neither a run under that id nor another
+    /// resume of the paused run starts meanwhile: `None` when either id is in flight (run or
+    /// claimed).
     pub(crate) fn start(
         &self,
         agent: &str,
         run_id: &str,
+        paused: Option<&str>,
         principal: &Principal,
         cancel_on_disconnect: bool,
     ) -> Option<Arc<LiveRun>> {
-        let mut map = lock(&self.map);
+        let mut registry = lock(&self.registry);
         let key = (agent.to_owned(), run_id.to_owned());
-        if map.get(&key).is_some_and(|run| !run.is_done()) {
+        let paused_key = paused
+            .filter(|paused| *paused != run_id)
+            .map(|paused| (agent.to_owned(), paused.to_owned()));
+        if registry.in_flight(&key) || paused_key.as_ref().is_some_and(|paused| registry.in_flight(paused)) {
             return None;
         }
         let run = Arc::new(LiveRun {
@@ -91,14 +128,19 @@ impl LiveRuns {
             cancel_on_disconnect,
             log: Mutex::new(Log::default()),
             changed: watch::channel(0).0,
+            resumes: paused_key.as_ref().map(|(_, paused)| paused.clone()),
         });
-        map.insert(key, Arc::clone(&run));
+        registry.runs.insert(key, Arc::clone(&run));
+        if let Some(paused_key) = paused_key {
+            registry.resuming.insert(paused_key, Arc::clone(&run));
+        }
         Some(run)
     }
 
     /// The run, if it is in flight (or ended less than [`KEEP_FINISHED`] ago) and the caller's.
     pub(crate) fn get(&self, agent: &str, run_id: &str, principal: &Principal) -> Option<Arc<LiveRun>> {
-        lock(&self.map)
+        lock(&self.registry)
+            .runs
             .get(&(agent.to_owned(), run_id.to_owned()))
             .filter(|run| run.owner == principal.user)
             .cloned()
@@ -106,17 +148,24 @@ impl LiveRuns {
 
     /// Whether a run with this id is in flight (not ended), whoever's it is.
     pub(crate) fn running(&self, agent: &str, run_id: &str) -> bool {
-        lock(&self.map)
+        lock(&self.registry)
+            .runs
             .get(&(agent.to_owned(), run_id.to_owned()))
             .is_some_and(|run| !run.is_done())
     }
 
-    /// Forgets a run.
+    /// Forgets a run (and its claim on the paused run it resumes).
     pub(crate) fn remove(&self, agent: &str, run_id: &str, run: &Arc<LiveRun>) {
-        let mut map = lock(&self.map);
+        let mut registry = lock(&self.registry);
         let key = (agent.to_owned(), run_id.to_owned());
-        if map.get(&key).is_some_and(|r| Arc::ptr_eq(r, run)) {
-            map.remove(&key);
+        if registry.runs.get(&key).is_some_and(|r| Arc::ptr_eq(r, run)) {
+            registry.runs.remove(&key);
+        }
+        if let Some(paused) = &run.resumes {
+            let key = (agent.to_owned(), paused.clone());
+            if registry.resuming.get(&key).is_some_and(|r| Arc::ptr_eq(r, run)) {
+                registry.resuming.remove(&key);
+            }
         }
     }
 }
@@ -152,15 +201,21 @@ impl LiveRun {
 
     /// The run's events after `after` (`None`: from the oldest the log holds), then the rest
     /// as they come, each with its id; the stream ends with the run. Fails when events after
-    /// `after` were already dropped from the log.
-    pub(crate) fn follow(self: &Arc<Self>, after: Option<u64>) -> Result<BoxStream<'static, (u64, Value)>, Evicted> {
+    /// `after` were already dropped from the log, or when the run never sent `after` (an id
+    /// the client cannot have seen, up to `u64::MAX`).
+    pub(crate) fn follow(
+        self: &Arc<Self>,
+        after: Option<u64>,
+    ) -> Result<BoxStream<'static, (u64, Value)>, Unfollowable> {
         let after = {
             let mut log = lock(&self.log);
-            let oldest = log.events.front().map_or(log.last_id + 1, |(id, _)| *id);
-            let after = after.unwrap_or(oldest - 1);
-            if after + 1 < oldest {
-                return Err(Evicted { oldest });
-            }
+            let oldest = log.events.front().map_or(log.last_id.saturating_add(1), |(id, _)| *id);
+            let after = match after {
+                None => oldest.saturating_sub(1),
+                Some(after) if after > log.last_id => return Err(Unfollowable::NotSent { last: log.last_id }),
+                Some(after) if after.saturating_add(1) < oldest => return Err(Unfollowable::Evicted { oldest }),
+                Some(after) => after,
+            };
             log.followers += 1;
             after
         };
@@ -176,7 +231,7 @@ impl LiveRun {
                     let log = lock(&f.run.log);
                     match log.events.iter().find(|(id, _)| *id > f.cursor) {
                         // Fell behind by more than the log holds: disconnected.
-                        Some((id, _)) if *id > f.cursor + 1 => return None,
+                        Some((id, _)) if *id > f.cursor.saturating_add(1) => return None,
                         Some((id, event)) => Some((*id, event.clone())),
                         None if log.done => return None,
                         None => None,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{post, serve, sse_json, weather_model, weather_tool};
 use modu_agent::Agent;
-use modu_core::{InMemoryCheckpointStore, InMemoryConversationStore};
+use modu_core::{FunctionTool, InMemoryCheckpointStore, InMemoryConversationStore, ToolSpec};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
 
@@ -182,4 +182,159 @@ async fn approvals_are_listed_decided_and_resumed_over_http_by_their_owner_only(
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the rejected call did not run");
     let (_, session) = get(&format!("{base}/agents/approval/sessions/s1/approvals"), ERIN).await;
     assert_eq!(session["runs"], json!([]));
+}
+
+/// A server whose tool needs approval and holds every call until `gate` has a permit.
+async fn gated_server(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> String {
+    let spec = ToolSpec::new(
+        "get_weather",
+        "The weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+    .needs_approval(true);
+    let tool = FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let gate = Arc::clone(&gate);
+        async move {
+            let _open = gate.acquire().await.unwrap();
+            Ok(json!({"city": args["city"], "forecast": "sunny"}))
+        }
+    });
+    let agent = Agent::builder(weather_model())
+        .tool(tool)
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .conversation_store(Arc::new(InMemoryConversationStore::new()))
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
+    serve(ModuServer::new().agent("approval", agent).auth(tokens).router()).await
+}
+
+async fn until_tool_runs(runs: &AtomicUsize, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while runs.load(Ordering::SeqCst) < n {
+        assert!(std::time::Instant::now() < deadline, "the tool did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+fn agui_resume(thread: &str, run: &str, interrupt: &str) -> Value {
+    let mut resume = input(thread, run);
+    resume["resume"] = json!([{"interruptId": interrupt, "status": "resolved", "payload": {"approved": true}}]);
+    resume
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_being_resumed_cannot_be_resumed_again_from_any_endpoint() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let base = gated_server(Arc::clone(&runs), Arc::clone(&gate)).await;
+    let agui = format!("{base}/agui/approval");
+    let interrupt = paused(&base, "t1", "p1").await;
+    let interrupt = interrupt["id"].as_str().unwrap().to_owned();
+
+    // The AG-UI resume (under the new run id r2) runs the approved call, held by the gate.
+    let first = tokio::spawn({
+        let (agui, resume) = (agui.clone(), agui_resume("t1", "r2", &interrupt));
+        async move { post(&agui, Some(ERIN), &resume).await }
+    });
+    until_tool_runs(&runs, 1).await;
+
+    // Meanwhile the paused run p1 is taken: another AG-UI resume (another run id), a
+    // run-control resume (JSON or streamed) are refused with 409.
+    let (status, body, _) = post(&agui, Some(ERIN), &agui_resume("t1", "r3", &interrupt)).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        "run_id_in_use"
+    );
+    let control = format!("{base}/agents/approval/runs/p1/resume");
+    let (status, body, _) = post(&control, Some(ERIN), &json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    let streamed = reqwest::Client::new()
+        .post(&control)
+        .bearer_auth(ERIN)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status().as_u16(), 409);
+    // The claim is no more than that: p1's own (paused) stream is still the one followed.
+    let response = reqwest::Client::new()
+        .get(format!("{base}/agents/approval/runs/p1/events"))
+        .bearer_auth(ERIN)
+        .send()
+        .await
+        .unwrap();
+    let original = sse_json(&response.text().await.unwrap());
+    assert_eq!(original[0]["runId"], "p1");
+    assert_eq!(original.last().unwrap()["outcome"]["type"], "interrupt");
+
+    gate.add_permits(100);
+    let (status, body, _) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let events = sse_json(&body);
+    assert_eq!(events.last().unwrap()["outcome"]["type"], "success", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+
+    // The turn is stored once, and nothing is left to resume.
+    let (_, history) = get(&format!("{base}/agents/approval/sessions/t1/messages"), ERIN).await;
+    let roles: Vec<&str> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(post(&control, Some(ERIN), &json!({})).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_control_resume_in_flight_refuses_ag_ui_and_a2a_resumes_of_the_same_run() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let base = gated_server(Arc::clone(&runs), Arc::clone(&gate)).await;
+
+    // An A2A task that waits for approval: its run is paused under the task id.
+    let a2a = format!("{base}/a2a/approval");
+    let send = |parts: Value, task: Option<&str>| {
+        let mut message = json!({"messageId": "m1", "role": "ROLE_USER", "parts": parts});
+        if let Some(task) = task {
+            message["taskId"] = json!(task);
+        }
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}})
+    };
+    let (_, body, _) = post(&a2a, Some(ERIN), &send(json!([{"text": "Weather?"}]), None)).await;
+    let task: Value = serde_json::from_str(&body).unwrap();
+    let task = &task["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{body}");
+    let (task_id, context) = (task["id"].as_str().unwrap(), task["contextId"].as_str().unwrap());
+
+    // Run control approves the call and resumes the run; the gate holds the call.
+    let approve = format!("{base}/agents/approval/runs/{task_id}/approve");
+    assert_eq!(post(&approve, Some(ERIN), &json!({"callId": "call_0"})).await.0, 200);
+    let first = tokio::spawn({
+        let resume = format!("{base}/agents/approval/runs/{task_id}/resume");
+        async move { post(&resume, Some(ERIN), &json!({})).await }
+    });
+    until_tool_runs(&runs, 1).await;
+
+    // The A2A continuation of the task is refused as a task that is running already, and
+    // leaves the task waiting for input; an AG-UI resume of its run with 409.
+    let (_, body, _) = post(&a2a, Some(ERIN), &send(json!([{"text": "approve"}]), Some(task_id))).await;
+    let refused: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refused["error"]["code"], -32004, "{body}");
+    let get_task = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}});
+    let (_, body, _) = post(&a2a, Some(ERIN), &get_task).await;
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{body}");
+    let resume = agui_resume(context, "r9", &format!("{task_id}#call_0"));
+    let (status, body, _) = post(&format!("{base}/agui/approval"), Some(ERIN), &resume).await;
+    assert_eq!(status, 409, "{body}");
+
+    gate.add_permits(100);
+    let (status, body, _) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["status"], "completed");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
 }

@@ -300,3 +300,53 @@ async fn cors_answers_the_allowed_origin_only_and_preflights_need_no_token() {
         .unwrap();
     assert!(response.headers().get("access-control-allow-origin").is_none());
 }
+
+#[tokio::test]
+async fn unknown_paths_methods_and_unreadable_path_parameters_are_answered_in_the_error_shape() {
+    let tokens = || BearerTokens::new().token("good-token", Principal::new("alice", ["weather"]));
+    let router = || {
+        ModuServer::new()
+            .agent("weather", weather_agent(Arc::default()))
+            .auth(tokens())
+    };
+    let alone = serve(router().router()).await;
+    let with_ui = serve(router().dev_ui(true).router()).await;
+    let nested = serve(axum::Router::new().nest("/ai", router().router())).await;
+    let cases = [
+        ("GET", format!("{alone}/v1/chat/completions"), 405, "method_not_allowed"),
+        ("DELETE", format!("{alone}/agui/weather"), 405, "method_not_allowed"),
+        ("POST", format!("{alone}/v1/nothing"), 404, "not_found"),
+        ("GET", format!("{alone}/agents/%FF/sessions"), 400, "invalid_request"),
+        (
+            "GET",
+            format!("{alone}/agents/weather/sessions/%FF%FE/messages"),
+            400,
+            "invalid_request",
+        ),
+        ("POST", format!("{alone}/a2a/%C3%28"), 400, "invalid_request"),
+        ("POST", format!("{with_ui}/"), 405, "method_not_allowed"),
+        ("GET", format!("{with_ui}/nothing"), 404, "not_found"),
+        ("GET", format!("{nested}/ai/nothing"), 404, "not_found"),
+        ("PUT", format!("{nested}/ai/v1/models"), 405, "method_not_allowed"),
+    ];
+    for (method, url, status, code) in cases {
+        let response = reqwest::Client::new()
+            .request(method.parse().unwrap(), &url)
+            .bearer_auth("good-token")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{method} {url}");
+        if status == 405 {
+            assert!(response.headers().contains_key("allow"), "{method} {url}");
+        }
+        let text = response.text().await.unwrap();
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{method} {url}: {text:?}"));
+        assert_eq!(body["error"]["code"], code, "{method} {url}: {body}");
+        assert!(body["error"]["message"].is_string(), "{method} {url}: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{method} {url}: {body}");
+    }
+    // Without credentials an unknown path is 401, as every other route is.
+    let response = reqwest::get(format!("{alone}/v1/nothing")).await.unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+}
