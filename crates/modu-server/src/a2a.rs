@@ -31,14 +31,14 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderMap, StatusCode};
-use modu_core::{AgentEvent, Message};
+use modu_core::Message;
 use serde_json::{Value, json};
 
 pub(crate) use crate::a2a_tasks::Tasks;
-use crate::a2a_tasks::{TaskGuard, TaskRecord, task_json};
+use crate::a2a_tasks::{StreamTranslator, TaskGuard, TaskRecord, task_json};
 use crate::a2a_wire::{
-    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, artifact_update, code, failure, incoming,
-    status_update, success, text_decision, user_message,
+    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, code, failure, incoming, success,
+    text_decision, user_message,
 };
 use crate::auth::{Caller, Principal};
 use crate::control::{decide, follow_sse, owned_run, start_live};
@@ -461,70 +461,6 @@ fn live_task(
 ) -> Result<Arc<crate::live::LiveRun>, RpcError> {
     start_live(state, name, task_id, principal)
         .map_err(|_| RpcError::new(code::UNSUPPORTED_OPERATION, "the task is running already"))
-}
-
-/// A run's items as A2A stream responses.
-struct StreamTranslator {
-    guard: TaskGuard,
-    task_id: String,
-    context_id: String,
-    /// Whether the next text starts the answer artifact over (a new model call).
-    fresh: bool,
-}
-
-impl StreamTranslator {
-    fn on(&mut self, item: Item) -> Vec<Value> {
-        match item {
-            Item::Event(event) if event.run_id() != self.task_id => Vec::new(),
-            Item::Event(AgentEvent::ModelCallStarted { .. } | AgentEvent::ModelCallFailed { .. }) => {
-                self.fresh = true;
-                Vec::new()
-            }
-            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. })
-                if !text.is_empty() =>
-            {
-                let append = !std::mem::replace(&mut self.fresh, false);
-                vec![artifact_update(
-                    &self.task_id,
-                    &self.context_id,
-                    vec![json!({"text": text})],
-                    append,
-                    false,
-                )]
-            }
-            Item::Event(AgentEvent::ToolCallStarted {
-                call_id,
-                tool,
-                arguments,
-                ..
-            }) => {
-                let part = json!({"data": {"toolCall": {"id": call_id, "name": tool, "arguments": arguments}}});
-                let message = agent_message(&self.task_id, &self.context_id, vec![part]);
-                vec![status_update(
-                    &self.task_id,
-                    &self.context_id,
-                    TaskState::Working,
-                    Some(&message),
-                )]
-            }
-            Item::Event(_) => Vec::new(),
-            Item::Done(finished) => {
-                self.guard.armed = false;
-                let tasks = &self.guard.state.tasks;
-                let (state, message) = tasks.finish(&self.task_id, &finished);
-                let mut out = Vec::new();
-                if state == TaskState::Completed {
-                    // The whole answer, replacing what streamed, so the artifact is exactly it.
-                    let parts = crate::a2a_wire::output_parts(&finished);
-                    if !parts.is_empty() {
-                        out.push(artifact_update(&self.task_id, &self.context_id, parts, false, true));
-                    }
-                }
-                out.push(status_update(&self.task_id, &self.context_id, state, Some(&message)));
-                out
-            }
-        }
-    }
 }
 
 /// `SubscribeToTask`: an SSE stream of a working task's updates, as `SendStreamingMessage`

@@ -1,5 +1,5 @@
 //! The A2A tasks a server keeps: in memory, the newest [`MAX_TASKS`], each seen by its owner
-//! only.
+//! only; and a task's run as A2A stream responses ([`StreamTranslator`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -8,9 +8,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::a2a_wire::{RpcError, TaskState, outcome};
+use crate::a2a_wire::{RpcError, TaskState, agent_message, artifact_update, outcome, status_update};
 use crate::auth::Principal;
-use crate::mount::Finished;
+use crate::mount::{Finished, Item};
+use modu_core::AgentEvent;
 
 /// The most tasks kept; the oldest go first.
 pub(crate) const MAX_TASKS: usize = 10_000;
@@ -254,6 +255,70 @@ impl Drop for TaskGuard {
             self.state
                 .tasks
                 .transition(&self.id, TaskState::Working, TaskState::Canceled);
+        }
+    }
+}
+
+/// A run's items as A2A stream responses.
+pub(crate) struct StreamTranslator {
+    pub(crate) guard: TaskGuard,
+    pub(crate) task_id: String,
+    pub(crate) context_id: String,
+    /// Whether the next text starts the answer artifact over (a new model call).
+    pub(crate) fresh: bool,
+}
+
+impl StreamTranslator {
+    pub(crate) fn on(&mut self, item: Item) -> Vec<Value> {
+        match item {
+            Item::Event(event) if event.run_id() != self.task_id => Vec::new(),
+            Item::Event(AgentEvent::ModelCallStarted { .. } | AgentEvent::ModelCallFailed { .. }) => {
+                self.fresh = true;
+                Vec::new()
+            }
+            Item::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. })
+                if !text.is_empty() =>
+            {
+                let append = !std::mem::replace(&mut self.fresh, false);
+                vec![artifact_update(
+                    &self.task_id,
+                    &self.context_id,
+                    vec![json!({"text": text})],
+                    append,
+                    false,
+                )]
+            }
+            Item::Event(AgentEvent::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            }) => {
+                let part = json!({"data": {"toolCall": {"id": call_id, "name": tool, "arguments": arguments}}});
+                let message = agent_message(&self.task_id, &self.context_id, vec![part]);
+                vec![status_update(
+                    &self.task_id,
+                    &self.context_id,
+                    TaskState::Working,
+                    Some(&message),
+                )]
+            }
+            Item::Event(_) => Vec::new(),
+            Item::Done(finished) => {
+                self.guard.armed = false;
+                let tasks = &self.guard.state.tasks;
+                let (state, message) = tasks.finish(&self.task_id, &finished);
+                let mut out = Vec::new();
+                if state == TaskState::Completed {
+                    // The whole answer, replacing what streamed, so the artifact is exactly it.
+                    let parts = crate::a2a_wire::output_parts(&finished);
+                    if !parts.is_empty() {
+                        out.push(artifact_update(&self.task_id, &self.context_id, parts, false, true));
+                    }
+                }
+                out.push(status_update(&self.task_id, &self.context_id, state, Some(&message)));
+                out
+            }
         }
     }
 }
