@@ -456,3 +456,28 @@ async fn function_layers_see_one_invocation_and_the_retry_below_them_repeats_the
     let tool_message = &model.requests()[1].messages;
     assert!(tool_message.iter().any(|m| m.text() == "ok"), "{tool_message:?}");
 }
+
+/// A sink given directly to the builder that fails or panics on some events is logged, and
+/// the run goes on to its answer (and its later events still reach the sink).
+#[tokio::test]
+async fn a_failing_or_panicking_sink_does_not_stop_the_run() {
+    struct Unruly(modu_core::CollectingEventSink);
+    #[async_trait]
+    impl modu_core::EventSink for Unruly {
+        async fn publish(&self, event: &AgentEvent) -> Result<(), modu_core::SinkError> {
+            match event {
+                AgentEvent::RunStarted { .. } => panic!("a sink bug"),
+                AgentEvent::ModelCallStarted { .. } => Err(modu_core::SinkError::new("down")),
+                _ => self.0.publish(event).await,
+            }
+        }
+    }
+    let sink = Arc::new(Unruly(modu_core::CollectingEventSink::new()));
+    let agent = Agent::builder(ScriptedModel::new().text("fine"))
+        .event_sink(Arc::clone(&sink))
+        .build()
+        .unwrap();
+    let done = agent.run("q").await;
+    assert_eq!(done.output().map(String::as_str), Some("fine"), "{:?}", done.error());
+    assert!(sink.0.events().iter().any(|e| e.kind() == "run_completed"));
+}

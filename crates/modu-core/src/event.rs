@@ -478,7 +478,9 @@ pub struct SinkError {
 /// Receives every event of the runs of an agent.
 #[async_trait]
 pub trait EventSink: Send + Sync {
-    /// Handles one event. An error is logged and counted; it never stops the run.
+    /// Handles one event. An error (or a panic) is logged and counted; it never stops the run.
+    /// The run awaits it: a sink that may be slow belongs in a `CompositeEventSink` (its own
+    /// bounded queue).
     async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError>;
 
     /// Whether this sink wants the model's text deltas (`ModelDelta`, `StepModelDelta`,

@@ -413,6 +413,12 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
     }
 
     /// Sends every event to this sink (an `Arc` of one works too).
+    ///
+    /// The run awaits the sink's `publish` for each event: a failing or panicking sink is
+    /// logged and the run goes on, but a slow one slows the run (and is not bounded by its
+    /// timeout). Give a sink that may be slow (a network exporter) a queue of its own with
+    /// [`CompositeEventSink`](crate::sinks::CompositeEventSink), which drops and counts what
+    /// it cannot keep up with.
     pub fn event_sink(mut self, sink: impl EventSink + 'static) -> Self {
         self.config.sink = Some(Arc::new(sink));
         self

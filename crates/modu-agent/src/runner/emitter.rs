@@ -60,8 +60,12 @@ impl Emitter {
             (None, Some(_)) if event.is_terminal() => Either::Left(ready(())),
             (None, Some(tx)) => send_to_stream(tx, Box::new(event)),
             (Some(sink), stream) => Either::Right(Box::pin(async move {
-                if let Err(err) = sink.publish(&event).await {
-                    tracing::warn!(error = %err, event = event.kind(), "event sink failed");
+                use futures::FutureExt;
+                // A sink's failure, or its panic, is logged; the run goes on.
+                match std::panic::AssertUnwindSafe(sink.publish(&event)).catch_unwind().await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => tracing::warn!(error = %err, event = event.kind(), "event sink failed"),
+                    Err(_) => tracing::error!(event = event.kind(), "event sink panicked; the run goes on"),
                 }
                 if let Some(tx) = stream
                     && !event.is_terminal()
