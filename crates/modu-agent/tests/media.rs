@@ -78,3 +78,51 @@ async fn an_inline_image_over_the_limit_is_a_tool_error_the_model_sees() -> Test
     assert!(tool.text().contains("media_too_large"), "{}", tool.text());
     Ok(())
 }
+
+/// A model declared text-only (`.text_only()` on its client) takes no image: a tool that
+/// returns one gives the model a tool error it can act on, instead of a request its provider
+/// refuses, which would end the run after the tool's side effect.
+#[tokio::test]
+async fn an_image_for_a_text_only_model_is_a_tool_error_the_model_sees() -> TestResult {
+    struct TextOnly(ScriptedModel);
+    #[async_trait::async_trait]
+    impl modu_core::ChatModel for TextOnly {
+        fn model_name(&self) -> &str {
+            "text-only"
+        }
+        async fn stream(
+            &self,
+            request: modu_core::ChatRequest,
+        ) -> Result<modu_core::ChatStream, modu_core::ModelError> {
+            // The check a provider runs before it sends (OpenAiClient, OllamaClient).
+            modu_core::media::check_messages("text-only", &request.messages, self.input_modalities(), usize::MAX)?;
+            self.0.stream(request).await
+        }
+        fn input_modalities(&self) -> modu_core::InputModalities {
+            modu_core::InputModalities::text_only()
+        }
+    }
+    let model = ScriptedModel::new()
+        .tool_call("snapshot", json!({}))
+        .text("I cannot see it");
+    let agent = Agent::builder(TextOnly(model.clone()))
+        .tool(camera("iVBORw0KGgo=".into()))
+        .build()?;
+    let result = agent.run("what do you see?").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("I cannot see it"),
+        "{:?}",
+        result.error()
+    );
+    let second = model.requests().pop().ok_or("no request")?;
+    let tool = second
+        .messages
+        .iter()
+        .find(|m| m.role == Role::Tool)
+        .ok_or("no tool message")?;
+    assert!(tool.is_error);
+    assert!(!tool.has_media());
+    assert!(tool.text().contains("unsupported_media"), "{}", tool.text());
+    Ok(())
+}

@@ -176,20 +176,23 @@ pub fn check_messages(
         .map_err(|e| e.into_model_error(model))
 }
 
-/// A tool's result as the run loop accepts it: an envelope whose parts do not read, or hold an
-/// inline part over the limit, becomes a tool error the model sees.
+/// A tool's result as the run loop accepts it: an envelope whose parts do not read, hold an
+/// inline part over the limit, or a medium the model does not take (`accepts`: the answering
+/// model's [`ChatModel::input_modalities`](crate::ChatModel::input_modalities)) becomes a tool
+/// error the model sees, instead of a request the provider refuses (which would end the run).
 #[doc(hidden)]
-pub fn check_tool_value(value: Value) -> Result<Value, ToolError> {
+pub fn check_tool_value(value: Value, accepts: InputModalities) -> Result<Value, ToolError> {
     match ToolContent::from_value(&value) {
         None => Ok(value),
         Some(Err(e)) => Err(ToolError::new(ToolErrorKind::Execution, "invalid_tool_content")
             .with_message(format!("the tool returned media the agent cannot read: {e}"))),
-        Some(Ok(content)) => {
-            match check_parts(&content.parts, InputModalities::all(), DEFAULT_MAX_INLINE_MEDIA_BYTES) {
-                Ok(()) => Ok(value),
-                Err(e) => Err(ToolError::new(ToolErrorKind::Execution, "media_too_large").with_message(e.to_string())),
+        Some(Ok(content)) => match check_parts(&content.parts, accepts, DEFAULT_MAX_INLINE_MEDIA_BYTES) {
+            Ok(()) => Ok(value),
+            Err(e @ ContentError::Unsupported { .. }) => {
+                Err(ToolError::new(ToolErrorKind::Execution, "unsupported_media").with_message(e.to_string()))
             }
-        }
+            Err(e) => Err(ToolError::new(ToolErrorKind::Execution, "media_too_large").with_message(e.to_string())),
+        },
     }
 }
 

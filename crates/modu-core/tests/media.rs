@@ -79,7 +79,7 @@ fn inline_media_over_the_limit_are_refused() {
         "audio/wav",
         "x".repeat(DEFAULT_MAX_INLINE_MEDIA_BYTES + 1),
     )]);
-    let refused = check_tool_value(over.into_value());
+    let refused = check_tool_value(over.into_value(), modu_core::InputModalities::all());
     assert_eq!(refused.err().map(|e| e.reason), Some("media_too_large".to_owned()));
 }
 

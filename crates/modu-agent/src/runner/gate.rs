@@ -254,7 +254,8 @@ where
                     (outcome, attempts, effective, identity)
                 }
             };
-            let outcome = outcome.and_then(crate::media::check_tool_value);
+            let accepts = self.agent.model.input_modalities();
+            let outcome = outcome.and_then(|value| crate::media::check_tool_value(value, accepts));
             let duration_ms = started.elapsed().as_millis() as u64;
             if self.emitter.active() {
                 let error = outcome.as_ref().err().map(|e| {
