@@ -226,3 +226,44 @@ async fn summarizing_replaces_whole_old_rounds_incrementally_within_the_budget()
         "the run keeps the originals"
     );
 }
+
+/// A strict Plan-and-Execute step's tool results are the run's own too: they are trimmed in the
+/// step's requests like a standard run's (a strict run's calls live in its step messages).
+#[tokio::test]
+async fn a_strict_steps_tool_results_are_trimmed_too() {
+    let big = || {
+        FunctionTool::<()>::new(
+            ToolSpec::new("fetch", "Fetch", json!({"type": "object", "properties": {}})),
+            |_ctx, _args| async { Ok(json!("w".repeat(12_000))) },
+        )
+    };
+    let counter = Arc::new(ApproximateTokenCounter::default());
+    let compaction = || RunCompaction::trim(TokenBudget::new(3_000, 400, 100), counter.clone()).keep_recent(0);
+    let model = ScriptedModel::new()
+        .text(json!({"steps": [{"description": "one", "allowed_tools": ["fetch"]}]}).to_string())
+        .tool_call("fetch", json!({}))
+        .text(json!({"status": "completed", "result": "one"}).to_string())
+        .text("final");
+    let agent = Agent::builder(model.clone())
+        .tool(big())
+        .decision_policy(modu_agent::plan::PlanAndExecutePolicy::new(
+            modu_agent::plan::LlmPlanGenerator::agent_model(),
+        ))
+        .run_compaction(compaction())
+        .build()
+        .unwrap();
+    let done = agent.run("go").await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    let sent = model.requests();
+    let biggest = sent
+        .iter()
+        .flat_map(|r| r.messages.iter())
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.text().len())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        biggest < 12_000,
+        "a step's tool result went out whole ({biggest} bytes)"
+    );
+}

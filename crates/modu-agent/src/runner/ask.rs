@@ -308,10 +308,13 @@ where
         messages: &mut Vec<Message>,
         tools: &[ToolDefinition],
     ) -> Result<(), AgentError> {
+        // The run's own calls (a strict step's are in its step messages), not the history's.
+        let steps = self.state.strict().map_or(&[][..], |s| s.step_messages.as_slice());
         let run_calls: HashSet<&str> = self
             .state
             .messages
             .iter()
+            .chain(steps)
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str()))
             .collect();
         let Some(done) = compaction.apply(messages, tools, &run_calls, &mut self.summary).await? else {
