@@ -101,7 +101,10 @@ impl RetryConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RunLimits {
-    /// Model answers that call tools, at most, before the run fails.
+    /// Model requests of the tool loop, at most, as the OpenAI Agents SDK counts turns: after
+    /// the `max_turns`-th answer that calls tools (and its tools), the run fails with
+    /// `MaxTurnsExceeded` instead of asking the model again. An answer within the limit that
+    /// calls no tool ends the loop as usual; a separate finalization request is not counted.
     pub max_turns: u32,
     /// Tool calls in the whole run, at most.
     pub max_tool_calls: u32,
