@@ -332,6 +332,10 @@ async fn a_decision_binds_its_call_and_a_later_opposite_one_is_refused() {
     let paused = a.run("pay 5000").await;
     let call_id = paused.approvals()[0].call_id.clone();
     a.reject(paused.run_id(), &call_id, None).await.unwrap();
+    assert!(
+        a.pending_approvals(paused.run_id()).await.unwrap().is_empty(),
+        "a decided call no longer waits"
+    );
     a.reject(paused.run_id(), &call_id, None).await.unwrap();
     assert!(matches!(
         a.approve(paused.run_id(), &call_id).await,

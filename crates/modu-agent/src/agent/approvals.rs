@@ -11,9 +11,15 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    /// The calls of a paused run that wait for a decision.
+    /// The calls of a paused run that wait for a decision (a call decided already, waiting
+    /// only for the run to resume, is not listed).
     pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
-        Ok(self.load_checkpoint(run_id).await?.state.interruptions)
+        let state = self.load_checkpoint(run_id).await?.state;
+        Ok(state
+            .interruptions
+            .into_iter()
+            .filter(|r| !state.decisions.contains_key(&r.call_id))
+            .collect())
     }
 
     /// Approves one waiting call; it runs once when the run resumes.
