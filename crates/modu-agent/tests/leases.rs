@@ -82,9 +82,14 @@ fn model() -> ScriptedModel {
 
 /// A worker: an agent on the shared backend whose `work` tool sleeps `work`.
 fn worker(b: &Backend, leases: impl LeaseStore + 'static, options: LeaseOptions, work: Duration) -> Agent {
+    leased_agent(b, leases, options, sleeping_tool(b, work, false))
+}
+
+/// The `work` tool: counts its calls, then sleeps `work`; needing approval when `approval`.
+fn sleeping_tool(b: &Backend, work: Duration, approval: bool) -> FunctionTool<()> {
     let calls = Arc::clone(&b.calls);
-    let tool = FunctionTool::<()>::new(
-        ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})),
+    FunctionTool::<()>::new(
+        ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})).needs_approval(approval),
         move |_ctx, _args| {
             calls.fetch_add(1, Ordering::SeqCst);
             async move {
@@ -92,7 +97,16 @@ fn worker(b: &Backend, leases: impl LeaseStore + 'static, options: LeaseOptions,
                 Ok(serde_json::json!("worked"))
             }
         },
-    );
+    )
+}
+
+/// An agent on the shared backend, under its leases, with `tool`.
+fn leased_agent(
+    b: &Backend,
+    leases: impl LeaseStore + 'static,
+    options: LeaseOptions,
+    tool: FunctionTool<()>,
+) -> Agent {
     Agent::builder(model())
         .name("leased")
         .tool(tool)
@@ -285,25 +299,7 @@ async fn leases_need_stores_with_fenced_writes() {
 
 /// A worker: like [`worker`], but its `work` tool needs approval.
 fn approving_worker(b: &Backend, holder: &str, work: Duration) -> Agent {
-    let calls = Arc::clone(&b.calls);
-    let tool = FunctionTool::<()>::new(
-        ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})).needs_approval(true),
-        move |_ctx, _args| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            async move {
-                tokio::time::sleep(work).await;
-                Ok(serde_json::json!("worked"))
-            }
-        },
-    );
-    Agent::builder(model())
-        .name("leased")
-        .tool(tool)
-        .conversation_store(Arc::clone(&b.conversations))
-        .checkpoint_store(Arc::clone(&b.checkpoints))
-        .session_leases(b.leases.clone(), opts(holder))
-        .build()
-        .unwrap()
+    leased_agent(b, b.leases.clone(), opts(holder), sleeping_tool(b, work, true))
 }
 
 /// A worker that dies inside a call it resumed after approval leaves a `running` run, which
@@ -361,14 +357,7 @@ async fn an_answered_ask_is_not_taken_over_by_recovery() {
                 }
             },
         );
-        Agent::builder(model())
-            .name("leased")
-            .tool(tool)
-            .conversation_store(Arc::clone(&b.conversations))
-            .checkpoint_store(Arc::clone(&b.checkpoints))
-            .session_leases(b.leases.clone(), opts(holder))
-            .build()
-            .unwrap()
+        leased_agent(&b, b.leases.clone(), opts(holder), tool)
     };
     let owner = asking("w1");
     let other = asking("w2");

@@ -25,6 +25,13 @@ fn camera(image_data: String) -> FunctionTool<()> {
     )
 }
 
+/// The tool message of the model's last request.
+fn last_tool_message(model: &ScriptedModel) -> Result<modu_core::Message, Box<dyn std::error::Error>> {
+    let last = model.requests().pop().ok_or("no request")?;
+    let tool = last.messages.iter().find(|m| m.role == Role::Tool).cloned();
+    Ok(tool.ok_or("no tool message")?)
+}
+
 #[tokio::test]
 async fn a_tool_result_with_an_image_reaches_the_model_as_parts() -> TestResult {
     let model = ScriptedModel::new().tool_call("snapshot", json!({})).text("a red dot");
@@ -38,12 +45,7 @@ async fn a_tool_result_with_an_image_reaches_the_model_as_parts() -> TestResult 
         "{:?}",
         result.error()
     );
-    let second = model.requests().pop().ok_or("no request")?;
-    let tool = second
-        .messages
-        .iter()
-        .find(|m| m.role == Role::Tool)
-        .ok_or("no tool message")?;
+    let tool = last_tool_message(&model)?;
     assert!(!tool.is_error);
     assert_eq!(
         tool.content,
@@ -67,12 +69,7 @@ async fn an_inline_image_over_the_limit_is_a_tool_error_the_model_sees() -> Test
         .build()?;
     let result = agent.run("what do you see?").await;
     assert!(result.error().is_none(), "{:?}", result.error());
-    let second = model.requests().pop().ok_or("no request")?;
-    let tool = second
-        .messages
-        .iter()
-        .find(|m| m.role == Role::Tool)
-        .ok_or("no tool message")?;
+    let tool = last_tool_message(&model)?;
     assert!(tool.is_error);
     assert!(!tool.has_media());
     assert!(tool.text().contains("media_too_large"), "{}", tool.text());
@@ -115,12 +112,7 @@ async fn an_image_for_a_text_only_model_is_a_tool_error_the_model_sees() -> Test
         "{:?}",
         result.error()
     );
-    let second = model.requests().pop().ok_or("no request")?;
-    let tool = second
-        .messages
-        .iter()
-        .find(|m| m.role == Role::Tool)
-        .ok_or("no tool message")?;
+    let tool = last_tool_message(&model)?;
     assert!(tool.is_error);
     assert!(!tool.has_media());
     assert!(tool.text().contains("unsupported_media"), "{}", tool.text());

@@ -102,14 +102,7 @@ async fn an_ag_ui_resume_answers_the_interrupt_and_streams_the_rest_of_the_run()
     assert_eq!(post(&url, Some(ERIN), &resume).await.0, 404);
 
     // The thread's history holds the whole run.
-    let (status, history) = get(&format!("{base}/agents/approval/sessions/t1/messages"), ERIN).await;
-    assert_eq!(status, 200);
-    let roles: Vec<&str> = history["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles = history_roles(&base).await;
     assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
 }
 
@@ -278,13 +271,7 @@ async fn a_paused_run_being_resumed_cannot_be_resumed_again_from_any_endpoint() 
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
 
     // The turn is stored once, and nothing is left to resume.
-    let (_, history) = get(&format!("{base}/agents/approval/sessions/t1/messages"), ERIN).await;
-    let roles: Vec<&str> = history["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles = history_roles(&base).await;
     assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
     assert_eq!(post(&control, Some(ERIN), &json!({})).await.0, 404);
 }
@@ -337,4 +324,16 @@ async fn a_run_control_resume_in_flight_refuses_ag_ui_and_a2a_resumes_of_the_sam
     assert_eq!(status, 200, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["status"], "completed");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+}
+
+/// The roles of session `t1`'s stored messages on the `approval` agent, in order.
+async fn history_roles(base: &str) -> Vec<String> {
+    let (status, history) = get(&format!("{base}/agents/approval/sessions/t1/messages"), ERIN).await;
+    assert_eq!(status, 200, "{history}");
+    history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect()
 }

@@ -96,12 +96,7 @@ async fn doctor_reports_each_check_and_a_broken_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_and_run_name_a_model_server_that_is_down() {
-    // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let url = format!("http://127.0.0.1:{port}/v1");
     let dir = tempfile::tempdir().unwrap();
     let out = output(
@@ -134,11 +129,7 @@ async fn doctor_and_run_name_a_model_server_that_is_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_model_server_is_named_without_its_password() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let url = format!("http://alice:pa55-SECRET@127.0.0.1:{port}/v1");
     let shown = format!("http://***@127.0.0.1:{port}/v1");
     let dir = tempfile::tempdir().unwrap();
@@ -163,4 +154,13 @@ async fn a_down_model_server_is_named_without_its_password() {
         stdout.contains(&format!("✗ model: cannot reach the model server at {shown}: ")),
         "{stdout}"
     );
+}
+
+/// A port that was free a moment ago: nothing listens there.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -174,6 +174,21 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// A streamed A2A task on the `slow` agent, working (its tool started): the server's base URL,
+/// the A2A endpoint, the sender's open stream and the task id.
+async fn working_a2a_task(counts: &Arc<Counts>) -> (String, String, Events, String) {
+    let base = server(Arc::clone(counts), |s| s).await;
+    let url = format!("{base}/a2a/slow");
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Work"}]}}});
+    let mut events = Events::open(&url, ERIN, &send, None).await;
+    let (_, first) = events.next().await.unwrap();
+    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(first["result"]["task"]["status"]["state"], "TASK_STATE_WORKING");
+    until("the tool to start", || counts.tool_started.load(Ordering::SeqCst) == 1).await;
+    (base, url, events, task_id)
+}
+
 async fn get_json(url: &str, token: &str) -> (u16, Value) {
     let response = reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap();
     let status = response.status().as_u16();
@@ -232,15 +247,7 @@ async fn a_cancelled_run_stops_at_its_next_boundary_keeps_its_checkpoint_and_res
 #[tokio::test]
 async fn a2a_cancel_task_cancels_a_working_task_whose_run_can_then_be_resumed() {
     let counts = Arc::new(Counts::default());
-    let base = server(Arc::clone(&counts), |s| s).await;
-    let url = format!("{base}/a2a/slow");
-    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
-        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Work"}]}}});
-    let mut events = Events::open(&url, ERIN, &send, None).await;
-    let (_, first) = events.next().await.unwrap();
-    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(first["result"]["task"]["status"]["state"], "TASK_STATE_WORKING");
-    until("the tool to start", || counts.tool_started.load(Ordering::SeqCst) == 1).await;
+    let (base, url, events, task_id) = working_a2a_task(&counts).await;
 
     let cancel = json!({"jsonrpc": "2.0", "id": 2, "method": "CancelTask", "params": {"id": task_id}});
     let (_, body, _) = post(&url, Some(MALLORY), &cancel).await;
@@ -386,14 +393,7 @@ async fn with_cancel_on_disconnect_a_client_going_away_cancels_its_run() {
 #[tokio::test]
 async fn a2a_subscribe_to_task_follows_a_working_task_to_its_end() {
     let counts = Arc::new(Counts::default());
-    let base = server(Arc::clone(&counts), |s| s).await;
-    let url = format!("{base}/a2a/slow");
-    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
-        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Work"}]}}});
-    let mut events = Events::open(&url, ERIN, &send, None).await;
-    let (_, first) = events.next().await.unwrap();
-    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
-    until("the tool to start", || counts.tool_started.load(Ordering::SeqCst) == 1).await;
+    let (_, url, events, task_id) = working_a2a_task(&counts).await;
     drop(events); // the sender goes away; the task goes on
 
     let subscribe = json!({"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": task_id}});

@@ -94,14 +94,7 @@ async fn a_last_event_id_the_run_never_sent_is_gone_up_to_u64_max() {
 #[tokio::test]
 async fn a2a_subscribe_to_task_with_a_last_event_id_the_task_never_sent_is_an_error() {
     let counts = Arc::new(Counts::default());
-    let base = server(Arc::clone(&counts), |s| s).await;
-    let url = format!("{base}/a2a/slow");
-    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
-        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Work"}]}}});
-    let mut events = Events::open(&url, ERIN, &send, None).await;
-    let (_, first) = events.next().await.unwrap();
-    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
-    until("the tool to start", || counts.tool_started.load(Ordering::SeqCst) == 1).await;
+    let (_, url, events, task_id) = working_a2a_task(&counts).await;
 
     let subscribe = json!({"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": task_id}});
     for (last_event_id, code) in [(u64::MAX.to_string(), -32603), ("x".to_owned(), -32600)] {
