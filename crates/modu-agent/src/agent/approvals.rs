@@ -11,14 +11,16 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    /// The calls of a paused run that wait for a decision (a call decided already, waiting
-    /// only for the run to resume, is not listed).
+    /// The calls of a paused run that wait for a decision, each once (a call decided already,
+    /// waiting only for the run to resume, is not listed).
     pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
         let state = self.load_checkpoint(run_id).await?.state;
+        // A run lists each call once; a checkpoint written by hand may repeat one.
+        let mut listed = std::collections::HashSet::new();
         Ok(state
             .interruptions
             .into_iter()
-            .filter(|r| !state.decisions.contains_key(&r.call_id))
+            .filter(|r| !state.decisions.contains_key(&r.call_id) && listed.insert(r.call_id.clone()))
             .collect())
     }
 
