@@ -98,13 +98,7 @@ async fn doctor_reports_each_check_and_a_broken_server() {
 async fn doctor_and_run_name_a_model_server_that_is_down() {
     let port = closed_port();
     let url = format!("http://127.0.0.1:{port}/v1");
-    let dir = tempfile::tempdir().unwrap();
-    let out = output(
-        modu(dir.path(), &url)
-            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
-            .args(["run", "hello"]),
-    )
-    .await;
+    let (out, doctor) = run_and_doctor(&url).await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
@@ -116,7 +110,6 @@ async fn doctor_and_run_name_a_model_server_that_is_down() {
     );
     assert!(out.stdout.is_empty());
 
-    let doctor = output(modu(dir.path(), &url).arg("doctor")).await;
     assert_eq!(doctor.status.code(), Some(1));
     assert!(
         text(&doctor.stdout).contains(&format!(
@@ -132,13 +125,7 @@ async fn a_down_model_server_is_named_without_its_password() {
     let port = closed_port();
     let url = format!("http://alice:pa55-SECRET@127.0.0.1:{port}/v1");
     let shown = format!("http://***@127.0.0.1:{port}/v1");
-    let dir = tempfile::tempdir().unwrap();
-    let out = output(
-        modu(dir.path(), &url)
-            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
-            .args(["run", "hello"]),
-    )
-    .await;
+    let (out, doctor) = run_and_doctor(&url).await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("SECRET"), "{stderr}");
@@ -147,13 +134,26 @@ async fn a_down_model_server_is_named_without_its_password() {
         "{stderr}"
     );
 
-    let doctor = output(modu(dir.path(), &url).arg("doctor")).await;
     let stdout = text(&doctor.stdout);
     assert!(!stdout.contains("SECRET"), "{stdout}");
     assert!(
         stdout.contains(&format!("✗ model: cannot reach the model server at {shown}: ")),
         "{stdout}"
     );
+}
+
+/// `modu run hello` (one model attempt) and then `modu doctor` against the model server at
+/// `url`, in one fresh folder.
+async fn run_and_doctor(url: &str) -> (std::process::Output, std::process::Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let run = output(
+        modu(dir.path(), url)
+            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
+            .args(["run", "hello"]),
+    )
+    .await;
+    let doctor = output(modu(dir.path(), url).arg("doctor")).await;
+    (run, doctor)
 }
 
 /// A port that was free a moment ago: nothing listens there.
