@@ -7,6 +7,12 @@ use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
 
 /// Retries of model calls (on transient errors) and of idempotent tools (on retryable errors).
+///
+/// A retry is made only when its wait ends before the run's deadline
+/// ([`RunLimits::timeout`](crate::agent::RunLimits::timeout)): when a server's `retry_after` or
+/// the backoff is longer than the time the run has left, the error stands at once (a model's
+/// ends the run with [`AgentError::Model`](crate::error::AgentError::Model), retryable, so the
+/// run can be resumed later) instead of the run waiting out its timeout.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RetryConfig {

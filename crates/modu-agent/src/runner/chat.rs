@@ -10,7 +10,8 @@
 //! request, so the retry layer's copy of the request costs nothing): the [`DeltaSink`] (where
 //! text deltas go; absent: nobody consumes them, and the model is asked for a whole answer), the
 //! [`AttemptLog`] (the per-attempt events and the usage of failed attempts) and the attempt
-//! counter. The run's deadline (the retry layer never waits past it) sits beside it.
+//! counter. The run's deadline (the retry layer makes no retry whose wait would pass it) sits
+//! beside it.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -40,15 +41,15 @@ pub(crate) struct DeltaSink {
     pub(crate) route: DeltaRoute,
 }
 
-/// A retry's wait of `wait` from now; one that would pass the run's deadline (model requests
-/// and tool invocations carry it in their extensions) waits for the deadline instead, where the
-/// run's timeout ends the run.
-pub(crate) fn retry_wait(deadline: Option<Instant>, wait: Duration) -> std::pin::Pin<Box<tokio::time::Sleep>> {
-    let until = Instant::now() + wait;
-    Box::pin(match deadline {
-        Some(deadline) if until >= deadline => tokio::time::sleep_until(deadline),
-        _ => tokio::time::sleep_until(until),
-    })
+/// A retry's wait of `wait` from now, or `None` when it would end at or past the run's deadline
+/// (model requests and tool invocations carry it in their extensions): that retry could never
+/// be attempted, so the failure stands now instead of becoming the run's timeout later.
+pub(crate) fn retry_wait(deadline: Option<Instant>, wait: Duration) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
+    let until = Instant::now().checked_add(wait)?;
+    match deadline {
+        Some(deadline) if until >= deadline => None,
+        _ => Some(Box::pin(tokio::time::sleep_until(until))),
+    }
 }
 
 /// The run's side of one model request, in [`Extensions`]' run slot: where its deltas go, the
@@ -368,8 +369,8 @@ impl Attempt {
 pub(crate) type ModelRetryLayer = tower::retry::RetryLayer<ModelRetry>;
 
 /// Retries retryable errors up to `max_attempts` attempts in all, waiting the server's
-/// `retry_after` or the configured backoff (with jitter). A wait that would pass the run's
-/// deadline waits for the deadline instead, where the run ends with its timeout.
+/// `retry_after` or the configured backoff (with jitter). A retry whose wait would end at or
+/// past the run's deadline is not made: the error stands (see [`retry_wait`]).
 #[derive(Clone)]
 pub(crate) struct ModelRetry {
     config: Arc<RetryConfig>,
@@ -398,8 +399,9 @@ impl tower::retry::Policy<ChatRequest, ChatResponse, ModelError> for ModelRetry 
             return None;
         }
         let wait = err.retry_after().unwrap_or_else(|| self.config.wait(self.attempt));
+        let sleep = retry_wait(request.extensions.deadline, wait)?;
         self.attempt += 1;
-        Some(retry_wait(request.extensions.deadline, wait))
+        Some(sleep)
     }
 
     fn clone_request(&mut self, request: &ChatRequest) -> Option<ChatRequest> {

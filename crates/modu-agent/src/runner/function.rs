@@ -175,7 +175,8 @@ where
 /// The agent's tool retry: an idempotent tool's retryable error is retried (up to
 /// `max_attempts` attempts in all, with the backoff), unless the tool classified it as
 /// something else than `retry_call`, and never a timed-out blocking tool whose work may still
-/// run (its error is marked not retryable, recovery `fail`).
+/// run (its error is marked not retryable, recovery `fail`). A retry whose backoff would end at
+/// or past the run's deadline is not made: the error goes to the model as it is.
 #[derive(Clone)]
 pub(crate) struct ToolRetry {
     config: Arc<RetryConfig>,
@@ -204,8 +205,9 @@ impl<C> tower::retry::Policy<ToolInvocation<C>, serde_json::Value, ToolError> fo
             return None;
         }
         let wait = self.config.wait(self.attempt);
+        let sleep = retry_wait(invocation.extensions.deadline, wait)?;
         self.attempt += 1;
-        Some(retry_wait(invocation.extensions.deadline, wait))
+        Some(sleep)
     }
 
     fn clone_request(&mut self, invocation: &ToolInvocation<C>) -> Option<ToolInvocation<C>> {
