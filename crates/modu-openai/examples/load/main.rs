@@ -42,6 +42,10 @@
 //! - Peak RSS: `ru_maxrss` of the client process (its whole life: startup, warm-up at full
 //!   concurrency, timed loop), and its growth over the RSS the process had before the warm-up
 //!   (`VmRSS`, after the runtime and the agent or HTTP client were built).
+//! - `--pad-us N` (a diagnostic, not judged) adds a row: the baseline with N µs of busy CPU
+//!   after each run. What it costs beyond N is what a slower client pays in the system alone,
+//!   on this machine: the mock server shares it, so the client's writes wake a server that went
+//!   idle while the client was busy, and its reads find fewer answers per wake-up.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader};
@@ -158,6 +162,10 @@ fn client(kind: &str, mode: &str, url: &str, runs: usize, concurrency: usize, cp
             })
             .await
         } else {
+            // `baseline-pad-N`: the baseline, then N µs of busy CPU (see `--pad-us`).
+            let pad = kind
+                .strip_prefix("baseline-pad-")
+                .map(|n| Duration::from_micros(n.parse().unwrap()));
             let base = Arc::new(baseline::Baseline::new(&url, "mock-model"));
             let idle = rss_kib();
             drive(runs, concurrency, idle, || {
@@ -165,6 +173,12 @@ fn client(kind: &str, mode: &str, url: &str, runs: usize, concurrency: usize, cp
                 async move {
                     let (text, _usage) = base.run(QUESTION, stream).await.unwrap();
                     assert!(!text.is_empty());
+                    if let Some(pad) = pad {
+                        let started = Instant::now();
+                        while started.elapsed() < pad {
+                            std::hint::spin_loop();
+                        }
+                    }
                 }
             })
             .await
@@ -296,6 +310,7 @@ fn main() {
     let quick = flag("--quick");
     let scale = value("--runs-scale").unwrap_or(if quick { 0.1 } else { 1.0 });
     let reps = value("--reps").map_or(if quick { 1 } else { 3 }, |r| (r as usize).max(1));
+    let pad_us = value("--pad-us").map(|us| us as u64);
     let bench_started = Instant::now();
 
     let cpus = allowed_cpus();
@@ -363,6 +378,8 @@ fn main() {
     let mut rows = Vec::new();
     // (scenario, baseline, OpenAiClient alone, agent) CPU µs per run.
     let mut split: Vec<(String, f64, f64, f64)> = Vec::new();
+    // (scenario, baseline, padded baseline) CPU µs per run, with `--pad-us`.
+    let mut padded: Vec<(String, f64, f64)> = Vec::new();
     let mut all_pass = true;
     for (concurrency, latency, runs, target) in scenarios {
         let runs = ((runs as f64 * scale) as usize).max(concurrency.min(100));
@@ -375,11 +392,15 @@ fn main() {
             .map(|(_, s)| s.url.clone())
             .unwrap();
         for mode in ["non-streamed", "streamed"] {
-            let (mut m, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut m, mut b, mut c, mut p) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
                 m.push(spawn_client("modu", mode, &url, runs, concurrency, client_cpu));
                 b.push(spawn_client("baseline", mode, &url, runs, concurrency, client_cpu));
                 c.push(spawn_client("modu-client", mode, &url, runs, concurrency, client_cpu));
+                if let Some(pad) = pad_us {
+                    let kind = format!("baseline-pad-{pad}");
+                    p.push(spawn_client(&kind, mode, &url, runs, concurrency, client_cpu));
+                }
             }
             let (modu, m_lo, m_hi) = median(m);
             let (base, b_lo, b_hi) = median(b);
@@ -392,6 +413,9 @@ fn main() {
             } else {
                 format!("c={concurrency} {mode}")
             };
+            if !p.is_empty() {
+                padded.push((scenario.clone(), base.cpu_us_per_run, median(p).0.cpu_us_per_run));
+            }
             split.push((
                 scenario.clone(),
                 base.cpu_us_per_run,
@@ -448,6 +472,21 @@ fn main() {
     }
     println!("  client only = the baseline's job over OpenAiClient, no agent (--client modu-client)");
     println!();
+    if let Some(pad) = pad_us {
+        println!(
+            "{:<26} {:>14} {:>12} {:>12} {:>14}",
+            "busy CPU added (µs/run)", "baseline", "padded", "added", "beyond added"
+        );
+        for (scenario, base, with_pad) in &padded {
+            let added = with_pad - base;
+            println!(
+                "{scenario:<26} {base:>14.1} {with_pad:>12.1} {added:>12.1} {:>14.1}",
+                added - pad as f64
+            );
+        }
+        println!("  padded = the baseline, then {pad} µs of busy CPU per run (--pad-us)");
+        println!();
+    }
     println!(
         "{:<26} {:>14} {:>12} {:>7} {:>7} {:>6}",
         "peak RSS (ru_maxrss)", "baseline MiB", "modu MiB", "ratio", "target", "result"
