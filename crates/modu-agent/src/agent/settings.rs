@@ -151,9 +151,19 @@ impl RunLimits {
         self.max_tool_calls = n;
         self
     }
-    /// Sets the shared timeout (`None` for no timeout).
-    pub fn timeout(mut self, t: Option<Duration>) -> Self {
-        self.timeout = t;
+    /// Sets the shared timeout: a [`Duration`], or `None` for no timeout (`Some(duration)` is
+    /// taken too).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use modu_agent::RunLimits;
+    ///
+    /// let limits = RunLimits::default().timeout(Duration::from_secs(30));
+    /// assert_eq!(limits.timeout, Some(Duration::from_secs(30)));
+    /// assert_eq!(limits.timeout(None).timeout, None);
+    /// ```
+    pub fn timeout(mut self, t: impl Into<Option<Duration>>) -> Self {
+        self.timeout = t.into();
         self
     }
     /// Sets `max_steps` (Plan-and-Execute).
