@@ -5,8 +5,10 @@
 //! --output-format json`), read with serde_json only (no rustdoc-types pin to keep in step with
 //! the nightly's format version): modules, re-exports, types with their public fields,
 //! variants, inherent methods and trait impls, traits with their items, functions, constants,
-//! statics, macros. Names, kinds and a function's parameter names: a changed parameter or
-//! return type under the same names is not seen.
+//! statics, macros. Functions and trait methods are listed with their signatures (generic
+//! parameters and bounds, parameter names and types, return type, where clause, `async`/
+//! `unsafe`/`const`) and fields with their types, rendered by [`crate::api_sig`]: a changed
+//! type or bound under the same names is a diff too.
 //!
 //! Rustdoc JSON does not inline re-exports: `mod builder; pub use builder::AgentBuilder;` is a
 //! `use` item pointing at a struct in a private module. The walk follows such re-exports (and
@@ -20,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+
+use crate::api_sig::{self, qualifiers, signature};
 
 /// (package, features): what each snapshot documents. The facade is documented with its
 /// default features only (all features would build every backend on nightly: minutes);
@@ -196,13 +200,20 @@ impl Walk<'_> {
                 for i in ids(body.get("items")) {
                     if let Some(it) = self.get(&i) {
                         let n = it.get("name").and_then(Value::as_str).unwrap_or("_");
-                        let k = kind(it).map_or("?", |(k, _)| k);
-                        self.out.insert(format!("trait-item {path}::{n} ({k})"));
+                        let line = match kind(it) {
+                            Some(("function", f)) => {
+                                format!("trait-item {}fn {path}::{n}{}", qualifiers(f), signature(f))
+                            }
+                            Some((k, _)) => format!("trait-item {path}::{n} ({k})"),
+                            None => format!("trait-item {path}::{n} (?)"),
+                        };
+                        self.out.insert(line);
                     }
                 }
             }
             "function" => {
-                self.out.insert(format!("fn {path}{}", params(body)));
+                self.out
+                    .insert(format!("{}fn {path}{}", qualifiers(body), signature(body)));
             }
             other => {
                 self.out.insert(format!("{other} {path}"));
@@ -216,7 +227,10 @@ impl Walk<'_> {
                 && Self::public(field)
             {
                 let n = field.get("name").and_then(Value::as_str).unwrap_or("_");
-                self.out.insert(format!("field {path}::{n}"));
+                match kind(field).filter(|(k, _)| *k == "struct_field") {
+                    Some((_, t)) => self.out.insert(format!("field {path}::{n}: {}", api_sig::ty(t))),
+                    None => self.out.insert(format!("field {path}::{n}")),
+                };
             }
         }
     }
@@ -247,7 +261,9 @@ impl Walk<'_> {
                         {
                             let n = it.get("name").and_then(Value::as_str).unwrap_or("_");
                             let line = match kind(it) {
-                                Some(("function", f)) => format!("fn {path}::{n}{}", params(f)),
+                                Some(("function", f)) => {
+                                    format!("{}fn {path}::{n}{}", qualifiers(f), signature(f))
+                                }
                                 Some((k, _)) => format!("{k} {path}::{n}"),
                                 None => format!("? {path}::{n}"),
                             };
@@ -258,17 +274,6 @@ impl Walk<'_> {
             }
         }
     }
-}
-
-/// A function's parameter names, `(self, attempt)`.
-fn params(function: &Value) -> String {
-    let names: Vec<&str> = function
-        .get("sig")
-        .and_then(|s| s.get("inputs"))
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|p| p.get(0).and_then(Value::as_str)).collect())
-        .unwrap_or_default();
-    format!("({})", names.join(", "))
 }
 
 /// The public items of a crate, from its rustdoc JSON, one per line, sorted.
@@ -382,12 +387,12 @@ mod tests {
                 "2": {"name": "hidden", "visibility": "crate", "inner": {"function": {}}},
                 "3": {"name": "Agent", "visibility": "public", "inner": {"use": {"source": "a::Agent", "name": "Agent", "is_glob": false}}},
                 "4": {"name": "Agent", "visibility": "public", "inner": {"struct": {"kind": {"plain": {"fields": [5, 10]}}, "impls": [7, 8]}}},
-                "5": {"name": "id", "visibility": "public", "inner": {"struct_field": {}}},
+                "5": {"name": "id", "visibility": "public", "inner": {"struct_field": {"primitive": "u64"}}},
                 "10": {"name": "secret", "visibility": "default", "inner": {"struct_field": {}}},
                 "6": {"name": "Kind", "visibility": "public", "inner": {"enum": {"variants": [11], "impls": []}}},
                 "11": {"name": "One", "visibility": "default", "inner": {"variant": {}}},
                 "7": {"name": null, "visibility": "default", "inner": {"impl": {"trait": null, "items": [12], "is_synthetic": false, "blanket_impl": null}}},
-                "12": {"name": "run", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["self", {}], ["n", {}]]}}}},
+                "12": {"name": "run", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["self", {"borrowed_ref": {"lifetime": null, "is_mutable": false, "type": {"generic": "Self"}}}], ["n", {"primitive": "u32"}]], "output": {"primitive": "bool"}}}}},
                 "8": {"name": null, "visibility": "default", "inner": {"impl": {"trait": {"path": "Clone"}, "items": [], "is_synthetic": false, "blanket_impl": null}}},
                 "9": {"name": "Tool", "visibility": "public", "inner": {"trait": {"items": [13]}}},
                 "13": {"name": "call", "visibility": "default", "inner": {"function": {}}}
@@ -402,13 +407,13 @@ mod tests {
             items,
             [
                 "enum k::Kind",
-                "field k::a::Agent::id",
-                "fn k::a::Agent::run(self, n)",
+                "field k::a::Agent::id: u64",
+                "fn k::a::Agent::run(&self, n: u32) -> bool",
                 "impl Clone for k::a::Agent",
                 "mod k::a",
                 "struct k::a::Agent",
                 "trait k::Tool",
-                "trait-item k::Tool::call (function)",
+                "trait-item fn k::Tool::call()",
                 "use k::Agent = a::Agent",
                 "variant k::Kind::One",
             ]
@@ -439,17 +444,17 @@ mod tests {
                 "12": {"name": null, "visibility": "public", "inner": {"use": {"source": "crate::b::Tie", "name": "Tie", "id": 50, "is_glob": false}}},
                 "13": {"name": null, "visibility": "public", "inner": {"use": {"source": "crate::b::Tie", "name": "Tie", "id": 50, "is_glob": false}}},
                 "20": {"name": "Builder", "visibility": "public", "inner": {"struct": {"kind": {"plain": {"fields": [21, 22]}}, "impls": [23, 25, 26]}}},
-                "21": {"name": "model", "visibility": "public", "inner": {"struct_field": {}}},
+                "21": {"name": "model", "visibility": "public", "inner": {"struct_field": {"resolved_path": {"path": "crate::m::Model", "id": 90, "args": null}}}},
                 "22": {"name": "secret", "visibility": "default", "inner": {"struct_field": {}}},
                 "23": {"name": null, "visibility": "default", "inner": {"impl": {"trait": null, "items": [24, 27], "is_synthetic": false, "blanket_impl": null}}},
-                "24": {"name": "build", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["self", {}]]}}}},
+                "24": {"name": "build", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["self", {"generic": "Self"}]], "output": {"resolved_path": {"path": "Built", "id": 91, "args": null}}}}}},
                 "27": {"name": "check", "visibility": "crate", "inner": {"function": {"sig": {"inputs": []}}}},
                 "25": {"name": null, "visibility": "default", "inner": {"impl": {"trait": {"path": "Clone"}, "items": [], "is_synthetic": false, "blanket_impl": null}}},
                 "26": {"name": null, "visibility": "default", "inner": {"impl": {"trait": {"path": "Send"}, "items": [], "is_synthetic": true, "blanket_impl": null}}},
                 "30": {"name": "Thing", "visibility": "public", "inner": {"struct": {"kind": "unit", "impls": []}}},
                 "50": {"name": "Tie", "visibility": "public", "inner": {"struct": {"kind": "unit", "impls": []}}},
                 "40": {"name": "g", "visibility": "default", "inner": {"module": {"items": [41, 42, 43]}}},
-                "41": {"name": "helper", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["x", {}]]}}}},
+                "41": {"name": "helper", "visibility": "public", "inner": {"function": {"sig": {"inputs": [["x", {"slice": {"primitive": "u8"}}]]}}}},
                 "42": {"name": "internal", "visibility": "crate", "inner": {"function": {}}},
                 "43": {"name": null, "visibility": "public", "inner": {"use": {"source": "self", "name": "g", "id": 40, "is_glob": true}}},
                 "60": {"name": "p", "visibility": "public", "inner": {"module": {"items": [61, 62]}}},
@@ -477,9 +482,9 @@ mod tests {
         assert_eq!(
             items,
             [
-                "field k::Builder::model",
-                "fn k::Builder::build(self)",
-                "fn k::helper(x)",
+                "field k::Builder::model: Model",
+                "fn k::Builder::build(self) -> Built",
+                "fn k::helper(x: [u8])",
                 "impl Clone for k::Builder",
                 "mod k::a",
                 "mod k::q",
@@ -514,8 +519,8 @@ mod tests {
         let items = items(&reexports()).unwrap();
         for line in [
             "struct k::Builder",
-            "field k::Builder::model",
-            "fn k::Builder::build(self)",
+            "field k::Builder::model: Model",
+            "fn k::Builder::build(self) -> Built",
             "impl Clone for k::Builder",
         ] {
             assert!(items.iter().any(|l| l == line), "{line} missing: {items:#?}");

@@ -22,6 +22,7 @@
 #![allow(clippy::print_stdout)]
 
 mod api;
+mod api_sig;
 mod bench;
 mod checks;
 mod examples;
