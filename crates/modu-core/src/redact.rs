@@ -215,6 +215,12 @@ impl StdError for RedactedError {
 /// Where the user info of a URL is: the bytes after `://` up to the last `@` before the first
 /// `?` or `#` (a wrongly encoded password may hold a `/`, so the path is not excluded).
 ///
+/// A wrongly encoded password may hold a `?` or a `#` too (`http://u:pa#ss@host/v1`, which no
+/// URL parser takes, and which the clients then quote in their error): when a `?` or `#` comes
+/// before any `/` and after a `:` (`user:pass…`), the user info runs to the last `@` before the
+/// first `/` after it. A query after a path or a host (`http://host/v1?mail=a@b`,
+/// `http://host?mail=a@b`) holds no user info.
+///
 /// A URL without a scheme (`user:pw@host/v1`, which the clients refuse, and then quote in
 /// their error) has its user info from the start, unless a space comes before the `@` (then
 /// it is a sentence, not a URL).
@@ -222,7 +228,14 @@ fn userinfo_span(url: &str) -> Option<(usize, usize)> {
     let start = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[start..];
     let end = rest.find(['?', '#']).unwrap_or(rest.len());
-    let at = rest[..end].rfind('@')?;
+    let at = match rest[..end].rfind('@') {
+        Some(at) => at,
+        None if end < rest.len() && !rest[..end].contains('/') && rest[..end].contains(':') => {
+            let authority_end = rest[end..].find('/').map_or(rest.len(), |n| end + n);
+            rest[..authority_end].rfind('@')?
+        }
+        None => return None,
+    };
     if start == 0 && rest[..at].contains(char::is_whitespace) {
         return None;
     }
@@ -300,6 +313,17 @@ mod tests {
     fn url_userinfo_is_masked_and_its_basic_form_too() {
         assert_eq!(display_url("http://user:p%40ss@host:1/v1"), "http://***@host:1/v1");
         assert_eq!(display_url("https://host/v1?x=a@b"), "https://host/v1?x=a@b");
+        // A password with an unencoded `#` or `?` (no URL parser takes it; the clients quote it).
+        assert_eq!(
+            display_url("http://admin:pa#ss-PW@127.0.0.1:8000/v1"),
+            "http://***@127.0.0.1:8000/v1"
+        );
+        assert_eq!(
+            display_url("http://admin:pa?ss-PW@host/v1?q=1"),
+            "http://***@host/v1?q=1"
+        );
+        assert_eq!(display_url("admin:pa#ss-PW@host/v1"), "***@host/v1");
+        assert_eq!(display_url("https://host?x=a@b"), "https://host?x=a@b");
         assert_eq!(display_url("reading the stream"), "reading the stream");
         // Without a scheme (a base URL the clients refuse, quoted in their error).
         assert_eq!(display_url("alice:s3cret@localhost:8000/v1"), "***@localhost:8000/v1");

@@ -263,4 +263,14 @@ async fn base_url_user_info_is_masked_in_errors_with_its_basic_form() {
     let (display, debug) = (err.to_string(), format!("{err:?}"));
     assert!(!display.contains(MARK) && !debug.contains(MARK), "{display} / {debug}");
     assert!(display.contains("***@localhost:11434"), "{display}");
+    // A password with an unencoded `#` or `?` makes the URL unparsable; it is masked all the same.
+    for url in [
+        "http://alice-SECRET:pa#55-SECRET@127.0.0.1:8000/v1",
+        "http://alice-SECRET:pa?55-SECRET@127.0.0.1:8000/v1",
+    ] {
+        let err = OllamaClient::new(url, "llama3.2").unwrap_err();
+        let (display, debug) = (err.to_string(), format!("{err:?}"));
+        assert!(!display.contains(MARK) && !debug.contains(MARK), "{display} / {debug}");
+        assert!(display.contains("http://***@127.0.0.1:8000/v1"), "{display}");
+    }
 }
