@@ -272,9 +272,17 @@ impl SecretMasker {
                         break;
                     }
                 }
+                // A cookie header's value is a `;`-separated list of secrets: masked to the line's end.
+                let key = &text[i..word_end];
+                let whole_line = key.eq_ignore_ascii_case("cookie") || key.eq_ignore_ascii_case("set-cookie");
                 let e = text[s..]
                     .find(|ch: char| {
-                        ch.is_whitespace() || matches!(ch, ',' | ';' | '&' | ')' | '}' | ']' | '"' | '\'' | '<' | '\\')
+                        if whole_line {
+                            matches!(ch, '\r' | '\n' | '"' | '\'' | '<' | '\\')
+                        } else {
+                            ch.is_whitespace()
+                                || matches!(ch, ',' | ';' | '&' | ')' | '}' | ']' | '"' | '\'' | '<' | '\\')
+                        }
                     })
                     .map_or(text.len(), |n| s + n);
                 (s, e)

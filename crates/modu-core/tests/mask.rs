@@ -122,3 +122,16 @@ fn custom_keys() {
     let m = SecretMasker::default().with_additional_keys(["ssn"]);
     assert!(m.is_secret_key("password") && m.is_secret_key("SSN"));
 }
+
+#[test]
+fn a_cookie_header_in_text_is_masked_to_the_end_of_its_line() {
+    let m = SecretMasker::default();
+    let masked = m.mask_text("GET /\r\nCookie: theme=dark; sessionid=SEC-COOKIE-SESSION\r\nAccept: */*");
+    assert!(!masked.contains("SEC-COOKIE-SESSION"), "{masked}");
+    assert!(!masked.contains("theme=dark"), "{masked}");
+    assert!(masked.contains("Accept: */*"), "the next header is kept: {masked}");
+    let masked = m.mask_text("set-cookie: id=SEC-SET-COOKIE; Path=/; HttpOnly");
+    assert!(!masked.contains("SEC-SET-COOKIE"), "{masked}");
+    // Other keys still end at `;`.
+    assert_eq!(m.mask_text("token=t1; keep=1"), "token=***; keep=1");
+}
