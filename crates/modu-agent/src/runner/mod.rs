@@ -158,13 +158,17 @@ where
                 .await;
         }
         let outcome = self.drive().await;
-        for (_, session) in std::mem::take(&mut self.sessions) {
-            session.close().await;
-        }
         for provider in &self.env.agent.context_providers {
             provider.run_finished(&self.env.ctx).await;
         }
-        self.finish(outcome).await
+        // The tool sessions close after the run is recorded: a server slow to exit delays the
+        // caller, never the run's own saves under its deadline.
+        let sessions = std::mem::take(&mut self.sessions);
+        let ended = self.finish(outcome).await;
+        for (_, session) in sessions {
+            session.close().await;
+        }
+        ended
     }
 
     async fn drive(&mut self) -> Result<O, AgentError> {

@@ -47,11 +47,21 @@ where
     }
 
     /// Asks every session whether its tools changed; re-indexes the run's tools when one did.
+    /// Within the run's deadline: a server that announced a change and never lists its tools
+    /// ends the run with its timeout, not with the server's own call timeout.
     pub(super) async fn refresh_tools(&mut self) -> Result<(), AgentError> {
-        let mut changed = false;
-        for (_, session) in &self.sessions {
-            changed |= session.refresh().await;
+        if self.sessions.is_empty() {
+            return Ok(());
         }
+        let sessions = &self.sessions;
+        let refresh = async move {
+            let mut changed = false;
+            for (_, session) in sessions {
+                changed |= session.refresh().await;
+            }
+            changed
+        };
+        let changed = with_deadline(self.env.deadline, self.env.agent.limits.timeout, refresh).await?;
         if changed { self.index_tools() } else { Ok(()) }
     }
 

@@ -3,6 +3,7 @@
 
 mod limits;
 mod output;
+mod providers;
 mod sessions;
 mod stream;
 mod support;
