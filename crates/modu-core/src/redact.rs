@@ -252,12 +252,68 @@ fn userinfo(url: &str) -> Option<(&str, Option<&str>)> {
     })
 }
 
-/// The URL with its user info (if any) replaced by `***`: `http://***@host/v1`.
+/// The URL with its user info (if any) replaced by `***`, and the value of every query
+/// parameter with a secret name ([`SecretMasker`](crate::mask::SecretMasker)'s default keys:
+/// `password`, `sslpassword`, `api_key`, `token`, …) too:
+/// `postgres://***@db/app?password=***&sslmode=disable`. `url` is one URL (it may hold spaces,
+/// as a wrongly written password does).
 pub fn display_url(url: &str) -> Cow<'_, str> {
-    match userinfo_span(url) {
+    let shown = match userinfo_span(url) {
         Some((start, end)) => Cow::Owned(format!("{}{MASK}{}", &url[..start], &url[end..])),
         None => Cow::Borrowed(url),
+    };
+    match mask_secret_params(&shown) {
+        Some(masked) => Cow::Owned(masked),
+        None => shown,
     }
+}
+
+/// `url` with the values of its secret-named query parameters replaced by `***`; `None` when
+/// it has none.
+fn mask_secret_params(url: &str) -> Option<String> {
+    let after_userinfo = url.find(MASK).map_or(0, |i| i + MASK.len());
+    let q = after_userinfo + url[after_userinfo..].find('?')?;
+    let end = url[q..].find('#').map_or(url.len(), |n| q + n);
+    let masker = crate::mask::SecretMasker::default();
+    let mut changed = false;
+    let params: Vec<String> = url[q + 1..end]
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) if !value.is_empty() && masker.is_secret_key(&percent_decode(key)) => {
+                changed = true;
+                format!("{key}={MASK}")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    changed.then(|| format!("{}?{}{}", &url[..q], params.join("&"), &url[end..]))
+}
+
+/// Every URL in `text` (from its `scheme://` to the next whitespace, quote or `)`) as
+/// [`display_url`] shows it: for error messages and logs that may quote a connection URL.
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')'))
+            .unwrap_or(tail.len());
+        let url = &tail[..end];
+        // The scheme is already out; masked as if it were there.
+        let shown = display_url_after_scheme(url);
+        out.push_str(&shown);
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// [`display_url`] of `scheme://` + `rest`, without the scheme.
+fn display_url_after_scheme(rest: &str) -> String {
+    let full = format!("x://{rest}");
+    display_url(&full)[4..].to_owned()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -324,6 +380,21 @@ mod tests {
         );
         assert_eq!(display_url("admin:pa#ss-PW@host/v1"), "***@host/v1");
         assert_eq!(display_url("https://host?x=a@b"), "https://host?x=a@b");
+        // Secret-named query parameters.
+        assert_eq!(
+            display_url("postgres://u@db/app?sslmode=disable&password=p1&sslpassword=p2#x"),
+            "postgres://***@db/app?sslmode=disable&password=***&sslpassword=***#x"
+        );
+        assert_eq!(
+            display_url("http://h/v1?api-version=2024"),
+            "http://h/v1?api-version=2024"
+        );
+        // Every URL of a text, ending at whitespace, a quote or `)`.
+        assert_eq!(
+            redact_urls("a postgres://u:p/q@db/app?password=x (and 'redis://:pw@h/1') done"),
+            "a postgres://***@db/app?password=*** (and 'redis://***@h/1') done"
+        );
+        assert_eq!(redact_urls("no url at all"), "no url at all");
         assert_eq!(display_url("reading the stream"), "reading the stream");
         // Without a scheme (a base URL the clients refuse, quoted in their error).
         assert_eq!(display_url("alice:s3cret@localhost:8000/v1"), "***@localhost:8000/v1");

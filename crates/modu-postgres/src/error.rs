@@ -56,28 +56,11 @@ impl From<PostgresStoreError> for StoreError {
     }
 }
 
-/// Removes the user-info part (`user:password@`) of any URL in `text` (for messages and logs).
+/// Removes the user info (`user:password@`) and secret-named query parameters
+/// (`?password=…`) of every URL in `text` (for messages and logs); see
+/// [`modu_core::redact::redact_urls`].
 pub fn redact_credentials(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c.is_whitespace() || c == '/' || c == '?' || c == '"' || c == '\'' || c == ')')
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => {
-                out.push_str("***@");
-                out.push_str(&authority[at + 1..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
+    modu_core::redact::redact_urls(text)
 }
 
 /// SQLSTATEs that mean "gave up waiting": `query_canceled` (statement_timeout) and

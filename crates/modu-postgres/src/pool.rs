@@ -22,8 +22,8 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// The most connections a pool opened by [`connect`] or [`connect_in_schema`] holds.
 pub const MAX_CONNECTIONS: u32 = 8;
 
-/// How long an operation waits for a free connection of the pool (then
-/// [`StoreError::Timeout`]).
+/// How long an operation waits for a free connection of the pool, and [`connect`] for the
+/// server's first answer (then [`StoreError::Timeout`]).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The first key of the advisory locks that serialise migrations (the second is the schema).
@@ -63,11 +63,26 @@ fn connect_err(url: &str) -> impl Fn(sqlx::Error) -> StoreError + '_ {
     move |e| match e {
         sqlx::Error::PoolTimedOut => StoreError::Timeout,
         other => PostgresStoreError::Connect {
-            url: redact_credentials(url),
+            // The whole string is the URL, even with a space in a wrongly written password.
+            url: modu_core::redact::display_url(url).into_owned(),
             message: redact_credentials(&other.to_string()),
         }
         .into(),
     }
+}
+
+/// Opens one connection and closes it, within [`ACQUIRE_TIMEOUT`]: a server that is down, or
+/// refuses the login, is a [`PostgresStoreError::Connect`] naming the cause at once. (A pool
+/// retries a refused connection until its acquire timeout, then reports only that it timed out.)
+async fn reachable(options: &PgConnectOptions, url: &str) -> Result<(), StoreError> {
+    use sqlx::{ConnectOptions, Connection};
+    let connection = tokio::time::timeout(ACQUIRE_TIMEOUT, options.connect())
+        .await
+        .map_err(|_| StoreError::Timeout)?
+        .map_err(connect_err(url))?;
+    // Closing politely is best effort: the server has answered, which is what was asked.
+    let _ = connection.close().await;
+    Ok(())
 }
 
 /// Connects a pool (at most [`MAX_CONNECTIONS`] connections, [`ACQUIRE_TIMEOUT`]) to the
@@ -76,7 +91,9 @@ fn connect_err(url: &str) -> impl Fn(sqlx::Error) -> StoreError + '_ {
 /// schema the connection's `search_path` selects (`public` by default). No TLS. Share the pool
 /// between the three stores.
 pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
-    let pool = pool_options().connect(url).await.map_err(connect_err(url))?;
+    let options = PgConnectOptions::from_str(url).map_err(connect_err(url))?;
+    reachable(&options, url).await?;
+    let pool = pool_options().connect_with(options).await.map_err(connect_err(url))?;
     migrate(&pool).await?;
     Ok(pool)
 }
@@ -88,6 +105,7 @@ pub async fn connect_in_schema(url: &str, schema: &str) -> Result<PgPool, StoreE
     let options = PgConnectOptions::from_str(url)
         .map_err(connect_err(url))?
         .options([("search_path", startup_option_value(&quote_identifier(schema)?))]);
+    reachable(&options, url).await?;
     let pool = pool_options().connect_with(options).await.map_err(connect_err(url))?;
     create_schema(&pool, schema).await?;
     migrate(&pool).await?;
@@ -205,5 +223,49 @@ mod tests {
         assert!(quote_identifier(&"x".repeat(63)).is_ok());
         assert!(quote_identifier("a\0b").is_err());
         assert_eq!(startup_option_value("\"a b\\c\td\""), "\"a\\ b\\\\c\\\td\"");
+    }
+
+    /// A port nothing listens on (bound, then released).
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn a_server_that_is_down_is_a_connect_error_at_once_naming_the_cause() {
+        let url = format!("postgres://modu:Down-SECRET@127.0.0.1:{}/app", closed_port());
+        let started = std::time::Instant::now();
+        let err = connect(&url).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took {:?} (the pool's acquire timeout is 30 s)",
+            started.elapsed()
+        );
+        let text = err.to_string();
+        assert!(text.contains("cannot connect") || text.contains("connect"), "{text}");
+        assert!(!matches!(err, StoreError::Timeout), "{err:?}");
+        assert!(text.contains("127.0.0.1") && !text.contains("SECRET"), "{text}");
+        let err = connect_in_schema(&url, "s").await.unwrap_err();
+        assert!(!matches!(err, StoreError::Timeout), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_connect_error_never_quotes_a_password() {
+        let port = closed_port();
+        for url in [
+            // A `/` in the password: no URL parser takes it.
+            format!("postgres://modu:Zq9/pw-SECRET@127.0.0.1:{port}/app"),
+            // A space in the password: sqlx takes it and tries to log in.
+            format!("postgres://modu:Zq9 pw-SECRET@127.0.0.1:{port}/app"),
+            // The password as a URL parameter, which sqlx supports.
+            format!("postgres://modu@127.0.0.1:{port}/app?password=pw-SECRET&sslmode=disable"),
+        ] {
+            let err = connect(&url).await.unwrap_err();
+            let (display, debug) = (err.to_string(), format!("{err:?}"));
+            assert!(
+                !display.contains("SECRET") && !debug.contains("SECRET"),
+                "{display} / {debug}"
+            );
+        }
     }
 }
