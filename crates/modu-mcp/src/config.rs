@@ -103,8 +103,8 @@ impl fmt::Debug for McpAuthConfig {
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
-    /// The server's name: unique within a run, without `__`. Tools appear to the model as
-    /// `<name>__<tool>`.
+    /// The server's name: unique within a run, without `__`, not starting or ending with `_`.
+    /// Tools appear to the model as `<name>__<tool>`.
     pub name: String,
     /// How to reach it.
     pub transport: McpTransport,
@@ -239,9 +239,9 @@ impl McpServerConfig {
     }
 
     /// Checks the rules that do not depend on other servers: a non-empty name without `__`
-    /// (letters, digits, `_`, `-`), a command for stdio, an http(s) url for streamable HTTP,
-    /// a positive call timeout and result cap, at most one bearer source, valid header names
-    /// and OAuth settings.
+    /// (letters, digits, `_`, `-`; not starting or ending with `_`), a command for stdio, an
+    /// http(s) url for streamable HTTP, a positive call timeout and result cap, at most one
+    /// bearer source, valid header names and OAuth settings.
     pub fn validate(&self) -> Result<(), McpServerConfigurationError> {
         let err = |m: String| Err(McpServerConfigurationError::new(Some(&self.name), m));
         validate_name(&self.name)?;
@@ -378,6 +378,11 @@ fn validate_name(name: &str) -> Result<(), McpServerConfigurationError> {
     }
     if name.contains("__") {
         return err("a server name must not contain \"__\" (it separates server and tool names)");
+    }
+    if name.starts_with('_') || name.ends_with('_') {
+        return err(
+            "a server name must not start or end with '_' (server \"a_\" with tool \"b\" and server \"a\" with tool \"_b\" would both be \"a___b\")",
+        );
     }
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
         return err("a server name may contain only ASCII letters, digits, '_' and '-'");

@@ -7,7 +7,6 @@ use serde_json::Value;
 
 use crate::client::MAX_ERROR_TEXT;
 use crate::error::{InvocationFailure, McpError, McpToolInvocationError, redact, redact_value};
-use crate::registry::split_external_name;
 
 /// A tool result as the model gets it: `structuredContent` as is (a wrapped plain value
 /// unwrapped, see [`unwrap_plain`]), else the normalised contents, with `result_secrets`
@@ -77,15 +76,14 @@ pub(crate) fn unknown_tool(external_name: &str) -> McpError {
     })
 }
 
-pub(crate) fn removed_tool(external_name: &str) -> McpError {
-    let server = split_external_name(external_name).map(|(server, _)| server.to_owned());
-    let by = server.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+/// The error for a call to `external_name`, which `server` removed during the run.
+pub(crate) fn removed_tool(external_name: &str, server: &str) -> McpError {
     McpError::ToolInvocation(McpToolInvocationError {
-        server,
+        server: Some(server.to_owned()),
         tool: external_name.to_owned(),
         failure: InvocationFailure::ToolRemoved,
         message: format!(
-            "the MCP server{by} removed the tool {external_name:?} during this run; call mcp_search_tools to find its current tools"
+            "the MCP server {server} removed the tool {external_name:?} during this run; call mcp_search_tools to find its current tools"
         ),
     })
 }

@@ -64,10 +64,10 @@ type SelectionFn<C> = Arc<dyn Fn(&RunContext<C>) -> Option<Value> + Send + Sync>
 /// by name (strict Plan-and-Execute plans name them per step). Each request then carries every
 /// visible tool's schema, so prefer the meta tools for large catalogs.
 ///
-/// The run loop reads a session's tools once, when the run opens it: a tool a server adds
-/// during the run is not offered as a direct tool until the core asks again
-/// ([`McpToolSession::refresh`] and [`McpToolSession::tools`] are what it would call); a
-/// removed one stops being offered ([`Tool::is_enabled`]) once the change is listed.
+/// The run loop calls [`McpToolSession::refresh`] (as [`ToolSession::refresh`]) before each
+/// model request and reads [`McpToolSession::tools`] again when it reports a change: a tool a
+/// server adds during the run is offered as a direct tool from the next model request of that
+/// run; a removed one stops being offered ([`Tool::is_enabled`]) once the change is listed.
 pub struct McpToolProvider<C> {
     connector: Arc<McpConnector>,
     filter: Option<McpToolFilter<C>>,

@@ -136,9 +136,21 @@ impl McpToolRegistry {
         Self::default()
     }
 
-    /// Adds a tool (a later tool with the same external name replaces the earlier one).
+    /// Adds a tool (a later tool with the same external name replaces the earlier one; the
+    /// tools a session lists never replace one another: the first is kept, see
+    /// [`McpToolRegistry::insert_first`]).
     pub fn insert(&mut self, descriptor: McpToolDescriptor) {
         self.insert_shared(Arc::new(descriptor));
+    }
+
+    /// Adds a tool unless its external name is taken; `Err` hands back the tool that has it
+    /// (and the registry is unchanged).
+    pub(crate) fn insert_first(&mut self, descriptor: Arc<McpToolDescriptor>) -> Result<(), Arc<McpToolDescriptor>> {
+        if let Some(existing) = self.get(&descriptor.external_name) {
+            return Err(Arc::clone(existing));
+        }
+        self.insert_shared(descriptor);
+        Ok(())
     }
 
     /// Adds a descriptor shared with another registry (same replacement rule as `insert`).
@@ -216,12 +228,14 @@ impl McpToolRegistry {
     }
 }
 
-/// Splits an external name into (server, tool). Server names never contain `__`, so the first
-/// separator is the split point.
+/// Splits an external name into (server, tool). Server names never contain `__` and never
+/// start or end with `_`, so the first separator is the split point (`a___b` is server `a`,
+/// tool `_b`); `None` when the part before it cannot be a server name. Where the tool is in a
+/// registry, its descriptor's `server` and `tool` are the authority.
 pub fn split_external_name(external_name: &str) -> Option<(&str, &str)> {
     external_name
         .split_once(NAME_SEPARATOR)
-        .filter(|(s, t)| !s.is_empty() && !t.is_empty())
+        .filter(|(s, t)| !s.is_empty() && !s.starts_with('_') && !t.is_empty())
 }
 
 #[cfg(test)]
@@ -490,5 +504,22 @@ mod tests {
         assert_eq!(split_external_name("a__b__c"), Some(("a", "b__c")));
         assert_eq!(split_external_name("ab"), None);
         assert_eq!(split_external_name("__b"), None);
+        // A server name never ends (or starts) with '_': the first separator is the split.
+        assert_eq!(split_external_name("a___b"), Some(("a", "_b")));
+        assert_eq!(split_external_name("_a__b"), None);
+    }
+
+    #[test]
+    fn insert_first_keeps_the_tool_that_has_the_name() {
+        let mut r = McpToolRegistry::new();
+        let first = Arc::new(McpToolDescriptor::new("a", "_b", "First.", object()));
+        assert!(r.insert_first(Arc::clone(&first)).is_ok());
+        let second = Arc::new(McpToolDescriptor::new("a_", "b", "Second.", object()));
+        assert_eq!(second.external_name, first.external_name);
+        let kept = r.insert_first(second).unwrap_err();
+        assert!(Arc::ptr_eq(&kept, &first));
+        assert_eq!(r.len(), 1);
+        let tool = r.get("a___b").unwrap();
+        assert_eq!((tool.server.as_str(), tool.tool.as_str()), ("a", "_b"));
     }
 }

@@ -39,8 +39,9 @@ pub struct McpSession {
     registry: RwLock<Arc<McpToolRegistry>>,
     /// How often the tools changed since the session opened.
     tools_version: AtomicU64,
-    /// Tools a server removed during the session (and did not add back).
-    removed: Mutex<HashSet<String>>,
+    /// Tools a server removed during the session (and did not add back): external name →
+    /// server.
+    removed: Mutex<HashMap<String, String>>,
     /// One listing at a time.
     refreshing: tokio::sync::Mutex<()>,
     pub(crate) default_max_result_bytes: usize,
@@ -69,9 +70,7 @@ impl McpSession {
         let mut servers = Vec::with_capacity(opened.len());
         let mut by_name = HashMap::new();
         for (connection, tools) in opened {
-            for tool in &tools {
-                registry.insert(descriptor(&connection.name, tool));
-            }
+            add_listed(&mut registry, &connection.name, &tools);
             by_name.insert(connection.name.clone(), servers.len());
             servers.push(Arc::new(connection));
         }
@@ -91,7 +90,7 @@ impl McpSession {
             by_name: HashMap::new(),
             registry: RwLock::new(Arc::new(registry)),
             tools_version: AtomicU64::new(0),
-            removed: Mutex::new(HashSet::new()),
+            removed: Mutex::new(HashMap::new()),
             refreshing: tokio::sync::Mutex::new(()),
             default_max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             sampler,
@@ -218,20 +217,18 @@ impl McpSession {
                     gone.extend(
                         previous
                             .filter(|d| !names.contains(d.tool.as_str()))
-                            .map(|d| d.external_name.clone()),
+                            .map(|d| (d.external_name.clone(), d.server.clone())),
                     );
-                    for tool in tools {
-                        next.insert(descriptor(&server.name, tool));
-                    }
+                    add_listed(&mut next, &server.name, tools);
                 }
-                None => previous.for_each(|d| next.insert_shared(Arc::clone(d))),
+                None => previous.for_each(|d| add_first(&mut next, Arc::clone(d))),
             }
         }
         tracing::debug!(tools = next.len(), removed = gone.len(), "MCP tools listed again");
         {
             let mut removed = self.removed.lock().unwrap_or_else(PoisonError::into_inner);
             removed.extend(gone);
-            removed.retain(|name| next.get(name).is_none());
+            removed.retain(|name, _| next.get(name).is_none());
         }
         *self.registry.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
         self.tools_version.fetch_add(1, Ordering::AcqRel);
@@ -245,11 +242,11 @@ impl McpSession {
             .removed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(external_name);
-        if removed {
-            removed_tool(external_name)
-        } else {
-            unknown_tool(external_name)
+            .get(external_name)
+            .cloned();
+        match removed {
+            Some(server) => removed_tool(external_name, &server),
+            None => unknown_tool(external_name),
         }
     }
 
@@ -539,6 +536,35 @@ fn is_stale(server: &ServerConnection) -> bool {
     server.signals.tools_generation() != server.tools_listed.load(Ordering::Acquire)
 }
 
+/// Adds a server's listed tools to `registry`, in listing order (see [`add_first`]).
+fn add_listed(registry: &mut McpToolRegistry, server: &str, tools: &[rmcp::model::Tool]) {
+    for tool in tools {
+        add_first(registry, Arc::new(descriptor(server, tool)));
+    }
+}
+
+/// Adds a tool unless its external name is taken: by another server's tool (`a` with `_b`
+/// and `a_` with `b` would both be `a___b`; configuration refuses such server names), or by a
+/// tool of the same name earlier in its server's listing. The first keeps the name and the
+/// other is left out with a warning: a tool is never replaced silently.
+fn add_first(registry: &mut McpToolRegistry, descriptor: Arc<McpToolDescriptor>) {
+    let name = descriptor.external_name.clone();
+    let (server, tool) = (descriptor.server.clone(), descriptor.tool.clone());
+    if let Err(kept) = registry.insert_first(descriptor) {
+        tracing::warn!(
+            external_name = %name,
+            server = %server,
+            tool = %tool,
+            kept_server = %kept.server,
+            kept_tool = %kept.tool,
+            "MCP tool left out: tool {tool:?} of server {server:?} has the external name {name:?} \
+             of tool {:?} of server {:?}, which is kept",
+            kept.tool,
+            kept.server,
+        );
+    }
+}
+
 /// The descriptor of a listed tool.
 fn descriptor(server: &str, tool: &rmcp::model::Tool) -> McpToolDescriptor {
     let descriptor = McpToolDescriptor::new(
@@ -550,5 +576,38 @@ fn descriptor(server: &str, tool: &rmcp::model::Tool) -> McpToolDescriptor {
     match &tool.output_schema {
         Some(schema) => descriptor.with_output_schema(Value::Object((**schema).clone())),
         None => descriptor,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> rmcp::model::Tool {
+        serde_json::from_value(json!({
+            "name": name,
+            "description": description,
+            "inputSchema": {"type": "object"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_listed_tool_never_replaces_one_with_the_same_external_name() {
+        let mut registry = McpToolRegistry::new();
+        // Two servers whose names join to the same external name (configuration refuses `a_`
+        // now; the registry keeps the first whatever the names).
+        add_listed(&mut registry, "a", &[tool("_b", "a's _b")]);
+        add_listed(&mut registry, "a_", &[tool("b", "a_'s b")]);
+        // One listing with the same name twice.
+        add_listed(&mut registry, "c", &[tool("dup", "first"), tool("dup", "second")]);
+        let names: Vec<&str> = registry.tools().iter().map(|t| t.external_name.as_str()).collect();
+        assert_eq!(names, ["a___b", "c__dup"]);
+        let kept = registry.get("a___b").unwrap();
+        assert_eq!(
+            (kept.server.as_str(), kept.tool.as_str(), kept.description.as_str()),
+            ("a", "_b", "a's _b")
+        );
+        assert_eq!(registry.get("c__dup").unwrap().description, "first");
     }
 }

@@ -9,7 +9,9 @@
 //! nor bounded nesting, and works on a line too large to keep) and fails that request at once
 //! with an error response it makes up; [`DecodeFailures`] tells the session which errors are
 //! such made-up ones. An answer that names no request it can find, or the end of the server's
-//! output, fails every request in flight and ends the session.
+//! output, fails every request in flight and ends the session. A line that is not a JSON-RPC
+//! message at all (a banner, a stray print, a structured logger's JSON object with none of
+//! `jsonrpc`, `method`, `result` and `error`) is skipped with a warning.
 
 mod failures;
 mod process;

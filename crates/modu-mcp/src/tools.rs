@@ -141,8 +141,11 @@ impl McpApprovalDescription {
     }
 }
 
-/// Builds the approval description for `mcp_call_tool` arguments (`{tool_name, arguments}`).
-/// `None` when the arguments do not name an external tool.
+/// Builds the approval description for `mcp_call_tool` arguments (`{tool_name, arguments}`)
+/// from the name alone, split at its first `__` (server names never contain `__` nor start
+/// or end with `_`). `None` when the arguments do not name an external tool.
+/// [`McpCallTool::approval_description`] takes the server and tool from the session's tools
+/// instead.
 pub fn approval_description(arguments: &Value) -> Option<McpApprovalDescription> {
     let tool_name = arguments.get("tool_name")?.as_str()?;
     let (server, tool) = split_external_name(tool_name)?;
@@ -201,15 +204,37 @@ impl<C> McpCallTool<C> {
     }
 
     /// The approval description for a call with these arguments, checked against the
-    /// session's tools (an unknown tool is a `not_found` error).
+    /// session's tools (an unknown tool is a `not_found` error): its server and tool are the
+    /// listed tool's.
     pub fn approval_description(&self, arguments: &Value) -> Result<McpApprovalDescription, ToolError> {
+        if let Some(description) = self.listed_description(arguments) {
+            return Ok(description);
+        }
         let description = approval_description(arguments).ok_or_else(|| {
             ToolError::validation("invalid_arguments", "tool_name must name a tool as <server>__<tool>")
         })?;
-        if self.session.registry().get(&description.tool_name).is_none() {
-            return Err(unknown_tool(&description.tool_name).to_tool_error());
-        }
-        Ok(description)
+        Err(unknown_tool(&description.tool_name).to_tool_error())
+    }
+
+    /// The approval description of a call whose `tool_name` the session lists, with that
+    /// tool's server and tool (never the name split again).
+    fn listed_description(&self, arguments: &Value) -> Option<McpApprovalDescription> {
+        let tool_name = arguments.get("tool_name")?.as_str()?;
+        let descriptor = self.session.registry().get(tool_name).cloned()?;
+        Some(McpApprovalDescription {
+            tool_name: tool_name.to_owned(),
+            mcp_tool_name: descriptor.tool.clone(),
+            mcp_server: descriptor.server.clone(),
+            mcp_arguments: arguments.get("arguments").cloned().unwrap_or_else(|| json!({})),
+        })
+    }
+
+    /// The approval description of a call: the listed tool's when the session has it, else
+    /// the name split ([`approval_description`]); `None` when the arguments name no external
+    /// tool.
+    fn describe(&self, arguments: &Value) -> Option<McpApprovalDescription> {
+        self.listed_description(arguments)
+            .or_else(|| approval_description(arguments))
     }
 }
 
@@ -243,7 +268,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
     }
 
     fn needs_approval(&self, ctx: &RunContext<C>, arguments: &Value) -> bool {
-        match (&self.approval, approval_description(arguments)) {
+        match (&self.approval, self.describe(arguments)) {
             (Some(policy), Some(description)) => policy(ctx, &description),
             // Arguments that name no external tool fail in `call` without reaching a server.
             _ => false,
@@ -260,7 +285,7 @@ impl<C: Send + Sync + 'static> Tool<C> for McpCallTool<C> {
     }
 
     fn approval_request(&self, call_id: &str, arguments: &Value) -> modu_core::ApprovalRequest {
-        match approval_description(arguments) {
+        match self.describe(arguments) {
             Some(d) => d.into_request(call_id),
             None => modu_core::ApprovalRequest::new(call_id, CALL_TOOL_NAME, arguments.clone()),
         }

@@ -9,8 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modu_agent::{Agent, AgentRequest};
+use modu_core::Tool;
 use modu_core::{Role, UserContext};
-use modu_mcp::{McpConfig, McpConnector, McpToolProvider, approval_description};
+use modu_mcp::{
+    McpApprovalPolicy, McpCallTool, McpConfig, McpConnector, McpSession, McpToolDescriptor, McpToolProvider,
+    McpToolRegistry, approval_description,
+};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
 
@@ -171,6 +175,47 @@ fn approval_names_the_external_tool() {
     assert_eq!(approval.mcp_server, "weather");
     assert_eq!(approval.mcp_arguments, json!({"city": "Seoul"}));
     assert!(approval_description(&json!({"tool_name": "plain"})).is_none());
+}
+
+#[test]
+fn approvals_name_the_listed_server_and_tool_not_a_split_of_the_name() {
+    // A registry built directly (configuration refuses a server named `a_`): server `a_`'s
+    // tool `b` has the external name `a___b`, which a split at the first `__` reads as server
+    // `a`, tool `_b`. The approval must name the tool the call runs.
+    let mut registry = McpToolRegistry::new();
+    registry.insert(McpToolDescriptor::new("a_", "b", "B.", json!({"type": "object"})));
+    let session = Arc::new(McpSession::from_registry(registry));
+    let args = json!({"tool_name": "a___b", "arguments": {"x": 1}});
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let policy: McpApprovalPolicy<()> = Arc::new({
+        let seen = Arc::clone(&seen);
+        move |_, d| {
+            seen.lock()
+                .unwrap()
+                .push((d.mcp_server.clone(), d.mcp_tool_name.clone()));
+            true
+        }
+    });
+    let call = McpCallTool::new(session, None).with_approval(Some(policy));
+    let d = call.approval_description(&args).unwrap();
+    assert_eq!(
+        (d.tool_name.as_str(), d.mcp_server.as_str(), d.mcp_tool_name.as_str()),
+        ("a___b", "a_", "b")
+    );
+    assert_eq!(d.mcp_arguments, json!({"x": 1}));
+    // What the policy is shown, and what the approval prompt carries.
+    let ctx = modu_core::RunContext::new(Arc::new(()), "run-1");
+    assert!(Tool::<()>::needs_approval(&call, &ctx, &args));
+    assert_eq!(*seen.lock().unwrap(), [("a_".to_owned(), "b".to_owned())]);
+    let request = Tool::<()>::approval_request(&call, "call-1", &args);
+    assert_eq!(request.tool_name, "a___b");
+    assert_eq!(request.metadata["mcp_server"], "a_");
+    assert_eq!(request.metadata["mcp_tool_name"], "b");
+    // An unknown tool is still refused; a name that is no external name is still invalid.
+    let e = call.approval_description(&json!({"tool_name": "a__c"})).unwrap_err();
+    assert_eq!(e.kind, modu_core::ToolErrorKind::NotFound, "{e:?}");
+    let e = call.approval_description(&json!({"tool_name": "plain"})).unwrap_err();
+    assert_eq!(e.reason, "invalid_arguments", "{e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

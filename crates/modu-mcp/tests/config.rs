@@ -93,6 +93,22 @@ fn names_must_not_contain_double_underscore() {
 }
 
 #[test]
+fn names_must_not_start_or_end_with_an_underscore() {
+    // Server `a_` with tool `b` and server `a` with tool `_b` would both be `a___b`.
+    for name in ["a_", "_a", "_", "weather_", "_weather"] {
+        let e = McpServerConfig::from_json(json!({"name": name, "transport": "stdio", "command": "x"})).unwrap_err();
+        assert_eq!(e.server.as_deref(), Some(name));
+        assert!(e.message.contains("must not start or end with '_'"), "{name}: {e}");
+        let e = McpConfig::new(vec![McpServerConfig::stdio(name, "x")]).unwrap_err();
+        assert!(e.message.contains("must not start or end with '_'"), "{name}: {e}");
+    }
+    // '_' inside a name is fine.
+    for name in ["a_b", "my_server-2", "a-_b"] {
+        McpServerConfig::from_json(json!({"name": name, "transport": "stdio", "command": "x"})).unwrap();
+    }
+}
+
+#[test]
 fn urls_must_be_http_or_https() {
     for url in [
         "ftp://example.com/mcp",

@@ -92,6 +92,53 @@ async fn undecodable_answers_fail_at_once_with_a_typed_error_and_the_session_sta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_on_stdout_are_skipped_and_the_session_stays_open() {
+    let Some(python) = support::python() else { return };
+    // The server writes `{"level":"info","msg":"server started"}` before initialize and a JSON
+    // log line before every answer: the session opens.
+    let session = Arc::new(open(vec![support::misbehaving_stdio("logs", &python, &["--json-logs"])]).await);
+    // A call in flight while log lines arrive (the next call's) is not failed either.
+    let slow = tokio::spawn({
+        let session = Arc::clone(&session);
+        async move { timed(&session, "logs__slow", json!({"seconds": 1})).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for text in ["one", "two"] {
+        let (out, took) = timed(&session, "logs__ok", json!({"text": text})).await;
+        assert_eq!(out.unwrap(), json!(format!("ok: {text}")));
+        assert!(took < FAST, "{took:?}");
+    }
+    let (out, _) = slow.await.unwrap();
+    assert_eq!(out.unwrap(), json!("slept"));
+    let (out, _) = timed(&session, "logs__ok", json!({"text": "after"})).await;
+    assert_eq!(out.unwrap(), json!("ok: after"));
+    session.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_tool_with_a_taken_name_is_left_out_not_swapped_in() {
+    let Some(python) = support::python() else { return };
+    // The server lists `ok` twice: the first (text argument) is kept, the second (a required
+    // `n`) is left out.
+    let session = open(vec![support::misbehaving_stdio("dup", &python, &["--duplicate-tool"])]).await;
+    let registry = session.registry();
+    let oks: Vec<_> = registry
+        .tools()
+        .iter()
+        .filter(|t| t.external_name == "dup__ok")
+        .collect();
+    assert_eq!(oks.len(), 1);
+    assert_eq!(oks[0].description, "A normal text result.");
+    assert_eq!((oks[0].server.as_str(), oks[0].tool.as_str()), ("dup", "ok"));
+    let found = session.search("dup__ok", 10, |_| true);
+    assert_eq!(found["tools"][0]["description"], "A normal text result.");
+    // Calls are checked against the first tool's schema.
+    let out = session.call_tool("dup__ok", json!({"text": "first"})).await;
+    assert_eq!(out.unwrap(), json!("ok: first"));
+    session.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_naming_no_request_fails_every_call_in_flight_and_closes_the_session() {
     let Some(python) = support::python() else { return };
     let marker = support::marker("no-id");

@@ -11,8 +11,8 @@ enum Key {
 }
 
 /// Finds, in the bytes of one JSON-RPC message fed in any number of pieces, the top-level
-/// `id` and whether the message has a top-level `method` (a request or notification) or
-/// `result`/`error` (an answer). It keeps a few bytes of state whatever the size of the
+/// `id` and whether the message has a top-level `method` (a request or notification),
+/// `result`/`error` (an answer) or `jsonrpc` (a JSON-RPC message at all, not a log line). It keeps a few bytes of state whatever the size of the
 /// message, needs neither valid UTF-8 nor bounded nesting, and tolerates a message that is
 /// not well-formed JSON elsewhere.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +36,7 @@ pub(crate) struct IdScanner {
     id_raw: Option<Vec<u8>>,
     has_method: bool,
     has_answer: bool,
+    has_jsonrpc: bool,
 }
 
 impl IdScanner {
@@ -164,6 +165,7 @@ impl IdScanner {
             b"id" => self.last_key = Key::Id,
             b"method" => self.has_method = true,
             b"result" | b"error" => self.has_answer = true,
+            b"jsonrpc" => self.has_jsonrpc = true,
             _ => {}
         }
     }
@@ -194,6 +196,13 @@ impl IdScanner {
     /// Whether it has a top-level `method`.
     pub(crate) fn has_method(&self) -> bool {
         self.has_method
+    }
+
+    /// Whether it looks like a JSON-RPC message: a top-level `jsonrpc`, `method`, `result` or
+    /// `error` key. Another JSON object (a structured log line such as
+    /// `{"level":"info","msg":"…"}`) is noise on stdout, not a message.
+    pub(crate) fn is_json_rpc(&self) -> bool {
+        self.object && (self.has_jsonrpc || self.has_method || self.has_answer)
     }
 
     /// The top-level `id`, when one was read whole and is a number or a string.
@@ -273,6 +282,22 @@ mod tests {
         early.feed(br#"{"jsonrpc":"2.0","id":9,"result":{"items":["xxxx"#);
         assert!(early.answers_a_request());
         assert_eq!(early.id(), Some(RequestId::Number(9)));
+        // A JSON object with no JSON-RPC key (a structured log line) is not a message; a
+        // top-level "jsonrpc", "result" or "error" makes one, a nested one does not.
+        let log = scan_in_pieces(br#"{"level":"info","msg":"server started","data":{"jsonrpc":1}}"#, 3);
+        assert!(log.is_object() && !log.is_json_rpc() && !log.answers_a_request());
+        for message in [
+            &br#"{"jsonrpc":"2.0","x":}"#[..],
+            br#"{"result":{}}"#,
+            br#"{"error":{"code":1}}"#,
+            br#"{"method":"ping"}"#,
+        ] {
+            assert!(
+                scan_in_pieces(message, 2).is_json_rpc(),
+                "{}",
+                String::from_utf8_lossy(message)
+            );
+        }
         // A key that merely starts with "id" is not the id.
         let idx = scan_in_pieces(br#"{"idx":3,"result":{}}"#, 1);
         assert_eq!(idx.id(), None);

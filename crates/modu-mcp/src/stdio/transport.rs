@@ -205,6 +205,17 @@ impl StdioTransport {
             tracing::warn!(server, bytes, "MCP server wrote a line that is not JSON-RPC; ignored");
             return;
         }
+        if !scan.is_json_rpc() {
+            // JSON that is no JSON-RPC message (no `jsonrpc`, `method`, `result` or `error`):
+            // a structured logger's line such as `{"level":"info","msg":"…"}`. Noise too, not an
+            // answer naming no request.
+            tracing::warn!(
+                server,
+                bytes,
+                "MCP server wrote a JSON line that is not a JSON-RPC message (a log line?); ignored"
+            );
+            return;
+        }
         if scan.has_method() {
             tracing::warn!(
                 server,
@@ -457,6 +468,30 @@ mod tests {
         assert_eq!(failed, [Some(RequestId::Number(4)), Some(RequestId::Number(5))]);
         assert!(t.receive().await.is_none(), "the session ends");
         assert!(t.failures.take(&RequestId::Number(4)).unwrap().session_broken);
+        t.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn json_lines_that_are_not_json_rpc_are_skipped_and_the_stream_goes_on() {
+        // Structured log lines (with an "id" of their own too), a JSON array, a JSON string,
+        // then the answer.
+        let script = r#"
+            printf '{"level":"info","msg":"server started"}\n'
+            printf '{"level":"debug","id":1,"msg":"handling request 1"}\n'
+            printf '[1,2,3]\n'
+            printf '"just a string"\n'
+            printf '{"jsonrpc":"2.0","id":1,"result":{"content":[]}}\n'
+            cat >/dev/null
+        "#;
+        let mut t = transport_printing(script, 1000, &[1, 2]).await;
+        match t.receive().await {
+            Some(JsonRpcMessage::Response(r)) => assert_eq!(r.id, RequestId::Number(1)),
+            other => panic!("expected the answer to request 1, got {other:?}"),
+        }
+        assert!(!t.ended, "the session goes on");
+        assert!(t.failures.take(&RequestId::Number(1)).is_none());
+        assert!(t.failures.take(&RequestId::Number(2)).is_none());
+        assert_eq!(t.pending().iter().cloned().collect::<Vec<_>>(), [RequestId::Number(2)]);
         t.close().await.unwrap();
     }
 

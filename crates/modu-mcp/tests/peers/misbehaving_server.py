@@ -3,7 +3,7 @@
 Usage:
   python misbehaving_server.py stdio [--delay-initialize SECONDS] [--fail-initialize]
                                      [--log FILE] [--record FILE] [--answer-version V]
-                                     [MARKER...]
+                                     [--json-logs] [--duplicate-tool] [MARKER...]
   python misbehaving_server.py http PORT TOKEN
   python misbehaving_server.py http-raw PORT json|sse
 
@@ -27,7 +27,11 @@ raw lines to stdout, which the SDKs would refuse to produce. Tools:
 --delay-initialize waits before answering initialize; --fail-initialize then exits instead
 of answering; --log appends "PID METHOD" to FILE for every message received; --record
 appends every message received to FILE, one JSON line each; --answer-version answers
-initialize with protocol version V (else with the version the client asked for).
+initialize with protocol version V (else with the version the client asked for);
+--json-logs writes structured log lines to stdout, as a JSON logger would (one when it
+starts, `{"level":"info","msg":"server started"}`, and one before every answer);
+--duplicate-tool lists a second tool named `ok` (described "A second tool named ok.") after
+the others.
 
 http-raw: the tools ok, invalid_utf8, deep_nesting, big_structured and big_text over a
 hand-written streamable-HTTP endpoint at /mcp, each answer one JSON body or one SSE event.
@@ -150,6 +154,8 @@ def serve_stdio(argv: list) -> None:
     log = None
     record = None
     answer_version = None
+    json_logs = False
+    duplicate_tool = False
     i = 0
     while i < len(argv):
         if argv[i] == "--delay-initialize":
@@ -166,7 +172,13 @@ def serve_stdio(argv: list) -> None:
         elif argv[i] == "--answer-version":
             answer_version = argv[i + 1]
             i += 1
+        elif argv[i] == "--json-logs":
+            json_logs = True
+        elif argv[i] == "--duplicate-tool":
+            duplicate_tool = True
         i += 1
+    if json_logs:
+        send({"level": "info", "msg": "server started"})
     for raw in sys.stdin.buffer:
         if not raw.strip():
             continue
@@ -181,6 +193,8 @@ def serve_stdio(argv: list) -> None:
                 f.write(json.dumps(message) + "\n")
         if request_id is None:
             continue  # a notification
+        if json_logs:
+            send({"level": "debug", "msg": f"handling {method}", "time": time.time()})
         if method == "initialize":
             time.sleep(delay)
             if fail_initialize:
@@ -191,7 +205,12 @@ def serve_stdio(argv: list) -> None:
                 "serverInfo": {"name": "misbehaving", "version": "1.0.0"},
             }})
         elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
+            tools = TOOLS
+            if duplicate_tool:
+                tools = TOOLS + [{"name": "ok", "description": "A second tool named ok.",
+                                  "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                                  "required": ["n"]}}]
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
         elif method == "tools/call":
             params = message.get("params") or {}
             call_tool(request_id, params.get("name", ""), params.get("arguments") or {})
