@@ -4,6 +4,7 @@ use std::path::Path;
 
 use clap::Subcommand;
 use modu::Message;
+use modu::sinks::SecretMasker;
 
 use super::{CommandResult, Failure, load_config};
 use crate::build;
@@ -64,12 +65,16 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
             if messages.is_empty() {
                 return Err(Failure::Invalid(format!("no session `{id}` in {}", stores.description)));
             }
+            // Tool arguments and results can hold secrets: masked, as `runs show` masks them.
+            let masker = SecretMasker::default();
             if json {
-                let text = serde_json::to_string_pretty(&messages).map_err(|e| Failure::Invalid(e.to_string()))?;
+                let value = serde_json::to_value(&messages).map_err(|e| Failure::Invalid(e.to_string()))?;
+                let text = serde_json::to_string_pretty(&masker.mask_value(&value))
+                    .map_err(|e| Failure::Invalid(e.to_string()))?;
                 println!("{text}");
             } else {
                 for m in &messages {
-                    println!("{}", render(m));
+                    println!("{}", masker.mask_text(&render(m)));
                 }
             }
             Ok(())

@@ -145,3 +145,38 @@ async fn sessions_and_runs_live_in(envs: [(&str, &str); 3]) {
     let list = output(modu(dir.path(), &mock.base_url()).envs(envs).args(["runs", "list"])).await;
     assert_eq!(text(&list.stdout), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_show_masks_secrets_in_tool_arguments_and_results() {
+    use modu::{ConversationStore, Message, ToolCall};
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".modu")).unwrap();
+    let store = modu::sqlite::SqliteConversationStore::open(dir.path().join(".modu/modu.db"))
+        .await
+        .unwrap();
+    let call = ToolCall::new("c1", "fetch", r#"{"url":"https://example.com","token":"Arg-SECRET"}"#);
+    store
+        .append(
+            "s1",
+            &[
+                Message::user("fetch it"),
+                Message::assistant_tool_calls("", vec![call]),
+                Message::tool_result("c1", "fetch", "ok; api_key=Result-SECRET", false),
+                Message::assistant("done"),
+            ],
+        )
+        .await
+        .unwrap();
+    drop(store);
+    for args in [&["sessions", "show", "s1"][..], &["sessions", "show", "s1", "--json"]] {
+        let show = output(modu(dir.path(), &mock.base_url()).args(args)).await;
+        assert!(show.status.success(), "{}", text(&show.stderr));
+        let shown = text(&show.stdout);
+        assert!(!shown.contains("SECRET"), "{args:?}: {shown}");
+        assert!(
+            shown.contains("example.com") && shown.contains("done"),
+            "{args:?}: {shown}"
+        );
+    }
+}
