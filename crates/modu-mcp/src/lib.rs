@@ -12,6 +12,7 @@ pub mod error;
 pub mod fuzzing;
 mod handler;
 mod index;
+mod listing;
 pub mod oauth;
 pub mod oauth_config;
 mod oauth_enterprise;
