@@ -11,7 +11,9 @@
 //!   message listing the calls (`{"approvals": [...]}` in a data part). The next message on the
 //!   task (`taskId` set) carries the decision: the text `approve` or `reject`, or a data part
 //!   `{"approved": true|false, "callId"?, "always"?, "message"?}` (or `{"decisions": [...]}`);
-//!   every waiting call must be decided, and the run then continues.
+//!   every waiting call must be decided, and the run then continues. The run may also be
+//!   decided and resumed through run control or an AG-UI resume: the task is then
+//!   `TASK_STATE_WORKING` while it runs and ends with it, as if A2A had resumed it.
 //! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
 //!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
 //! - `GetTask` reads a task; `CancelTask` cancels a task: a running one stops at its next

@@ -133,6 +133,64 @@ impl Tasks {
     }
 }
 
+/// A paused run resumed through run control or AG-UI that is an A2A task waiting for input (an
+/// A2A task's run has the task's id): the task is `WORKING` from [`ResumedTask::of`] on, and
+/// the run's end is recorded on it (as A2A's own resume does), so an A2A client polling the
+/// task sees the run it follows.
+pub(crate) struct ResumedTask {
+    state: Arc<AppState>,
+    task_id: String,
+}
+
+impl ResumedTask {
+    /// The task of the paused run `run_id`, moved to `WORKING`; `None` when the run is no A2A
+    /// task waiting for input.
+    pub(crate) fn of(state: &Arc<AppState>, run_id: &str) -> Option<Self> {
+        state
+            .tasks
+            .transition(run_id, TaskState::InputRequired, TaskState::Working)
+            .then(|| ResumedTask {
+                state: Arc::clone(state),
+                task_id: run_id.to_owned(),
+            })
+    }
+
+    /// The resumed run's items, recording its end on the task.
+    pub(crate) fn follow(
+        task: Option<Self>,
+        items: futures::stream::BoxStream<'static, Item>,
+    ) -> futures::stream::BoxStream<'static, Item> {
+        use futures::StreamExt;
+        match task {
+            None => items,
+            Some(task) => items
+                .inspect(move |item| {
+                    if let Item::Done(finished) = item {
+                        task.state.tasks.finish(&task.task_id, finished);
+                    }
+                })
+                .boxed(),
+        }
+    }
+
+    /// The resumed run, recording its end on the task.
+    pub(crate) fn follow_run(
+        task: Option<Self>,
+        run: futures::future::BoxFuture<'static, Finished>,
+    ) -> futures::future::BoxFuture<'static, Finished> {
+        use futures::FutureExt;
+        match task {
+            None => run,
+            Some(task) => run
+                .map(move |finished| {
+                    task.state.tasks.finish(&task.task_id, &finished);
+                    finished
+                })
+                .boxed(),
+        }
+    }
+}
+
 /// `ListTasksRequest` (the fields the server reads).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -329,6 +329,8 @@ async fn resume(
     }
     let translator =
         Translator::new(thread_id, run_id.clone(), paused.message_count).resuming(paused_id.clone(), paused.call_ids);
-    let items = agent.resume_stream(principal, &paused_id, live.cancel.clone());
+    let task = crate::a2a_tasks::ResumedTask::of(state, &paused_id);
+    let items =
+        crate::a2a_tasks::ResumedTask::follow(task, agent.resume_stream(principal, &paused_id, live.cancel.clone()));
     agui_stream(state, name, &run_id, live, translator, items)
 }

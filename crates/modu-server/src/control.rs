@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::a2a_tasks::ResumedTask;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiPath, ServerError};
@@ -181,8 +182,9 @@ pub(crate) async fn resume(
     let agent = Arc::clone(state.agent(&name)?);
     let run = owned_run(&agent, &run_id, &principal).await?;
     let live = start_live(&state, &name, &run_id, &principal)?;
+    let task = ResumedTask::of(&state, &run_id);
     if !wants_stream(&headers) {
-        let resumed = agent.resume(&principal, &run_id, live.cancel.clone());
+        let resumed = ResumedTask::follow_run(task, agent.resume(&principal, &run_id, live.cancel.clone()));
         let finished = crate::live::run_detached(Arc::clone(&state), name, run_id.clone(), live, resumed)
             .await
             .ok_or_else(|| ServerError::run_failed(&AgentError::Cancelled))?;
@@ -190,7 +192,7 @@ pub(crate) async fn resume(
     }
     let thread = run.session_id.clone().unwrap_or_else(|| run_id.clone());
     let translator = Translator::new(thread, run_id.clone(), run.message_count).resuming(run_id.clone(), run.call_ids);
-    let items = agent.resume_stream(&principal, &run_id, live.cancel.clone());
+    let items = ResumedTask::follow(task, agent.resume_stream(&principal, &run_id, live.cancel.clone()));
     agui_stream(&state, &name, &run_id, live, translator, items)
 }
 

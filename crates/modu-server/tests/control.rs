@@ -306,15 +306,16 @@ async fn a_run_control_resume_in_flight_refuses_ag_ui_and_a2a_resumes_of_the_sam
     });
     until_tool_runs(&runs, 1).await;
 
-    // The A2A continuation of the task is refused as a task that is running already, and
-    // leaves the task waiting for input; an AG-UI resume of its run with 409.
+    // The A2A continuation of the task is refused as a task that is running already; the task
+    // follows the run resumed through run control (working); an AG-UI resume of its run is
+    // refused with 409.
     let (_, body, _) = post(&a2a, Some(ERIN), &send(json!([{"text": "approve"}]), Some(task_id))).await;
     let refused: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(refused["error"]["code"], -32004, "{body}");
     let get_task = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}});
     let (_, body, _) = post(&a2a, Some(ERIN), &get_task).await;
     let got: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{body}");
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_WORKING", "{body}");
     let resume = agui_resume(context, "r9", &format!("{task_id}#call_0"));
     let (status, body, _) = post(&format!("{base}/agui/approval"), Some(ERIN), &resume).await;
     assert_eq!(status, 409, "{body}");
@@ -324,6 +325,50 @@ async fn a_run_control_resume_in_flight_refuses_ag_ui_and_a2a_resumes_of_the_sam
     assert_eq!(status, 200, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["status"], "completed");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+    // The task ended with its run, with the run's answer.
+    let (_, body, _) = post(&a2a, Some(ERIN), &get_task).await;
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    assert!(
+        !got["result"]["artifacts"].as_array().is_none_or(Vec::is_empty),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_task_resumed_through_run_control_streamed_ends_with_its_run() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(100));
+    let base = gated_server(Arc::clone(&runs), gate).await;
+    let a2a = format!("{base}/a2a/approval");
+    let message = json!({"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Weather?"}]});
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}});
+    let (_, body, _) = post(&a2a, Some(ERIN), &send).await;
+    let task: Value = serde_json::from_str(&body).unwrap();
+    let task_id = task["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        task["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{body}"
+    );
+
+    let approve = format!("{base}/agents/approval/runs/{task_id}/approve");
+    assert_eq!(post(&approve, Some(ERIN), &json!({"callId": "call_0"})).await.0, 200);
+    let response = reqwest::Client::new()
+        .post(format!("{base}/agents/approval/runs/{task_id}/resume"))
+        .bearer_auth(ERIN)
+        .header("accept", "text/event-stream")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = sse_json(&response.text().await.unwrap());
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED", "{events:?}");
+    let get_task = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}});
+    let (_, body, _) = post(&a2a, Some(ERIN), &get_task).await;
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 /// The roles of session `t1`'s stored messages on the `approval` agent, in order.
