@@ -165,10 +165,11 @@ where
         // caller, never the run's own saves under its deadline.
         let sessions = std::mem::take(&mut self.sessions);
         let ended = self.finish(outcome).await;
-        for (_, session) in sessions {
-            session.close().await;
+        if sessions.is_empty() {
+            ended
+        } else {
+            Self::close_sessions(sessions, ended).await
         }
-        ended
     }
 
     async fn drive(&mut self) -> Result<O, AgentError> {

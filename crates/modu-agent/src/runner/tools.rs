@@ -11,6 +11,8 @@ use super::{Run, VisibleTool, find_agent};
 use crate::agent::{AgentInner, ToolEntry, ToolIndex, compile_tool};
 use crate::error::AgentError;
 use crate::model::ToolDefinition;
+use crate::outcome::RunOutcome;
+use crate::tool_provider::ToolSession;
 
 impl<C, O> Run<C, O>
 where
@@ -114,5 +116,26 @@ fn index_own<C>(
     for entry in entries {
         definitions.push(entry.tool.spec().definition());
         tools.insert(entry.tool.spec().name.clone(), VisibleTool { entry: entry.clone() });
+    }
+}
+
+impl<C, O> Run<C, O>
+where
+    C: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// Closes a run's tool sessions, then gives back its outcome: boxed, so the run's future does
+    /// not hold the outcome beside the sessions' closing in its own state (every run would pay
+    /// for the few that have sessions).
+    pub(super) fn close_sessions(
+        sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
+        ended: RunOutcome<O>,
+    ) -> futures::future::BoxFuture<'static, RunOutcome<O>> {
+        Box::pin(async move {
+            for (_, session) in sessions {
+                session.close().await;
+            }
+            ended
+        })
     }
 }
