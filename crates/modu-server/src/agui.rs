@@ -134,7 +134,7 @@ fn to_messages(wire: Vec<AguiMessage>) -> Result<Vec<Message>, ServerError> {
                 let Some(call_id) = m.tool_call_id else {
                     return Err(ServerError::bad_request("a tool message needs a toolCallId"));
                 };
-                let name = called_tool(&out, &call_id);
+                let name = called_tool(&out, &call_id).unwrap_or_default();
                 let is_error = m.error.is_some();
                 let text = m.error.unwrap_or(text);
                 Message::tool_result(call_id, name, text, is_error)

@@ -170,15 +170,14 @@ where
     }
 }
 
-/// The name of the tool an earlier assistant message called under `call_id` (empty when no
+/// The name of the tool an earlier assistant message called under `call_id` (`None` when no
 /// message did): what a tool result sent by a client is filed under.
-pub(crate) fn called_tool(earlier: &[Message], call_id: &str) -> String {
+pub(crate) fn called_tool(earlier: &[Message], call_id: &str) -> Option<String> {
     earlier
         .iter()
         .flat_map(|m| &m.tool_calls)
         .find(|c| c.id == call_id)
         .map(|c| c.name.clone())
-        .unwrap_or_default()
 }
 
 /// A stream item of a run as the server hands it on.

@@ -123,7 +123,13 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
                 let Some(call_id) = m.tool_call_id else {
                     return Err(ServerError::bad_request("a tool message needs a tool_call_id"));
                 };
-                let name = called_tool(&out, &call_id);
+                // The request is the whole conversation: a result must answer a call in it
+                // (a model server would refuse the orphan, and the client would see a 502).
+                let Some(name) = called_tool(&out, &call_id) else {
+                    return Err(ServerError::bad_request(format!(
+                        "the tool message with tool_call_id {call_id:?} answers no tool call of an earlier assistant message"
+                    )));
+                };
                 Message::tool_result(call_id, name, text, false)
             }
             other => return Err(ServerError::bad_request(format!("unknown message role {other:?}"))),

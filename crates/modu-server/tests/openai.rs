@@ -182,6 +182,31 @@ async fn client_side_tools_and_bad_messages_are_refused() {
 }
 
 #[tokio::test]
+async fn a_tool_result_that_answers_no_call_is_refused() {
+    let base = server(Arc::default()).await;
+    let url = format!("{base}/v1/chat/completions");
+    let orphan = json!({"model": "weather", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "ghost", "content": "x"}
+    ]});
+    let (status, text, _) = post(&url, Some(TOKEN), &orphan).await;
+    assert_eq!(status, 400, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{text}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("ghost"), "{text}");
+    // A result that answers an earlier call is taken.
+    let answered = json!({"model": "weather", "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Sunny"}
+    ]});
+    let (status, text, _) = post(&url, Some(TOKEN), &answered).await;
+    assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test]
 async fn a_failed_run_reports_its_kind_and_never_the_providers_text() {
     let base = server(Arc::default()).await;
     let url = format!("{base}/v1/chat/completions");
