@@ -44,8 +44,9 @@ pub enum ServerError {
     /// The body is larger than the server accepts.
     #[error("the request body is larger than the server accepts")]
     PayloadTooLarge,
-    /// The run id is taken: a run with this id has a checkpoint.
-    #[error("a run with this runId exists already")]
+    /// The run id is taken: a run with this id has a checkpoint or is running, or the paused
+    /// run it resumes is being resumed already (one resume at a time).
+    #[error("a run with this runId exists already, or is running or being resumed")]
     RunIdInUse,
     /// The events asked for are no longer kept (a `Last-Event-ID` older than the run's
     /// replay buffer).
