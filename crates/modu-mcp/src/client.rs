@@ -56,13 +56,33 @@ impl std::fmt::Debug for McpConnector {
     }
 }
 
+/// Redirects within the origin (scheme, host and port) the request went to are followed (at
+/// most 10); one to another origin is not, so the configured headers and tokens never reach
+/// it: the request fails with the redirect's status.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > 10 {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 impl McpConnector {
     /// A connector for a validated configuration, with the default resolver (inline stdio
-    /// servers refused) and a pooled HTTP client.
+    /// servers refused) and a pooled HTTP client that follows no redirect to another origin.
     pub fn new(config: McpConfig) -> Result<Self, McpServerConfigurationError> {
         config.validate()?;
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(90))
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| McpServerConfigurationError::new(None, format!("the HTTP client could not be built: {e}")))?;
         Ok(McpConnector {
@@ -80,7 +100,9 @@ impl McpConnector {
         Self::new(McpConfig::from_env()?)
     }
 
-    /// Uses this HTTP client (share one pooled client across the application).
+    /// Uses this HTTP client (share one pooled client across the application). Its redirect
+    /// policy applies: reqwest's default follows redirects to other origins, carrying custom
+    /// headers such as `X-Api-Key` along (set `reqwest::redirect::Policy::none()` to avoid it).
     pub fn with_http_client(mut self, http: reqwest::Client) -> Self {
         self.http = http;
         self

@@ -43,6 +43,14 @@ pub(crate) struct OAuthFlow {
 /// How many of the last tokens [`OAuthFlow::issued_tokens`] remembers.
 const REMEMBERED: usize = 8;
 
+/// Runs one of rmcp's token requests without logging: rmcp logs the authorization code and
+/// the token endpoint's answer (its extra fields in the clear) at DEBUG. The flow logs its
+/// own steps without secrets.
+fn unlogged<F: std::future::Future>(future: F) -> tracing::instrument::WithDispatch<F> {
+    use tracing::instrument::WithSubscriber;
+    future.with_subscriber(tracing::subscriber::NoSubscriber::default())
+}
+
 pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -243,8 +251,7 @@ impl OAuthFlow {
         state: &str,
         issuer: Option<&str>,
     ) -> Result<(AuthorizationManager, String), McpAuthError> {
-        let response = session
-            .handle_callback_with_issuer(code, state, issuer)
+        let response = unlogged(session.handle_callback_with_issuer(code, state, issuer))
             .await
             .map_err(|e| self.auth_failure("the authorization code could not be exchanged", &e))?;
         let token = self.remember_response(&response)?;

@@ -13,7 +13,8 @@
 //! named with its type and size, not included. The servers are opened for the reading only
 //! (each once per run) and closed again. A resource that cannot be read ends the run with
 //! `AgentError::ContextProvider` naming it: the context an application configured is not left
-//! out silently. Reads are cut to the server's result cap, as tool results are.
+//! out silently. Each text content is cut to the server's result cap, with the marker tool
+//! results have; binary contents are named whatever their size, never included.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -106,8 +107,8 @@ impl McpResourceContext {
         let mut blocks = Vec::with_capacity(self.resources.len());
         let mut failed = None;
         for (server, uri) in &self.resources {
-            match session.read_resource(server, uri).await {
-                Ok(read) => blocks.push(block(server, uri, &read)),
+            match session.read_resource_uncut(server, uri).await {
+                Ok((read, max)) => blocks.push(block(server, uri, &cut_texts(read, max))),
                 Err(e) => {
                     failed = Some(fail(format!("cannot read the resource {uri} of {server}: {e}")));
                     break;
@@ -120,6 +121,19 @@ impl McpResourceContext {
             None => Ok(blocks),
         }
     }
+}
+
+/// A read with each text content cut to `max` bytes (with the marker of
+/// [`modu_core::tool::truncate_result`], as tool results); blobs are left for [`block`] to name.
+fn cut_texts(mut read: Value, max: usize) -> Value {
+    if let Some(contents) = read.get_mut("contents").and_then(Value::as_array_mut) {
+        for content in contents {
+            if let Some(Value::String(text)) = content.get_mut("text") {
+                *text = modu_core::tool::truncate_result(std::mem::take(text), Some(max));
+            }
+        }
+    }
+    read
 }
 
 /// One resource's instruction block.
@@ -138,7 +152,7 @@ fn block(server: &str, uri: &str, read: &Value) -> String {
             ));
         }
     }
-    // A result over the server's cap comes back as its text, cut.
+    // A read that is bare text (not a `{contents}` envelope) goes in as it is.
     if let Some(text) = read.as_str() {
         out.push('\n');
         out.push_str(text);
@@ -199,6 +213,19 @@ mod tests {
         assert_eq!(
             block("s", "a://y", &Value::String("cut…".into())),
             "MCP resource a://y (server s):\ncut…"
+        );
+    }
+
+    #[test]
+    fn each_text_is_cut_and_blobs_are_left_for_the_block() {
+        let read = serde_json::json!({"contents": [
+            {"uri": "a://x", "text": "abcdef"},
+            {"uri": "a://x", "blob": "AAAAAAAA"}
+        ]});
+        assert_eq!(
+            block("s", "a://x", &cut_texts(read, 4)),
+            "MCP resource a://x (server s):\nabcd\n…[truncated: 4 of 6 bytes shown]\n\
+             [binary content, application/octet-stream, 6 bytes: not included]"
         );
     }
 }

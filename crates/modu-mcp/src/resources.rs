@@ -207,6 +207,13 @@ impl McpSession {
     /// `{contents: [{uri, mimeType?, text} | {uri, mimeType?, blob}]}` (blobs in base64),
     /// cut to the server's result cap like a tool result.
     pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Value, McpError> {
+        let (value, max) = self.read_resource_uncut(server, uri).await?;
+        Ok(cap_result(value, max))
+    }
+
+    /// [`McpSession::read_resource`] redacted but not cut, and the server's result cap (for
+    /// [`crate::McpResourceContext`], which cuts each text content and leaves blobs out).
+    pub(crate) async fn read_resource_uncut(&self, server: &str, uri: &str) -> Result<(Value, usize), McpError> {
         let connection = self.connection(server, "resources/read")?;
         let result = ask(
             connection,
@@ -217,7 +224,7 @@ impl McpSession {
         let mut value = json!({ "contents": result.contents });
         redact_value(&mut value, &connection.with_tokens(&connection.credentials));
         let max = connection.max_result_bytes.unwrap_or(self.default_max_result_bytes);
-        Ok(cap_result(value, max))
+        Ok((value, max))
     }
 
     /// The prompts of `server` (`None`: every server that offers prompts).

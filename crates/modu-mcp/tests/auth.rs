@@ -34,6 +34,8 @@ struct Shared {
     scopes: Vec<String>,
     /// Serve `tools/list` in two pages.
     paginate: bool,
+    /// Where `/moved` redirects to (`None`: `/mcp` on this server).
+    redirect_to: Option<String>,
 }
 
 type AppState = Arc<Mutex<Shared>>;
@@ -149,6 +151,17 @@ async fn token(State(state): State<AppState>, body: String) -> Response {
         .into_response()
 }
 
+/// `307` to `redirect_to`, else to `/mcp` here.
+async fn moved(State(state): State<AppState>) -> Response {
+    let to = state
+        .lock()
+        .unwrap()
+        .redirect_to
+        .clone()
+        .unwrap_or_else(|| "/mcp".into());
+    (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response()
+}
+
 async fn start(shared: Shared) -> (String, AppState) {
     let state: AppState = Arc::new(Mutex::new(shared));
     let app = Router::new()
@@ -159,6 +172,7 @@ async fn start(shared: Shared) -> (String, AppState) {
                 .delete(|| async { StatusCode::OK }),
         )
         .route("/token", post(token))
+        .route("/moved", post(moved))
         .with_state(Arc::clone(&state));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -427,4 +441,52 @@ async fn tool_listing_follows_pagination() {
         .count();
     assert_eq!(lists, 2);
     session.close().await;
+}
+
+/// The configured credentials go to the server's origin only: a redirect within it is
+/// followed, one to another origin is not (reqwest's default would carry `X-Api-Key` along).
+#[tokio::test]
+async fn a_redirect_is_followed_within_the_origin_only() {
+    let auth = McpAuthConfig {
+        headers: [("X-Api-Key".to_owned(), "key-123".to_owned())].into(),
+        bearer_token: Some("inline-token-xyz".into()),
+        ..McpAuthConfig::default()
+    };
+    let (other, other_state) = start(Shared::default()).await;
+    let (base, state) = start(Shared {
+        redirect_to: Some(format!("{other}/mcp")),
+        ..Shared::default()
+    })
+    .await;
+    let e = http_server("moving", format!("{base}/moved"), auth.clone())
+        .open_session(None)
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("307"), "{text}");
+    assert!(
+        !text.contains("key-123") && !text.contains("inline-token-xyz"),
+        "{text}"
+    );
+    assert!(
+        other_state.lock().unwrap().seen.is_empty(),
+        "the other origin got requests: {:?}",
+        other_state.lock().unwrap().seen
+    );
+    assert!(state.lock().unwrap().seen.is_empty());
+
+    // Within the origin: followed, with the credentials.
+    let (base, state) = start(Shared {
+        required_api_key: Some("key-123".into()),
+        ..Shared::default()
+    })
+    .await;
+    let session = http_server("moving", format!("{base}/moved"), auth)
+        .open_session(None)
+        .await
+        .unwrap();
+    let out = session.call_tool("moving__whoami", json!({})).await.unwrap();
+    assert_eq!(out["x_api_key"], "[redacted]", "{out}");
+    session.close().await;
+    assert!(state.lock().unwrap().seen.iter().any(|(m, _, _)| m == "tools/call"));
 }

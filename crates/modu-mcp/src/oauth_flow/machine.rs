@@ -66,7 +66,7 @@ impl OAuthFlow {
         // form serializer across an await), so it runs on a blocking thread of this runtime.
         let handle = tokio::runtime::Handle::current();
         let (manager, result) = tokio::task::spawn_blocking(move || {
-            let result = handle.block_on(manager.exchange_client_credentials(&grant));
+            let result = handle.block_on(super::unlogged(manager.exchange_client_credentials(&grant)));
             (manager, result)
         })
         .await
