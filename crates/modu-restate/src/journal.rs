@@ -7,6 +7,9 @@
 //! for, its result is kept for the step it names (which has asked already, or will), and the
 //! step that created it gets a new entry. Concurrent tool calls can thus run (and be journaled)
 //! in whatever order they reach the journal, and still be replayed exactly.
+//!
+//! A step whose entry ends with Restate's cancellation (the invocation was cancelled) gets no
+//! outcome: [`drive`] stops the run and returns the cancellation, for the handler to return.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -22,6 +25,10 @@ use tokio::sync::{mpsc, oneshot};
 
 /// The name of every journal entry modu writes (see the module docs for why it is one name).
 pub const STEP_NAME: &str = "modu-step";
+
+/// The code of the terminal error an entry ends with when the invocation is cancelled
+/// (restate-sdk's `"cancelled"`, 409).
+pub(crate) const CANCELLED: u16 = 409;
 
 /// What a step produced, as it is journaled: a value or an error the run handles (a model or
 /// tool error after the agent's own retries).
@@ -113,7 +120,11 @@ struct Waiting {
 
 /// Polls `run` (the agent's run) with the journal in its task-local scope, and writes the steps
 /// it asks for into `ctx`'s journal. Returns `run`'s output.
-pub(crate) async fn drive<F>(ctx: &ObjectContext<'_>, run: F) -> F::Output
+///
+/// When an entry ends with Restate's cancellation ([`CANCELLED`]: the invocation was
+/// cancelled), the run is stopped where it is (dropped, its steps unanswered) and the
+/// cancellation is returned: the run did not finish, so it has no outcome to store.
+pub(crate) async fn drive<F>(ctx: &ObjectContext<'_>, run: F) -> Result<F::Output, TerminalError>
 where
     F: Future,
 {
@@ -138,7 +149,7 @@ where
             entries.push(entry(ctx, key.clone(), Arc::clone(&w.work), w.retry.clone()));
         }
         tokio::select! {
-            out = &mut run => return out,
+            out = &mut run => return Ok(out),
             Some(req) = rx.recv() => {
                 let n = seen.entry(req.base.clone()).or_insert(0);
                 let key = format!("{}#{n}", req.base);
@@ -164,9 +175,11 @@ where
                             w.assigned = false;
                         }
                     }
-                    Err(message) => {
+                    Err(error) if error.code() == CANCELLED => return Err(error),
+                    Err(error) => {
                         // Restate gave up retrying: its terminal error carries the message of
                         // the last attempt, which names the step (`<key>\n<message>`).
+                        let message = error.message().to_owned();
                         let (owner, message) = match message.split_once('\n') {
                             Some((owner, rest)) if owner.contains('#') => (owner.to_owned(), rest.to_owned()),
                             _ => (created_for.clone(), message),
@@ -195,7 +208,7 @@ fn entry<'ctx>(
     key: String,
     work: StepWork,
     retry: Option<RunRetryPolicy>,
-) -> BoxFuture<'ctx, (String, Result<Envelope, String>)> {
+) -> BoxFuture<'ctx, (String, Result<Envelope, TerminalError>)> {
     let closure_key = key.clone();
     let restate_retries = retry.is_some();
     let mut fut = ctx
@@ -220,6 +233,6 @@ fn entry<'ctx>(
     }
     Box::pin(async move {
         let result: Result<Json<Envelope>, TerminalError> = fut.await;
-        (key, result.map(|j| j.0).map_err(|e| e.message().to_owned()))
+        (key, result.map(|j| j.0))
     })
 }

@@ -74,7 +74,9 @@ pub struct Decision {
 /// Handlers (`<ingress>/<name>/<session id>/<handler>`):
 /// - `run` (exclusive; [`RunInput`] → [`RunOutput`]): one run of the agent on the session's
 ///   history, which it extends when the run succeeds. Restate runs one `run` per session at a
-///   time, across every worker.
+///   time, across every worker. A cancelled invocation stops the run at its next journaled
+///   step (or awaited approval): the handler fails with Restate's cancellation (a terminal
+///   error, code 409) and the history stays as it was.
 /// - `approvals` (shared; → `[PendingApproval]`): the calls the running run waits on.
 /// - `decide` (shared; [`Decision`] → `bool`): resolves one of them (`false`: no such call).
 /// - `history` (shared; → `[Message]`): the session's conversation.
@@ -141,10 +143,15 @@ where
             .session(session)
             .run_id(run_id.clone());
         request.metadata = input.metadata;
-        let mut result = journal::drive(&ctx, self.agent.run(request)).await;
-        while result.is_paused() {
-            result = self.wait_for_people(&ctx, &run_id, result).await?;
-        }
+        let result = match self.run_to_end(&ctx, &run_id, request).await {
+            Ok(result) => result,
+            Err(error) => {
+                // Cancelled (or a decision that cannot be recorded): the run did not finish, so
+                // the session's history stays as it was and the invocation fails with `error`.
+                ctx.clear(APPROVALS_KEY);
+                return Err(error.into());
+            }
+        };
         ctx.clear(APPROVALS_KEY);
         if result.is_completed() {
             ctx.set(HISTORY_KEY, Json(result.messages().to_vec()));
@@ -197,6 +204,22 @@ where
     C: Send + Sync + 'static,
     O: Serialize + Send + Sync + 'static,
 {
+    /// Runs the agent on `request`, through every pause for approvals, to its outcome. `Err`
+    /// when the invocation is cancelled (code 409, from a journaled step or an awaited approval)
+    /// or a decision cannot be recorded.
+    async fn run_to_end(
+        &self,
+        ctx: &ObjectContext<'_>,
+        run_id: &str,
+        request: AgentRequest<C>,
+    ) -> Result<RunOutcome<O>, TerminalError> {
+        let mut result = journal::drive(ctx, self.agent.run(request)).await?;
+        while result.is_paused() {
+            result = self.wait_for_people(ctx, run_id, result).await?;
+        }
+        Ok(result)
+    }
+
     /// A run paused for approvals: one awakeable per call (listed in the object's state), the
     /// decisions recorded in the agent's checkpoint as they come, then the run resumed.
     async fn wait_for_people(
@@ -204,7 +227,7 @@ where
         ctx: &ObjectContext<'_>,
         run_id: &str,
         paused: RunOutcome<O>,
-    ) -> Result<RunOutcome<O>, HandlerError> {
+    ) -> Result<RunOutcome<O>, TerminalError> {
         let mut listed = Vec::new();
         let mut waits = Vec::new();
         for request in paused.approvals().to_vec() {
@@ -226,13 +249,12 @@ where
                 other => {
                     return Err(TerminalError::new(format!(
                         "a decision this version does not know on {call}: {other:?}"
-                    ))
-                    .into());
+                    )));
                 }
             };
             recorded.map_err(|e| TerminalError::new(format!("cannot record the decision on {call}: {e}")))?;
         }
-        Ok(journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await)
+        journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await
     }
 }
 

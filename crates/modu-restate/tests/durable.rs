@@ -224,3 +224,115 @@ async fn approvals_are_awakeables_resolved_over_http() {
     let sent = serde_json::to_string(&s.mock.requests()[3]["messages"]).unwrap();
     assert!(sent.contains("no"), "the model saw the rejection: {sent}");
 }
+
+/// Sends a run (`/run/send`) and returns its invocation id.
+async fn send_run(restate: &Restate, session: &str, message: &str) -> String {
+    let r = restate
+        .http
+        .post(format!("{}/ModuSession/{session}/run/send", restate.ingress_url()))
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    let sent: serde_json::Value = r.json().await.unwrap();
+    sent["invocationId"].as_str().unwrap().to_owned()
+}
+
+/// Cancels the invocation `id` (admin API) and waits for it to end: its status and body.
+async fn cancel_and_attach(restate: &Restate, id: &str) -> (reqwest::StatusCode, String) {
+    let r = restate
+        .http
+        .patch(format!("{}/invocations/{id}/cancel", restate.admin_url()))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "cancel: {}", r.status());
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        restate
+            .http
+            .get(format!("{}/restate/invocation/{id}/attach", restate.ingress_url()))
+            .send(),
+    )
+    .await
+    .expect("the cancelled invocation did not end")
+    .unwrap();
+    let status = r.status();
+    (status, r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_invocation_stops_the_run_and_leaves_the_history() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 1500).await;
+    let log = || std::fs::read_to_string(&s.worker_log).unwrap_or_default();
+
+    // A finished run gives the session a history the cancelled run must leave as it is.
+    s.mock.push(MockReply::Text("first answer".into()));
+    let out = s.restate.call("jon", "run", json!({"message": "first"})).await;
+    assert_eq!(out["output"], "first answer", "{out}");
+    let before = s.restate.call("jon", "history", json!(null)).await;
+    assert_eq!(before.as_array().unwrap().len(), 2, "{before}");
+
+    // Cancelled while a model call is in flight: the run ends as cancelled, not with a model
+    // error, and the reply that comes later is never used.
+    s.mock.push(MockReply::Delayed(
+        Duration::from_secs(2),
+        Box::new(MockReply::ToolCalls(vec![("record".into(), "{}".into())])),
+    ));
+    let id = send_run(&s.restate, "ivy", "go").await;
+    let started = Instant::now();
+    while calls(&s.mock) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the model call never came");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, text) = cancel_and_attach(&s.restate, &id).await;
+    assert!(
+        !status.is_success(),
+        "a run cancelled mid model call succeeded: {status} {text}\n{}",
+        log()
+    );
+    assert!(text.contains("cancel"), "{status} {text}");
+    tokio::time::sleep(Duration::from_millis(2500)).await; // the late reply has come and gone
+    assert_eq!(calls(&s.mock), 2, "the model was asked again after the cancel");
+    assert!(ledger(&s.ledger).is_empty(), "no tool ran: {:?}", ledger(&s.ledger));
+    assert_eq!(s.restate.call("ivy", "history", json!(null)).await, json!([]));
+
+    // Cancelled while a tool runs: the tool ends (Restate cannot interrupt it), but its result
+    // is not handed to the model as an error, the model is not asked again, and the history is
+    // left as it was.
+    s.mock.push(MockReply::ToolCalls(vec![("slow".into(), "{}".into())]));
+    s.mock.push(MockReply::Text("the run went on after the cancel".into()));
+    let id = send_run(&s.restate, "jon", "second").await;
+    let started = Instant::now();
+    while !ledger(&s.ledger).iter().any(|l| l.2 == "slow" && l.3 == "start") {
+        assert!(started.elapsed() < Duration::from_secs(30), "slow never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, text) = cancel_and_attach(&s.restate, &id).await;
+    assert!(
+        !status.is_success(),
+        "a run cancelled mid tool call succeeded: {status} {text}\n{}",
+        log()
+    );
+    assert!(text.contains("cancel"), "{status} {text}");
+    assert!(!text.contains("restate_retries_exhausted"), "{text}");
+    let started = Instant::now();
+    while !ledger(&s.ledger).iter().any(|l| l.2 == "slow" && l.3 == "done") {
+        assert!(started.elapsed() < Duration::from_secs(30), "slow never ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let requests = s.mock.requests();
+    assert_eq!(requests.len(), 3, "the model was asked again after the cancel");
+    let sent = serde_json::to_string(&requests).unwrap();
+    assert!(
+        !sent.contains("restate_retries_exhausted") && !sent.contains("cancelled"),
+        "the model was told the tool failed: {sent}"
+    );
+    let lines = ledger(&s.ledger);
+    assert_eq!(lines.len(), 2, "slow ran once: {lines:?}");
+    assert_eq!(s.restate.call("jon", "history", json!(null)).await, before);
+}
