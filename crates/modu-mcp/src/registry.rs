@@ -137,8 +137,7 @@ impl McpToolRegistry {
     }
 
     /// Adds a tool (a later tool with the same external name replaces the earlier one; the
-    /// tools a session lists never replace one another: the first is kept, see
-    /// [`McpToolRegistry::insert_first`]).
+    /// tools a session lists never replace one another: the first is kept).
     pub fn insert(&mut self, descriptor: McpToolDescriptor) {
         self.insert_shared(Arc::new(descriptor));
     }
