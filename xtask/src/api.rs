@@ -201,9 +201,7 @@ impl Walk<'_> {
                     if let Some(it) = self.get(&i) {
                         let n = it.get("name").and_then(Value::as_str).unwrap_or("_");
                         let line = match kind(it) {
-                            Some(("function", f)) => {
-                                format!("trait-item {}fn {path}::{n}{}", qualifiers(f), signature(f))
-                            }
+                            Some(("function", f)) => format!("trait-item {}", fn_line(f, &path, n)),
                             Some((k, _)) => format!("trait-item {path}::{n} ({k})"),
                             None => format!("trait-item {path}::{n} (?)"),
                         };
@@ -261,9 +259,7 @@ impl Walk<'_> {
                         {
                             let n = it.get("name").and_then(Value::as_str).unwrap_or("_");
                             let line = match kind(it) {
-                                Some(("function", f)) => {
-                                    format!("{}fn {path}::{n}{}", qualifiers(f), signature(f))
-                                }
+                                Some(("function", f)) => fn_line(f, path, n),
                                 Some((k, _)) => format!("{k} {path}::{n}"),
                                 None => format!("? {path}::{n}"),
                             };
@@ -274,6 +270,11 @@ impl Walk<'_> {
             }
         }
     }
+}
+
+/// A method's line: `async fn path::name<…>(…) -> …` (for inherent methods and trait items).
+fn fn_line(function: &Value, path: &str, name: &str) -> String {
+    format!("{}fn {path}::{name}{}", qualifiers(function), signature(function))
 }
 
 /// The public items of a crate, from its rustdoc JSON, one per line, sorted.
