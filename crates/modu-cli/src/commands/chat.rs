@@ -14,7 +14,8 @@ use crate::ui::{self, Input, Show};
 /// Arguments of `modu chat`.
 #[derive(Debug, Args)]
 pub struct ChatArgs {
-    /// Continue this session (default: a new one, whose id is printed on stderr).
+    /// Continue this session (default: a new one, whose id is printed on stderr). Whether
+    /// anything is stored under the id is printed on stderr too: a new id starts a new session.
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
     /// Do not print a reasoning model's reasoning (shown dimmed on stderr by default).
@@ -29,8 +30,21 @@ pub struct ChatArgs {
 pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
     let loaded = load_config(config)?;
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
-    let session = args.session.unwrap_or_else(ui::new_session_id);
-    eprintln!("session: {session} (type /exit or end the input to leave)");
+    // A given id says whether it continues a stored conversation: a mistyped id would
+    // otherwise start a new one without a word.
+    let (session, stored) = match args.session {
+        Some(id) => {
+            let stored = match built.stores.conversations.load(&id).await {
+                Ok(history) if history.is_empty() => "new: nothing is stored under this id; ".to_owned(),
+                Ok(history) => format!("continued: {} stored messages; ", history.len()),
+                // The first run reports the store's error.
+                Err(_) => String::new(),
+            };
+            (id, stored)
+        }
+        None => (ui::new_session_id(), String::new()),
+    };
+    eprintln!("session: {session} ({stored}type /exit or end the input to leave)");
     let interactive = std::io::stdin().is_terminal();
     let show = Show {
         text: true,

@@ -87,3 +87,38 @@ async fn chat_rejection_is_sent_to_the_model() {
         "{last:?}"
     );
 }
+
+/// `--session ID` says whether it continues a stored conversation: a mistyped id starts a new
+/// session, and the line says so instead of going on as if the history were there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_says_whether_a_given_session_is_new_or_continued() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let chat = |session: &str| {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        cmd.args(["chat", "--session", session]);
+        cmd
+    };
+    let first = with_stdin(&mut chat("project-x"), "hello\n").await;
+    let stderr = text(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("session: project-x (new: nothing is stored under this id; type /exit"),
+        "{stderr}"
+    );
+    // The same id again continues the stored turn (the user message and the answer).
+    let again = with_stdin(&mut chat("project-x"), "/exit\n").await;
+    let stderr = text(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("session: project-x (continued: 2 stored messages; type /exit"),
+        "{stderr}"
+    );
+    // A mistyped id is named as new.
+    let typo = with_stdin(&mut chat("project-y"), "/exit\n").await;
+    assert!(
+        text(&typo.stderr).contains("session: project-y (new: nothing is stored under this id;"),
+        "{}",
+        text(&typo.stderr)
+    );
+}
