@@ -1,7 +1,7 @@
 //! The crate's configuration error, and the mapping of HTTP failures onto
 //! [`ModelError`](modu_core::ModelError).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use modu_core::ModelError;
 use reqwest::StatusCode;
@@ -91,17 +91,34 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// Maps an error status and body onto a [`ModelError`]. The client's secrets are masked in the
 /// body first, before it is cut to length (a cut secret would leak its first part).
+///
+/// A 404 is [`ModelError::ModelNotFound`] only when its body speaks of a model (vLLM "The model
+/// `x` does not exist", OpenAI `model_not_found`); any other 404 (llama.cpp's "File Not
+/// Found", a proxy's page) says the endpoint `url` does not exist, and is a
+/// [`ModelError::Status`] naming it.
 pub(crate) fn status_error(
     status: StatusCode,
     headers: &HeaderMap,
     body: &str,
     model: &str,
     redactor: &Redactor,
+    url: &str,
 ) -> ModelError {
     let body = redactor.text(body);
     let code = status.as_u16();
     let context_length = matches!(code, 400 | 413 | 422) && is_context_length_error(&body);
     let message = error_message(&body);
+    if code == 404 && !names_a_model(&body) {
+        // Not the model: the path (a wrong base URL, or an endpoint the server lacks).
+        return ModelError::Status {
+            status: code,
+            body: format!(
+                "{message} (no such endpoint: {}; is the base URL right?)",
+                display_url(url)
+            ),
+            retry_after: None,
+        };
+    }
     if code >= 400
         && let Some(modality) = crate::media::refused_modality(&message)
     {
@@ -114,8 +131,13 @@ pub(crate) fn status_error(
     modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
 }
 
-/// An error object sent inside a 200 stream (`data: {"error": {...}}`).
-pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor) -> ModelError {
+/// Whether a 404's body speaks of a model (the model is unknown, not the endpoint).
+fn names_a_model(body: &str) -> bool {
+    body.to_ascii_lowercase().contains("model")
+}
+
+/// An error object sent inside a 200 stream (`data: {"error": {...}}`), on the stream of `url`.
+pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor, url: &str) -> ModelError {
     let body = serde_json::json!({ "error": error }).to_string();
     let code = error
         .get("code")
@@ -123,19 +145,48 @@ pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor) -> M
         .and_then(|c| u16::try_from(c).ok())
         .and_then(|c| StatusCode::from_u16(c).ok())
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    status_error(code, &HeaderMap::new(), &body, model, redactor)
+    status_error(code, &HeaderMap::new(), &body, model, redactor, url)
 }
 
-/// Maps a reqwest failure: timeouts to [`ModelError::Timeout`], everything else (refused,
-/// reset, cut mid-body) to [`ModelError::Transport`]. `what` (a URL, or what was being read) and
-/// the error's URL lose their user info.
-pub(crate) fn transport_error(mut err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+/// The timeouts a client's requests run under (`None` where unknown: a client given its own
+/// [`reqwest::Client`] does not know that client's connect and read timeouts).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Timeouts {
+    pub connect: Option<Duration>,
+    pub read: Option<Duration>,
+    pub request: Option<Duration>,
+}
+
+impl Timeouts {
+    /// The timeout that a request sent at `started` ran into: the whole request's once it has
+    /// passed, else the connect timeout while connecting and the read timeout (the silence
+    /// between two reads) after; the time spent where that timeout is not known.
+    pub(crate) fn fired(&self, started: Instant, connecting: bool) -> Duration {
+        let elapsed = started.elapsed();
+        match self.request {
+            Some(request) if elapsed >= request => request,
+            _ if connecting => self.connect.unwrap_or(elapsed),
+            _ => self.read.unwrap_or(elapsed),
+        }
+    }
+}
+
+/// Maps a reqwest failure of a request sent at `started`: timeouts to [`ModelError::Timeout`]
+/// with the timeout that fired ([`Timeouts::fired`]), everything else (refused, reset, cut
+/// mid-body) to [`ModelError::Transport`]. `what` (a URL, or what was being read) and the
+/// error's URL lose their user info.
+pub(crate) fn transport_error(
+    mut err: reqwest::Error,
+    timeouts: &Timeouts,
+    started: Instant,
+    what: &str,
+) -> ModelError {
     if let Some(url) = err.url_mut() {
         let _ = url.set_password(None);
         let _ = url.set_username("");
     }
     if err.is_timeout() {
-        return ModelError::Timeout(timeout.unwrap_or_default());
+        return ModelError::Timeout(timeouts.fired(started, err.is_connect()));
     }
     let kind = if err.is_connect() {
         "cannot connect to the model server"

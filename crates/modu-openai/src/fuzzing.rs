@@ -17,7 +17,11 @@ pub async fn decode_sse_stream(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, Mod
     let client = crate::OpenAiClient::new("http://127.0.0.1:9/v1", "fuzz").map_err(|e| ModelError::InvalidRequest {
         message: format!("fuzz client: {e}"),
     })?;
-    let mut stream = Box::pin(crate::client::sse_stream(Box::pin(bytes), client));
+    let mut stream = Box::pin(crate::client::sse_stream(
+        Box::pin(bytes),
+        client,
+        std::time::Instant::now(),
+    ));
     let mut builder = ChatResponseBuilder::default();
     while let Some(event) = stream.next().await {
         builder.push(event?);

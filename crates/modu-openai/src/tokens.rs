@@ -140,11 +140,12 @@ impl VllmTokenCounter {
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::InvalidRequest {
             message: format!("cannot serialise the tokenize request: {e}"),
         })?;
-        let resp = self.client.post_json(&url, bytes, false).await?;
+        let started = std::time::Instant::now();
+        let resp = self.client.post_json(&url, bytes, false, started).await?;
         let text = resp
             .bytes()
             .await
-            .map_err(|e| crate::error::transport_error(e, self.client.timeout_hint(), &url))?;
+            .map_err(|e| self.client.transport_error(e, started, &url))?;
         serde_json::from_slice(&text).map_err(|e| {
             let shown = modu_core::redact::display_url(&url);
             ModelError::invalid_response(format!("invalid answer from {shown}: {e}"))
@@ -177,7 +178,7 @@ impl VllmTokenCounter {
         };
         let prompt = match self.post::<_, ApplyTemplateResponse>("/apply-template", &body).await {
             Ok(r) => r.prompt,
-            Err(ModelError::ModelNotFound { .. }) => {
+            Err(ModelError::Status { status: 404, .. } | ModelError::ModelNotFound { .. }) => {
                 // No /apply-template (404): count the texts without the template.
                 let mut text = String::new();
                 for m in messages {

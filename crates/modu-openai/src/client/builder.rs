@@ -9,7 +9,7 @@ use modu_core::InputModalities;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::{Inner, OpenAiClient};
-use crate::error::OpenAiConfigError;
+use crate::error::{OpenAiConfigError, Timeouts};
 use crate::wire::{EmptyToolCallContent, MessageOptions};
 use modu_core::ReasoningReplay;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
@@ -77,7 +77,8 @@ impl Default for OpenAiClientBuilder {
 
 impl OpenAiClientBuilder {
     /// The API's base URL, up to and including `/v1`: `http://127.0.0.1:8000/v1` for vLLM,
-    /// `http://127.0.0.1:8080/v1` for llama.cpp, `https://api.openai.com/v1`.
+    /// `http://127.0.0.1:8080/v1` for llama.cpp, `https://api.openai.com/v1`. A URL with a
+    /// query or fragment is refused by [`build`](Self::build) (the paths are appended to it).
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(url.into());
         self
@@ -233,9 +234,16 @@ impl OpenAiClientBuilder {
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
+        let own_client = self.http.is_none();
         let http = match self.http {
             Some(c) => c,
             None => shared_client(self.connect_timeout, self.read_timeout)?,
+        };
+        // A client of the caller's has its own connect and read timeouts, unknown here.
+        let timeouts = Timeouts {
+            connect: own_client.then_some(self.connect_timeout),
+            read: self.read_timeout.filter(|_| own_client),
+            request: self.request_timeout,
         };
         let redactor = Redactor::new(
             self.api_key.as_deref(),
@@ -258,6 +266,7 @@ impl OpenAiClientBuilder {
                 sse_headers,
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
+                timeouts,
                 message_options: MessageOptions {
                     empty_content: self.empty_content,
                     reasoning: self.reasoning_replay,
@@ -293,19 +302,31 @@ fn chat_template(
 }
 
 fn normalize_base_url(raw: &str) -> Result<String, OpenAiConfigError> {
-    let url = raw.trim().trim_end_matches('/');
-    let invalid = |reason: &str| OpenAiConfigError::InvalidBaseUrl {
-        url: display_url(raw).into_owned(),
+    let trimmed = raw.trim();
+    let invalid = |shown: &str, reason: &str| OpenAiConfigError::InvalidBaseUrl {
+        url: display_url(shown).into_owned(),
         reason: reason.to_owned(),
     };
-    let rest = url
+    let rest = trimmed
         .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| invalid("must start with http:// or https://"))?;
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(|| invalid(raw, "must start with http:// or https://"))?;
     if rest.is_empty() || rest.starts_with('/') {
-        return Err(invalid("has no host"));
+        return Err(invalid(raw, "has no host"));
     }
-    reqwest::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+    let url = trimmed.trim_end_matches('/');
+    let mut parsed = reqwest::Url::parse(url).map_err(|e| invalid(raw, &e.to_string()))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        // The paths are appended to the base URL: a query or fragment would end up before
+        // them. It is not shown: a query may hold a key.
+        parsed.set_query(None);
+        parsed.set_fragment(None);
+        return Err(invalid(
+            &format!("{parsed}?***"),
+            "has a query or fragment (the client appends /chat/completions and /models to the \
+             base URL; send a key with api_key or header)",
+        ));
+    }
     Ok(url.to_owned())
 }
 

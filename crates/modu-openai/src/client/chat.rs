@@ -1,13 +1,14 @@
 //! The [`ChatModel`] impl of [`OpenAiClient`]: encoding a request, then sending it streamed
 //! or not.
 
+use std::time::Instant;
+
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use modu_core::{ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, InputModalities, ModelError};
 
 use super::{OpenAiClient, sse_stream};
-use crate::error::transport_error;
 use crate::wire::{self, WireCompletion};
 
 #[async_trait]
@@ -34,8 +35,9 @@ impl ChatModel for OpenAiClient {
         let body = self.encode(&request, true);
         drop(request);
         Box::pin(async move {
-            let resp = self.post_chat(body?, true).await.map_err(|e| self.redact(e))?;
-            Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone())) as ChatStream)
+            let started = Instant::now();
+            let resp = self.post_chat(body?, true, started).await.map_err(|e| self.redact(e))?;
+            Ok(Box::pin(sse_stream(Box::pin(resp.bytes_stream()), self.clone(), started)) as ChatStream)
         })
     }
 
@@ -74,11 +76,12 @@ impl OpenAiClient {
 
     async fn complete_raw(&self, body: Vec<u8>) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
-        let resp = self.post_chat(body, false).await?;
+        let started = Instant::now();
+        let resp = self.post_chat(body, false, started).await?;
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.chat_url))?;
+            .map_err(|e| self.transport_error(e, started, &i.chat_url))?;
         let completion: WireCompletion = serde_json::from_slice(&bytes)
             .map_err(|e| ModelError::invalid_response(format!("invalid chat.completion JSON: {e}")))?;
         wire::completion_response(completion)

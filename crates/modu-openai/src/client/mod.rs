@@ -4,12 +4,12 @@
 //! `chat`, the decoding of a streamed answer in `stream`, and `GET /models` in `models`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use modu_core::ModelError;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 
-use crate::error::{OpenAiConfigError, status_error, transport_error};
+use crate::error::{OpenAiConfigError, Timeouts, status_error, transport_error};
 use crate::wire::MessageOptions;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
 use modu_core::tool_json::ToolJsonCache;
@@ -52,7 +52,7 @@ pub struct OpenAiClient {
 pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     pub(crate) base_url: String,
-    chat_url: String,
+    pub(crate) chat_url: String,
     /// `chat_url` parsed once, without its user info (cloning a URL is cheaper than parsing
     /// it for every request).
     chat_url_parsed: reqwest::Url,
@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     sse_headers: HeaderMap,
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
+    /// The timeouts as the requests run them (for naming the one that fired).
+    pub(crate) timeouts: Timeouts,
     pub(crate) message_options: MessageOptions,
     always_stream: bool,
     redactor: Arc<Redactor>,
@@ -151,6 +153,7 @@ impl OpenAiClient {
                 sse_headers: i.sse_headers.clone(),
                 request_timeout: i.request_timeout,
                 read_timeout: i.read_timeout,
+                timeouts: i.timeouts,
                 message_options: i.message_options,
                 always_stream: i.always_stream,
                 redactor: Arc::clone(&i.redactor),
@@ -168,13 +171,20 @@ impl OpenAiClient {
         self.inner.redactor.error(err)
     }
 
-    pub(crate) fn timeout_hint(&self) -> Option<Duration> {
-        self.inner.request_timeout.or(self.inner.read_timeout)
+    /// The error of a request sent at `started` that failed in reqwest (masked by callers).
+    pub(crate) fn transport_error(&self, err: reqwest::Error, started: Instant, what: &str) -> ModelError {
+        transport_error(err, &self.inner.timeouts, started, what)
     }
 
     /// POSTs a JSON body and returns the response when its status is a success. Its errors
     /// are not masked yet: callers pass them through [`OpenAiClient::redact`].
-    pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>, sse: bool) -> Result<reqwest::Response, ModelError> {
+    pub(crate) async fn post_json(
+        &self,
+        url: &str,
+        body: Vec<u8>,
+        sse: bool,
+        started: Instant,
+    ) -> Result<reqwest::Response, ModelError> {
         let i = &self.inner;
         let mut rb = i
             .http
@@ -188,22 +198,19 @@ impl OpenAiClient {
         if let Some(t) = i.request_timeout {
             rb = rb.timeout(t);
         }
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), url))?;
+        let resp = rb.send().await.map_err(|e| self.transport_error(e, started, url))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
         }
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap_or_default();
-        Err(status_error(status, &headers, &text, &i.model, &i.redactor))
+        Err(status_error(status, &headers, &text, &i.model, &i.redactor, url))
     }
 
     /// [`OpenAiClient::post_json`] to `/chat/completions`, with the URL and headers made once
     /// at build time instead of a request builder's parsing and merging.
-    async fn post_chat(&self, body: Vec<u8>, sse: bool) -> Result<reqwest::Response, ModelError> {
+    async fn post_chat(&self, body: Vec<u8>, sse: bool, started: Instant) -> Result<reqwest::Response, ModelError> {
         let i = &self.inner;
         let mut request = reqwest::Request::new(reqwest::Method::POST, i.chat_url_parsed.clone());
         *request.headers_mut() = if sse {
@@ -217,13 +224,20 @@ impl OpenAiClient {
             .http
             .execute(request)
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.chat_url))?;
+            .map_err(|e| self.transport_error(e, started, &i.chat_url))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
         }
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap_or_default();
-        Err(status_error(status, &headers, &text, &i.model, &i.redactor))
+        Err(status_error(
+            status,
+            &headers,
+            &text,
+            &i.model,
+            &i.redactor,
+            &i.chat_url,
+        ))
     }
 }

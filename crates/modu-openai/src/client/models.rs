@@ -5,7 +5,7 @@ use modu_core::ModelError;
 use serde::Deserialize;
 
 use super::OpenAiClient;
-use crate::error::{status_error, transport_error};
+use crate::error::status_error;
 
 /// A model the server offers (`GET /v1/models`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -37,6 +37,7 @@ impl OpenAiClient {
 
     async fn list_models_raw(&self) -> Result<Vec<ModelInfo>, ModelError> {
         let i = &self.inner;
+        let started = std::time::Instant::now();
         let mut rb = i.http.get(&i.models_url).headers(i.headers.clone());
         if let Some(t) = i.request_timeout {
             rb = rb.timeout(t);
@@ -44,15 +45,22 @@ impl OpenAiClient {
         let resp = rb
             .send()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.models_url))?;
+            .map_err(|e| self.transport_error(e, started, &i.models_url))?;
         let status = resp.status();
         let headers = resp.headers().clone();
         let text = resp
             .text()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.models_url))?;
+            .map_err(|e| self.transport_error(e, started, &i.models_url))?;
         if !status.is_success() {
-            return Err(status_error(status, &headers, &text, &i.model, &i.redactor));
+            return Err(status_error(
+                status,
+                &headers,
+                &text,
+                &i.model,
+                &i.redactor,
+                &i.models_url,
+            ));
         }
         let list: ModelList = serde_json::from_str(&text)
             .map_err(|e| ModelError::invalid_response(format!("invalid model list: {e}")))?;

@@ -4,13 +4,13 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use modu_core::{ChatEvent, ModelError};
 
 use super::OpenAiClient;
-use crate::error::{stream_error, transport_error};
+use crate::error::stream_error;
 use crate::sse::{Flow, SseDecoder};
 use crate::wire::{self, WireChunk};
 
@@ -41,6 +41,8 @@ struct SseState<S> {
     saw_finish: bool,
     phase: Phase,
     client: OpenAiClient,
+    /// When the request was sent (for naming the timeout that fired).
+    started: Instant,
 }
 
 /// Reads `chat.completion.chunk` events until `[DONE]`, then reads what is left of the body
@@ -57,6 +59,7 @@ struct SseState<S> {
 pub(crate) fn sse_stream<S, B>(
     bytes: Pin<Box<S>>,
     client: OpenAiClient,
+    started: Instant,
 ) -> impl Stream<Item = Result<ChatEvent, ModelError>> + Send
 where
     S: Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
@@ -70,6 +73,7 @@ where
         saw_finish: false,
         phase: Phase::Reading,
         client,
+        started,
     };
     futures::stream::unfold(state, |mut st| async move {
         loop {
@@ -104,7 +108,7 @@ where
                 }
                 Some(Err(e)) => {
                     st.phase = Phase::Over;
-                    transport_error(e, st.client.timeout_hint(), "reading the event stream")
+                    st.client.transport_error(e, st.started, "reading the event stream")
                 }
                 Some(Ok(chunk)) => {
                     let SseState {
@@ -164,12 +168,12 @@ fn on_event(
         }
     };
     if let Some(error) = &chunk.error {
-        return Flow::Stop(Stop::Failed(stream_error(error, &i.model, &i.redactor)));
+        return Flow::Stop(Stop::Failed(stream_error(error, &i.model, &i.redactor, &i.chat_url)));
     }
     if chunk.is_error_object {
         // vLLM: {"object": "error", "message": …, "type": …, "code": 400}
         let value: serde_json::Value = serde_json::from_slice(data).unwrap_or_default();
-        return Flow::Stop(Stop::Failed(stream_error(&value, &i.model, &i.redactor)));
+        return Flow::Stop(Stop::Failed(stream_error(&value, &i.model, &i.redactor, &i.chat_url)));
     }
     wire::chunk_events(chunk, pending, saw_finish);
     Flow::Continue
@@ -241,7 +245,7 @@ mod tests {
         let client = OpenAiClient::new("http://127.0.0.1:9/v1", "m").unwrap();
         let bytes = futures::stream::iter(pieces.into_iter().map(Ok::<Vec<u8>, reqwest::Error>));
         block_on(async move {
-            let mut stream = Box::pin(sse_stream(Box::pin(bytes), client));
+            let mut stream = Box::pin(sse_stream(Box::pin(bytes), client, Instant::now()));
             let mut builder = ChatResponseBuilder::default();
             while let Some(event) = stream.next().await {
                 builder.push(event?);
@@ -280,7 +284,7 @@ mod tests {
         let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {not json\n\n".to_vec();
         let client = OpenAiClient::new("http://127.0.0.1:9/v1", "m").unwrap();
         let bytes = futures::stream::iter([Ok::<Vec<u8>, reqwest::Error>(body)]);
-        let items: Vec<_> = block_on(sse_stream(Box::pin(bytes), client).collect());
+        let items: Vec<_> = block_on(sse_stream(Box::pin(bytes), client, Instant::now()).collect());
         assert_eq!(items.len(), 2);
         assert_eq!(items[0].as_ref().unwrap(), &ChatEvent::TextDelta { text: "a".into() });
         assert!(

@@ -199,6 +199,69 @@ async fn a_request_timeout_is_a_timeout_error() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+#[tokio::test]
+async fn a_timeout_names_the_timeout_that_fired() {
+    // The read timeout (a silence) fires long before the whole request's: the error says the
+    // read timeout's 300 ms, not the request timeout's 30 s.
+    let (url, _closed) = slow_sse_server().await;
+    let c = OpenAiClient::builder()
+        .base_url(url)
+        .model("m")
+        .read_timeout(Some(Duration::from_millis(300)))
+        .request_timeout(Some(Duration::from_secs(30)))
+        .build()
+        .unwrap();
+    let mut stream = c.stream(hi()).await.unwrap();
+    assert!(stream.next().await.unwrap().is_ok());
+    let err = stream.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, ModelError::Timeout(d) if d == Duration::from_millis(300)),
+        "{err:?}"
+    );
+
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.push(MockReply::Delayed(
+        Duration::from_secs(3),
+        Box::new(MockReply::Text("late".into())),
+    ));
+    let c = OpenAiClient::builder()
+        .base_url(server.base_url())
+        .model("m")
+        .read_timeout(Some(Duration::from_millis(200)))
+        .request_timeout(Some(Duration::from_secs(30)))
+        .build()
+        .unwrap();
+    let err = c.complete(hi()).await.unwrap_err();
+    assert!(
+        matches!(err, ModelError::Timeout(d) if d == Duration::from_millis(200)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_404_that_names_no_model_is_a_wrong_endpoint_not_an_unknown_model() {
+    // llama.cpp's answer to a path it does not serve (a base URL without its /v1, or with a
+    // typo): the model is not the problem, and the error says which URL was not found.
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.push(MockReply::Error {
+        status: 404,
+        body: json!({"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}),
+        headers: vec![],
+    });
+    let url = server.base_url().replace("http://", "http://user:pw-secret@");
+    let c = OpenAiClient::new(url, "m").unwrap();
+    let err = c.complete(hi()).await.unwrap_err();
+    match &err {
+        ModelError::Status { status: 404, body, .. } => {
+            assert!(body.contains("File Not Found"), "{body}");
+            assert!(body.contains("/v1/chat/completions"), "{body}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!err.is_retryable());
+    assert!(!err.to_string().contains("pw-secret"), "{err}");
+}
+
 /// A server that sends one SSE event, then keeps the connection open and reports when the
 /// client closes it.
 async fn slow_sse_server() -> (String, tokio::sync::oneshot::Receiver<Duration>) {

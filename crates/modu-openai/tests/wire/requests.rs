@@ -7,7 +7,7 @@ use modu_agent::Agent;
 use modu_core::{
     ChatEvent, ChatModel, ChatRequest, FunctionTool, Message, ResponseFormat, ToolCall, ToolChoice, ToolDefinition,
 };
-use modu_openai::{EmptyToolCallContent, OpenAiClient};
+use modu_openai::{EmptyToolCallContent, OpenAiClient, OpenAiConfigError};
 use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::{Value, json};
 
@@ -257,4 +257,23 @@ fn configuration_errors() {
     );
     let c = OpenAiClient::new("http://127.0.0.1:8000/v1/", "m").unwrap();
     assert_eq!(c.base_url(), "http://127.0.0.1:8000/v1");
+}
+
+#[test]
+fn a_base_url_with_a_query_is_refused_without_showing_it() {
+    // The paths are appended to the base URL: with a query they would land inside it
+    // (`/v1?api-version=1/chat/completions`) and every request would fail with a 404.
+    for url in ["http://h/v1?api-version=1&key=sk-in-query", "http://h/v1#sk-in-query"] {
+        let err = OpenAiClient::new(url, "m").unwrap_err();
+        assert!(
+            matches!(&err, OpenAiConfigError::InvalidBaseUrl { reason, .. } if reason.contains("query")),
+            "{err:?}"
+        );
+        assert!(!err.to_string().contains("sk-in-query"), "{err}");
+    }
+    let err = OpenAiClient::new("http://", "m").unwrap_err();
+    assert!(
+        matches!(&err, OpenAiConfigError::InvalidBaseUrl { reason, .. } if reason == "has no host"),
+        "{err:?}"
+    );
 }
