@@ -1,7 +1,7 @@
 //! The crate's configuration error, and the mapping of HTTP failures onto
 //! [`ModelError`](modu_core::ModelError).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use modu_core::ModelError;
 use reqwest::StatusCode;
@@ -80,10 +80,22 @@ pub(crate) fn status_error(
     body: &str,
     model: &str,
     redactor: &Redactor,
+    url: &str,
 ) -> ModelError {
     let body = redactor.text(body);
     let code = status.as_u16();
     let message = error_message(&body);
+    if code == 404 && !body.to_ascii_lowercase().contains("model") {
+        // Not the model: the path (a wrong base URL; Go's "404 page not found").
+        return ModelError::Status {
+            status: code,
+            body: format!(
+                "{message} (no such endpoint: {}; is the base URL right?)",
+                display_url(url)
+            ),
+            retry_after: None,
+        };
+    }
     let context_length = matches!(code, 400 | 413 | 500) && is_context_length_error(&message);
     modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
 }
@@ -97,19 +109,48 @@ pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor) -> M
         &body,
         model,
         redactor,
+        "",
     )
 }
 
-/// Maps a reqwest failure: timeouts to [`ModelError::Timeout`], the rest to
-/// [`ModelError::Transport`]. `what` (a URL, or what was being read) and the error's URL lose
-/// their user info.
-pub(crate) fn transport_error(mut err: reqwest::Error, timeout: Option<Duration>, what: &str) -> ModelError {
+/// The timeouts a client's requests run under (`None` where unknown: a client given its own
+/// [`reqwest::Client`] does not know that client's connect and read timeouts).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Timeouts {
+    pub connect: Option<Duration>,
+    pub read: Option<Duration>,
+    pub request: Option<Duration>,
+}
+
+impl Timeouts {
+    /// The timeout that a request sent at `started` ran into: the whole request's once it has
+    /// passed, else the connect timeout while connecting and the read timeout (the silence
+    /// between two reads) after; the time spent where that timeout is not known.
+    pub(crate) fn fired(&self, started: Instant, connecting: bool) -> Duration {
+        let elapsed = started.elapsed();
+        match self.request {
+            Some(request) if elapsed >= request => request,
+            _ if connecting => self.connect.unwrap_or(elapsed),
+            _ => self.read.unwrap_or(elapsed),
+        }
+    }
+}
+
+/// Maps a reqwest failure of a request sent at `started`: timeouts to [`ModelError::Timeout`]
+/// with the timeout that fired ([`Timeouts::fired`]), the rest to [`ModelError::Transport`].
+/// `what` (a URL, or what was being read) and the error's URL lose their user info.
+pub(crate) fn transport_error(
+    mut err: reqwest::Error,
+    timeouts: &Timeouts,
+    started: Instant,
+    what: &str,
+) -> ModelError {
     if let Some(url) = err.url_mut() {
         let _ = url.set_password(None);
         let _ = url.set_username("");
     }
     if err.is_timeout() {
-        return ModelError::Timeout(timeout.unwrap_or_default());
+        return ModelError::Timeout(timeouts.fired(started, err.is_connect()));
     }
     let kind = if err.is_connect() {
         "cannot connect to the Ollama server"

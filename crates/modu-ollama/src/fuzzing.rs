@@ -15,7 +15,8 @@ pub async fn decode_ndjson_stream(pieces: Vec<Vec<u8>>) -> Result<ChatResponse, 
     let mut stream = Box::pin(crate::client::ndjson_stream(
         Box::pin(bytes),
         "fuzz".to_owned(),
-        None,
+        crate::error::Timeouts::default(),
+        std::time::Instant::now(),
         std::sync::Arc::default(),
     ));
     let mut builder = ChatResponseBuilder::default();

@@ -76,7 +76,8 @@ impl OllamaClient {
 }
 
 impl OllamaClientBuilder {
-    /// The server's URL (default `http://127.0.0.1:11434`; no `/api` suffix).
+    /// The server's URL (default `http://127.0.0.1:11434`; no `/api` suffix). A URL with a query
+    /// or fragment is refused by [`build`](Self::build) (the paths are appended to it).
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = url.into();
         self
@@ -200,15 +201,31 @@ impl OllamaClientBuilder {
 
     /// Builds the client.
     pub fn build(self) -> Result<OllamaClient, OllamaConfigError> {
-        let raw = self.base_url.trim().trim_end_matches('/').to_owned();
-        let invalid = |reason: &str| OllamaConfigError::InvalidBaseUrl {
-            url: display_url(&self.base_url).into_owned(),
+        let trimmed = self.base_url.trim();
+        let invalid = |shown: &str, reason: &str| OllamaConfigError::InvalidBaseUrl {
+            url: display_url(shown).into_owned(),
             reason: reason.to_owned(),
         };
-        if !(raw.starts_with("http://") || raw.starts_with("https://")) {
-            return Err(invalid("must start with http:// or https://"));
+        let rest = trimmed
+            .strip_prefix("http://")
+            .or_else(|| trimmed.strip_prefix("https://"))
+            .ok_or_else(|| invalid(&self.base_url, "must start with http:// or https://"))?;
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err(invalid(&self.base_url, "has no host"));
         }
-        reqwest::Url::parse(&raw).map_err(|e| invalid(&e.to_string()))?;
+        let raw = trimmed.trim_end_matches('/').to_owned();
+        let mut parsed = reqwest::Url::parse(&raw).map_err(|e| invalid(&self.base_url, &e.to_string()))?;
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            // The paths are appended to the base URL: a query or fragment would end up before
+            // them. It is not shown: a query may hold a key.
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            return Err(invalid(
+                &format!("{parsed}?***"),
+                "has a query or fragment (the client appends /api/chat and /api/tags to the base \
+                 URL; send a key with api_key or header)",
+            ));
+        }
         let model = self.model.ok_or(OllamaConfigError::Missing("model"))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
@@ -225,9 +242,16 @@ impl OllamaClientBuilder {
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
+        let own_client = self.http.is_none();
         let http = match self.http {
             Some(c) => c,
             None => shared_client(self.connect_timeout, self.read_timeout)?,
+        };
+        // A client of the caller's has its own connect and read timeouts, unknown here.
+        let timeouts = crate::error::Timeouts {
+            connect: own_client.then_some(self.connect_timeout),
+            read: self.read_timeout.filter(|_| own_client),
+            request: self.request_timeout,
         };
         let redactor = Redactor::new(
             self.api_key.as_deref(),
@@ -246,6 +270,7 @@ impl OllamaClientBuilder {
                 keep_alive: self.keep_alive,
                 request_timeout: self.request_timeout,
                 read_timeout: self.read_timeout,
+                timeouts,
                 always_stream: self.always_stream,
                 reasoning_replay: self.reasoning_replay,
                 input_modalities: self.input_modalities,

@@ -1,6 +1,7 @@
 //! The [`ChatModel`] impl of [`OllamaClient`]: `POST /api/chat`, streamed or not.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -22,12 +23,17 @@ impl ChatModel for OllamaClient {
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let redactor = Arc::clone(&self.inner.redactor);
-        let resp = self.post_chat(&request, true).await.map_err(|e| redactor.error(e))?;
+        let started = Instant::now();
+        let resp = self
+            .post_chat(&request, true, started)
+            .await
+            .map_err(|e| redactor.error(e))?;
         let bytes = Box::pin(resp.bytes_stream());
         let stream = ndjson_stream(
             bytes,
             self.inner.model.clone(),
-            self.timeout_hint(),
+            self.inner.timeouts,
+            started,
             Arc::clone(&redactor),
         )
         .map(move |item| item.map_err(|e| redactor.error(e)));
@@ -53,11 +59,12 @@ impl ChatModel for OllamaClient {
 impl OllamaClient {
     async fn complete_raw(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let i = &self.inner;
-        let resp = self.post_chat(&request, false).await?;
+        let started = Instant::now();
+        let resp = self.post_chat(&request, false, started).await?;
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.chat_url))?;
+            .map_err(|e| transport_error(e, &i.timeouts, started, &i.chat_url))?;
         let line: WireLine = serde_json::from_slice(&bytes)
             .map_err(|e| ModelError::invalid_response(format!("invalid /api/chat answer: {e}")))?;
         if let Some(error) = &line.error {

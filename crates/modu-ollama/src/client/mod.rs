@@ -5,13 +5,13 @@
 //! in `models`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use modu_core::{ChatRequest, ModelError, ReasoningReplay};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 
-use crate::error::{OllamaConfigError, status_error, transport_error};
+use crate::error::{OllamaConfigError, Timeouts, status_error, transport_error};
 use crate::wire;
 use modu_core::redact::{MaskedHeaders, Redactor, display_url};
 
@@ -61,6 +61,8 @@ struct Inner {
     keep_alive: Option<Value>,
     request_timeout: Option<Duration>,
     read_timeout: Option<Duration>,
+    /// The timeouts as the requests run them (for naming the one that fired).
+    timeouts: Timeouts,
     always_stream: bool,
     reasoning_replay: ReasoningReplay,
     input_modalities: modu_core::InputModalities,
@@ -115,11 +117,12 @@ impl OllamaClient {
         &self.inner.base_url
     }
 
-    fn timeout_hint(&self) -> Option<Duration> {
-        self.inner.request_timeout.or(self.inner.read_timeout)
-    }
-
-    async fn post_chat(&self, request: &ChatRequest, stream: bool) -> Result<reqwest::Response, ModelError> {
+    async fn post_chat(
+        &self,
+        request: &ChatRequest,
+        stream: bool,
+        started: Instant,
+    ) -> Result<reqwest::Response, ModelError> {
         let i = &self.inner;
         wire::check_request(
             &i.model,
@@ -148,13 +151,20 @@ impl OllamaClient {
         let resp = rb
             .send()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.chat_url))?;
+            .map_err(|e| transport_error(e, &i.timeouts, started, &i.chat_url))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
         }
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap_or_default();
-        Err(status_error(status, &headers, &text, &i.model, &i.redactor))
+        Err(status_error(
+            status,
+            &headers,
+            &text,
+            &i.model,
+            &i.redactor,
+            &i.chat_url,
+        ))
     }
 }

@@ -56,6 +56,7 @@ impl OllamaClient {
 
     async fn list_models_raw(&self) -> Result<Vec<OllamaModel>, ModelError> {
         let i = &self.inner;
+        let started = std::time::Instant::now();
         let mut rb = i.http.get(&i.tags_url).headers(i.headers.clone());
         if let Some(t) = i.request_timeout {
             rb = rb.timeout(t);
@@ -63,15 +64,22 @@ impl OllamaClient {
         let resp = rb
             .send()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.tags_url))?;
+            .map_err(|e| transport_error(e, &i.timeouts, started, &i.tags_url))?;
         let status = resp.status();
         let headers = resp.headers().clone();
         let text = resp
             .text()
             .await
-            .map_err(|e| transport_error(e, self.timeout_hint(), &i.tags_url))?;
+            .map_err(|e| transport_error(e, &i.timeouts, started, &i.tags_url))?;
         if !status.is_success() {
-            return Err(status_error(status, &headers, &text, &i.model, &i.redactor));
+            return Err(status_error(
+                status,
+                &headers,
+                &text,
+                &i.model,
+                &i.redactor,
+                &i.tags_url,
+            ));
         }
         let tags: Tags =
             serde_json::from_str(&text).map_err(|e| ModelError::invalid_response(format!("invalid /api/tags: {e}")))?;

@@ -4,14 +4,14 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use modu_core::{ChatEvent, ModelError};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder};
 
-use crate::error::{stream_error, transport_error};
+use crate::error::{Timeouts, stream_error, transport_error};
 use crate::wire::{self, LineState, WireLine};
 use modu_core::redact::Redactor;
 
@@ -28,7 +28,9 @@ struct NdjsonState<S> {
     lines: LineState,
     finished: bool,
     model: String,
-    timeout: Option<Duration>,
+    timeouts: Timeouts,
+    /// When the request was sent (for naming the timeout that fired).
+    started: Instant,
     redactor: Arc<Redactor>,
 }
 
@@ -92,7 +94,8 @@ impl<S> NdjsonState<S> {
 pub(crate) fn ndjson_stream<S>(
     bytes: Pin<Box<S>>,
     model: String,
-    timeout: Option<Duration>,
+    timeouts: Timeouts,
+    started: Instant,
     redactor: Arc<Redactor>,
 ) -> impl Stream<Item = Result<ChatEvent, ModelError>> + Send
 where
@@ -106,7 +109,8 @@ where
         lines: LineState::default(),
         finished: false,
         model,
-        timeout,
+        timeouts,
+        started,
         redactor,
     };
     futures::stream::unfold(state, |mut st| async move {
@@ -124,7 +128,14 @@ where
                         break Step::Fail(e);
                     }
                 }
-                Some(Err(e)) => break Step::Fail(transport_error(e, st.timeout, "reading the NDJSON stream")),
+                Some(Err(e)) => {
+                    break Step::Fail(transport_error(
+                        e,
+                        &st.timeouts,
+                        st.started,
+                        "reading the NDJSON stream",
+                    ));
+                }
                 None => {
                     // A last line without a trailing newline.
                     let rest = std::mem::take(&mut st.buffer);
