@@ -105,6 +105,21 @@ async fn model_not_found_switches_by_default() -> TestResult {
     Ok(())
 }
 
+/// A 404 that names no model (the server does not serve the endpoint: a path it moved, a
+/// server of another kind) cannot be served by that member either: the next one is asked, as
+/// for a model the server does not serve.
+#[tokio::test]
+async fn a_404_for_the_endpoint_switches_by_default() -> TestResult {
+    let primary = ScriptedModel::new().named("moved").error(|| ModelError::Status {
+        status: 404,
+        body: "File Not Found (no such endpoint: http://127.0.0.1:9/v2/chat/completions)".into(),
+        retry_after: None,
+    });
+    let model = FallbackModel::new(primary).with_fallback(ScriptedModel::new().named("current").text("hi"));
+    assert_eq!(model.complete(hi()).await?.model.as_deref(), Some("current"));
+    Ok(())
+}
+
 #[tokio::test]
 async fn errors_the_predicate_refuses_end_the_call_without_asking_the_next() -> TestResult {
     let auth = || ModelError::Authentication {
