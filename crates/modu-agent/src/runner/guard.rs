@@ -1,7 +1,7 @@
 //! Input and output guardrails around the driver's steps ([`crate::guardrail`]): input
 //! guardrails with the first model request of a fresh run (concurrently or before it), output
-//! guardrails on the accepted final output. Tool guardrails are a layer of the function stack
-//! (`function`).
+//! guardrails on the accepted final output, which is parsed here (with its one corrective
+//! request). Tool guardrails are a layer of the function stack (`function`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -10,12 +10,14 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Either};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::policy::{Answer, Ask};
+use super::policy::{Answer, Ask, DeltaRoute, Format};
 use super::{Env, Run};
 use crate::context::CallScope;
 use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::guardrail::{GuardrailMode, check_input, check_output};
+use crate::message::Message;
+use crate::model::ResponseFormat;
 use crate::tripwire::Checked;
 
 /// The input guardrails' checks, running on their own (owned) future.
@@ -26,6 +28,58 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
+    /// Parses the final answer; one corrective request on failure. The answer that parsed
+    /// joins the run's messages.
+    ///
+    /// A final answer's tool calls are dropped: a final answer comes from a request that
+    /// offered no tools (an acting answer with calls runs them instead), so they cannot run, and
+    /// an assistant message with calls but no results would make every later request of the
+    /// session invalid (OpenAI refuses it).
+    pub(super) async fn accept_final(
+        &mut self,
+        mut answer: Message,
+        format: Option<ResponseFormat>,
+        route: DeltaRoute,
+    ) -> Result<O, AgentError> {
+        drop_calls(&mut answer);
+        let first = match self.env.agent.codec.parse(&answer.text()) {
+            Ok(output) => {
+                self.check_output(&output).await?;
+                self.state.messages.push(answer);
+                return Ok(output);
+            }
+            Err(first) => first,
+        };
+        let extra = vec![
+            answer,
+            Message::user(format!(
+                "Your answer could not be parsed: {}. Answer again with only a JSON value that fits the required schema.",
+                first.message
+            )),
+        ];
+        let ask = Ask::new(crate::context_provider::Stage::Finalize)
+            .extra(extra)
+            .format(Format::Fixed(format))
+            .route(route);
+        // Boxed: a corrective request is rare, and in place its future would size the
+        // future of every run (this one's state is held beside each step's).
+        let response = Box::pin(self.ask(ask)).await?.response;
+        // An answer cut at the output token limit rarely parses: the error says so.
+        let cut = response.finish_reason == Some(crate::model::FinishReason::Length);
+        let mut message = response.message;
+        drop_calls(&mut message);
+        match self.env.agent.codec.parse(&message.text()) {
+            Ok(output) => {
+                self.check_output(&output).await?;
+                self.state.messages.push(message);
+                Ok(output)
+            }
+            Err(second) => Err(AgentError::Output {
+                message: second.message + if cut { CUT } else { "" },
+            }),
+        }
+    }
+
     /// The input guardrails' check of a fresh run, `None` for a resumed run or an agent
     /// without input guardrails.
     pub(super) fn input_check(&self) -> Option<InputCheck> {
@@ -210,6 +264,21 @@ impl<F: Future> Future for UnlessCancelled<F> {
             Some(Poll::Ready(())) => Poll::Ready(None),
             _ => Poll::Pending,
         }
+    }
+}
+
+/// What an unparsable corrective answer's error adds when the answer was cut.
+const CUT: &str = " (the answer was cut at the output token limit, finish reason `length`: raise max_tokens)";
+
+/// Drops the tool calls of an answer to a request that offered no tools (see
+/// [`Run::accept_final`]).
+fn drop_calls(answer: &mut Message) {
+    if answer.has_tool_calls() {
+        tracing::debug!(
+            calls = answer.tool_calls.len(),
+            "a final answer called tools its request did not offer; dropped"
+        );
+        answer.tool_calls.clear();
     }
 }
 

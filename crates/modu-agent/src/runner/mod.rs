@@ -61,7 +61,7 @@ pub use stream::{RunStream, StreamItem};
 
 use chat::with_deadline;
 use emitter::Emitter;
-use policy::{DeltaRoute, Fed, Format, Limits, Next, Out, Policy, View};
+use policy::{Fed, Limits, Next, Out, Policy, View};
 use standard::Standard;
 use state::RunState;
 
@@ -265,55 +265,6 @@ where
         }
     }
 
-    /// Parses the final answer; one corrective request on failure. The answer that parsed
-    /// joins the run's messages.
-    ///
-    /// A final answer's tool calls are dropped: a final answer comes from a request that
-    /// offered no tools (an acting answer with calls runs them instead), so they cannot run, and
-    /// an assistant message with calls but no results would make every later request of the
-    /// session invalid (OpenAI refuses it).
-    async fn accept_final(
-        &mut self,
-        mut answer: Message,
-        format: Option<ResponseFormat>,
-        route: DeltaRoute,
-    ) -> Result<O, AgentError> {
-        drop_calls(&mut answer);
-        let first = match self.env.agent.codec.parse(&answer.text()) {
-            Ok(output) => {
-                self.check_output(&output).await?;
-                self.state.messages.push(answer);
-                return Ok(output);
-            }
-            Err(first) => first,
-        };
-        let extra = vec![
-            answer,
-            Message::user(format!(
-                "Your answer could not be parsed: {}. Answer again with only a JSON value that fits the required schema.",
-                first.message
-            )),
-        ];
-        let ask = policy::Ask::new(crate::context_provider::Stage::Finalize)
-            .extra(extra)
-            .format(Format::Fixed(format))
-            .route(route);
-        // Boxed: a corrective request is rare, and in place its future would size the
-        // future of every run (this one's state is held beside each step's).
-        let mut message = Box::pin(self.ask(ask)).await?.response.message;
-        drop_calls(&mut message);
-        match self.env.agent.codec.parse(&message.text()) {
-            Ok(output) => {
-                self.check_output(&output).await?;
-                self.state.messages.push(message);
-                Ok(output)
-            }
-            Err(second) => Err(AgentError::Output {
-                message: second.message,
-            }),
-        }
-    }
-
     /// Loads the session's history. Records where the run's messages will be appended (the
     /// history's end: under the session's lease nothing else writes there), and says whether
     /// a resumed run's place moved, so that its checkpoint is saved again: the session may
@@ -336,18 +287,6 @@ where
                 Err(AgentError::from_store("conversation.load", &e))
             }
         }
-    }
-}
-
-/// Drops the tool calls of an answer to a request that offered no tools (see
-/// [`Run::accept_final`]).
-fn drop_calls(answer: &mut Message) {
-    if answer.has_tool_calls() {
-        tracing::debug!(
-            calls = answer.tool_calls.len(),
-            "a final answer called tools its request did not offer; dropped"
-        );
-        answer.tool_calls.clear();
     }
 }
 

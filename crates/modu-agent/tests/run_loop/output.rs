@@ -124,6 +124,55 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
     );
 }
 
+/// An answer cut at the output token limit (`finish_reason: length`, as a server sends it when
+/// `max_tokens` ends the answer mid-JSON) fails with an error that says so, not only with the
+/// parser's "EOF while parsing".
+#[tokio::test]
+async fn a_corrective_answer_cut_at_the_token_limit_says_so() {
+    use modu_core::{ChatEvent, FinishReason};
+    let cut = |text: &str| {
+        let text = text.to_owned();
+        move |_: &modu_core::ChatRequest| {
+            vec![
+                ChatEvent::TextDelta { text: text.clone() },
+                ChatEvent::Finish {
+                    reason: FinishReason::Length,
+                },
+            ]
+        }
+    };
+    let model = ScriptedModel::new()
+        .respond(cut(r#"{"country": "Ko"#))
+        .respond(cut(r#"{"country": "Korea", "ci"#));
+    let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
+    let result = agent.run("q").await;
+    let Some(AgentError::Output { message }) = result.error() else {
+        panic!("{:?}", result.error());
+    };
+    assert!(
+        message.contains("EOF while parsing"),
+        "the parser's reason stays: {message}"
+    );
+    assert!(
+        message.contains("cut at the output token limit") && message.contains("max_tokens"),
+        "{message}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "one corrective request, as for any unparsable answer"
+    );
+
+    // An answer that ended on its own and does not parse says nothing of a limit.
+    let model = ScriptedModel::new().text("no").text("still no");
+    let agent = Agent::builder(model).output::<Capital>().build().unwrap();
+    let result = agent.run("q").await;
+    let Some(AgentError::Output { message }) = result.error() else {
+        panic!("{:?}", result.error());
+    };
+    assert!(!message.contains("token limit"), "{message}");
+}
+
 /// A context provider that puts a tool definition into every request, whatever the stage
 /// offers (`ModelContext::tools` is for narrowing; this one misuses it).
 struct AddsTools(modu_core::ToolDefinition);
