@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use modu_agent::{Agent, AgentRequest, Handoff};
-use modu_core::{AgentEvent, CollectingEventSink, FunctionTool, Role, ToolSpec, UserContext};
+use modu_core::{
+    AgentEvent, CollectingEventSink, FunctionTool, InMemoryCheckpointStore, Role, RunContext, StaticToolSession, Tool,
+    ToolProvider, ToolProviderError, ToolSession, ToolSpec, UserContext,
+};
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
 
@@ -227,4 +230,79 @@ async fn a_disabled_handoff_is_not_offered() {
             .is_completed()
     );
     assert_eq!(model.requests()[1].tools[0].name, "transfer_to_vip");
+}
+
+#[tokio::test]
+async fn a_handoff_in_a_batch_that_paused_still_hands_over_on_resume() {
+    let billing_model = ScriptedModel::new().text("billing answers");
+    let billing = Agent::builder(billing_model.clone()).name("billing").build().unwrap();
+    let triage_model = ScriptedModel::new()
+        .tool_calls([("transfer_to_billing", json!({})), ("danger", json!({}))])
+        .text("triage answers");
+    let triage = Agent::builder(triage_model.clone())
+        .name("triage")
+        .tool(FunctionTool::new(
+            ToolSpec::new("danger", "Needs approval", json!({"type": "object"})).needs_approval(true),
+            |_c, _a| async { Ok(json!("done")) },
+        ))
+        .handoff(Handoff::to(&billing))
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let paused = triage.run("hi").await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let run_id = paused.report().run_id.clone();
+    triage.approve(&run_id, &paused.approvals()[0].call_id).await.unwrap();
+    let done = triage.resume(&run_id, ()).await;
+    // The model was told of the transfer before the pause: the agent it named answers.
+    assert_eq!(done.report().agent, "billing");
+    assert_eq!(done.output().map(String::as_str), Some("billing answers"));
+    assert_eq!(
+        triage_model.requests().len(),
+        1,
+        "triage was asked again after handing over"
+    );
+}
+
+/// A provider offering one tool, `{name}_tool`.
+struct Provider(&'static str);
+
+#[async_trait::async_trait]
+impl ToolProvider<()> for Provider {
+    fn name(&self) -> &str {
+        self.0
+    }
+    async fn open(&self, _ctx: &RunContext<()>) -> Result<Box<dyn ToolSession<()>>, ToolProviderError> {
+        let tool: Arc<dyn Tool<()>> = Arc::new(FunctionTool::new(
+            ToolSpec::new(format!("{}_tool", self.0), "Provided", json!({"type": "object"})),
+            |_c, _a| async { Ok(json!("provided")) },
+        ));
+        Ok(Box::new(StaticToolSession::new(vec![tool])))
+    }
+}
+
+#[tokio::test]
+async fn a_handoff_target_gets_its_own_providers_tools_not_the_first_agents() {
+    let billing_model = ScriptedModel::new().text("billing answers");
+    let billing = Agent::builder(billing_model.clone())
+        .name("billing")
+        .tool_provider(Provider("shared"))
+        .build()
+        .unwrap();
+    let triage = Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
+        .name("triage")
+        .tool_provider(Provider("shared"))
+        .tool_provider(Provider("triage_only"))
+        .handoff(Handoff::to(&billing))
+        .build()
+        .unwrap();
+    let done = triage.run("hi").await;
+    // Both agents open the same provider (one MCP server, say): that is no name clash.
+    assert!(done.is_completed(), "{:?}", done.error());
+    let offered: Vec<String> = billing_model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(offered, ["shared_tool"], "billing was offered triage's provider tools");
 }

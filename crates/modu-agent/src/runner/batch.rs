@@ -37,9 +37,6 @@ where
         // Handoffs first: checks only, no side effects, at most one accepted per batch.
         let mut handed_to: Option<Arc<AgentInner<C, O>>> = None;
         for call in &calls {
-            if self.state.pending_results.contains_key(&call.id) {
-                continue;
-            }
             let Some(handoff) = self
                 .env
                 .agent
@@ -50,6 +47,14 @@ where
             else {
                 continue;
             };
+            if let Some(done) = self.state.pending_results.get(&call.id) {
+                // Accepted before the batch paused (or was cancelled, or its worker died): the
+                // model was told of the transfer, so it is still due once the batch ends.
+                if !done.is_error && handed_to.is_none() {
+                    handed_to = Some(Arc::clone(&handoff.target.inner));
+                }
+                continue;
+            }
             let outcome = if !handoff.is_enabled(&self.env.ctx) {
                 Err(ToolError::new(ToolErrorKind::NotFound, "unknown_tool")
                     .with_message(format!("the handoff {} is not available now", call.name)))
@@ -94,6 +99,10 @@ where
             self.kept = Default::default();
             self.env.ctx = self.env.ctx.with_agent_name(to.clone());
             self.state.active_agent = Some(to.clone());
+            // The agent handing over takes its providers' tools with it: the target is offered
+            // its own (and may open the same provider again). Its sessions close with the run's.
+            let handed_over = std::mem::take(&mut self.sessions);
+            self.retired.extend(handed_over);
             self.open_tools().await?;
             if self.env.emitter.active() {
                 self.env

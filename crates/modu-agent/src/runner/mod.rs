@@ -119,6 +119,8 @@ struct Run<C, O> {
     allowed: Option<BTreeSet<String>>,
     /// The tool providers' sessions of this run, with the provider's name.
     sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
+    /// The sessions of agents that handed the run over: not offered, closed with the run's.
+    retired: Vec<(String, Box<dyn ToolSession<C>>)>,
     resumed: bool,
     /// The run's summary of its oldest tool rounds (summarizing compaction).
     summary: crate::compaction::RunSummary,
@@ -163,7 +165,8 @@ where
         }
         // The tool sessions close after the run is recorded: a server slow to exit delays the
         // caller, never the run's own saves under its deadline.
-        let sessions = std::mem::take(&mut self.sessions);
+        let mut sessions = std::mem::take(&mut self.retired);
+        sessions.append(&mut self.sessions);
         let ended = self.finish(outcome).await;
         if sessions.is_empty() {
             ended

@@ -376,6 +376,7 @@ where
         allowed: state.admitted.clone(),
         state,
         sessions: Vec::new(),
+        retired: Vec::new(),
         resumed,
         summary: Default::default(),
         kept: Default::default(),
