@@ -306,3 +306,44 @@ async fn a_handoff_target_gets_its_own_providers_tools_not_the_first_agents() {
         .collect();
     assert_eq!(offered, ["shared_tool"], "billing was offered triage's provider tools");
 }
+
+/// Triage hands over to a billing agent whose one tool, `refund_tool`, needs approval.
+fn triage_over(billing_refund_tool: &str, store: Arc<InMemoryCheckpointStore>) -> Agent {
+    let billing = Agent::builder(ScriptedModel::new().tool_call("refund", json!({})).text("refunded"))
+        .name("billing")
+        .tool(FunctionTool::new(
+            ToolSpec::new(billing_refund_tool, "Refund", json!({"type": "object"})).needs_approval(true),
+            |_c, _a| async { Ok(json!("ok")) },
+        ))
+        .build()
+        .unwrap();
+    Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
+        .name("triage")
+        .handoff(Handoff::to(&billing))
+        .checkpoint_store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_run_paused_after_a_handoff_does_not_resume_with_a_changed_target() {
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let paused = triage_over("refund", store.clone()).run("refund me").await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    assert_eq!(paused.report().agent, "billing");
+    // Another process, whose billing agent calls its tool differently.
+    let changed = triage_over("issue_refund", store.clone());
+    assert_ne!(changed.fingerprint(), triage_over("refund", store).fingerprint());
+    let run_id = &paused.report().run_id;
+    let approved = changed.approve(run_id, &paused.approvals()[0].call_id).await;
+    assert!(
+        matches!(approved, Err(modu_core::AgentError::ResumeIncompatible { .. })),
+        "{approved:?}"
+    );
+    let resumed = changed.resume(run_id, ()).await;
+    assert!(
+        matches!(resumed.error(), Some(modu_core::AgentError::ResumeIncompatible { .. })),
+        "{:?}",
+        resumed.error()
+    );
+}

@@ -64,7 +64,14 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
             crate::plan::DecisionPolicy::Standard => "standard/1",
             crate::plan::DecisionPolicy::PlanAndExecute(p) => p.fingerprint_tag(),
         };
-        let fingerprint = Arc::from(fingerprint(&entries, typed.codec.as_ref(), policy_tag));
+        // A run resumed after a handoff continues with the target: its name and its own
+        // fingerprint (tools, output, its handoffs) are part of what the checkpoint depends on.
+        let handoffs: Vec<(&str, &str, &str)> = typed
+            .handoffs
+            .iter()
+            .map(|h| (h.tool_name.as_str(), h.target.name(), h.target.fingerprint()))
+            .collect();
+        let fingerprint = Arc::from(fingerprint(&entries, &handoffs, typed.codec.as_ref(), policy_tag));
         let instructions = match (typed.instructions_fn, config.instructions) {
             (Some(f), _) => Some(Instructions::Dynamic(f)),
             (None, Some(text)) => Some(Instructions::Static(text)),
@@ -109,6 +116,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
 
 fn fingerprint<C, O: Send + 'static>(
     tools: &[ToolEntry<C>],
+    handoffs: &[(&str, &str, &str)],
     codec: &dyn OutputCodec<Output = O>,
     policy: &str,
 ) -> String {
@@ -132,6 +140,12 @@ fn fingerprint<C, O: Send + 'static>(
     if !nested.is_empty() {
         nested.sort();
         desc["nested"] = serde_json::json!(nested);
+    }
+    // Handoff targets (tool name, agent name, fingerprint); absent without handoffs, likewise.
+    if !handoffs.is_empty() {
+        let mut handoffs = handoffs.to_vec();
+        handoffs.sort();
+        desc["handoffs"] = serde_json::json!(handoffs);
     }
     let desc = desc.to_string();
     crate::canonical::stable_hash(&desc)

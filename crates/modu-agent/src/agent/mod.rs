@@ -206,8 +206,9 @@ impl<C, O> Agent<C, O> {
         self.inner.tools.iter().map(|t| t.tool.spec().clone()).collect()
     }
 
-    /// A fingerprint of what a checkpoint depends on (tools, output schema, policy); resuming
-    /// with an agent whose fingerprint differs fails.
+    /// A fingerprint of what a checkpoint depends on (tools, output schema, policy, and the
+    /// fingerprints of the agents it uses as tools or hands over to); resuming with an agent
+    /// whose fingerprint differs fails.
     pub fn fingerprint(&self) -> &str {
         &self.inner.fingerprint
     }

@@ -24,8 +24,13 @@ where
         // A resumed run continues with the agent it had handed over to.
         if let Some(active) = self.state.active_agent.clone()
             && active != self.env.agent.name
-            && let Some(target) = find_agent(&self.env.agent, &active, 8)
         {
+            let Some(target) = find_agent(&self.env.agent, &active, 8) else {
+                return Err(AgentError::ResumeIncompatible {
+                    run_id: self.env.ctx.run_id().to_owned(),
+                    message: format!("the run was handed over to agent {active:?}, which this agent cannot reach"),
+                });
+            };
             self.env.agent = target;
             self.kept = Default::default();
             self.env.ctx = self.env.ctx.with_agent_name(active);
