@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use modu_agent::{Agent, AgentRequest, Handoff};
 use modu_core::{
-    AgentEvent, CollectingEventSink, FunctionTool, InMemoryCheckpointStore, Role, RunContext, StaticToolSession, Tool,
-    ToolProvider, ToolProviderError, ToolSession, ToolSpec, UserContext,
+    AgentEvent, CheckpointStore, CollectingEventSink, ConversationStore, FunctionTool, InMemoryCheckpointStore,
+    InMemoryConversationStore, Role, RunContext, StaticToolSession, Tool, ToolProvider, ToolProviderError, ToolSession,
+    ToolSpec, UserContext,
 };
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
@@ -307,19 +308,24 @@ async fn a_handoff_target_gets_its_own_providers_tools_not_the_first_agents() {
     assert_eq!(offered, ["shared_tool"], "billing was offered triage's provider tools");
 }
 
-/// Triage hands over to a billing agent whose one tool, `refund_tool`, needs approval.
-fn triage_over(billing_refund_tool: &str, store: Arc<InMemoryCheckpointStore>) -> Agent {
-    let billing = Agent::builder(ScriptedModel::new().tool_call("refund", json!({})).text("refunded"))
+/// A billing agent, without stores, whose one tool `refund_tool` needs approval; its model
+/// calls `refund`.
+fn billing(refund_tool: &str) -> Agent {
+    Agent::builder(ScriptedModel::new().tool_call("refund", json!({})).text("refunded"))
         .name("billing")
         .tool(FunctionTool::new(
-            ToolSpec::new(billing_refund_tool, "Refund", json!({"type": "object"})).needs_approval(true),
+            ToolSpec::new(refund_tool, "Refund", json!({"type": "object"})).needs_approval(true),
             |_c, _a| async { Ok(json!("ok")) },
         ))
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Triage hands over to `billing(billing_refund_tool)`.
+fn triage_over(billing_refund_tool: &str, store: Arc<InMemoryCheckpointStore>) -> Agent {
     Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
         .name("triage")
-        .handoff(Handoff::to(&billing))
+        .handoff(Handoff::to(&billing(billing_refund_tool)))
         .checkpoint_store(store)
         .build()
         .unwrap()
@@ -346,4 +352,43 @@ async fn a_run_paused_after_a_handoff_does_not_resume_with_a_changed_target() {
         "{:?}",
         resumed.error()
     );
+}
+
+#[tokio::test]
+async fn a_handed_over_run_is_kept_by_the_stores_of_the_agent_it_started_with() {
+    let conversations = Arc::new(InMemoryConversationStore::new());
+    let checkpoints = Arc::new(InMemoryCheckpointStore::new());
+    let triage = Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
+        .name("triage")
+        // The target has no stores of its own.
+        .handoff(Handoff::to(&billing("refund")))
+        .conversation_store(conversations.clone())
+        .checkpoint_store(checkpoints.clone())
+        .build()
+        .unwrap();
+    let paused = triage.run(AgentRequest::new((), "refund me").session("s")).await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let run_id = paused.report().run_id.clone();
+    let saved = checkpoints.load(&run_id).await.unwrap().unwrap();
+    let saved: Value = serde_json::from_slice(&saved).unwrap();
+    assert_eq!(
+        saved["state"]["interruptions"][0]["tool_name"], "refund",
+        "the pause was not saved"
+    );
+    assert_eq!(
+        saved["agent"], "triage",
+        "recover_orphans and resume look for the entry agent's runs"
+    );
+    triage.approve(&run_id, &paused.approvals()[0].call_id).await.unwrap();
+    let done = triage.resume(&run_id, ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("refunded"),
+        "{:?}",
+        done.error()
+    );
+    assert_eq!(done.report().agent, "billing");
+    let stored = conversations.load("s").await.unwrap();
+    assert_eq!(stored.len(), 6, "the session keeps the whole run: {stored:?}");
+    assert!(checkpoints.load(&run_id).await.unwrap().is_none());
 }

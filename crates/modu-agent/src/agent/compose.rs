@@ -209,7 +209,9 @@ type HandoffEnabled<C> = Arc<dyn Fn(&RunContext<C>) -> bool + Send + Sync>;
 /// `on_handoff` runs first — it can refuse (the model gets a `rejected` tool error and nothing
 /// else happens). Once it accepts, the run continues with the target agent's instructions,
 /// model and tools, on the same conversation; [`RunReport::agent`](crate::RunReport::agent) names the agent that
-/// answered. `enabled_when` hides the handoff for a turn, like a tool's `is_enabled`.
+/// answered. The run stays the first agent's: its conversation and checkpoint stores keep it
+/// (the target needs none of its own), and it is resumed and recovered through that agent.
+/// `enabled_when` hides the handoff for a turn, like a tool's `is_enabled`.
 pub struct Handoff<C, O> {
     pub(crate) target: Agent<C, O>,
     pub(crate) tool_name: String,

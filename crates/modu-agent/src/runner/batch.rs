@@ -273,7 +273,7 @@ where
         if done && !sanitized {
             result_to_stream(env, state, &calls[index]).await;
         }
-        if done && env.agent.checkpoints.is_some() && !running.is_empty() {
+        if done && env.root.checkpoints.is_some() && !running.is_empty() {
             save_checkpoint(env, state).await?;
         }
     }

@@ -70,7 +70,7 @@ where
         let mut stored_now = false;
         if error.is_none()
             && !already_stored
-            && let (Some(store), Some(session)) = (&agent.conversations, env.ctx.session_id())
+            && let (Some(store), Some(session)) = (&env.root.conversations, env.ctx.session_id())
         {
             let append = async {
                 match &env.fence {
@@ -107,7 +107,7 @@ where
         } else {
             (Vec::new(), Vec::new())
         };
-        if let Some(store) = &agent.checkpoints {
+        if let Some(store) = &env.root.checkpoints {
             // A strict run's terminal DONE state stays, so that resuming it again does not
             // finalize twice (give the store a TTL).
             let keep_done = strict_done && error.is_none();
@@ -337,7 +337,7 @@ pub(super) async fn save_checkpoint_as<C, O>(
     state: &RunState,
     status: CheckpointStatus,
 ) -> Result<(), AgentError> {
-    let Some(store) = &env.agent.checkpoints else {
+    let Some(store) = &env.root.checkpoints else {
         return Ok(());
     };
     let checkpoint = checkpoint_ref(env, state);
@@ -345,7 +345,7 @@ pub(super) async fn save_checkpoint_as<C, O>(
         operation: "checkpoint.encode".into(),
         message: e.to_string(),
     })?;
-    let meta = CheckpointMeta::new(env.agent.name.clone(), status).with_session(env.ctx.session_id());
+    let meta = CheckpointMeta::new(env.root.name.clone(), status).with_session(env.ctx.session_id());
     let save = async {
         match &env.fence {
             Some(fence) => store.save_fenced(env.ctx.run_id(), &meta, &bytes, fence).await,
@@ -383,7 +383,7 @@ fn checkpoint_ref<'a, C, O>(env: &'a Env<C, O>, state: &'a RunState) -> Checkpoi
     CheckpointRef {
         schema_version: CHECKPOINT_SCHEMA_VERSION,
         run_id: env.ctx.run_id(),
-        agent: &env.agent.name,
+        agent: &env.root.name,
         fingerprint: &env.fingerprint,
         session_id: env.ctx.session_id(),
         user: env.ctx.user(),

@@ -68,6 +68,8 @@ use state::RunState;
 /// Everything a run reads but does not change.
 struct Env<C, O> {
     agent: Arc<AgentInner<C, O>>,
+    /// The agent the run started with, whose stores keep the run (a handoff changes `agent`).
+    root: Arc<AgentInner<C, O>>,
     ctx: RunContext<C>,
     /// The run's id, shared with the chat stack's per-request data.
     run_id: Arc<str>,
@@ -83,7 +85,6 @@ struct Env<C, O> {
     deadline: Option<Instant>,
     started: Instant,
     fingerprint: Arc<str>,
-
     history: Vec<Message>,
     parent_run_id: Option<String>,
     /// A nested run leaves its state here when it pauses (agent-as-tool).
@@ -101,7 +102,7 @@ impl<C, O> Env<C, O> {
     /// Whether the run's state outlives it (a checkpoint store, or a parent that keeps a nested
     /// run's state): only then does the state carry a copy of the per-model usage.
     fn keeps_state(&self) -> bool {
-        self.agent.checkpoints.is_some() || self.nested_pause.is_some()
+        self.root.checkpoints.is_some() || self.nested_pause.is_some()
     }
 
     /// Whether the policy keeps each call's effective arguments (the strict tool trace).
@@ -117,9 +118,9 @@ struct Run<C, O> {
     offered: Option<state::ToolNames>,
     /// The identities context providers admitted for the last request (`None`: all offered).
     allowed: Option<BTreeSet<String>>,
-    /// The tool providers' sessions of this run, with the provider's name.
+    /// The tool providers' sessions of this run, with the provider's name; `retired`, those of
+    /// agents that handed the run over (not offered, closed with the run's).
     sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
-    /// The sessions of agents that handed the run over: not offered, closed with the run's.
     retired: Vec<(String, Box<dyn ToolSession<C>>)>,
     resumed: bool,
     /// The run's summary of its oldest tool rounds (summarizing compaction).
@@ -274,7 +275,7 @@ where
     /// have moved on while the run waited to be resumed, and a later claim of this run looks
     /// for its messages at that place (`start::already_stored`).
     async fn load_history(&mut self) -> Result<bool, AgentError> {
-        let (Some(store), Some(session)) = (&self.env.agent.conversations, self.env.ctx.session_id()) else {
+        let (Some(store), Some(session)) = (&self.env.root.conversations, self.env.ctx.session_id()) else {
             return Ok(false);
         };
         let load = tracing::Instrument::instrument(store.load(session), spans::store("conversation.load"));

@@ -356,6 +356,7 @@ where
     let (tools, definitions) = super::tools::own_index(&agent);
     let run = Run {
         env: Env {
+            root: Arc::clone(&agent),
             agent,
             ctx,
             run_id,
