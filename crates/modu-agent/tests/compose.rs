@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use modu_agent::{Agent, AgentRequest, Handoff};
+use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
+use modu_agent::{Agent, AgentRequest, BuildError, Handoff};
 use modu_core::{
     AgentEvent, CheckpointStore, CollectingEventSink, ConversationStore, FunctionTool, InMemoryCheckpointStore,
     InMemoryConversationStore, Role, RunContext, StaticToolSession, Tool, ToolProvider, ToolProviderError, ToolSession,
@@ -391,4 +392,24 @@ async fn a_handed_over_run_is_kept_by_the_stores_of_the_agent_it_started_with() 
     let stored = conversations.load("s").await.unwrap();
     assert_eq!(stored.len(), 6, "the session keeps the whole run: {stored:?}");
     assert!(checkpoints.load(&run_id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_handoff_to_a_strict_agent_is_refused_at_build() {
+    // A handed-over run goes on under the policy it started with: the planner would answer
+    // without a plan, its steps unchecked.
+    let planner = Agent::builder(ScriptedModel::new().text("an answer without a plan"))
+        .name("planner")
+        .decision_policy(PlanAndExecutePolicy::new(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let front = Agent::builder(ScriptedModel::new().tool_call("transfer_to_planner", json!({})))
+        .handoff(Handoff::to(&planner))
+        .build();
+    assert!(
+        matches!(&front, Err(BuildError::HandoffToStrictPolicy { name, target })
+            if name == "transfer_to_planner" && target == "planner"),
+        "{:?}",
+        front.err()
+    );
 }

@@ -28,6 +28,12 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
                     name: h.tool_name.clone(),
                 });
             }
+            if matches!(h.target.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_)) {
+                return Err(BuildError::HandoffToStrictPolicy {
+                    name: h.tool_name.clone(),
+                    target: h.target.name().to_owned(),
+                });
+            }
         }
         if config.retry.max_attempts == 0 {
             return Err(BuildError::ZeroRetryAttempts);

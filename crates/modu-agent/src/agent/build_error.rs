@@ -52,6 +52,17 @@ pub enum BuildError {
         /// How many handoffs were added.
         count: usize,
     },
+    /// A handoff to an agent with a strict Plan-and-Execute policy: a handed-over run goes on
+    /// under the policy it started with, so the target would run without its plan.
+    #[error(
+        "the handoff {name:?} goes to agent {target:?}, whose strict Plan-and-Execute policy a handoff cannot keep"
+    )]
+    HandoffToStrictPolicy {
+        /// The handoff's tool name.
+        name: String,
+        /// The target agent's name.
+        target: String,
+    },
 }
 
 impl From<BuildError> for AgentError {
