@@ -413,3 +413,51 @@ async fn a_handoff_to_a_strict_agent_is_refused_at_build() {
         front.err()
     );
 }
+
+#[tokio::test]
+async fn a_handoff_targets_tools_see_its_model_before_and_after_a_resume() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model_name = |name: &str, approval: bool| {
+        let seen = Arc::clone(&seen);
+        FunctionTool::new(
+            ToolSpec::new(name, "Names the run's model", json!({"type": "object"})).needs_approval(approval),
+            move |ctx: RunContext<()>, _a| {
+                let name = ctx.model().map(|m| m.model_name().to_owned());
+                seen.lock().unwrap().push(name);
+                async { Ok(json!("noted")) }
+            },
+        )
+    };
+    let billing = Agent::builder(
+        ScriptedModel::new()
+            .named("billing-model")
+            .tool_call("now", json!({}))
+            .tool_call("later", json!({}))
+            .text("done"),
+    )
+    .name("billing")
+    .tool(model_name("now", false))
+    .tool(model_name("later", true))
+    .build()
+    .unwrap();
+    let triage = Agent::builder(
+        ScriptedModel::new()
+            .named("triage-model")
+            .tool_call("transfer_to_billing", json!({})),
+    )
+    .name("triage")
+    .handoff(Handoff::to(&billing))
+    .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+    .build()
+    .unwrap();
+    let paused = triage.run("hi").await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    triage
+        .approve(paused.run_id(), &paused.approvals()[0].call_id)
+        .await
+        .unwrap();
+    let done = triage.resume(paused.run_id(), ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    let billing_model = Some("billing-model".to_owned());
+    assert_eq!(*seen.lock().unwrap(), [billing_model.clone(), billing_model]);
+}

@@ -95,9 +95,7 @@ where
         if let Some(target) = handed_to {
             let from = self.env.agent.name.clone();
             let to = target.name.clone();
-            self.env.agent = target;
-            self.kept = Default::default();
-            self.env.ctx = self.env.ctx.with_agent_name(to.clone());
+            self.answer_with(target);
             self.state.active_agent = Some(to.clone());
             // The agent handing over takes its providers' tools with it: the target is offered
             // its own (and may open the same provider again). Its sessions close with the run's.

@@ -31,9 +31,7 @@ where
                     message: format!("the run was handed over to agent {active:?}, which this agent cannot reach"),
                 });
             };
-            self.env.agent = target;
-            self.kept = Default::default();
-            self.env.ctx = self.env.ctx.with_agent_name(active);
+            self.answer_with(target);
         }
         let providers = self.env.agent.tool_providers.clone();
         for provider in providers {
@@ -51,6 +49,15 @@ where
             self.sessions.push((provider.name().to_owned(), session));
         }
         self.index_tools()
+    }
+
+    /// Makes `target` the agent that answers from the next request on (a handoff): its model
+    /// (also for the run's tools, `RunContext::model`), instructions and settings.
+    pub(super) fn answer_with(&mut self, target: Arc<AgentInner<C, O>>) {
+        let ctx = self.env.ctx.with_agent_name(target.name.clone());
+        self.env.ctx = ctx.with_model(Arc::clone(&target.model));
+        self.env.agent = target;
+        self.kept = Default::default();
     }
 
     /// Asks every session whether its tools changed; re-indexes the run's tools when one did.
