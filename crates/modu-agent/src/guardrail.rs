@@ -10,7 +10,8 @@
 //!   request. [`GuardrailMode::Concurrent`] (the default) sends the request at the same time and
 //!   drops it when a tripwire fires first; the answer is acted on (tools run, output accepted)
 //!   only after every input guardrail passed. [`GuardrailMode::Blocking`] checks before the
-//!   request is sent. A resumed run is not checked again.
+//!   request is sent. A resumed run is not checked again once they passed; one that stopped
+//!   before its first request (cancelled) is checked with the first request of its resume.
 //! - **Output** ([`OutputGuardrail`]): on the final output once it parsed, as JSON; the
 //!   [`output`] constructor decodes it into your type, so a structured output is checked typed.
 //! - **Tool** ([`ToolGuardrail`]): a layer of the function stack, below your function layers and

@@ -400,3 +400,31 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
         ("safety", GuardrailKind::Output, "guardrail_unavailable")
     );
 }
+
+#[tokio::test]
+async fn a_run_stopped_before_its_first_request_checks_its_input_when_resumed() {
+    for mode in [GuardrailMode::Concurrent, GuardrailMode::Blocking] {
+        let model = ScriptedModel::new().text("fine");
+        let agent = Agent::builder(model.clone())
+            .input_guardrail(no_password())
+            .guardrail_mode(mode)
+            .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+            .build()
+            .unwrap();
+        let start = |input: &str| {
+            let token = tokio_util::sync::CancellationToken::new();
+            token.cancel();
+            agent.run(modu_agent::AgentRequest::new((), input).cancel_token(token))
+        };
+        // Cancelled before anything was asked or checked: the resume checks the input.
+        let stopped = start("my password is hunter2").await;
+        assert!(matches!(stopped.error(), Some(AgentError::Cancelled)));
+        let resumed = agent.resume(stopped.run_id(), ()).await;
+        assert_eq!(tripped(&resumed.error()).2, "secret_in_input", "{mode:?}");
+        assert!(model.requests().is_empty(), "{mode:?}: the model got unchecked input");
+        // Input that passes goes on as usual.
+        let stopped = start("hello").await;
+        let resumed = agent.resume(stopped.run_id(), ()).await;
+        assert_eq!(resumed.output().map(String::as_str), Some("fine"), "{mode:?}");
+    }
+}

@@ -80,11 +80,11 @@ where
         }
     }
 
-    /// The input guardrails' check of a fresh run, `None` for a resumed run or an agent
-    /// without input guardrails.
+    /// The input guardrails' check of a fresh run, or of a resumed one whose input they have
+    /// not passed yet (it stopped before its first request); `None` otherwise.
     pub(super) fn input_check(&self) -> Option<InputCheck> {
         let guardrails = &self.env.agent.guardrails.input;
-        if self.resumed || guardrails.is_empty() {
+        if !self.state.input_unchecked || guardrails.is_empty() {
             return None;
         }
         let guardrails = guardrails.clone();
@@ -120,6 +120,7 @@ where
         let check = if self.env.agent.guardrails.mode == GuardrailMode::Blocking {
             let checks = check.await;
             self.env.settle(&checks, None).await?;
+            self.state.input_unchecked = false;
             None
         } else {
             Some(check)
@@ -142,6 +143,7 @@ where
             }
         };
         self.env.settle(&checks, None).await?;
+        self.state.input_unchecked = false;
         answer.unwrap_or_else(|| {
             Err(AgentError::Configuration {
                 message: "the model request ended without an answer".into(),

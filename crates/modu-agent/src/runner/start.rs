@@ -315,6 +315,7 @@ where
             let ctx = RunContext::for_run(req.context, parts);
             let mut state = RunState::new(req.input);
             state.settings = req.model_settings;
+            state.input_unchecked = !agent.guardrails.input.is_empty();
             (ctx, state, false, req.parent_run_id, req.nested_pause, cancel)
         }
         Start::Resume {

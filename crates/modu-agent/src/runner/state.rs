@@ -91,6 +91,11 @@ pub(crate) struct RunState {
     /// The agent answering after a handoff (`None`: the agent the run started with).
     #[serde(default)]
     pub(crate) active_agent: Option<String>,
+    /// The input guardrails have not passed yet: set for a fresh run with input guardrails until
+    /// they pass, so a run cancelled (or failed) before its first request checks its input when
+    /// it is resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) input_unchecked: bool,
     /// The run's own sampling settings, over the agent's ([`crate::AgentRequest::model_settings`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) settings: Option<ModelSettings>,
@@ -189,6 +194,7 @@ impl RunState {
             always_approved: BTreeSet::new(),
             interruptions: Vec::new(),
             input_requests: Vec::new(),
+            input_unchecked: false,
             inputs: BTreeMap::new(),
             nested: BTreeMap::new(),
             offered: None,
