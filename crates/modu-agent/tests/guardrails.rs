@@ -404,7 +404,8 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
 #[tokio::test]
 async fn a_run_stopped_before_its_first_request_checks_its_input_when_resumed() {
     for mode in [GuardrailMode::Concurrent, GuardrailMode::Blocking] {
-        let model = ScriptedModel::new().text("fine");
+        // A concurrent check sends the request with it: the tripped one may take an answer.
+        let model = ScriptedModel::new().text("fine").text("fine");
         let agent = Agent::builder(model.clone())
             .input_guardrail(no_password())
             .guardrail_mode(mode)
@@ -421,10 +422,83 @@ async fn a_run_stopped_before_its_first_request_checks_its_input_when_resumed() 
         assert!(matches!(stopped.error(), Some(AgentError::Cancelled)));
         let resumed = agent.resume(stopped.run_id(), ()).await;
         assert_eq!(tripped(&resumed.error()).2, "secret_in_input", "{mode:?}");
-        assert!(model.requests().is_empty(), "{mode:?}: the model got unchecked input");
+        assert!(resumed.output().is_none());
+        if mode == GuardrailMode::Blocking {
+            assert!(model.requests().is_empty(), "the model got unchecked input");
+        }
         // Input that passes goes on as usual.
         let stopped = start("hello").await;
         let resumed = agent.resume(stopped.run_id(), ()).await;
         assert_eq!(resumed.output().map(String::as_str), Some("fine"), "{mode:?}");
+    }
+}
+
+/// A check that takes longer than any run here may last.
+struct Stuck;
+
+#[async_trait]
+impl InputGuardrail<()> for Stuck {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+    async fn check(&self, _ctx: &RunContext<()>, _input: &[Message]) -> Verdict {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Verdict::Pass
+    }
+}
+
+#[async_trait]
+impl modu_agent::guardrail::OutputGuardrail<()> for Stuck {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+    async fn check(&self, _ctx: &RunContext<()>, _output: &serde_json::Value) -> Verdict {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Verdict::Pass
+    }
+}
+
+#[tokio::test]
+async fn a_slow_guardrail_ends_with_the_runs_timeout_or_cancellation() {
+    let stuck = |kind: usize, mode: GuardrailMode| {
+        let builder = Agent::builder(ScriptedModel::new().text("answer"))
+            .guardrail_mode(mode)
+            .limits(modu_agent::RunLimits::default().timeout(Duration::from_millis(100)));
+        match kind {
+            0 => builder.input_guardrail(Stuck).build().unwrap(),
+            _ => builder.output_guardrail(Stuck).build().unwrap(),
+        }
+    };
+    for (kind, mode) in [
+        (0, GuardrailMode::Blocking),
+        (0, GuardrailMode::Concurrent),
+        (1, GuardrailMode::Concurrent),
+    ] {
+        let started = std::time::Instant::now();
+        let timed_out = stuck(kind, mode).run("hi").await;
+        assert!(
+            matches!(timed_out.error(), Some(AgentError::Timeout { after_ms: 100 })),
+            "{kind} {mode:?}: {:?}",
+            timed_out.error()
+        );
+        let token = tokio_util::sync::CancellationToken::new();
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cancel.cancel();
+        });
+        let agent = stuck(kind, mode);
+        let cancelled = agent
+            .run(modu_agent::AgentRequest::new((), "hi").cancel_token(token))
+            .await;
+        assert!(
+            matches!(cancelled.error(), Some(AgentError::Cancelled)),
+            "{kind} {mode:?}: {:?}",
+            cancelled.error()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{kind} {mode:?}: the run waited for the check"
+        );
     }
 }

@@ -10,6 +10,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Either};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::chat::with_deadline;
 use super::policy::{Answer, Ask, DeltaRoute, Format};
 use super::{Env, Run};
 use crate::context::CallScope;
@@ -118,28 +119,30 @@ where
         // `ask_cancellable` future below (two would each take their own room in this future's
         // state, which every model request creates and moves).
         let check = if self.env.agent.guardrails.mode == GuardrailMode::Blocking {
-            let checks = check.await;
+            let checks = self.bounded(check).await?;
             self.env.settle(&checks, None).await?;
             self.state.input_unchecked = false;
             None
         } else {
-            Some(check)
+            Some(self.bounded(check))
         };
         let (checks, answer) = {
             let asking = self.ask_cancellable(ask);
             tokio::pin!(asking);
-            let Some(mut check) = check else {
+            let Some(check) = check else {
                 return (&mut asking).await;
             };
+            tokio::pin!(check);
             tokio::select! {
                 checks = &mut check => {
+                    let checks = checks?;
                     if checks.iter().any(|c| c.tripped.is_some()) {
                         (checks, None)
                     } else {
                         (checks, Some((&mut asking).await))
                     }
                 }
-                answer = &mut asking => (check.await, Some(answer)),
+                answer = &mut asking => (check.await?, Some(answer)),
             }
         };
         self.env.settle(&checks, None).await?;
@@ -163,15 +166,28 @@ where
         let json = (!self.env.agent.guardrails.output.is_empty()).then(|| self.env.agent.codec.to_json(output));
         async move {
             match json {
-                Some(json) => self.check_output_json(json).await,
+                // Boxed: output guardrails are rare, and their check would size every run's future.
+                Some(json) => Box::pin(self.check_output_json(json)).await,
                 None => Ok(()),
             }
         }
     }
 
     async fn check_output_json(&self, json: serde_json::Value) -> Result<(), AgentError> {
-        let checks = check_output(&self.env.agent.guardrails.output, &self.env.ctx, &json).await;
+        let checks = check_output(&self.env.agent.guardrails.output, &self.env.ctx, &json);
+        let checks = self.bounded(checks).await?;
         self.env.settle(&checks, None).await
+    }
+
+    /// Guardrail checks within the run's deadline (`Timeout`) and ended by its cancellation
+    /// (`Cancelled`), as a model request is: a slow check cannot hold the run past either.
+    fn bounded<F: Future<Output = Vec<Checked>>>(
+        &self,
+        checks: F,
+    ) -> impl Future<Output = Result<Vec<Checked>, AgentError>> + use<F, C, O> {
+        let checks = unless_cancelled(checks, self.env.cancel.clone());
+        with_deadline(self.env.deadline, self.env.agent.limits.timeout, checks)
+            .map(|checked| checked.and_then(|c| c.ok_or(AgentError::Cancelled)))
     }
 }
 
