@@ -415,3 +415,44 @@ async fn context_providers_chain_in_order_and_hear_about_new_messages() {
         "base\n\nfrom first\n\nfrom second"
     );
 }
+
+/// A context provider that hangs before the request (`invoking`) or after the answer (`invoked`).
+struct Hanging {
+    before: bool,
+}
+
+#[async_trait]
+impl ContextProvider<()> for Hanging {
+    fn name(&self) -> &str {
+        "hanging"
+    }
+    async fn invoking(&self, _ctx: &RunContext<()>, _context: &mut ModelContext) -> Result<(), ContextProviderError> {
+        if self.before {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(())
+    }
+    async fn invoked(&self, _ctx: &RunContext<()>, _new: &[Message]) -> Result<(), ContextProviderError> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hanging_context_provider_ends_with_the_runs_timeout() {
+    for before in [true, false] {
+        let agent = Agent::builder(ScriptedModel::new().text("answer"))
+            .limits(modu_agent::RunLimits::default().timeout(Duration::from_millis(100)))
+            .context_provider(Hanging { before })
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let outcome = agent.run("hi").await;
+        assert!(
+            matches!(outcome.error(), Some(AgentError::Timeout { after_ms: 100 })),
+            "before: {before}: {:?}",
+            outcome.error()
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}

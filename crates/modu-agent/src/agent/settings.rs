@@ -114,8 +114,8 @@ pub struct RunLimits {
     pub max_turns: u32,
     /// Tool calls in the whole run, at most.
     pub max_tool_calls: u32,
-    /// One timeout shared by every model call, tool call, guardrail check and store operation
-    /// of the run.
+    /// One timeout shared by every model call, tool call, guardrail check, context provider
+    /// call (`invoking`, `invoked`) and store operation of the run.
     pub timeout: Option<Duration>,
     /// Plan-and-Execute: steps in a plan (plan steps, not model calls), at most.
     pub max_steps: u32,

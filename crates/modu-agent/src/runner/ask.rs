@@ -227,9 +227,9 @@ where
             context.instructions = instructions.to_vec();
             context.tools = offer.as_ref().clone();
             for provider in &agent.context_providers {
-                provider
-                    .invoking(&self.env.ctx, &mut context)
-                    .await
+                let invoking = provider.invoking(&self.env.ctx, &mut context);
+                with_deadline(self.env.deadline, agent.limits.timeout, invoking)
+                    .await?
                     .map_err(|e| AgentError::ContextProvider {
                         provider: e.provider,
                         message: e.message,
@@ -341,9 +341,9 @@ where
     /// Tells every context provider about the model's new message.
     pub(super) async fn notify(&self, message: &Message) -> Result<(), AgentError> {
         for provider in &self.env.agent.context_providers {
-            provider
-                .invoked(&self.env.ctx, std::slice::from_ref(message))
-                .await
+            let invoked = provider.invoked(&self.env.ctx, std::slice::from_ref(message));
+            with_deadline(self.env.deadline, self.env.agent.limits.timeout, invoked)
+                .await?
                 .map_err(|e| AgentError::ContextProvider {
                     provider: e.provider,
                     message: e.message,
