@@ -502,3 +502,35 @@ async fn a_slow_guardrail_ends_with_the_runs_timeout_or_cancellation() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_model_backed_guardrails_usage_counts_in_the_checked_run() {
+    let pass = serde_json::to_string(&GuardrailDecision {
+        tripped: false,
+        reason: "fine".into(),
+    })
+    .unwrap();
+    let checker = Agent::builder(
+        ScriptedModel::new()
+            .named("checker-model")
+            .with_usage(100, 1)
+            .text(pass.clone())
+            .text(pass),
+    )
+    .output::<GuardrailDecision>()
+    .build()
+    .unwrap();
+    let agent = Agent::builder(ScriptedModel::new().named("main-model").text("an answer"))
+        .input_guardrail(checker.as_guardrail("input_check"))
+        .output_guardrail(checker.as_guardrail("output_check"))
+        .build()
+        .unwrap();
+    let result = agent.run("hi").await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    // One request of the main model (10 in), one check of the input and one of the output.
+    assert_eq!(result.usage().requests, 3);
+    assert_eq!(result.usage().input_tokens, 210);
+    let by_model = &result.report().usage_by_model;
+    assert_eq!(by_model["checker-model"].requests, 2);
+    assert_eq!(by_model["main-model"].requests, 1);
+}

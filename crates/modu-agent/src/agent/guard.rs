@@ -52,7 +52,8 @@ impl Agent<(), GuardrailDecision> {
     /// This agent as a model-backed guardrail named `name`: it is asked with the checked text
     /// (the input's user messages, or the output as JSON) and its structured
     /// [`GuardrailDecision`] decides. A check whose run fails trips `guardrail_unavailable`
-    /// (a guardrail fails closed).
+    /// (a guardrail fails closed). Its usage counts in the checked run's, as a nested agent's
+    /// does.
     ///
     /// ```
     /// use modu_agent::{Agent, guardrail::GuardrailDecision};
@@ -88,8 +89,14 @@ impl std::fmt::Debug for AgentGuardrail {
 }
 
 impl AgentGuardrail {
-    async fn decide(&self, text: String) -> Verdict {
+    /// The checking agent's verdict on `text`; its usage counts in the checked run's (`ctx`).
+    async fn decide<C>(&self, ctx: &RunContext<C>, text: String) -> Verdict {
         let result = self.agent.run(AgentRequest::new((), text)).await;
+        let report = result.report();
+        ctx.add_usage(report.usage);
+        for (model, usage) in &report.usage_by_model {
+            ctx.add_model_usage(model, *usage);
+        }
         match result.into_result() {
             Ok(GuardrailDecision { tripped: false, .. }) => Verdict::Pass,
             Ok(GuardrailDecision { tripped: true, reason }) => Verdict::Trip(Tripwire::new("tripped", reason)),
@@ -107,13 +114,13 @@ impl<C: Send + Sync + 'static> InputGuardrail<C> for AgentGuardrail {
         &self.name
     }
 
-    async fn check(&self, _ctx: &RunContext<C>, input: &[Message]) -> Verdict {
+    async fn check(&self, ctx: &RunContext<C>, input: &[Message]) -> Verdict {
         let text: Vec<String> = input
             .iter()
             .filter(|m| m.role == Role::User)
             .map(Message::text)
             .collect();
-        self.decide(text.join("\n\n")).await
+        self.decide(ctx, text.join("\n\n")).await
     }
 }
 
@@ -123,11 +130,11 @@ impl<C: Send + Sync + 'static> OutputGuardrail<C> for AgentGuardrail {
         &self.name
     }
 
-    async fn check(&self, _ctx: &RunContext<C>, output: &serde_json::Value) -> Verdict {
+    async fn check(&self, ctx: &RunContext<C>, output: &serde_json::Value) -> Verdict {
         let text = match output {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        self.decide(text).await
+        self.decide(ctx, text).await
     }
 }
