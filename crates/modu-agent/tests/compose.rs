@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use modu_agent::plan::{LlmPlanGenerator, PlanAndExecutePolicy};
 use modu_agent::{Agent, AgentRequest, BuildError, Handoff};
 use modu_core::{
-    AgentEvent, CheckpointStore, CollectingEventSink, ConversationStore, FunctionTool, InMemoryCheckpointStore,
-    InMemoryConversationStore, Role, RunContext, StaticToolSession, Tool, ToolProvider, ToolProviderError, ToolSession,
-    ToolSpec, UserContext,
+    AgentEvent, CheckpointStore, CollectingEventSink, ContextProvider, ContextProviderError, ConversationStore,
+    FunctionTool, InMemoryCheckpointStore, InMemoryConversationStore, ModelContext, Role, RunContext,
+    StaticToolSession, Tool, ToolProvider, ToolProviderError, ToolSession, ToolSpec, UserContext,
 };
 use modu_testing::ScriptedModel;
 use serde_json::{Value, json};
@@ -460,4 +460,51 @@ async fn a_handoff_targets_tools_see_its_model_before_and_after_a_resume() {
     assert!(done.is_completed(), "{:?}", done.error());
     let billing_model = Some("billing-model".to_owned());
     assert_eq!(*seen.lock().unwrap(), [billing_model.clone(), billing_model]);
+}
+
+/// Counts the runs it is told ended.
+#[derive(Default)]
+struct Finished(AtomicUsize);
+
+#[async_trait::async_trait]
+impl ContextProvider<()> for Finished {
+    fn name(&self) -> &str {
+        "finished"
+    }
+    async fn invoking(&self, _ctx: &RunContext<()>, _context: &mut ModelContext) -> Result<(), ContextProviderError> {
+        Ok(())
+    }
+    async fn run_finished(&self, _ctx: &RunContext<()>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn every_agent_of_a_handed_over_run_hears_that_it_ended() {
+    let (triage_own, billing_own, shared) = (
+        Arc::new(Finished::default()),
+        Arc::new(Finished::default()),
+        Arc::new(Finished::default()),
+    );
+    let billing = Agent::builder(ScriptedModel::new().text("billing answers"))
+        .name("billing")
+        .context_provider(billing_own.clone())
+        .context_provider(shared.clone())
+        .build()
+        .unwrap();
+    let triage = Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
+        .name("triage")
+        .context_provider(triage_own.clone())
+        .context_provider(shared.clone())
+        .handoff(Handoff::to(&billing))
+        .build()
+        .unwrap();
+    assert!(triage.run("hi").await.is_completed());
+    let counts = [&triage_own, &billing_own, &shared].map(|p| p.0.load(Ordering::SeqCst));
+    // One provider added to both agents is told by each.
+    assert_eq!(
+        counts,
+        [1, 1, 2],
+        "run_finished of triage's, billing's and the shared provider"
+    );
 }

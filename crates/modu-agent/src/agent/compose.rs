@@ -211,6 +211,8 @@ type HandoffEnabled<C> = Arc<dyn Fn(&RunContext<C>) -> bool + Send + Sync>;
 /// model and tools, on the same conversation; [`RunReport::agent`](crate::RunReport::agent) names the agent that
 /// answered. The run stays the first agent's: its conversation and checkpoint stores keep it
 /// (the target needs none of its own), and it is resumed and recovered through that agent.
+/// When it ends, the context providers of every agent it passed through hear `run_finished`
+/// (a provider added to several of them, once per agent).
 /// `enabled_when` hides the handoff for a turn, like a tool's `is_enabled`.
 pub struct Handoff<C, O> {
     pub(crate) target: Agent<C, O>,

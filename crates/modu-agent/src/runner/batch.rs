@@ -100,7 +100,7 @@ where
             // The agent handing over takes its providers' tools with it: the target is offered
             // its own (and may open the same provider again). Its sessions close with the run's.
             let handed_over = std::mem::take(&mut self.sessions);
-            self.retired.extend(handed_over);
+            self.retired.sessions.extend(handed_over);
             self.open_tools().await?;
             if self.env.emitter.active() {
                 self.env

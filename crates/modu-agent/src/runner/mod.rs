@@ -46,6 +46,7 @@ pub(crate) mod emitter;
 pub(crate) mod function;
 mod gate;
 mod guard;
+mod handoff;
 mod journal;
 mod lease;
 pub(crate) mod policy;
@@ -118,10 +119,10 @@ struct Run<C, O> {
     offered: Option<state::ToolNames>,
     /// The identities context providers admitted for the last request (`None`: all offered).
     allowed: Option<BTreeSet<String>>,
-    /// The tool providers' sessions of this run, with the provider's name; `retired`, those of
-    /// agents that handed the run over (not offered, closed with the run's).
+    /// The tool providers' sessions of this run, with the provider's name; `retired`, what the
+    /// agents that handed the run over left (their sessions, closed with the run's).
     sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
-    retired: Vec<(String, Box<dyn ToolSession<C>>)>,
+    retired: handoff::Retired<C, O>,
     resumed: bool,
     /// The run's summary of its oldest tool rounds (summarizing compaction).
     summary: crate::compaction::RunSummary,
@@ -161,12 +162,10 @@ where
                 .await;
         }
         let outcome = self.drive().await;
-        for provider in &self.env.agent.context_providers {
-            provider.run_finished(&self.env.ctx).await;
-        }
+        self.run_finished().await;
         // The tool sessions close after the run is recorded: a server slow to exit delays the
         // caller, never the run's own saves under its deadline.
-        let mut sessions = std::mem::take(&mut self.retired);
+        let mut sessions = std::mem::take(&mut self.retired.sessions);
         sessions.append(&mut self.sessions);
         let ended = self.finish(outcome).await;
         if sessions.is_empty() {

@@ -378,7 +378,7 @@ where
         allowed: state.admitted.clone(),
         state,
         sessions: Vec::new(),
-        retired: Vec::new(),
+        retired: Default::default(),
         resumed,
         summary: Default::default(),
         kept: Default::default(),

@@ -56,8 +56,18 @@ where
     pub(super) fn answer_with(&mut self, target: Arc<AgentInner<C, O>>) {
         let ctx = self.env.ctx.with_agent_name(target.name.clone());
         self.env.ctx = ctx.with_model(Arc::clone(&target.model));
-        self.env.agent = target;
+        let handing_over = std::mem::replace(&mut self.env.agent, target);
+        self.retired.agents.push(handing_over);
         self.kept = Default::default();
+    }
+
+    /// Tells the context providers of every agent of the run (those that handed it over, and
+    /// the one answering) that it ended.
+    pub(super) async fn run_finished(&self) {
+        let agents = self.retired.agents.iter().chain(std::iter::once(&self.env.agent));
+        for provider in agents.flat_map(|agent| &agent.context_providers) {
+            provider.run_finished(&self.env.ctx).await;
+        }
     }
 
     /// Asks every session whether its tools changed; re-indexes the run's tools when one did.
