@@ -508,3 +508,38 @@ async fn every_agent_of_a_handed_over_run_hears_that_it_ended() {
         "run_finished of triage's, billing's and the shared provider"
     );
 }
+
+#[tokio::test]
+async fn a_resumed_handed_over_run_finalizes_as_the_run_did_before_its_pause() {
+    let billing_model = ScriptedModel::new().tool_call("refund", json!({})).text("refunded");
+    let billing = Agent::builder(billing_model.clone())
+        .name("billing")
+        // Not the run's: a handed-over run keeps the policy and finalization it started with.
+        .finalization_mode(modu_agent::FinalizationMode::Always)
+        .tool(FunctionTool::new(
+            ToolSpec::new("refund", "Refund", json!({"type": "object"})).needs_approval(true),
+            |_c, _a| async { Ok(json!("ok")) },
+        ))
+        .build()
+        .unwrap();
+    let triage = Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
+        .name("triage")
+        .handoff(Handoff::to(&billing))
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let paused = triage.run("refund me").await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    triage
+        .approve(paused.run_id(), &paused.approvals()[0].call_id)
+        .await
+        .unwrap();
+    let done = triage.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("refunded"),
+        "{:?}",
+        done.error()
+    );
+    assert_eq!(billing_model.requests().len(), 2, "no separate final request");
+}

@@ -210,7 +210,8 @@ type HandoffEnabled<C> = Arc<dyn Fn(&RunContext<C>) -> bool + Send + Sync>;
 /// else happens). Once it accepts, the run continues with the target agent's instructions,
 /// model and tools, on the same conversation; [`RunReport::agent`](crate::RunReport::agent) names the agent that
 /// answered. The run stays the first agent's: its conversation and checkpoint stores keep it
-/// (the target needs none of its own), and it is resumed and recovered through that agent.
+/// (the target needs none of its own), it keeps that agent's finalization mode, and it is
+/// resumed and recovered through that agent.
 /// When it ends, the context providers of every agent it passed through hear `run_finished`
 /// (a provider added to several of them, once per agent).
 /// `enabled_when` hides the handoff for a turn, like a tool's `is_enabled`.

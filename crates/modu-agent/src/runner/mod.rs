@@ -182,13 +182,14 @@ where
         if self.load_history().await? || !self.resumed {
             self.checkpoint().await?;
         }
-        match &self.env.agent.policy {
+        // The policy the run started with, also for a resume after a handoff.
+        match &self.env.root.policy {
             // Boxed: the strict driver's future would otherwise size every standard run's.
             DecisionPolicy::PlanAndExecute(policy) => {
                 Box::pin(self.drive_policy(Strict::new(PlanAndExecutePolicy::clone(policy)))).await
             }
             _ => {
-                let finalization = self.env.agent.finalization;
+                let finalization = self.env.root.finalization;
                 self.drive_policy(Standard::new(finalization)).await
             }
         }
