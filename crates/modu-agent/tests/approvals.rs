@@ -165,6 +165,31 @@ async fn approve_always_covers_later_calls_of_the_tool_in_the_run() {
     assert_eq!(moved.load(Ordering::SeqCst), 2);
 }
 
+#[tokio::test]
+async fn approve_always_also_covers_the_other_waiting_calls_of_the_tool() {
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let moved = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new()
+        .tool_calls([("transfer", json!({"amount": 1})), ("transfer", json!({"amount": 2}))])
+        .text("both done");
+    let a = agent(model, store, Arc::clone(&moved), Arc::new(AtomicUsize::new(0)));
+    let paused = a.run("pay twice").await;
+    assert_eq!(paused.approvals().len(), 2);
+    a.approve_always(paused.run_id(), &paused.approvals()[0].call_id)
+        .await
+        .unwrap();
+    // The second call runs on resume without a decision of its own: nobody is asked for one.
+    assert!(a.pending_approvals(paused.run_id()).await.unwrap().is_empty());
+    let done = a.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("both done"),
+        "{:?}",
+        done.error()
+    );
+    assert_eq!(moved.load(Ordering::SeqCst), 2);
+}
+
 /// A meta tool standing for another tool, like MCP's `mcp_call_tool`.
 struct MetaCall;
 

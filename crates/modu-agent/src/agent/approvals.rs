@@ -12,7 +12,8 @@ where
     O: Send + 'static,
 {
     /// The calls of a paused run that wait for a decision, each once (a call decided already,
-    /// waiting only for the run to resume, is not listed).
+    /// or of a tool approved with [`Agent::approve_always`], waiting only for the run to
+    /// resume, is not listed).
     pub async fn pending_approvals(&self, run_id: &str) -> Result<Vec<ApprovalRequest>, AgentError> {
         let state = self.load_checkpoint(run_id).await?.state;
         // A run lists each call once; a checkpoint written by hand may repeat one.
@@ -20,7 +21,11 @@ where
         Ok(state
             .interruptions
             .into_iter()
-            .filter(|r| !state.decisions.contains_key(&r.call_id) && listed.insert(r.call_id.clone()))
+            .filter(|r| {
+                !state.decisions.contains_key(&r.call_id)
+                    && !state.always_approved.contains(&r.tool_name)
+                    && listed.insert(r.call_id.clone())
+            })
             .collect())
     }
 
