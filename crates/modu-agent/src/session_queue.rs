@@ -6,8 +6,8 @@
 //! without a session — proceed in parallel.
 //!
 //! What is **not** guaranteed: serialization across processes (two processes sharing a Redis
-//! or SQLite store can still interleave runs of one session — use a distributed lock, not
-//! provided yet), and exactly-once tool side effects (a resumed run does not re-run tool
+//! or SQLite store can still interleave runs of one session — give the agent session leases,
+//! `AgentBuilder::session_leases`, for that), and exactly-once tool side effects (a resumed run does not re-run tool
 //! calls whose results were checkpointed, but a crash between a tool's side effect and its
 //! checkpoint re-runs it; write tools with their own idempotency keys).
 
