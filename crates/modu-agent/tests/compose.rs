@@ -543,3 +543,46 @@ async fn a_resumed_handed_over_run_finalizes_as_the_run_did_before_its_pause() {
     );
     assert_eq!(billing_model.requests().len(), 2, "no separate final request");
 }
+
+/// After a handoff the target's model requests retry as the target's `RetryConfig` says, and
+/// `ModelCallFailed::will_retry` says what its retry layer does (it read the entry agent's).
+#[tokio::test]
+async fn after_a_handoff_will_retry_follows_the_targets_retries() {
+    let transient = || modu_core::ModelError::Status {
+        status: 503,
+        body: "busy".into(),
+        retry_after: None,
+    };
+    let billing = Agent::builder(ScriptedModel::new().named("billing").error(transient).text("paid"))
+        .name("billing")
+        .retry(
+            modu_agent::RetryConfig::new(2)
+                .with_backoff(std::time::Duration::from_millis(1), std::time::Duration::from_millis(1)),
+        )
+        .build()
+        .unwrap();
+    let sink = Arc::new(CollectingEventSink::new());
+    let triage = Agent::builder(ScriptedModel::new().tool_call("transfer_to_billing", json!({})))
+        .name("triage")
+        .retry(modu_agent::RetryConfig::none())
+        .handoff(Handoff::to(&billing))
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let result = triage.run("pay").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("paid"),
+        "{:?}",
+        result.error()
+    );
+    let failed: Vec<bool> = sink
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ModelCallFailed { will_retry, .. } => Some(*will_retry),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, [true], "the target's second attempt answered");
+}

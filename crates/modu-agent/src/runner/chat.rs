@@ -83,7 +83,8 @@ pub(crate) struct AttemptLog {
     /// The run's usage record (its total and its share by model).
     usage: Arc<Mutex<crate::context::RunUsage>>,
     calls: AtomicU32,
-    max_attempts: u32,
+    /// The answering agent's `RetryConfig::max_attempts` (a handoff changes it).
+    max_attempts: AtomicU32,
     /// The run's span: every attempt's `chat` span is its child, on whatever task it runs.
     span: tracing::Span,
 }
@@ -102,7 +103,7 @@ impl AttemptLog {
             run_id,
             usage,
             calls: AtomicU32::new(calls_so_far),
-            max_attempts,
+            max_attempts: AtomicU32::new(max_attempts),
             span,
         })
     }
@@ -110,6 +111,12 @@ impl AttemptLog {
     /// Model requests made so far by the run (every attempt counts).
     pub(crate) fn calls(&self) -> u32 {
         self.calls.load(Ordering::Relaxed)
+    }
+
+    /// The answering agent's attempts per request, for `ModelCallFailed::will_retry` (a
+    /// handoff's target retries as its own `RetryConfig` says).
+    pub(crate) fn set_max_attempts(&self, max_attempts: u32) {
+        self.max_attempts.store(max_attempts, Ordering::Relaxed);
     }
 
     /// Adds an attempt's usage to the run's total and to `model`'s share.
@@ -354,7 +361,8 @@ impl Attempt {
                                 model: model.to_string(),
                                 call: self.call,
                                 error_kind: err.kind().to_owned(),
-                                will_retry: err.is_retryable() && self.attempt < log.max_attempts,
+                                will_retry: err.is_retryable()
+                                    && self.attempt < log.max_attempts.load(Ordering::Relaxed),
                             })
                             .await;
                     }

@@ -52,10 +52,11 @@ where
     }
 
     /// Makes `target` the agent that answers from the next request on (a handoff): its model
-    /// (also for the run's tools, `RunContext::model`), instructions and settings.
+    /// (also for the run's tools, `RunContext::model`), instructions, settings and retries.
     pub(super) fn answer_with(&mut self, target: Arc<AgentInner<C, O>>) {
         let ctx = self.env.ctx.with_agent_name(target.name.clone());
         self.env.ctx = ctx.with_model(Arc::clone(&target.model));
+        self.env.attempts.set_max_attempts(target.retry.max_attempts);
         let handing_over = std::mem::replace(&mut self.env.agent, target);
         self.retired.agents.push(handing_over);
         self.kept = Default::default();
