@@ -399,6 +399,33 @@ async fn a_model_backed_guardrail_decides_with_its_structured_output() {
         tripped(&result.error()),
         ("safety", GuardrailKind::Output, "guardrail_unavailable")
     );
+
+    // A checker whose model server fails: the tripwire says so in modu's words, without the
+    // server's answer (which may quote the checked text or anything else).
+    let failing = Agent::builder(ScriptedModel::new().error(|| modu_core::ModelError::Status {
+        status: 400,
+        body: "invalid request: the prompt 'my password is hunter2' is too long".into(),
+        retry_after: None,
+    }))
+    .output::<GuardrailDecision>()
+    .build()
+    .unwrap();
+    let agent = Agent::builder(ScriptedModel::new().text("x"))
+        .input_guardrail(failing.as_guardrail("safety"))
+        .guardrail_mode(GuardrailMode::Blocking)
+        .build()
+        .unwrap();
+    let result = agent.run("my password is hunter2").await;
+    let Some(AgentError::GuardrailTripped { tripwire, .. }) = result.error() else {
+        panic!("{:?}", result.error());
+    };
+    assert_eq!(tripwire.code, "guardrail_unavailable");
+    assert!(
+        tripwire.message.contains("the model call failed"),
+        "{}",
+        tripwire.message
+    );
+    assert!(!tripwire.message.contains("hunter2"), "{}", tripwire.message);
 }
 
 #[tokio::test]

@@ -186,7 +186,7 @@ where
 /// A nested run's failure as the parent's model (and whatever shows tool results, such as an
 /// AG-UI client) sees it: modu's own words, never a model server's, store's or provider's text,
 /// which may quote what it should not (the full error goes to the log).
-fn nested_failure(error: &crate::error::AgentError) -> String {
+pub(crate) fn nested_failure(error: &crate::error::AgentError) -> String {
     use crate::error::AgentError;
     let shown = match error {
         AgentError::Model { kind, .. } => format!("the model call failed ({kind})"),

@@ -52,8 +52,9 @@ impl Agent<(), GuardrailDecision> {
     /// This agent as a model-backed guardrail named `name`: it is asked with the checked text
     /// (the input's user messages, or the output as JSON) and its structured
     /// [`GuardrailDecision`] decides. A check whose run fails trips `guardrail_unavailable`
-    /// (a guardrail fails closed). Its usage counts in the checked run's, as a nested agent's
-    /// does.
+    /// (a guardrail fails closed), whose message names the failure in modu's words, never a
+    /// model server's (the full error goes to the log). Its usage counts in the checked run's,
+    /// as a nested agent's does.
     ///
     /// ```
     /// use modu_agent::{Agent, guardrail::GuardrailDecision};
@@ -100,9 +101,10 @@ impl AgentGuardrail {
         match result.into_result() {
             Ok(GuardrailDecision { tripped: false, .. }) => Verdict::Pass,
             Ok(GuardrailDecision { tripped: true, reason }) => Verdict::Trip(Tripwire::new("tripped", reason)),
+            // In modu's own words: the checker's error may quote a model server's answer.
             Err(e) => Verdict::Trip(Tripwire::new(
                 "guardrail_unavailable",
-                format!("the guardrail's check did not finish: {e}"),
+                format!("the guardrail's check did not finish: {}", unavailable(&e)),
             )),
         }
     }
@@ -136,5 +138,14 @@ impl<C: Send + Sync + 'static> OutputGuardrail<C> for AgentGuardrail {
             other => other.to_string(),
         };
         self.decide(ctx, text).await
+    }
+}
+
+/// Why a model-backed guardrail's check did not finish, in modu's own words (the full error
+/// goes to the log).
+fn unavailable(error: &crate::RunError) -> String {
+    match error {
+        crate::RunError::Failed { error, .. } => super::compose::nested_failure(error),
+        other => other.to_string(),
     }
 }
