@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::message::Message;
+use crate::message::{ContentPart, Message};
 use crate::model::{ModelError, ToolDefinition};
 
 /// Counts the tokens a request would take.
@@ -13,7 +13,9 @@ pub trait TokenCounter: Send + Sync {
 }
 
 /// An estimate for servers that cannot count: about one token per `chars_per_token` characters
-/// (default 4), plus a few tokens of overhead per message. It errs on the high side for English
+/// (default 4), plus a few tokens of overhead per message, and 765 tokens for each image, audio
+/// or file part (a 1,024 × 1,024 image at OpenAI's high detail; a long PDF or recording takes
+/// more, so count those with the server's own counter). It errs on the high side for English
 /// and is rough for other scripts, so pair it with a generous safety margin.
 #[derive(Clone, Copy, Debug)]
 pub struct ApproximateTokenCounter {
@@ -45,6 +47,8 @@ impl ApproximateTokenCounter {
         for m in messages {
             total += self.per_message_overhead;
             total += self.estimate_text(&m.text());
+            let media = m.content.iter().filter(|p| is_media(p)).count() as u64;
+            total += media * MEDIA_PART_TOKENS;
             if let Some(reasoning) = m.reasoning() {
                 total += self.estimate_text(&reasoning);
             }
@@ -65,5 +69,39 @@ impl ApproximateTokenCounter {
 impl TokenCounter for ApproximateTokenCounter {
     async fn count_tokens(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<u64, ModelError> {
         Ok(self.estimate(messages, tools))
+    }
+}
+
+/// What [`ApproximateTokenCounter`] counts for one image, audio or file part.
+const MEDIA_PART_TOKENS: u64 = 765;
+
+fn is_media(part: &ContentPart) -> bool {
+    matches!(
+        part,
+        ContentPart::Image { .. } | ContentPart::Audio { .. } | ContentPart::File { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Media parts count: a message of one image is not free in a memory budget (it counted
+    /// 0 tokens, so compaction and memory policies let any number of images through).
+    #[test]
+    fn media_parts_count_toward_the_estimate() {
+        let counter = ApproximateTokenCounter::default();
+        let text = Message::user("look");
+        let mut with_image = Message::user("look");
+        with_image
+            .content
+            .push(ContentPart::image_url("https://example.com/cat.png"));
+        let plain = counter.estimate(std::slice::from_ref(&text), &[]);
+        let media = counter.estimate(std::slice::from_ref(&with_image), &[]);
+        assert_eq!(media - plain, MEDIA_PART_TOKENS);
+        with_image
+            .content
+            .push(ContentPart::image_url("https://example.com/dog.png"));
+        assert_eq!(counter.estimate(&[with_image], &[]) - plain, 2 * MEDIA_PART_TOKENS);
     }
 }
