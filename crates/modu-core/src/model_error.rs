@@ -142,7 +142,7 @@ impl ModelError {
 
 /// Helpers for providers that speak HTTP: one mapping of error answers onto [`ModelError`].
 pub mod http {
-    use std::time::{Duration, SystemTime};
+    use std::time::{Duration, Instant, SystemTime};
 
     use super::ModelError;
 
@@ -174,6 +174,44 @@ pub mod http {
         }
         let when = httpdate::parse_http_date(value).ok()?;
         Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    }
+
+    /// A 404 whose body names no model: the server does not serve the endpoint (a wrong base
+    /// URL path, a server of another kind), so it is `Status` 404 naming `shown_url` (the URL
+    /// as it may be shown, without user info), not [`ModelError::ModelNotFound`]. `None` for
+    /// any other answer.
+    pub fn wrong_endpoint(status: u16, message: &str, body: &str, shown_url: &str) -> Option<ModelError> {
+        (status == 404 && !body.to_ascii_lowercase().contains("model")).then(|| ModelError::Status {
+            status,
+            body: format!("{message} (no such endpoint: {shown_url}; is the base URL right?)"),
+            retry_after: None,
+        })
+    }
+
+    /// The timeouts a client's requests run under (`None` where unknown: a client given its
+    /// own HTTP client does not know that client's connect and read timeouts).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Timeouts {
+        /// Connecting.
+        pub connect: Option<Duration>,
+        /// The silence between two reads.
+        pub read: Option<Duration>,
+        /// The whole request.
+        pub request: Option<Duration>,
+    }
+
+    impl Timeouts {
+        /// The timeout that a request sent at `started` ran into: the whole request's once it
+        /// has passed, else the connect timeout while `connecting` and the read timeout after;
+        /// the time spent where that timeout is not known.
+        pub fn fired(&self, started: Instant, connecting: bool) -> Duration {
+            let elapsed = started.elapsed();
+            match self.request {
+                Some(request) if elapsed >= request => request,
+                _ if connecting => self.connect.unwrap_or(elapsed),
+                _ => self.read.unwrap_or(elapsed),
+            }
+        }
     }
 
     /// Classifies an HTTP error answer: 401/403 → `Authentication`, 404 → `ModelNotFound`,

@@ -35,6 +35,7 @@ pub enum OllamaConfigError {
     Http(#[source] reqwest::Error),
 }
 
+pub(crate) use modu_core::model::http::Timeouts;
 use modu_core::model::http::trim_body;
 
 use modu_core::redact::{Redactor, display_url};
@@ -85,16 +86,9 @@ pub(crate) fn status_error(
     let body = redactor.text(body);
     let code = status.as_u16();
     let message = error_message(&body);
-    if code == 404 && !body.to_ascii_lowercase().contains("model") {
-        // Not the model: the path (a wrong base URL; Go's "404 page not found").
-        return ModelError::Status {
-            status: code,
-            body: format!(
-                "{message} (no such endpoint: {}; is the base URL right?)",
-                display_url(url)
-            ),
-            retry_after: None,
-        };
+    // Go's "404 page not found" for a wrong base URL.
+    if let Some(wrong) = modu_core::model::http::wrong_endpoint(code, &message, &body, &display_url(url)) {
+        return wrong;
     }
     let context_length = matches!(code, 400 | 413 | 500) && is_context_length_error(&message);
     modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
@@ -111,29 +105,6 @@ pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor) -> M
         redactor,
         "",
     )
-}
-
-/// The timeouts a client's requests run under (`None` where unknown: a client given its own
-/// [`reqwest::Client`] does not know that client's connect and read timeouts).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Timeouts {
-    pub connect: Option<Duration>,
-    pub read: Option<Duration>,
-    pub request: Option<Duration>,
-}
-
-impl Timeouts {
-    /// The timeout that a request sent at `started` ran into: the whole request's once it has
-    /// passed, else the connect timeout while connecting and the read timeout (the silence
-    /// between two reads) after; the time spent where that timeout is not known.
-    pub(crate) fn fired(&self, started: Instant, connecting: bool) -> Duration {
-        let elapsed = started.elapsed();
-        match self.request {
-            Some(request) if elapsed >= request => request,
-            _ if connecting => self.connect.unwrap_or(elapsed),
-            _ => self.read.unwrap_or(elapsed),
-        }
-    }
 }
 
 /// Maps a reqwest failure of a request sent at `started`: timeouts to [`ModelError::Timeout`]

@@ -38,7 +38,7 @@ pub enum OpenAiConfigError {
     Http(#[source] reqwest::Error),
 }
 
-pub(crate) use modu_core::model::http::trim_body;
+pub(crate) use modu_core::model::http::{Timeouts, trim_body};
 
 use modu_core::redact::{Redactor, display_url};
 
@@ -108,16 +108,8 @@ pub(crate) fn status_error(
     let code = status.as_u16();
     let context_length = matches!(code, 400 | 413 | 422) && is_context_length_error(&body);
     let message = error_message(&body);
-    if code == 404 && !names_a_model(&body) {
-        // Not the model: the path (a wrong base URL, or an endpoint the server lacks).
-        return ModelError::Status {
-            status: code,
-            body: format!(
-                "{message} (no such endpoint: {}; is the base URL right?)",
-                display_url(url)
-            ),
-            retry_after: None,
-        };
+    if let Some(wrong) = modu_core::model::http::wrong_endpoint(code, &message, &body, &display_url(url)) {
+        return wrong;
     }
     if code >= 400
         && let Some(modality) = crate::media::refused_modality(&message)
@@ -131,11 +123,6 @@ pub(crate) fn status_error(
     modu_core::model::http::status_error(code, message, &body, parse_retry_after(headers), model, context_length)
 }
 
-/// Whether a 404's body speaks of a model (the model is unknown, not the endpoint).
-fn names_a_model(body: &str) -> bool {
-    body.to_ascii_lowercase().contains("model")
-}
-
 /// An error object sent inside a 200 stream (`data: {"error": {...}}`), on the stream of `url`.
 pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor, url: &str) -> ModelError {
     let body = serde_json::json!({ "error": error }).to_string();
@@ -146,29 +133,6 @@ pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor, url:
         .and_then(|c| StatusCode::from_u16(c).ok())
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     status_error(code, &HeaderMap::new(), &body, model, redactor, url)
-}
-
-/// The timeouts a client's requests run under (`None` where unknown: a client given its own
-/// [`reqwest::Client`] does not know that client's connect and read timeouts).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Timeouts {
-    pub connect: Option<Duration>,
-    pub read: Option<Duration>,
-    pub request: Option<Duration>,
-}
-
-impl Timeouts {
-    /// The timeout that a request sent at `started` ran into: the whole request's once it has
-    /// passed, else the connect timeout while connecting and the read timeout (the silence
-    /// between two reads) after; the time spent where that timeout is not known.
-    pub(crate) fn fired(&self, started: Instant, connecting: bool) -> Duration {
-        let elapsed = started.elapsed();
-        match self.request {
-            Some(request) if elapsed >= request => request,
-            _ if connecting => self.connect.unwrap_or(elapsed),
-            _ => self.read.unwrap_or(elapsed),
-        }
-    }
 }
 
 /// Maps a reqwest failure of a request sent at `started`: timeouts to [`ModelError::Timeout`]
