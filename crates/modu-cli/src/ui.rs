@@ -266,6 +266,11 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                     let _ = writeln!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
+                if result.stats().answer_cut {
+                    eprintln!(
+                        "(the answer was cut at the model's output limit: raise `max_tokens` under [model] in modu.toml, or the server's context, for a whole one)"
+                    );
+                }
                 return result;
             }
         }

@@ -140,6 +140,13 @@ pub struct RunStats {
     /// Whether the conversation store refused the answer (see [`FailedRun::unstored_output`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub answer_not_stored: bool,
+    /// Whether the answer was cut at the model's output limit: the model stopped with
+    /// `finish_reason: "length"` (its `max_tokens`, or on servers such as llama.cpp the end of
+    /// its context window). The answer is what the model wrote until then; raise `max_tokens`
+    /// (or the server's context) for a whole one. A structured output that was cut rarely
+    /// parses: that run fails with `AgentError::Output` saying so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answer_cut: bool,
 }
 
 /// What a strict Plan-and-Execute run planned and did.

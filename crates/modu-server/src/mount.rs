@@ -41,6 +41,8 @@ pub(crate) struct Finished {
     pub usage: Usage,
     pub messages: Vec<Message>,
     pub interruptions: Vec<ApprovalRequest>,
+    /// Whether the answer was cut at the model's output limit (`RunStats::answer_cut`).
+    pub cut: bool,
 }
 
 /// One item of a served run's stream.
@@ -227,6 +229,7 @@ pub(crate) fn finished<O: Serialize>(outcome: RunOutcome<O>) -> Finished {
         text,
         output,
         error,
+        cut: report.stats.answer_cut,
         usage: report.usage,
         messages: report.messages,
         interruptions,

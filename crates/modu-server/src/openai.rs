@@ -222,11 +222,17 @@ pub(crate) async fn chat_completions(
             "index": 0,
             "message": message,
             "logprobs": null,
-            "finish_reason": "stop",
+            "finish_reason": finish_reason(finished.cut),
         }],
         "usage": usage_json(&finished.usage),
     });
     Ok(Json(body).into_response())
+}
+
+/// The completion's `finish_reason`: `length` when the model stopped the answer at its output
+/// limit (as OpenAI says it), else `stop`.
+fn finish_reason(cut: bool) -> &'static str {
+    if cut { "length" } else { "stop" }
 }
 
 struct Meta {
@@ -294,7 +300,7 @@ impl Chunks {
         {
             out.push(stream_event(&self.chunk(json!({"content": text}), Value::Null)));
         }
-        out.push(stream_event(&self.chunk(json!({}), json!("stop"))));
+        out.push(stream_event(&self.chunk(json!({}), json!(finish_reason(finished.cut)))));
         if self.include_usage {
             let mut last = self.chunk(json!({}), Value::Null);
             last["choices"] = json!([]);

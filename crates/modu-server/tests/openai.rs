@@ -290,3 +290,43 @@ async fn reasoning_goes_out_as_reasoning_content_streamed_and_not() {
     let body: Value = serde_json::from_str(&text).unwrap();
     assert!(body["choices"][0]["message"].get("reasoning_content").is_none());
 }
+
+/// An answer the model stopped at its output limit goes out with `finish_reason: "length"`,
+/// as OpenAI sends it, streamed and not: a client that checks it knows the text is cut.
+#[tokio::test]
+async fn an_answer_cut_at_the_output_limit_finishes_with_length() {
+    use modu_core::{ChatEvent, FinishReason};
+    let model = modu_testing::ScriptedModel::new()
+        .respond(|_: &modu_core::ChatRequest| {
+            vec![
+                ChatEvent::TextDelta {
+                    text: "It is sunny and".into(),
+                },
+                ChatEvent::Finish {
+                    reason: FinishReason::Length,
+                },
+            ]
+        })
+        .cycle();
+    let agent = modu_agent::Agent::builder(model).name("cut").build().unwrap();
+    let tokens = BearerTokens::new().token(TOKEN, Principal::new("alice", ["weather"]));
+    let base = serve(ModuServer::new().agent("cut", agent).auth(tokens).router()).await;
+    let url = format!("{base}/v1/chat/completions");
+
+    let (status, text, _) = post(&url, Some(TOKEN), &chat("cut", false)).await;
+    assert_eq!(status, 200, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "It is sunny and");
+
+    let (status, text, _) = post(&url, Some(TOKEN), &chat("cut", true)).await;
+    assert_eq!(status, 200, "{text}");
+    let reasons: Vec<Value> = sse_data(&text)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|c| c["choices"][0].get("finish_reason").cloned())
+        .filter(|r| !r.is_null())
+        .collect();
+    assert_eq!(reasons, [json!("length")], "{text}");
+}

@@ -402,6 +402,7 @@ impl Policy for Strict {
                 Some(Awaiting::Act { step, repair }) => self.acted(state, view, step, repair, answer),
                 Some(Awaiting::StepResult { step }) => step_result(state.strict_or_init(), view, &step, answer, out),
                 Some(Awaiting::Finalize) => Next::Finish {
+                    cut: answer.cut(),
                     answer: answer.response.message,
                     format: answer.format,
                     route: DeltaRoute::Step("finalize".into()),

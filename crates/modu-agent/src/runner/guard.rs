@@ -39,6 +39,7 @@ where
     pub(super) async fn accept_final(
         &mut self,
         mut answer: Message,
+        cut: bool,
         format: Option<ResponseFormat>,
         route: DeltaRoute,
     ) -> Result<O, AgentError> {
@@ -47,6 +48,7 @@ where
             Ok(output) => {
                 self.check_output(&output).await?;
                 self.state.messages.push(answer);
+                self.cut = cut;
                 return Ok(output);
             }
             Err(first) => first,
@@ -73,6 +75,7 @@ where
             Ok(output) => {
                 self.check_output(&output).await?;
                 self.state.messages.push(message);
+                self.cut = cut;
                 Ok(output)
             }
             Err(second) => Err(AgentError::Output {

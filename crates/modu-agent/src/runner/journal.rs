@@ -57,6 +57,7 @@ where
         stats.tool_calls = self.state.tool_calls;
         stats.turns = self.state.turns;
         stats.resumed = self.resumed;
+        stats.answer_cut = self.cut;
         let plan = match (self.state.strict(), &agent.policy) {
             (Some(strict), crate::plan::DecisionPolicy::PlanAndExecute(policy)) => {
                 Some(strict.report(policy.trace_mode))

@@ -124,6 +124,8 @@ struct Run<C, O> {
     sessions: Vec<(String, Box<dyn ToolSession<C>>)>,
     retired: handoff::Retired<C, O>,
     resumed: bool,
+    /// Whether the accepted final answer was cut at the model's output limit.
+    cut: bool,
     /// The run's summary of its oldest tool rounds (summarizing compaction).
     summary: crate::compaction::RunSummary,
     /// What the run keeps of its agent between requests (cleared when it hands over).
@@ -241,8 +243,13 @@ where
                     self.checkpoint().await?;
                     Fed::Saved
                 }
-                Next::Finish { answer, format, route } => {
-                    accepted = Some(self.accept_final(answer, format, route).await?);
+                Next::Finish {
+                    answer,
+                    cut,
+                    format,
+                    route,
+                } => {
+                    accepted = Some(self.accept_final(answer, cut, format, route).await?);
                     Fed::Accepted
                 }
                 Next::Replay { text } => {

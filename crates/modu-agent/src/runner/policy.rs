@@ -51,6 +51,8 @@ pub(crate) enum Next {
     /// when it does not parse).
     Finish {
         answer: Message,
+        /// Whether the model stopped `answer` at its output limit (`finish_reason: length`).
+        cut: bool,
         format: Option<ResponseFormat>,
         route: DeltaRoute,
     },
@@ -237,6 +239,14 @@ pub(crate) struct Answer {
     pub(crate) offered_tools: bool,
     /// The response format the request asked for.
     pub(crate) format: Option<ResponseFormat>,
+}
+
+impl Answer {
+    /// Whether the model stopped at its output limit (`max_tokens`, or a server's context
+    /// window): the answer is what it wrote until then.
+    pub(crate) fn cut(&self) -> bool {
+        self.response.finish_reason == Some(crate::model::FinishReason::Length)
+    }
 }
 
 /// Which event carries the model's text deltas.

@@ -80,12 +80,14 @@ impl Policy for Standard {
             Fed::Accepted => Next::Done,
             Fed::Answer(answer) => match self.asked.take() {
                 Some(Stage::Finalize) => Next::Finish {
+                    cut: answer.cut(),
                     answer: answer.response.message,
                     format: answer.format,
                     route: DeltaRoute::Answer,
                 },
                 _ => {
                     let separate_final = self.needs_separate_finalization(view, answer.offered_tools);
+                    let cut = answer.cut();
                     let message = answer.response.message;
                     state.turns += 1;
                     if message.has_tool_calls() {
@@ -101,6 +103,7 @@ impl Policy for Standard {
                     }
                     Next::Finish {
                         answer: message,
+                        cut,
                         format: answer.format,
                         route: DeltaRoute::Answer,
                     }

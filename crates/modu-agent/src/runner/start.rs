@@ -380,6 +380,7 @@ where
         sessions: Vec::new(),
         retired: Default::default(),
         resumed,
+        cut: false,
         summary: Default::default(),
         kept: Default::default(),
     };

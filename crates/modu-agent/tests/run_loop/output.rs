@@ -173,6 +173,53 @@ async fn a_corrective_answer_cut_at_the_token_limit_says_so() {
     assert!(!message.contains("token limit"), "{message}");
 }
 
+/// A plain-text answer cut at the output limit (`max_tokens`, or a server's context window)
+/// still completes with what the model wrote, and the run's stats say it was cut; an answer
+/// that ended on its own, or a cut structured answer whose corrective answer was whole, does
+/// not say so.
+#[tokio::test]
+async fn an_answer_cut_at_the_output_limit_completes_and_the_stats_say_so() {
+    use modu_core::{ChatEvent, FinishReason};
+    let answer = |text: &'static str, reason: FinishReason| {
+        move |_: &modu_core::ChatRequest| {
+            vec![
+                ChatEvent::TextDelta { text: text.into() },
+                ChatEvent::Finish { reason: reason.clone() },
+            ]
+        }
+    };
+    let model = ScriptedModel::new().respond(answer("The capital of Korea is", FinishReason::Length));
+    let agent = Agent::builder(model).build().unwrap();
+    let result = agent.run("q").await;
+    assert_eq!(result.output().map(String::as_str), Some("The capital of Korea is"));
+    assert!(result.stats().answer_cut, "{:?}", result.stats());
+    let json = serde_json::to_value(result.report()).unwrap();
+    assert_eq!(json["stats"]["answer_cut"], json!(true), "{json}");
+
+    let model = ScriptedModel::new().respond(answer("Seoul.", FinishReason::Stop));
+    let result = Agent::builder(model).build().unwrap().run("q").await;
+    assert_eq!(result.output().map(String::as_str), Some("Seoul."));
+    assert!(!result.stats().answer_cut);
+
+    // Streamed, the last item carries it too.
+    let model = ScriptedModel::new().respond(answer("Seoul is", FinishReason::Length));
+    let agent = Agent::builder(model).build().unwrap();
+    let mut stream = agent.stream("q");
+    let mut last = None;
+    while let Some(item) = futures::StreamExt::next(&mut stream).await {
+        last = item.into_outcome().or(last);
+    }
+    assert!(last.expect("the stream ends with the outcome").stats().answer_cut);
+
+    let model = ScriptedModel::new()
+        .respond(answer(r#"{"country": "Ko"#, FinishReason::Length))
+        .respond(answer(r#"{"country": "Korea", "city": "Seoul"}"#, FinishReason::Stop));
+    let agent = Agent::builder(model).output::<Capital>().build().unwrap();
+    let result = agent.run("q").await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    assert!(!result.stats().answer_cut, "the answer that counts was whole");
+}
+
 /// A context provider that puts a tool definition into every request, whatever the stage
 /// offers (`ModelContext::tools` is for narrowing; this one misuses it).
 struct AddsTools(modu_core::ToolDefinition);

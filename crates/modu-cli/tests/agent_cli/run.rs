@@ -62,6 +62,40 @@ async fn run_shows_reasoning_on_stderr_unless_hidden() {
     assert!(!stderr.contains("Weighing"), "{stderr}");
 }
 
+/// An answer the server stopped at its output limit (`finish_reason: "length"`) is printed as
+/// far as it goes, and stderr says it was cut and what to raise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_says_when_the_answer_was_cut_at_the_output_limit() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string()
+    };
+    mock.push(MockReply::RawSse {
+        events: vec![
+            chunk(json!({"role": "assistant", "content": "Hello, and"}), None),
+            chunk(json!({}), Some("length")),
+            "[DONE]".into(),
+        ],
+        drop_after: None,
+    });
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "hi"])).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Hello, and\n");
+    assert!(
+        stderr.contains("cut at the model's output limit") && stderr.contains("max_tokens"),
+        "{stderr}"
+    );
+
+    // A whole answer says nothing of a limit.
+    mock.push(reasoning_reply());
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "hi"])).await;
+    assert!(!text(&out.stderr).contains("output limit"), "{}", text(&out.stderr));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_prints_the_agent_result() {
     let mock = MockOpenAiServer::start().await.unwrap();
