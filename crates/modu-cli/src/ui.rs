@@ -237,6 +237,13 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
             }
             StreamItem::Event(AgentEvent::ModelCallFinished { .. }) => {
                 spinner.stop();
+                // What the model wrote before it called tools ends its line: the next model
+                // call's text starts on a new one.
+                if partial && !at_line_start {
+                    let _ = writeln!(stdout);
+                    let _ = stdout.flush();
+                    at_line_start = true;
+                }
                 partial = false;
             }
             StreamItem::Event(AgentEvent::ModelCallFailed { will_retry: true, .. }) => {

@@ -96,6 +96,38 @@ async fn run_says_when_the_answer_was_cut_at_the_output_limit() {
     assert!(!text(&out.stderr).contains("output limit"), "{}", text(&out.stderr));
 }
 
+/// What the model writes before it calls tools and the answer after them are two lines, not
+/// one run-on line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_before_a_tool_call_and_the_answer_after_it_are_separate_lines() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string()
+    };
+    mock.push(MockReply::RawSse {
+        events: vec![
+            chunk(json!({"role": "assistant", "content": "Let me check."}), None),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                        "function": {"name": "lookup", "arguments": "{}"}}]}),
+                None,
+            ),
+            chunk(json!({}), Some("tool_calls")),
+            "[DONE]".into(),
+        ],
+        drop_after: None,
+    });
+    mock.push(MockReply::Text("It is sunny.".into()));
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "weather?"])).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "Let me check.\nIt is sunny.\n", "{stderr}");
+    assert_eq!(mock.requests().len(), 2, "the tool's error went back to the model");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_prints_the_agent_result() {
     let mock = MockOpenAiServer::start().await.unwrap();
