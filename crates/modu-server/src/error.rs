@@ -14,7 +14,9 @@ use crate::mount::public_error;
 /// An error answered to a client.
 ///
 /// The body has OpenAI's error shape on every endpoint,
-/// `{"error": {"message", "type", "param", "code"}}`. Messages are the server's own sentences:
+/// `{"error": {"message", "type", "param", "code"}}`. A failed run's answer carries
+/// `x-should-retry: false`, which OpenAI's SDKs honour: they would otherwise retry its 409 or
+/// 5xx by running the agent again, its tools included. Messages are the server's own sentences:
 /// a run's error is reported by its kind (`model_error`, `timeout`, …) with a fixed sentence,
 /// never with a tool's, a provider's or a model server's text.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -137,10 +139,21 @@ impl ServerError {
 impl IntoResponse for ServerError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), Json(self.body())).into_response();
-        if self == ServerError::Unauthorized {
-            response
-                .headers_mut()
-                .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+        match self {
+            ServerError::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+            }
+            // OpenAI's SDKs retry a 409 or a 5xx twice by default, and a retry runs the agent
+            // again, its tools included (the run already retried its model calls): they honour
+            // this header.
+            ServerError::RunFailed { .. } => {
+                response
+                    .headers_mut()
+                    .insert("x-should-retry", http::HeaderValue::from_static("false"));
+            }
+            _ => {}
         }
         response
     }

@@ -28,7 +28,7 @@ const TOKEN: &str = "e2e-token";
 async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -> String {
     let agent = Agent::builder(weather_model())
         .name("weather")
-        .tool(weather_tool(runs, false))
+        .tool(weather_tool(Arc::clone(&runs), false))
         .authorizer(Arc::new(RbacToolAuthorizer::new().allow("weather", ["get_weather"])))
         .conversation_store(store)
         .build()
@@ -51,11 +51,22 @@ async fn server(runs: Arc<AtomicUsize>, store: Arc<InMemoryConversationStore>) -
         },
     );
     let slow = Agent::builder(weather_model()).tool(slow_tool).build().unwrap();
+    // `limited`: calls its tool for ever, so its run fails at its tool-call limit after one call.
+    let limited = Agent::builder(
+        modu_testing::ScriptedModel::new()
+            .tool_call("get_weather", serde_json::json!({"city": "Paris"}))
+            .cycle(),
+    )
+    .tool(weather_tool(Arc::clone(&runs), false))
+    .limits(modu_agent::RunLimits::default().max_tool_calls(1))
+    .build()
+    .unwrap();
     let tokens = BearerTokens::new().token(TOKEN, Principal::new("erin", ["weather"]));
     let app = ModuServer::new()
         .agent("weather", agent)
         .agent("approval", approval)
         .agent("slow", slow)
+        .agent("limited", limited)
         .auth(tokens);
     serve(app.router()).await
 }
@@ -116,7 +127,10 @@ async fn the_official_openai_python_sdk_completes_streamed_and_not() {
         .arg("weather");
     let out = run_client(command).await;
 
-    assert_eq!(out["models"], serde_json::json!(["approval", "slow", "weather"]));
+    assert_eq!(
+        out["models"],
+        serde_json::json!(["approval", "limited", "slow", "weather"])
+    );
     let completion = &out["completion"];
     assert!(completion["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(completion["object"], "chat.completion");
@@ -141,10 +155,13 @@ async fn the_official_openai_python_sdk_completes_streamed_and_not() {
     assert_eq!(out["unknown_model"]["status"], 404);
     assert_eq!(out["unknown_model"]["code"], "model_not_found");
     assert_eq!(out["bad_key"]["status"], 401);
+    // With its default retries, the SDK does not run a failed run again (x-should-retry).
+    assert_eq!(out["failed_run"]["status"], 500);
+    assert_eq!(out["failed_run"]["code"], "max_tool_calls_exceeded");
     assert_eq!(
         runs.load(Ordering::SeqCst),
-        2,
-        "the tool ran on the server, once per completion"
+        3,
+        "the tool ran on the server, once per completion and once in the failed run"
     );
 }
 

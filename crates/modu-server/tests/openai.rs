@@ -239,6 +239,53 @@ async fn a_run_that_waits_for_approval_is_409_approval_required() {
     assert_eq!(body["error"]["code"], "approval_required");
 }
 
+/// OpenAI's SDKs retry a 409 or a 5xx twice unless the answer says `x-should-retry: false`; a
+/// retry would run the agent again, its tools included.
+#[tokio::test]
+async fn a_failed_run_tells_openai_sdks_not_to_run_it_again() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Calls its tool for ever: the run ends at its tool-call limit, after the tool ran.
+    let looping = modu_agent::Agent::builder(
+        modu_testing::ScriptedModel::new()
+            .tool_call("get_weather", json!({"city": "Paris"}))
+            .cycle(),
+    )
+    .tool(common::weather_tool(Arc::clone(&runs), false))
+    .limits(modu_agent::RunLimits::default().max_tool_calls(1))
+    .build()
+    .unwrap();
+    let paused = modu_agent::Agent::builder(common::weather_model())
+        .tool(common::weather_tool(Arc::default(), true))
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let app = ModuServer::new()
+        .agent("looping", looping)
+        .agent("paused", paused)
+        .agent("broken", failing_agent());
+    let base = serve(app.router()).await;
+    let url = format!("{base}/v1/chat/completions");
+    for (model, status, code) in [
+        ("looping", 500, "max_tool_calls_exceeded"),
+        ("paused", 409, "approval_required"),
+        ("broken", 502, "model_error"),
+    ] {
+        let (got, text, headers) = post(&url, None, &chat(model, false)).await;
+        assert_eq!(got, status, "{model}: {text}");
+        assert!(text.contains(code), "{model}: {text}");
+        assert_eq!(
+            headers.get("x-should-retry").and_then(|v| v.to_str().ok()),
+            Some("false"),
+            "{model}: a retry would run the agent again"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // A request the server refused before any run may be sent again.
+    let (got, _, headers) = post(&url, None, &chat("no-such-agent", false)).await;
+    assert_eq!(got, 404);
+    assert!(headers.get("x-should-retry").is_none());
+}
+
 #[tokio::test]
 async fn reasoning_goes_out_as_reasoning_content_streamed_and_not() {
     let tokens = BearerTokens::new().token(TOKEN, Principal::new("alice", ["weather"]));

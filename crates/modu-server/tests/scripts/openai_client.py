@@ -58,4 +58,12 @@ try:
 except openai.AuthenticationError as e:
     out["bad_key"] = {"status": e.status_code}
 
+# The SDK's default retries (2): a failed run must not be run again.
+retrying = openai.OpenAI(base_url=base_url, api_key=api_key)
+try:
+    retrying.chat.completions.create(model="limited", messages=[{"role": "user", "content": "x"}])
+    out["failed_run"] = None
+except openai.APIStatusError as e:
+    out["failed_run"] = {"status": e.status_code, "code": e.code}
+
 print(json.dumps(out))
