@@ -15,7 +15,9 @@
 //!   an entry `{"interruptId", "status": "resolved", "payload": {"approved": true}}` approves
 //!   the call (`"always": true` also later calls of the tool), `{"approved": false,
 //!   "message"?}` rejects it, and `"status": "cancelled"` rejects it too. Every waiting call
-//!   must be answered; the paused run then continues and streams under the new `runId`. While
+//!   must be answered, once; an entry for a call that does not wait is refused (404), and a
+//!   refused resume records no decision. The paused run then continues and streams under the
+//!   new `runId`. While
 //!   it runs, the paused run is taken: another resume of it (over AG-UI, run control or A2A)
 //!   is refused with 409.
 //! - A request with `Last-Event-ID` reconnects to its run (`runId`): the events after that id,
@@ -321,6 +323,12 @@ async fn resume(
     // The paused run is claimed too, for as long as this resume runs: a second resume of it
     // (AG-UI, run control or A2A) is refused with 409 instead of running its calls again.
     let live = start_live_resuming(state, name, &run_id, Some(&paused_id), principal)?;
+    // Every entry is checked before any decision is recorded: a refused resume records
+    // nothing, so the person can still answer each interrupt either way.
+    if let Err(error) = answer_waiting_calls(&paused_id, &paused.approvals, &answers) {
+        state.live.remove(name, &run_id, &live);
+        return Err(error);
+    }
     for (call, decision) in answers {
         if let Err(error) = decide(&agent, &paused_id, call, decision).await {
             state.live.remove(name, &run_id, &live);
@@ -333,4 +341,28 @@ async fn resume(
     let items =
         crate::a2a_tasks::ResumedTask::follow(task, agent.resume_stream(principal, &paused_id, live.cancel.clone()));
     agui_stream(state, name, &run_id, live, translator, items)
+}
+
+/// Checks that each answer is to a call of the paused run that waits, and to each call once.
+fn answer_waiting_calls(
+    paused_id: &str,
+    waiting: &[modu_core::ApprovalRequest],
+    answers: &[(&str, Decision)],
+) -> Result<(), ServerError> {
+    for (i, (call, _)) in answers.iter().enumerate() {
+        let interrupt = || crate::agui_events::interrupt_id(paused_id, call);
+        if !waiting.iter().any(|w| w.call_id == *call) {
+            return Err(ServerError::not_found(format!(
+                "interrupt {:?} answers no call of the run that waits for approval",
+                interrupt()
+            )));
+        }
+        if answers[..i].iter().any(|(earlier, _)| earlier == call) {
+            return Err(ServerError::bad_request(format!(
+                "interrupt {:?} is answered twice",
+                interrupt()
+            )));
+        }
+    }
+    Ok(())
 }

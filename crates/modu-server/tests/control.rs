@@ -107,6 +107,35 @@ async fn an_ag_ui_resume_answers_the_interrupt_and_streams_the_rest_of_the_run()
 }
 
 #[tokio::test]
+async fn an_ag_ui_resume_with_a_wrong_interrupt_records_no_decision() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs)).await;
+    let interrupt = paused(&base, "t1", "r1").await;
+    let url = format!("{base}/agui/approval");
+    let entry =
+        |id: &str, approved: bool| json!({"interruptId": id, "status": "resolved", "payload": {"approved": approved}});
+    // An approval beside an entry for a call that does not wait, or beside a second answer
+    // to the same interrupt: refused, and the approval is not recorded.
+    let mut wrong = input("t1", "r2");
+    wrong["resume"] = json!([entry("r1#call_0", true), entry("r1#no_such_call", true)]);
+    let (status, body, _) = post(&url, Some(ERIN), &wrong).await;
+    assert_eq!(status, 404, "{body}");
+    let mut twice = input("t1", "r3");
+    twice["resume"] = json!([entry("r1#call_0", true), entry("r1#call_0", false)]);
+    let (status, body, _) = post(&url, Some(ERIN), &twice).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(interrupt["id"], "r1#call_0");
+
+    // So the person can still reject it.
+    let mut reject = input("t1", "r4");
+    reject["resume"] = json!([entry("r1#call_0", false)]);
+    let (status, body, _) = post(&url, Some(ERIN), &reject).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sse_json(&body).last().unwrap()["type"], "RUN_FINISHED", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the rejected call never ran");
+}
+
+#[tokio::test]
 async fn approvals_are_listed_decided_and_resumed_over_http_by_their_owner_only() {
     let runs = Arc::new(AtomicUsize::new(0));
     let base = server(Arc::clone(&runs)).await;
