@@ -63,7 +63,7 @@ pub enum ServerError {
     /// The run ended without an answer.
     #[error("{message}")]
     RunFailed {
-        /// The error's kind (`model_error`, `timeout`, `approval_required`, …).
+        /// The error's kind (`model_error`, `timeout`, `approval_required`, `session_busy`, …).
         code: &'static str,
         /// A fixed sentence for the kind.
         message: &'static str,
@@ -106,7 +106,7 @@ impl ServerError {
             ServerError::RunFailed { code, .. } => match *code {
                 "model_error" => StatusCode::BAD_GATEWAY,
                 "timeout" => StatusCode::GATEWAY_TIMEOUT,
-                "approval_required" => StatusCode::CONFLICT,
+                "approval_required" | "session_busy" => StatusCode::CONFLICT,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
         }

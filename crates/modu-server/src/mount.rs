@@ -446,6 +446,10 @@ pub(crate) fn public_error(error: &AgentError) -> (&'static str, &'static str) {
         AgentError::Interrupted { .. } => ("approval_required", "the run waits for a person's approval"),
         AgentError::PlanFailed { .. } => ("plan_failed", "the plan failed"),
         AgentError::Cancelled => ("cancelled", "the run was cancelled"),
+        AgentError::SessionBusy { .. } => (
+            "session_busy",
+            "another run of this session is in progress; try again once it has ended",
+        ),
         _ => ("run_failed", "the run failed"),
     }
 }

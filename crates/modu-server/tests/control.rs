@@ -208,28 +208,32 @@ async fn approvals_are_listed_decided_and_resumed_over_http_by_their_owner_only(
 
 /// A server whose tool needs approval and holds every call until `gate` has a permit.
 async fn gated_server(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> String {
-    let spec = ToolSpec::new(
-        "get_weather",
-        "The weather in a city",
-        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-    )
-    .needs_approval(true);
-    let tool = FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        let gate = Arc::clone(&gate);
-        async move {
-            let _open = gate.acquire().await.unwrap();
-            Ok(json!({"city": args["city"], "forecast": "sunny"}))
-        }
-    });
     let agent = Agent::builder(weather_model())
-        .tool(tool)
+        .tool(gated_tool(runs, gate))
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
         .conversation_store(Arc::new(InMemoryConversationStore::new()))
         .build()
         .unwrap();
     let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
     serve(ModuServer::new().agent("approval", agent).auth(tokens).router()).await
+}
+
+/// A tool that needs approval and holds every call until `gate` has a permit.
+fn gated_tool(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> FunctionTool<()> {
+    let spec = ToolSpec::new(
+        "get_weather",
+        "The weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+    .needs_approval(true);
+    FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let gate = Arc::clone(&gate);
+        async move {
+            let _open = gate.acquire().await.unwrap();
+            Ok(json!({"city": args["city"], "forecast": "sunny"}))
+        }
+    })
 }
 
 async fn until_tool_runs(runs: &AtomicUsize, n: usize) {
@@ -410,4 +414,57 @@ async fn history_roles(base: &str) -> Vec<String> {
         .iter()
         .map(|m| m["role"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// With session leases, a run of a session another run holds fails with `SessionBusy`: the
+/// client is told so by its kind (`session_busy`, 409 as JSON), to try again once the session
+/// is free, not a bare `run_failed` 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_session_is_reported_as_session_busy() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let leases = modu_core::InMemoryLeaseStore::new();
+    let agent = Agent::builder(weather_model())
+        .tool(gated_tool(Arc::clone(&runs), Arc::clone(&gate)))
+        .checkpoint_store(Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new())))
+        .conversation_store(Arc::new(leases.fence_conversations(InMemoryConversationStore::new())))
+        .session_leases(
+            leases,
+            modu_core::LeaseOptions::new().wait(std::time::Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
+    let base = serve(ModuServer::new().agent("approval", agent).auth(tokens).router()).await;
+    // Two runs of the thread wait for approval; both are approved.
+    for (run, call) in [("r1", "call_0"), ("r2", "call_1")] {
+        assert_eq!(paused(&base, "t1", run).await["toolCallId"], call);
+        let url = format!("{base}/agents/approval/runs/{run}/approve");
+        assert_eq!(post(&url, Some(ERIN), &json!({"callId": call})).await.0, 200);
+    }
+    // r1 resumes and holds the session while its tool waits at the gate.
+    let first = tokio::spawn({
+        let url = format!("{base}/agents/approval/runs/r1/resume");
+        async move { post(&url, Some(ERIN), &json!({})).await }
+    });
+    until_tool_runs(&runs, 1).await;
+
+    let (status, body, _) = post(&format!("{base}/agui/approval"), Some(ERIN), &input("t1", "r3")).await;
+    assert_eq!(status, 200, "{body}");
+    let last = sse_json(&body).pop().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{body}");
+    assert_eq!(last["code"], "session_busy", "{body}");
+    let resume_r2 = format!("{base}/agents/approval/runs/r2/resume");
+    let (status, body, _) = post(&resume_r2, Some(ERIN), &json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "session_busy");
+
+    // Once the session is free, the same resume goes through.
+    gate.add_permits(2);
+    let (status, body, _) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = post(&resume_r2, Some(ERIN), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
