@@ -16,7 +16,8 @@
 //!   `TASK_STATE_WORKING` while it runs and ends with it, as if A2A had resumed it.
 //! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
 //!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
-//! - `GetTask` reads a task; `CancelTask` cancels a task: a running one stops at its next
+//! - `GetTask` reads a task; `CancelTask` cancels a task: a running one (its paused run resumed
+//!   by A2A, run control or an AG-UI resume) stops at its next
 //!   boundary (its checkpoint kept, so run control's `resume` can continue it), one waiting
 //!   for input has its paused run dropped. Either way the task reads `TASK_STATE_CANCELED`.
 //! - A task's run goes on when its client goes away; a streamed task can be followed again
@@ -511,11 +512,13 @@ async fn cancel_task(
     let params: TaskParams = parse(params)?;
     let task = state.tasks.get(&params.id, name, principal)?;
     if task.state == TaskState::Working {
-        // A running task: its run stops at its next boundary, its checkpoint kept.
+        // A running task: its run stops at its next boundary, its checkpoint kept. A task
+        // whose paused run an AG-UI resume continues runs under the resume's id.
         let live = state
             .live
             .get(name, &params.id, principal)
             .filter(|live| !live.is_done())
+            .or_else(|| state.live.resuming(name, &params.id, principal))
             .ok_or_else(|| RpcError::new(code::TASK_NOT_CANCELABLE, "the task has ended"))?;
         if !state
             .tasks

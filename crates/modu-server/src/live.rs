@@ -14,7 +14,8 @@
 //! - Every resume of a paused run claims the paused run's id here for as long as it runs, so a
 //!   second resume of it (from whichever endpoint) is refused: run control and A2A resume under
 //!   the paused id itself; an AG-UI resume runs under a new id and claims the paused one beside
-//!   it (a claim only: following or cancelling the paused id does not reach the resume).
+//!   it (a claim: following the paused id, or cancelling it through run control, does not
+//!   reach the resume; A2A's `CancelTask` of a task resumed so does).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -143,6 +144,16 @@ impl LiveRuns {
             .runs
             .get(&(agent.to_owned(), run_id.to_owned()))
             .filter(|run| run.owner == principal.user)
+            .cloned()
+    }
+
+    /// The resume in flight of the caller's paused run `paused_id` that runs under another id
+    /// (an AG-UI resume), if any.
+    pub(crate) fn resuming(&self, agent: &str, paused_id: &str, principal: &Principal) -> Option<Arc<LiveRun>> {
+        lock(&self.registry)
+            .resuming
+            .get(&(agent.to_owned(), paused_id.to_owned()))
+            .filter(|run| run.owner == principal.user && !run.is_done())
             .cloned()
     }
 

@@ -404,6 +404,44 @@ async fn an_a2a_task_resumed_through_run_control_streamed_ends_with_its_run() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_task_resumed_through_ag_ui_is_cancelled_by_cancel_task() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let base = gated_server(Arc::clone(&runs), Arc::clone(&gate)).await;
+    let a2a = format!("{base}/a2a/approval");
+    let message = json!({"messageId": "m1", "role": "ROLE_USER", "contextId": "c1", "parts": [{"text": "Weather?"}]});
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}});
+    let (_, body, _) = post(&a2a, Some(ERIN), &send).await;
+    let task: Value = serde_json::from_str(&body).unwrap();
+    let task_id = task["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // The task's paused run is resumed over AG-UI (the context is the thread), under a new id.
+    let resume = agui_resume("c1", "agui-resume", &format!("{task_id}#call_0"));
+    let agui = tokio::spawn({
+        let url = format!("{base}/agui/approval");
+        async move { post(&url, Some(ERIN), &resume).await }
+    });
+    until_tool_runs(&runs, 1).await;
+    let get_task = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}});
+    let (_, body, _) = post(&a2a, Some(ERIN), &get_task).await;
+    assert!(body.contains("TASK_STATE_WORKING"), "{body}");
+
+    let cancel = json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": task_id}});
+    let (_, body, _) = post(&a2a, Some(ERIN), &cancel).await;
+    let cancelled: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cancelled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{body}");
+    // The resumed run stops (at the latest once its tool call ends): its stream ends with the
+    // cancellation, and the task stays cancelled.
+    gate.add_permits(1);
+    let (status, body, _) = agui.await.unwrap();
+    assert_eq!(status, 200);
+    let last = sse_json(&body).pop().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{body}");
+    assert_eq!(last["code"], "cancelled", "{body}");
+    let (_, body, _) = post(&a2a, Some(ERIN), &get_task).await;
+    assert!(body.contains("TASK_STATE_CANCELED"), "{body}");
+}
+
 /// The roles of session `t1`'s stored messages on the `approval` agent, in order.
 async fn history_roles(base: &str) -> Vec<String> {
     let (status, history) = get(&format!("{base}/agents/approval/sessions/t1/messages"), ERIN).await;
