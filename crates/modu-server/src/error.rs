@@ -106,7 +106,10 @@ impl ServerError {
             ServerError::RunFailed { code, .. } => match *code {
                 "model_error" => StatusCode::BAD_GATEWAY,
                 "timeout" => StatusCode::GATEWAY_TIMEOUT,
-                "approval_required" | "session_busy" => StatusCode::CONFLICT,
+                "approval_required" | "session_busy" | "lease_lost" | "resume_incompatible" | "already_completed" => {
+                    StatusCode::CONFLICT
+                }
+                "guardrail_tripped" => StatusCode::UNPROCESSABLE_ENTITY,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
         }

@@ -450,6 +450,17 @@ pub(crate) fn public_error(error: &AgentError) -> (&'static str, &'static str) {
             "session_busy",
             "another run of this session is in progress; try again once it has ended",
         ),
+        AgentError::LeaseLost { .. } => (
+            "lease_lost",
+            "another worker took this run's session over and continues the run; do not submit it again",
+        ),
+        AgentError::ResumeIncompatible { .. } => (
+            "resume_incompatible",
+            "the run was started by a different version of this agent (other tools, output or policy) and cannot be resumed by this one",
+        ),
+        AgentError::AlreadyCompleted { .. } => ("already_completed", "the run has already completed"),
+        AgentError::CheckpointInvalid { .. } => ("checkpoint_invalid", "the run's checkpoint cannot be read"),
+        AgentError::GuardrailTripped { .. } => ("guardrail_tripped", "a guardrail stopped the run"),
         _ => ("run_failed", "the run failed"),
     }
 }

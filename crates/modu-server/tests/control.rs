@@ -506,3 +506,41 @@ async fn a_busy_session_is_reported_as_session_busy() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+/// A paused run decided on a worker whose agent changed (another tool: a deploy in progress)
+/// is refused by its kind, `resume_incompatible` (409), not as a bare `run_failed` 500, so the
+/// client can tell it will not go through by trying again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_by_a_changed_agent_is_reported_as_resume_incompatible() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let checkpoints = Arc::new(InMemoryCheckpointStore::new());
+    let conversations = Arc::new(InMemoryConversationStore::new());
+    let tokens = || BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
+    let old = Agent::builder(weather_model())
+        .tool(weather_tool(Arc::clone(&runs), true))
+        .checkpoint_store(checkpoints.clone())
+        .conversation_store(conversations.clone())
+        .build()
+        .unwrap();
+    let extra = FunctionTool::<()>::new(
+        ToolSpec::new("get_time", "The time.", json!({"type": "object"})),
+        |_, _| async { Ok(json!("noon")) },
+    );
+    let new = Agent::builder(weather_model())
+        .tool(weather_tool(Arc::clone(&runs), true))
+        .tool(extra)
+        .checkpoint_store(checkpoints)
+        .conversation_store(conversations)
+        .build()
+        .unwrap();
+    let base = serve(ModuServer::new().agent("approval", old).auth(tokens()).router()).await;
+    let other = serve(ModuServer::new().agent("approval", new).auth(tokens()).router()).await;
+    assert_eq!(paused(&base, "t1", "r1").await["toolCallId"], "call_0");
+
+    let url = format!("{other}/agents/approval/runs/r1/approve");
+    let (status, body, _) = post(&url, Some(ERIN), &json!({"callId": "call_0"})).await;
+    assert_eq!(status, 409, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "resume_incompatible", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the approved call did not run");
+}

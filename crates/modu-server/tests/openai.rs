@@ -377,3 +377,33 @@ async fn an_answer_cut_at_the_output_limit_finishes_with_length() {
         .collect();
     assert_eq!(reasons, [json!("length")], "{text}");
 }
+
+/// A run an input guardrail stopped is answered by its kind, `guardrail_tripped` (422: sending
+/// it again does not help), and the tripwire's message stays in the log.
+#[tokio::test]
+async fn a_tripped_guardrail_is_reported_by_its_kind() {
+    use modu_agent::guardrail::{self, Verdict};
+    use modu_core::Tripwire;
+    let never = guardrail::input("no_weather", |_ctx, _input| {
+        Verdict::Trip(Tripwire::new(
+            "off_topic",
+            "weather questions are refused for erin@example.com",
+        ))
+    });
+    let agent = modu_agent::Agent::builder(modu_testing::ScriptedModel::new().text("never"))
+        .input_guardrail(never)
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new().token(TOKEN, Principal::new("alice", ["weather"]));
+    let base = serve(ModuServer::new().agent("guarded", agent).auth(tokens).router()).await;
+    let (status, text, _) = post(
+        &format!("{base}/v1/chat/completions"),
+        Some(TOKEN),
+        &chat("guarded", false),
+    )
+    .await;
+    assert_eq!(status, 422, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], "guardrail_tripped", "{body}");
+    assert!(!text.contains("erin@example.com"), "{text}");
+}
