@@ -451,7 +451,8 @@ async fn stream(
         Arc::clone(&live),
         events,
     );
-    follow_sse(&live, None, move |value| success(&id, value).to_string())
+    let behind = failure(&id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string();
+    follow_sse(&live, None, move |value| success(&id, value).to_string(), behind)
         .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
 }
 
@@ -490,8 +491,15 @@ fn subscribe(
     let first = success(&id, json!({"task": task_json(&params.id, &task, None)})).to_string();
     let after =
         crate::control::last_event_id(headers).map_err(|e| RpcError::new(code::INVALID_REQUEST, e.to_string()))?;
-    crate::control::follow_sse_from(&live, after, Some(first), move |value| success(&id, value).to_string())
-        .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
+    let behind = failure(&id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string();
+    crate::control::follow_sse_from(
+        &live,
+        after,
+        Some(first),
+        move |value| success(&id, value).to_string(),
+        behind,
+    )
+    .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
 }
 
 /// `GetTask`.

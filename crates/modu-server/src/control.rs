@@ -25,7 +25,7 @@ use crate::a2a_tasks::ResumedTask;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiPath, ServerError};
-use crate::live::{LiveRun, Unfollowable};
+use crate::live::{Followed, LiveRun, Unfollowable};
 use crate::mount::{Decision, Finished, PausedRun, Served};
 
 /// A waiting call as the wire shows it.
@@ -258,7 +258,12 @@ pub(crate) fn reconnect(
             ),
         });
     };
-    follow_sse(&live, Some(after), |event| event.to_string())
+    follow_sse(&live, Some(after), |event| event.to_string(), agui_behind())
+}
+
+/// The AG-UI event that tells a client that fell behind ([`crate::live::Followed::Behind`]).
+pub(crate) fn agui_behind() -> String {
+    serde_json::json!({"type": "RUN_ERROR", "message": crate::live::BEHIND, "code": "events_dropped"}).to_string()
 }
 
 /// An SSE response following `live` from `after`: each event with its id, its data the
@@ -267,16 +272,19 @@ pub(crate) fn follow_sse(
     live: &Arc<LiveRun>,
     after: Option<u64>,
     wrap: impl Fn(Value) -> String + Send + 'static,
+    behind: String,
 ) -> Result<Response, ServerError> {
-    follow_sse_from(live, after, None, wrap)
+    follow_sse_from(live, after, None, wrap, behind)
 }
 
 /// [`follow_sse`], with `first` (an event without an id) sent before the run's events.
+/// `behind` is the last event (without an id) of a client that fell behind the run's log.
 pub(crate) fn follow_sse_from(
     live: &Arc<LiveRun>,
     after: Option<u64>,
     first: Option<String>,
     wrap: impl Fn(Value) -> String + Send + 'static,
+    behind: String,
 ) -> Result<Response, ServerError> {
     let events = live.follow(after).map_err(|unfollowable| ServerError::Gone {
         message: match unfollowable {
@@ -290,11 +298,12 @@ pub(crate) fn follow_sse_from(
         },
     })?;
     let first = futures::stream::iter(first.map(|data| Ok::<Event, Infallible>(Event::default().data(data))));
-    let body =
-        first
-            .chain(events.map(move |(id, event)| {
-                Ok::<Event, Infallible>(Event::default().id(id.to_string()).data(wrap(event)))
-            }));
+    let body = first.chain(events.map(move |followed| {
+        Ok::<Event, Infallible>(match followed {
+            Followed::Event(id, event) => Event::default().id(id.to_string()).data(wrap(event)),
+            Followed::Behind => Event::default().data(behind.as_str()),
+        })
+    }));
     Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -319,7 +328,7 @@ pub(crate) fn agui_stream(
         Arc::clone(&live),
         events,
     );
-    follow_sse(&live, None, |event| event.to_string())
+    follow_sse(&live, None, |event| event.to_string(), agui_behind())
 }
 
 /// `POST /agents/{agent}/runs/{run_id}/cancel`: cancels a running run of the caller's. The run
@@ -363,7 +372,7 @@ pub(crate) async fn events(
         .live
         .get(&name, &run_id, &principal)
         .ok_or_else(|| ServerError::not_found("no streamed run with this id"))?;
-    follow_sse(&live, None, |event| event.to_string())
+    follow_sse(&live, None, |event| event.to_string(), agui_behind())
 }
 
 /// `GET /agents/{agent}/sessions/{session_id}/messages`: the stored messages of a session

@@ -9,7 +9,8 @@
 //! - Every event gets an id (1, 2, ... per run, the SSE `id:` field). A client that reconnects
 //!   with `Last-Event-ID` gets the events after that id, then the rest live. The log keeps the
 //!   newest [`EVENT_BUFFER`] events of a run; a `Last-Event-ID` older than that is answered with
-//!   410, and a client that falls that far behind is disconnected.
+//!   410, and a client that falls that far behind is told so ([`Followed::Behind`]), then
+//!   disconnected.
 //! - A run stays here [`KEEP_FINISHED`] after it ended, so a late reconnect still reads its end.
 //! - Every resume of a paused run claims the paused run's id here for as long as it runs, so a
 //!   second resume of it (from whichever endpoint) is refused: run control and A2A resume under
@@ -214,10 +215,7 @@ impl LiveRun {
     /// as they come, each with its id; the stream ends with the run. Fails when events after
     /// `after` were already dropped from the log, or when the run never sent `after` (an id
     /// the client cannot have seen, up to `u64::MAX`).
-    pub(crate) fn follow(
-        self: &Arc<Self>,
-        after: Option<u64>,
-    ) -> Result<BoxStream<'static, (u64, Value)>, Unfollowable> {
+    pub(crate) fn follow(self: &Arc<Self>, after: Option<u64>) -> Result<BoxStream<'static, Followed>, Unfollowable> {
         let after = {
             let mut log = lock(&self.log);
             let oldest = log.events.front().map_or(log.last_id.saturating_add(1), |(id, _)| *id);
@@ -234,24 +232,32 @@ impl LiveRun {
             run: Arc::clone(self),
             cursor: after,
             changed: self.changed.subscribe(),
+            behind: false,
         };
         Ok(futures::stream::unfold(follower, |mut f| async move {
+            if f.behind {
+                return None;
+            }
             loop {
                 f.changed.borrow_and_update();
                 let next = {
                     let log = lock(&f.run.log);
                     match log.events.iter().find(|(id, _)| *id > f.cursor) {
-                        // Fell behind by more than the log holds: disconnected.
-                        Some((id, _)) if *id > f.cursor.saturating_add(1) => return None,
-                        Some((id, event)) => Some((*id, event.clone())),
+                        // Fell behind by more than the log holds: told so, then disconnected.
+                        Some((id, _)) if *id > f.cursor.saturating_add(1) => Err(()),
+                        Some((id, event)) => Ok(Some((*id, event.clone()))),
                         None if log.done => return None,
-                        None => None,
+                        None => Ok(None),
                     }
+                };
+                let Ok(next) = next else {
+                    f.behind = true;
+                    return Some((Followed::Behind, f));
                 };
                 match next {
                     Some((id, event)) => {
                         f.cursor = id;
-                        return Some(((id, event), f));
+                        return Some((Followed::Event(id, event), f));
                     }
                     None => {
                         if f.changed.changed().await.is_err() {
@@ -270,7 +276,21 @@ struct Follower {
     run: Arc<LiveRun>,
     cursor: u64,
     changed: watch::Receiver<u64>,
+    /// It fell behind the log and was told so: its stream ends.
+    behind: bool,
 }
+
+/// What a client following a run gets next.
+pub(crate) enum Followed {
+    /// The run's event with this id.
+    Event(u64, Value),
+    /// The client fell more than [`EVENT_BUFFER`] events behind the run: the events it has not
+    /// read yet are no longer kept, and its stream ends after this (the run goes on).
+    Behind,
+}
+
+/// What a client that fell behind is told (see [`Followed::Behind`]).
+pub(crate) const BEHIND: &str = "this client fell more than 1,024 events behind the run and was disconnected; the run goes on, but the events it missed are no longer kept";
 
 impl Drop for Follower {
     fn drop(&mut self) {
@@ -333,4 +353,15 @@ pub(crate) async fn run_detached<T: Send + 'static>(
     let out = handle.await.ok();
     guard.0 = None;
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// What a client that fell behind is told names the log's size.
+    #[test]
+    fn the_behind_message_names_the_buffer() {
+        let size = super::EVENT_BUFFER.to_string();
+        let named = format!("{},{}", &size[..1], &size[1..]);
+        assert!(super::BEHIND.contains(&named), "{}", super::BEHIND);
+    }
 }

@@ -412,3 +412,59 @@ async fn a_tools_progress_goes_out_as_a_custom_event_between_its_start_and_resul
     assert_eq!(custom[0].1["value"]["message"], "one");
     assert_eq!(custom[1].1["value"]["progress"], 2.0);
 }
+
+/// A client that reads so slowly that it falls more than the run's event log behind is told so
+/// (`RUN_ERROR` `events_dropped`) before its stream ends, instead of a stream that just stops
+/// without `RUN_FINISHED`: the run itself goes on and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_falls_behind_the_log_is_told_before_its_stream_ends() {
+    use futures::StreamExt;
+    use modu_core::{AgentEvent, ChatEvent, CollectingEventSink, FinishReason};
+    let delta = "x".repeat(200);
+    let model = modu_testing::ScriptedModel::new().respond(move |_: &modu_core::ChatRequest| {
+        let mut events: Vec<ChatEvent> = (0..5_000)
+            .map(|_| ChatEvent::TextDelta { text: delta.clone() })
+            .collect();
+        events.push(ChatEvent::Finish {
+            reason: FinishReason::Stop,
+        });
+        events
+    });
+    let sink = Arc::new(CollectingEventSink::new());
+    let agent = Agent::builder(model).event_sink(sink.clone()).build().unwrap();
+    let base = serve(ModuServer::new().agent("long", agent).auth(tokens()).router()).await;
+    let body = input("t-slow", "r-slow", json!([user("u1", "Write a lot.")]));
+    let mut response = reqwest::Client::new()
+        .post(format!("{base}/agui/long"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    // The reader stops reading until the run has finished (it runs on its own task).
+    let finished = async {
+        while !sink
+            .events()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::RunCompleted { .. }))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), finished)
+        .await
+        .expect("the run finishes without its reader");
+    let mut text = String::from_utf8(first.to_vec()).unwrap();
+    let mut rest = response.bytes_stream();
+    while let Some(chunk) = rest.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let events = sse_json(&text);
+    assert!(events.len() < 5_000, "the reader fell behind: {} events", events.len());
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{last}");
+    assert_eq!(last["code"], "events_dropped", "{last}");
+    assert!(last["message"].as_str().unwrap().contains("behind"), "{last}");
+}
