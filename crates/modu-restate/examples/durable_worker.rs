@@ -11,7 +11,8 @@
 //!
 //! Tools: `record` appends one `done` line (its effect), works `RECORD_MS`, and returns
 //! `{"recorded": true, "exec": <exec>}`; `slow` appends `start`, works `SLOW_MS`, then appends
-//! `done`. `approve_me` needs approval and appends `done`.
+//! `done`. `approve_me` needs approval and appends `done`. `ask_me` appends `asked`, asks a person
+//! for a note (`RunContext::ask_user`), then appends `done`.
 //!
 //! ```text
 //! PORT=9080 OPENAI_BASE_URL=http://127.0.0.1:8000/v1 LEDGER=/tmp/ledger \
@@ -112,6 +113,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(serde_json::json!({"approved_call_ran": true}))
     });
 
+    let ask_me = FunctionTool::new(
+        ToolSpec::new("ask_me", "Asks a person for a note.", schema()),
+        |ctx: RunContext<Worker>, _args| async move {
+            let ledger = ctx.context().ledger.clone();
+            append(&ledger, &ctx, "ask_me", "asked")?;
+            let note = ctx.ask_user("A note, please.", schema())?;
+            append(&ledger, &ctx, "ask_me", "done")?;
+            Ok(serde_json::json!({"note": note}))
+        },
+    );
+
     let builder = Agent::builder(model)
         .context::<Worker>()
         .name("durable-worker")
@@ -122,6 +134,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(record)
         .tool(slow_tool)
         .tool(approve_me)
+        .tool(ask_me)
         .build()?;
 
     let session = DurableSession::new(

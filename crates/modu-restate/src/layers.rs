@@ -210,7 +210,17 @@ impl<C: Send + Sync + 'static> Service<ToolInvocation<C>> for DurableFunction<C>
                 let inner = inner.clone();
                 let invocation = invocation.clone();
                 Box::pin(async move {
-                    match inner.oneshot(invocation).await {
+                    let scope = invocation.ctx.call_scope().cloned();
+                    let result = inner.oneshot(invocation).await;
+                    // An ask for a person's input cannot wait inside a journaled step: nothing
+                    // answers it (the run resumed itself and asked again, forever), and a replay
+                    // would not ask again. The call fails with a typed error instead.
+                    if scope.is_some_and(|scope| scope.take_input().is_some()) {
+                        return Attempt::Done(Outcome::Err(
+                            serde_json::to_value(input_not_durable()).unwrap_or(serde_json::Value::Null),
+                        ));
+                    }
+                    match result {
                         Ok(v) => Attempt::Done(Outcome::Ok(v)),
                         Err(e) if restate_retries && e.retryable => Attempt::Retry(e.to_string()),
                         Err(e) => Attempt::Done(Outcome::Err(
@@ -232,6 +242,15 @@ impl<C: Send + Sync + 'static> Service<ToolInvocation<C>> for DurableFunction<C>
             }
         })
     }
+}
+
+/// The tool error of a call that asked a person for input (`RunContext::ask_user`) in a
+/// durable run: asks are not journaled and nothing answers them, so the model is told.
+fn input_not_durable() -> ToolError {
+    ToolError::execution("input_not_durable").with_message(
+        "asking a person for input is not supported in a durable run on Restate; \
+         a tool that needs a person's approval is",
+    )
 }
 
 /// A step key for a model request: the SHA-256 of its JSON (what is sent; extensions are not

@@ -336,3 +336,31 @@ async fn a_cancelled_invocation_stops_the_run_and_leaves_the_history() {
     assert_eq!(lines.len(), 2, "slow ran once: {lines:?}");
     assert_eq!(s.restate.call("jon", "history", json!(null)).await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_asks_for_input_gets_a_tool_error_instead_of_looping() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+    s.mock.push(MockReply::ToolCalls(vec![("ask_me".into(), "{}".into())]));
+    s.mock.push(MockReply::Text("could not ask".into()));
+
+    // Asks are not durable: the call fails with a typed tool error the model sees, once, and the
+    // run ends (it resumed itself forever, journaling the ask again and again).
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        s.restate.call("kim", "run", json!({"message": "ask me"})),
+    )
+    .await
+    .expect("the run with an asking tool did not end");
+    assert_eq!(out["output"], "could not ask", "{out}");
+    let lines = ledger(&s.ledger);
+    assert_eq!(lines.len(), 1, "the tool asked once: {lines:?}");
+    assert_eq!((lines[0].2.as_str(), lines[0].3.as_str()), ("ask_me", "asked"));
+    let requests = s.mock.requests();
+    assert_eq!(requests.len(), 2, "two model calls");
+    let sent = serde_json::to_string(&requests[1]["messages"]).unwrap();
+    assert!(sent.contains("input_not_durable"), "the model was told: {sent}");
+    let history = s.restate.call("kim", "history", json!(null)).await;
+    assert_eq!(history.as_array().unwrap().len(), 4, "{history}");
+}
