@@ -21,7 +21,7 @@ use restate_sdk::context::{ContextSideEffects, ObjectContext, RunFuture, RunRetr
 use restate_sdk::errors::{HandlerError, TerminalError};
 use restate_sdk::serde::Json;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// The name of every journal entry modu writes (see the module docs for why it is one name).
 pub const STEP_NAME: &str = "modu-step";
@@ -138,6 +138,8 @@ where
     // Replayed outcomes of steps that have not asked yet.
     let mut kept: HashMap<String, Outcome> = HashMap::new();
     let mut entries = FuturesUnordered::new();
+    // One entry at a time proposes its result and waits for Restate to take it (see `entry`).
+    let acks = Arc::new(Semaphore::new(1));
     loop {
         // Write (or replay) an entry for every step that has none.
         for key in &order {
@@ -146,7 +148,7 @@ where
                 continue;
             }
             w.assigned = true;
-            entries.push(entry(ctx, key.clone(), Arc::clone(&w.work), w.retry.clone()));
+            entries.push(entry(ctx, key.clone(), Arc::clone(&w.work), w.retry.clone(), &acks));
         }
         tokio::select! {
             out = &mut run => return Ok(out),
@@ -203,17 +205,34 @@ where
 
 /// One `ctx.run` entry for the step `key`: its result is replayed when the journal has it,
 /// else `work` runs.
+///
+/// The works of concurrent entries (a turn's tool calls) run concurrently, but only one entry
+/// at a time (holding the one permit of `acks`) goes on to propose its result and wait for
+/// Restate's acknowledgement: restate-sdk 0.13's `ctx.run` futures each wait for the
+/// invocation's input on one shared channel that wakes only the last of them, so a second
+/// entry waiting at the same time could have its acknowledgement read by the other and wait
+/// forever (the run hung with both results journaled).
 fn entry<'ctx>(
     ctx: &ObjectContext<'ctx>,
     key: String,
     work: StepWork,
     retry: Option<RunRetryPolicy>,
+    acks: &Arc<Semaphore>,
 ) -> BoxFuture<'ctx, (String, Result<Envelope, TerminalError>)> {
     let closure_key = key.clone();
     let restate_retries = retry.is_some();
+    // The permit the work takes once it is done, released when the entry has its result.
+    let held: Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>> = Arc::default();
+    let (acks, closure_held) = (Arc::clone(acks), Arc::clone(&held));
     let mut fut = ctx
         .run(move || async move {
-            match work().await {
+            let attempt = work().await;
+            // The semaphore is never closed; without a permit the entry would only risk the
+            // wait this guards against.
+            if let Ok(permit) = acks.acquire_owned().await {
+                *lock(&closure_held) = Some(permit);
+            }
+            match attempt {
                 Attempt::Done(outcome) => Ok(Json(Envelope {
                     key: closure_key,
                     outcome,
@@ -233,6 +252,11 @@ fn entry<'ctx>(
     }
     Box::pin(async move {
         let result: Result<Json<Envelope>, TerminalError> = fut.await;
+        drop(lock(&held).take());
         (key, result.map(|j| j.0))
     })
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

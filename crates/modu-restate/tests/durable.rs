@@ -364,3 +364,32 @@ async fn a_tool_that_asks_for_input_gets_a_tool_error_instead_of_looping() {
     let history = s.restate.call("kim", "history", json!(null)).await;
     assert_eq!(history.as_array().unwrap().len(), 4, "{history}");
 }
+
+/// Two tool calls of one model turn run concurrently, each journaled once, and the run goes on
+/// to its answer (the journal answers both steps, whichever entry completes first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tool_calls_of_one_turn_are_journaled_and_the_run_answers() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+    s.mock.push(MockReply::ToolCalls(vec![
+        ("record".into(), "{}".into()),
+        ("record".into(), "{\"note\":\"2\"}".into()),
+    ]));
+    s.mock.push(MockReply::Text("both recorded".into()));
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        s.restate.call("carol", "run", json!({"message": "record twice"})),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the run did not end; ledger {:?}, model requests {}",
+            ledger(&s.ledger),
+            calls(&s.mock)
+        )
+    });
+    assert_eq!(out["output"], "both recorded", "{out}");
+    assert_eq!(calls(&s.mock), 2);
+    assert_eq!(ledger(&s.ledger).len(), 2, "each tool ran once");
+}
