@@ -393,3 +393,46 @@ async fn two_tool_calls_of_one_turn_are_journaled_and_the_run_answers() {
     assert_eq!(calls(&s.mock), 2);
     assert_eq!(ledger(&s.ledger).len(), 2, "each tool ran once");
 }
+
+/// Two calls of one turn that wait for approval, decided in the opposite order: both run once
+/// and the run answers (the run resumes with both results to journal at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_approved_calls_of_one_turn_both_run_and_the_run_answers() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+    s.mock.push(MockReply::ToolCalls(vec![
+        ("approve_me".into(), "{}".into()),
+        ("approve_me".into(), "{\"again\":true}".into()),
+    ]));
+    s.mock.push(MockReply::Text("both ran".into()));
+    let ingress = s.restate.ingress_url();
+    let http = s.restate.http.clone();
+    let run = tokio::spawn(async move {
+        let r = http
+            .post(format!("{ingress}/ModuSession/frank/run"))
+            .json(&json!({"message": "please"}));
+        r.send().await.unwrap().json::<serde_json::Value>().await.unwrap()
+    });
+    let mut pending = wait_for_approvals(&s.restate, "frank").await;
+    let started = Instant::now();
+    while pending.as_array().map_or(0, Vec::len) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{pending}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pending = s.restate.call("frank", "approvals", json!(null)).await;
+    }
+    for request in pending.as_array().unwrap().iter().rev() {
+        let call_id = request["request"]["call_id"].as_str().unwrap();
+        let decided = s
+            .restate
+            .call("frank", "decide", json!({"call_id": call_id, "decision": "approved"}))
+            .await;
+        assert_eq!(decided, json!(true));
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap_or_else(|_| panic!("the run did not end; ledger {:?}", ledger(&s.ledger)))
+        .unwrap();
+    assert_eq!(out["output"], "both ran", "{out}");
+    assert_eq!(ledger(&s.ledger).len(), 2, "each approved call ran once");
+}
