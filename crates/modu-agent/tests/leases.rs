@@ -475,3 +475,55 @@ async fn a_decision_and_a_resume_in_two_workers_do_not_interleave() {
         "the finished run's checkpoint stays gone"
     );
 }
+
+/// A decision waits a moment for its session's lease: a second reviewer deciding while another
+/// decision (or any short hold) has the session gets through once it is free, instead of
+/// failing with `SessionBusy` at once (the agent's `wait` is zero here, the default).
+#[tokio::test]
+async fn a_decision_waits_for_a_short_hold_on_its_session() {
+    let b = backend();
+    let agent = approving_worker(&b, "w1", Duration::ZERO);
+    let paused = agent
+        .run(
+            modu_agent::AgentRequest::new((), "approve me")
+                .session("s")
+                .run_id("r-e"),
+        )
+        .await;
+    assert!(paused.is_paused(), "{:?}", paused.error());
+    let call = paused.approvals()[0].call_id.clone();
+    // Someone else (another reviewer's decision, say) holds the session for a moment.
+    let hold = b
+        .leases
+        .acquire("s", "reviewer-2", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("the session is free");
+    let leases = b.leases.clone();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        leases.release(&hold).await.unwrap();
+    });
+    agent
+        .approve("r-e", &call)
+        .await
+        .expect("the decision waited for the session");
+    release.await.unwrap();
+    // A run (not a decision) still fails fast on a busy session, as configured.
+    let hold = b
+        .leases
+        .acquire("s", "other", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let busy = agent.resume("r-e", ()).await;
+    assert!(
+        matches!(busy.error(), Some(AgentError::SessionBusy { .. })),
+        "{:?}",
+        busy.error()
+    );
+    b.leases.release(&hold).await.unwrap();
+    let done = agent.resume("r-e", ()).await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    assert_eq!(b.calls.load(Ordering::SeqCst), 1);
+}

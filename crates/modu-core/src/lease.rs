@@ -95,7 +95,9 @@ pub struct LeaseOptions {
     /// of this; a worker that dies leaves its session busy for at most this long.
     pub ttl: Duration,
     /// How long a run waits for a busy session before it fails with
-    /// `AgentError::SessionBusy` (default: it does not wait).
+    /// `AgentError::SessionBusy` (default: it does not wait). A decision on a paused run
+    /// (approve, reject, an answer) waits at least 2 s: it holds the session only to rewrite
+    /// the run's checkpoint.
     pub wait: Duration,
     /// This worker's name in the leases it holds (default: a fresh UUID per agent).
     pub holder: String,

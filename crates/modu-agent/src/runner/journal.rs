@@ -259,7 +259,7 @@ where
             }
             return Ok(value);
         };
-        let held = super::lease::take(leases, &session, true).await?;
+        let held = super::lease::take(leases, &session, super::lease::Wait::Edit).await?;
         let fence = held.fence();
         let edited = async {
             // Read again under the lease: a resume may have moved the run on meanwhile.

@@ -44,11 +44,31 @@ impl Drop for HeldLease {
     }
 }
 
-/// Takes `session`'s lease, waiting up to the configured time when `wait` (a claim of an
-/// orphaned run never waits: a busy session means its run may be alive).
-pub(super) async fn take(leases: &SessionLeases, session: &str, wait: bool) -> Result<HeldLease, AgentError> {
+/// How long a decision (approve, reject, answer) waits at least for its session's lease: it
+/// holds the lease only to rewrite a checkpoint, so two reviewers deciding calls of one paused
+/// run at once wait for each other instead of one failing with `SessionBusy` (a running run that
+/// holds the session longer still makes it fail once this has passed).
+pub(super) const EDIT_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a taker of a session's lease waits for it.
+pub(super) enum Wait {
+    /// A run: the configured time ([`crate::lease::LeaseOptions::wait`]).
+    Configured,
+    /// A claim of an orphaned run: not at all (a busy session means its run may be alive).
+    No,
+    /// A checkpoint edit: the configured time, and at least [`EDIT_WAIT`].
+    Edit,
+}
+
+/// Takes `session`'s lease, waiting for it as `wait` says.
+pub(super) async fn take(leases: &SessionLeases, session: &str, wait: Wait) -> Result<HeldLease, AgentError> {
     let options = &leases.options;
-    let until = Instant::now() + if wait { options.wait } else { Duration::ZERO };
+    let wait = match wait {
+        Wait::Configured => options.wait,
+        Wait::No => Duration::ZERO,
+        Wait::Edit => options.wait.max(EDIT_WAIT),
+    };
+    let until = Instant::now() + wait;
     let mut pause = Duration::from_millis(10);
     let lease = loop {
         match leases.store.acquire(session, &options.holder, options.ttl).await {

@@ -117,7 +117,12 @@ where
         .run_id
         .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
         .clone();
-    let held = match lease::take(leases, session, !request.claim).await {
+    let wait = if request.claim {
+        lease::Wait::No
+    } else {
+        lease::Wait::Configured
+    };
+    let held = match lease::take(leases, session, wait).await {
         Ok(held) => held,
         Err(e) => return RunOutcome::failed(run_id, inner.name.clone(), e),
     };
