@@ -28,7 +28,7 @@ pub mod testing;
 
 pub use agent::{
     Agent, AgentBuilder, AgentGuardrail, AgentRequest, BuildError, FinalizationMode, Fixed, Instructions,
-    ModelSettings, Open, RetryConfig, RunLimits, TypesOpen,
+    ModelSettings, Open, RECOVER_CONCURRENCY, RetryConfig, RunLimits, TypesOpen,
 };
 pub use compose::{AgentTool, Handoff};
 pub use fallback::{CircuitBreaker, FallbackModel, SwitchPredicate};

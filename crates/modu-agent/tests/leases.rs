@@ -527,3 +527,66 @@ async fn a_decision_waits_for_a_short_hold_on_its_session() {
     assert!(done.is_completed(), "{:?}", done.error());
     assert_eq!(b.calls.load(Ordering::SeqCst), 1);
 }
+
+/// A worker that finds more orphaned runs than it continues at a time recovers them all, at
+/// most `RECOVER_CONCURRENCY` at once (hundreds at once starved each other's lease renewals).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_orphaned_runs_are_recovered_a_bounded_number_at_a_time() {
+    let b = backend();
+    let orphans = modu_agent::RECOVER_CONCURRENCY * 2 + 3;
+    let dying = worker(&b, b.leases.clone(), opts("w1"), Duration::from_secs(30));
+    let mut runs = Vec::new();
+    for i in 0..orphans {
+        let dying = dying.clone();
+        runs.push(tokio::spawn(async move {
+            dying
+                .run(
+                    modu_agent::AgentRequest::new((), "orphan")
+                        .session(format!("s{i}"))
+                        .run_id(format!("r{i}")),
+                )
+                .await
+        }));
+    }
+    let started = std::time::Instant::now();
+    while b.calls.load(Ordering::SeqCst) < orphans {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "every orphan reached its tool"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for run in &runs {
+        run.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The recovering worker's tool counts how many of its calls are in flight at once.
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tool = {
+        let (now, most) = (Arc::clone(&now), Arc::clone(&most));
+        FunctionTool::<()>::new(
+            ToolSpec::new("work", "Work a while", serde_json::json!({"type": "object"})),
+            move |_ctx, _args| {
+                let (now, most) = (Arc::clone(&now), Arc::clone(&most));
+                async move {
+                    let in_flight = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(in_flight, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok(serde_json::json!("worked"))
+                }
+            },
+        )
+    };
+    let w2 = leased_agent(&b, b.leases.clone(), opts("w2"), tool);
+    let recovered = w2.recover_orphans(()).await.unwrap();
+    assert_eq!(recovered.len(), orphans);
+    assert!(recovered.iter().all(|r| r.is_completed()), "{recovered:?}");
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= modu_agent::RECOVER_CONCURRENCY,
+        "{most} recovered runs ran at once"
+    );
+    assert!(most > 1, "recovered runs still run concurrently");
+}

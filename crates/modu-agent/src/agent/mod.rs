@@ -30,7 +30,7 @@ pub(crate) mod settings;
 
 pub use request::AgentRequest;
 pub(crate) use request::PauseSlot;
-pub use settings::{FinalizationMode, ModelSettings, RetryConfig, RunLimits};
+pub use settings::{FinalizationMode, ModelSettings, RECOVER_CONCURRENCY, RetryConfig, RunLimits};
 
 pub(crate) type InstructionFn<C> = Arc<dyn Fn(&RunContext<C>) -> String + Send + Sync>;
 

@@ -8,6 +8,10 @@ use crate::outcome::RunOutcome;
 use crate::runner::start::{resume_request, run_through_layers};
 use crate::store::{CheckpointQuery, CheckpointStatus};
 
+use futures::StreamExt;
+
+use super::settings::RECOVER_CONCURRENCY;
+
 impl<C, O> Agent<C, O>
 where
     C: Send + Sync + 'static,
@@ -21,9 +25,11 @@ where
     /// Each candidate is claimed by taking its session's lease without waiting, so of many
     /// workers calling this at once exactly one continues a run; the others skip it. Under the
     /// lease the checkpoint is read again, and a run that is no longer `running` is skipped.
-    /// Claimed runs continue concurrently with `context`; their results are returned (runs
-    /// that were skipped are not). Call it periodically on every worker, at an interval shorter
-    /// than the lease's ttl for a quick take-over.
+    /// Claimed runs continue concurrently with `context`, at most [`RECOVER_CONCURRENCY`] at a
+    /// time (a later candidate is claimed once an earlier one has ended, and another worker
+    /// may take it over meanwhile); their results are returned (runs that were skipped are
+    /// not). Call it periodically on every worker, at an interval shorter than the lease's ttl
+    /// for a quick take-over.
     ///
     /// A run without a session takes no lease and is never recovered here (resume it by id).
     /// A run killed before its first checkpoint (written right after its lease is taken) is
@@ -89,6 +95,13 @@ where
                 }
             }
         });
-        Ok(futures::future::join_all(claims).await.into_iter().flatten().collect())
+        // Bounded: a worker that found hundreds of orphans would otherwise run them all at once,
+        // and their lease renewals and store calls starve each other (a store pool of ten
+        // connections under 150 runs lost a run's lease with no other worker running).
+        let outcomes: Vec<Option<RunOutcome<O>>> = futures::stream::iter(claims)
+            .buffered(RECOVER_CONCURRENCY)
+            .collect()
+            .await;
+        Ok(outcomes.into_iter().flatten().collect())
     }
 }

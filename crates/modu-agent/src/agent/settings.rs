@@ -317,3 +317,7 @@ impl ModelSettings {
         }
     }
 }
+
+/// How many orphaned runs one [`Agent::recover_orphans`](crate::Agent::recover_orphans) call
+/// continues at a time.
+pub const RECOVER_CONCURRENCY: usize = 16;
