@@ -244,10 +244,13 @@ pub(crate) fn list_tasks(tasks: &Tasks, agent: &str, principal: &Principal, para
             )));
         }
     };
-    let offset = match params.page_token.as_deref() {
-        None | Some("") => 0,
+    // The page token is where the last page ended: the change number of its last task. The
+    // next page lists the tasks that changed before it, so a task created or changed between
+    // two pages is not listed twice (it is first in a new listing).
+    let before = match params.page_token.as_deref() {
+        None | Some("") => u64::MAX,
         Some(token) => token
-            .parse::<usize>()
+            .parse::<u64>()
             .map_err(|_| RpcError::invalid_params("the pageToken is not one this server gave"))?,
     };
     let mut mine: Vec<(String, TaskRecord)> = tasks.with(|tasks| {
@@ -260,11 +263,15 @@ pub(crate) fn list_tasks(tasks: &Tasks, agent: &str, principal: &Principal, para
             .map(|(id, t)| (id.clone(), t.clone()))
             .collect()
     });
-    mine.sort_by_key(|(_, task)| std::cmp::Reverse(task.changed));
     let total = mine.len();
+    mine.retain(|(_, task)| task.changed < before);
+    mine.sort_by_key(|(_, task)| std::cmp::Reverse(task.changed));
+    let more = mine.len() > page_size;
+    let last = mine
+        .get(page_size.min(mine.len()).saturating_sub(1))
+        .map(|(_, t)| t.changed);
     let page: Vec<Value> = mine
         .iter()
-        .skip(offset)
         .take(page_size)
         .map(|(id, task)| {
             let mut json = task_json(id, task, params.history_length);
@@ -276,10 +283,13 @@ pub(crate) fn list_tasks(tasks: &Tasks, agent: &str, principal: &Principal, para
             json
         })
         .collect();
-    let next = offset + page.len();
+    let next = match last {
+        Some(last) if more => last.to_string(),
+        _ => String::new(),
+    };
     Ok(json!({
         "tasks": page,
-        "nextPageToken": if next < total { next.to_string() } else { String::new() },
+        "nextPageToken": next,
         "pageSize": page_size,
         "totalSize": total,
     }))

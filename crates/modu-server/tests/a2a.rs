@@ -185,15 +185,27 @@ async fn list_tasks_pages_the_callers_tasks_newest_first_with_filters() {
     assert_eq!(first["tasks"].as_array().unwrap().len(), 2);
     let token = first["nextPageToken"].as_str().unwrap().to_owned();
     assert!(!token.is_empty());
+    // A task created between two pages does not push the first page's last task onto the
+    // second (an offset token listed it twice); it comes first in a new listing.
+    let newer = rpc(&base, ERIN, &in_context("c3", "four")).await["result"]["task"]["id"].clone();
     let second = rpc(&base, ERIN, &list(json!({"pageSize": 2, "pageToken": token}))).await["result"].clone();
-    assert_eq!(second["tasks"][0]["id"], mine[0].as_str());
+    let second_ids: Vec<&str> = second["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(second_ids, [mine[0].as_str()], "{second}");
     assert_eq!(second["nextPageToken"], "");
+    let fresh = rpc(&base, ERIN, &list(json!({"pageSize": 2}))).await["result"].clone();
+    assert_eq!(fresh["tasks"][0]["id"], newer);
+    mine.push(newer.as_str().unwrap().to_owned());
 
     // Filters: a context, a state.
     let c1 = rpc(&base, ERIN, &list(json!({"contextId": "c1"}))).await["result"].clone();
     assert_eq!(c1["totalSize"], 2);
     let done = rpc(&base, ERIN, &list(json!({"status": "TASK_STATE_COMPLETED"}))).await["result"].clone();
-    assert_eq!(done["totalSize"], 3);
+    assert_eq!(done["totalSize"], 4);
     let waiting = rpc(&base, ERIN, &list(json!({"status": "TASK_STATE_INPUT_REQUIRED"}))).await["result"].clone();
     assert_eq!(waiting["totalSize"], 0);
 
