@@ -110,12 +110,47 @@ where
         Some(self.format.clone())
     }
     fn parse(&self, text: &str) -> Result<T, OutputError> {
-        let trimmed = strip_code_fence(text.trim());
-        serde_json::from_str(trimmed).map_err(|e| OutputError { message: e.to_string() })
+        parse_json_answer(text).map_err(|e| OutputError { message: e.to_string() })
     }
     fn to_json(&self, output: &T) -> serde_json::Value {
         serde_json::to_value(output).unwrap_or(serde_json::Value::Null)
     }
+}
+
+/// Parses a model's JSON answer: the text itself (a code fence around it is taken off), or,
+/// when that does not parse, the JSON behind a reasoning model's thinking (`<think>…</think>`
+/// left in the text) or in the one fenced block of an answer with prose around it. The error is
+/// the one of the last text tried, so it names what is wrong with the JSON the model meant.
+#[doc(hidden)]
+pub fn parse_json_answer<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    let strict = strip_code_fence(text.trim());
+    let first = match serde_json::from_str(strict) {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    match lenient_json_text(text).filter(|alt| *alt != strict) {
+        Some(alt) => serde_json::from_str(alt),
+        None => Err(first),
+    }
+}
+
+/// The JSON a model meant, when its answer is more than JSON: after the end of its thinking
+/// (`</think>`; the opening tag may be in the prompt's template), then inside a code fence
+/// around it or the first fenced block among prose.
+fn lenient_json_text(text: &str) -> Option<&str> {
+    let answer = match text.find("</think>") {
+        Some(end) => &text[end + "</think>".len()..],
+        None => text,
+    };
+    let answer = answer.trim();
+    let unfenced = strip_code_fence(answer);
+    if unfenced != answer || !answer.contains("```") {
+        return Some(unfenced);
+    }
+    let start = answer.find("```")? + 3;
+    let rest = answer[start..].trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+    let end = rest.find("```")?;
+    Some(rest[..end].trim())
 }
 
 /// Models sometimes wrap JSON in a Markdown code fence; take what is inside.

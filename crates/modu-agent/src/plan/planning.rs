@@ -67,9 +67,10 @@ pub(crate) fn commit_plan(
     Next::Save
 }
 
-/// Parses a planner's answer (a code fence around the JSON is tolerated).
+/// Parses a planner's answer (a code fence, prose around it or thinking before it is
+/// tolerated, as for structured output).
 pub(crate) fn parse_draft(text: &str) -> Result<PlanDraft, serde_json::Error> {
-    serde_json::from_str(crate::output::strip_code_fence(text.trim()))
+    crate::output::parse_json_answer(text)
 }
 
 /// Checks a planner's draft: 1..=max steps, descriptions, known tools (deduplicated).

@@ -242,3 +242,29 @@ fn strict_policy_with_finalization_disabled_is_rejected_at_build() {
         .unwrap_err();
     assert!(matches!(err, AgentError::Configuration { ref message } if message.contains("finalization_mode")));
 }
+
+/// A small model's plan and step result with more around the JSON (prose around a fenced
+/// block, thinking before it) are used as they are: no corrective request, no `plan_invalid`.
+#[tokio::test]
+async fn a_plan_and_step_result_amid_prose_or_after_thinking_are_used() {
+    let model = ScriptedModel::new()
+        .text(format!(
+            "Sure! Here is the plan:\n```json\n{}\n```\nLet me know.",
+            plan(&[("Reply", &[])])
+        ))
+        .text(format!("<think>The step is done.</think>\n{}", step_ok("hi")))
+        .text("hello");
+    let agent = Agent::builder(model.clone())
+        .decision_policy(strict(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let result = agent.run("hi").await;
+    assert_eq!(result.error(), None);
+    assert_eq!(result.output().map(String::as_str), Some("hello"));
+    assert_eq!(
+        model.requests().len(),
+        3,
+        "one request each for PLAN, STEP_RESULT, FINALIZE"
+    );
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["result"], "hi");
+}

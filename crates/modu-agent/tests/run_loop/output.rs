@@ -124,6 +124,35 @@ async fn unparsable_output_gets_one_corrective_request_then_a_typed_error() {
     );
 }
 
+/// A JSON answer with more around it, as models write it when nothing constrains their
+/// decoding: a reasoning model's thinking left in the text (with or without its opening tag,
+/// which some templates put in the prompt), prose around a fenced block. Each parses at once,
+/// without a corrective request.
+#[tokio::test]
+async fn a_json_answer_after_thinking_or_amid_prose_parses_without_a_correction() {
+    let json = r#"{"country": "Korea", "city": "Seoul"}"#;
+    for answer in [
+        format!("<think>The user wants JSON {{ with a brace.</think>\n\n{json}"),
+        format!("Korea's capital. Check the schema.</think>\n{json}"),
+        format!("Here is the answer:\n```json\n{json}\n```\nLet me know if you need more."),
+        format!("<think>ok</think>\n```json\n{json}\n```"),
+    ] {
+        let model = ScriptedModel::new().text(answer.clone());
+        let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
+        let result = agent.run("Capital of Korea?").await;
+        assert_eq!(result.output().map(|c| c.city.as_str()), Some("Seoul"), "{answer}");
+        assert_eq!(model.requests().len(), 1, "no corrective request for {answer}");
+    }
+    // What the model meant is what the correction names: the JSON's own problem.
+    let model = ScriptedModel::new()
+        .text("<think>hmm</think>{\"country\": \"Korea\"}")
+        .text(json);
+    let agent = Agent::builder(model.clone()).output::<Capital>().build().unwrap();
+    assert_eq!(agent.run("q").await.output().map(|c| c.city.as_str()), Some("Seoul"));
+    let correction = model.requests()[1].messages.last().unwrap().text();
+    assert!(correction.contains("missing field `city`"), "{correction}");
+}
+
 /// An answer cut at the output token limit (`finish_reason: length`, as a server sends it when
 /// `max_tokens` ends the answer mid-JSON) fails with an error that says so, not only with the
 /// parser's "EOF while parsing".
