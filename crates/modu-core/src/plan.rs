@@ -146,7 +146,9 @@ pub struct PlanFailure {
     /// The error class (a tool error type, `step_result`, `plan`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_class: Option<String>,
-    /// The tool error's reason.
+    /// The tool error's reason; for a first plan that could not be used (`plan_invalid`, class
+    /// `plan`), why: `invalid_json`, `schema_mismatch`, `no_steps`, `too_many_steps`,
+    /// `empty_description` or `unknown_tool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Why the run ended: `tool_failed` (fallback `fail`), `tool_requested_fail`,

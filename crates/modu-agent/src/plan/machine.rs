@@ -6,7 +6,7 @@
 use crate::codes::PlanFailureCause;
 use std::collections::HashSet;
 
-use super::planning::{Planning, commit_plan, parse_draft, validate_draft};
+use super::planning::{Planning, check_draft, commit_plan, plan_invalid};
 use super::recovery::{check_repair, classify_batch, fallback, record_failure, reject_repair};
 use super::state::{
     CallVerdict, PendingRepair, STRICT_STATE_VERSION, StrictPhase, StrictState, error_code, failure, step_result_codec,
@@ -303,19 +303,12 @@ impl Strict {
             return unexpected();
         };
         let text = answer.response.message.text();
-        let problem = match parse_draft(&text) {
-            Ok(draft) => match validate_draft(draft, max, &known) {
-                Ok(steps) => return commit_plan(st, view, why, steps, out),
-                Err(problem) => problem,
-            },
-            Err(e) => format!("the plan is not valid JSON for the schema: {e}"),
+        let (reason, problem) = match check_draft(&text, max, &known) {
+            Ok(steps) => return commit_plan(st, view, why, steps, out),
+            Err(rejected) => rejected,
         };
         if attempt >= 2 {
-            st.failure = Some(failure(PlanFailureCause::PlanInvalid, None, None, None, None));
-            return Next::Fail(AgentError::PlanFailed {
-                cause: PlanFailureCause::PlanInvalid,
-                step_id: None,
-            });
+            return Next::Fail(record_failure(st, plan_invalid(why, reason)));
         }
         extra.push(Message::assistant(text));
         extra.push(Message::user(prompts::plan_rejected(&problem)));

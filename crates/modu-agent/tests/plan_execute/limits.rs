@@ -33,6 +33,67 @@ async fn max_steps_bounds_the_plan_with_one_correction() {
     assert_eq!(requests.len(), 2);
     assert!(request_text(&requests[1]).contains("at most 2 are allowed"));
     assert_eq!(plan_json(&result)["failure"]["cause"], "plan_invalid");
+    // The report says why the plan could not be used.
+    assert_eq!(plan_json(&result)["failure"]["error_class"], "plan");
+    assert_eq!(plan_json(&result)["failure"]["reason"], "too_many_steps");
+}
+
+/// A plan that cannot be used says why in the report's failure; and when it was a revision
+/// after a tool failure, the failure keeps that tool failure (step, tool, call, error) and the
+/// error names the step, instead of losing them to a bare `plan_invalid`.
+#[tokio::test]
+async fn an_unusable_plan_says_why_and_a_failed_revision_keeps_the_tool_failure() {
+    for (answer, reason) in [
+        ("not a plan".to_owned(), "invalid_json"),
+        (
+            json!({"steps": [{"id": 1, "description": "a", "allowed_tools": []}]}).to_string(),
+            "schema_mismatch",
+        ),
+        (json!({"steps": []}).to_string(), "no_steps"),
+        (plan(&[("  ", &[])]), "empty_description"),
+        (plan(&[("Add", &["sum"])]), "unknown_tool"),
+    ] {
+        let model = ScriptedModel::new().text(answer.clone()).text(answer);
+        let agent = Agent::builder(model)
+            .decision_policy(strict(LlmPlanGenerator::agent_model()))
+            .build()
+            .unwrap();
+        let result = agent.run("go").await;
+        assert_eq!(plan_json(&result)["failure"]["reason"], reason);
+    }
+
+    let tool = crate::support::flaky(
+        "search",
+        9,
+        modu_core::ToolError::execution("backend_down"),
+        Arc::default(),
+    );
+    let model = ScriptedModel::new()
+        .text(plan(&[("Search", &["search"])]))
+        .tool_call("search", json!({"query": "x"}))
+        // REPLAN, twice unusable
+        .text("no plan")
+        .text("still no plan");
+    let agent = Agent::builder(model)
+        .tool(tool)
+        .decision_policy(strict(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let result = agent.run("go").await;
+    assert_eq!(
+        result.error(),
+        Some(&AgentError::PlanFailed {
+            cause: "plan_invalid".into(),
+            step_id: Some("s1".into())
+        })
+    );
+    let failure = &plan_json(&result)["failure"];
+    assert_eq!(failure["cause"], "plan_invalid");
+    assert_eq!(failure["step_id"], "s1");
+    assert_eq!(failure["tool_name"], "search");
+    assert_eq!(failure["reason"], "backend_down");
+    assert!(failure["call_id"].is_string(), "{failure}");
+    assert_eq!(plan_json(&result)["plan"]["steps"][0]["status"], "failed");
 }
 
 #[tokio::test]
