@@ -134,6 +134,20 @@ pub fn parse_json_answer<T: DeserializeOwned>(text: &str) -> Result<T, serde_jso
     }
 }
 
+/// The text of the JSON a model meant ([`parse_json_answer`]'s choice, for any JSON value): what
+/// a stream shows of a structured answer that parsed, without the thinking, prose or fence
+/// around it. The trimmed text when no choice parses.
+#[doc(hidden)]
+pub fn json_answer_text(text: &str) -> &str {
+    let strict = strip_code_fence(text.trim());
+    if serde_json::from_str::<serde::de::IgnoredAny>(strict).is_ok() {
+        return strict;
+    }
+    lenient_json_text(text)
+        .filter(|alt| serde_json::from_str::<serde::de::IgnoredAny>(alt).is_ok())
+        .unwrap_or(strict)
+}
+
 /// The JSON a model meant, when its answer is more than JSON: after the end of its thinking
 /// (`</think>`; the opening tag may be in the prompt's template), then inside a code fence
 /// around it or the first fenced block among prose.

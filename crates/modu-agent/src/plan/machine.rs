@@ -410,7 +410,8 @@ impl Policy for Strict {
                     .map(Message::text)
                     .unwrap_or_default();
                 if view.final_format().is_some() && !text.is_empty() {
-                    let text = text.clone();
+                    // The JSON that parsed, without thinking, prose or a fence around it.
+                    let text = crate::output::json_answer_text(&text).to_owned();
                     out.push(|| AgentEvent::FinalDelta {
                         run_id: view.run_id().to_owned(),
                         text,

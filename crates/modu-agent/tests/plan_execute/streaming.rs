@@ -85,3 +85,40 @@ async fn stream_all_shows_plan_step_tool_and_step_delta_events() {
     assert!(!kinds.contains(&"model_delta"), "strict runs route deltas by stage");
     assert!(step_text.contains("internal draft"));
 }
+
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Sum {
+    sum: i64,
+}
+
+/// A structured final answer goes out as one `FinalDelta` once it parsed: the JSON itself, not
+/// the model's thinking or the prose and fence it wrote around it.
+#[tokio::test]
+async fn a_structured_final_delta_is_the_json_without_thinking_or_prose() {
+    for answer in [
+        "<think>private reasoning</think>\n{\"sum\": 3}",
+        "Here it is:\n```json\n{\"sum\": 3}\n```\nBye.",
+        "```json\n{\"sum\": 3}\n```",
+    ] {
+        let model = ScriptedModel::new()
+            .text(json!({"steps": [{"description": "Reply", "allowed_tools": []}]}).to_string())
+            .text(json!({"status": "completed", "result": "3"}).to_string())
+            .text(answer);
+        let agent = Agent::builder(model)
+            .output::<Sum>()
+            .decision_policy(strict(LlmPlanGenerator::agent_model()))
+            .build()
+            .unwrap();
+        let mut stream = agent.stream("1+2");
+        let mut finals = Vec::new();
+        let mut sum = None;
+        while let Some(item) = stream.next().await {
+            match item {
+                StreamItem::Event(AgentEvent::FinalDelta { text, .. }) => finals.push(text),
+                other => sum = other.into_outcome().and_then(|o| o.output().map(|s| s.sum)),
+            }
+        }
+        assert_eq!(sum, Some(3), "{answer}");
+        assert_eq!(finals, ["{\"sum\": 3}"], "{answer}");
+    }
+}
