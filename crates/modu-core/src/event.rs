@@ -115,7 +115,8 @@ pub enum AgentEvent {
         arguments: String,
     },
     /// What the run's structured output holds so far, while its JSON arrives (the final
-    /// answer of a run with `AgentBuilder::output`; see `modu_agent::partial`): complete
+    /// answer of a standard run with `AgentBuilder::output`; a strict Plan-and-Execute run
+    /// sends its structured answer whole, as one `FinalDelta`; see `modu_agent::partial`): complete
     /// members, the string being written, open objects and arrays closed. Sent each time the
     /// snapshot grows. Like [`AgentEvent::ToolCallDelta`], only the caller's
     /// `RunStream` gets it: the snapshot is the model's raw text, and masking needs the
