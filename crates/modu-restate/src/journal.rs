@@ -222,7 +222,7 @@ fn entry<'ctx>(
     let closure_key = key.clone();
     let restate_retries = retry.is_some();
     // The permit the work takes once it is done, released when the entry has its result.
-    let held: Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>> = Arc::default();
+    let held: Arc<std::sync::OnceLock<OwnedSemaphorePermit>> = Arc::default();
     let (acks, closure_held) = (Arc::clone(acks), Arc::clone(&held));
     let mut fut = ctx
         .run(move || async move {
@@ -230,7 +230,7 @@ fn entry<'ctx>(
             // The semaphore is never closed; without a permit the entry would only risk the
             // wait this guards against.
             if let Ok(permit) = acks.acquire_owned().await {
-                *lock(&closure_held) = Some(permit);
+                let _ = closure_held.set(permit);
             }
             match attempt {
                 Attempt::Done(outcome) => Ok(Json(Envelope {
@@ -252,11 +252,8 @@ fn entry<'ctx>(
     }
     Box::pin(async move {
         let result: Result<Json<Envelope>, TerminalError> = fut.await;
-        drop(lock(&held).take());
+        // The work's future (with its clone) has ended: this releases the permit.
+        drop(held);
         (key, result.map(|j| j.0))
     })
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -451,7 +451,7 @@ async fn stream(
         Arc::clone(&live),
         events,
     );
-    let behind = failure(&id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string();
+    let behind = behind(&id);
     follow_sse(&live, None, move |value| success(&id, value).to_string(), behind)
         .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
 }
@@ -491,7 +491,7 @@ fn subscribe(
     let first = success(&id, json!({"task": task_json(&params.id, &task, None)})).to_string();
     let after =
         crate::control::last_event_id(headers).map_err(|e| RpcError::new(code::INVALID_REQUEST, e.to_string()))?;
-    let behind = failure(&id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string();
+    let behind = behind(&id);
     crate::control::follow_sse_from(
         &live,
         after,
@@ -561,4 +561,10 @@ async fn cancel_task(
     state.tasks.update(&params.id, |t| t.status_message = Some(message));
     let task = state.tasks.get(&params.id, name, principal)?;
     Ok(task_json(&params.id, &task, None))
+}
+
+/// The JSON-RPC error that tells a stream's reader it fell behind the run's log
+/// ([`crate::live::Followed::Behind`]).
+fn behind(id: &Value) -> String {
+    failure(id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string()
 }

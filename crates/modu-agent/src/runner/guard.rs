@@ -66,10 +66,10 @@ where
             .route(route);
         // Boxed: a corrective request is rare, and in place its future would size the
         // future of every run (this one's state is held beside each step's).
-        let response = Box::pin(self.ask(ask)).await?.response;
+        let answer = Box::pin(self.ask(ask)).await?;
         // An answer cut at the output token limit rarely parses: the error says so.
-        let cut = response.finish_reason == Some(crate::model::FinishReason::Length);
-        let mut message = response.message;
+        let cut = answer.cut();
+        let mut message = answer.response.message;
         drop_calls(&mut message);
         match self.env.agent.codec.parse(&message.text()) {
             Ok(output) => {

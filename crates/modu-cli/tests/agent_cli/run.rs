@@ -21,13 +21,15 @@ async fn run_streams_the_answer_and_names_a_new_session() {
     assert_eq!(mock.requests()[0]["stream"], json!(true));
 }
 
+/// One `chat.completion.chunk` of a raw SSE reply.
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    .to_string()
+}
+
 /// A reasoning model's stream as vLLM sends it: `reasoning_content` deltas, then the answer.
 fn reasoning_reply() -> MockReply {
-    let chunk = |delta: Value, finish: Option<&str>| {
-        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        .to_string()
-    };
     MockReply::RawSse {
         events: vec![
             chunk(json!({"role": "assistant", "reasoning_content": "Weighing "}), None),
@@ -68,11 +70,6 @@ async fn run_shows_reasoning_on_stderr_unless_hidden() {
 async fn run_says_when_the_answer_was_cut_at_the_output_limit() {
     let mock = MockOpenAiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let chunk = |delta: Value, finish: Option<&str>| {
-        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        .to_string()
-    };
     mock.push(MockReply::RawSse {
         events: vec![
             chunk(json!({"role": "assistant", "content": "Hello, and"}), None),
@@ -102,11 +99,6 @@ async fn run_says_when_the_answer_was_cut_at_the_output_limit() {
 async fn text_before_a_tool_call_and_the_answer_after_it_are_separate_lines() {
     let mock = MockOpenAiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let chunk = |delta: Value, finish: Option<&str>| {
-        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "mock-model",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        .to_string()
-    };
     mock.push(MockReply::RawSse {
         events: vec![
             chunk(json!({"role": "assistant", "content": "Let me check."}), None),
