@@ -141,11 +141,19 @@ async fn a_run_that_panics_ends_its_stream_with_a_failure() {
     });
     let agent = agent_with(tool);
     let items: Vec<StreamItem<String>> = agent.stream("go").collect().await;
+    let started = items.iter().find_map(|item| match item {
+        StreamItem::Event(AgentEvent::RunStarted { run_id, .. }) => Some(run_id.clone()),
+        _ => None,
+    });
     let last = items.into_iter().last().and_then(StreamItem::into_outcome).unwrap();
+    // A panic is its own kind, with its message, and names the run it ended (the run's id is
+    // how a caller finds its checkpoint and events).
     match last.error() {
-        Some(AgentError::Configuration { message }) => assert_eq!(message, "the run panicked"),
+        Some(AgentError::Panicked { message }) => assert_eq!(message, "the tool panicked"),
         other => panic!("expected the run's panic as a failure, got {other:?}"),
     }
+    assert_eq!(Some(last.report().run_id.clone()), started);
+    assert!(!last.report().run_id.is_empty());
 }
 
 /// Counts the polls of the future it wraps.

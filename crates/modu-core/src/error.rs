@@ -178,6 +178,14 @@ pub enum AgentError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
+    /// The run panicked (a tool, a layer or a model client it called). A streamed run reports
+    /// it as its failure; `modu_agent::Agent::run` lets the panic unwind to its caller, as any
+    /// `async fn` does. Its checkpoint, if it saved one, stays resumable.
+    #[error("the run panicked: {message}")]
+    Panicked {
+        /// The panic's message (its payload when that is text).
+        message: String,
+    },
     /// A guardrail fired its tripwire (`modu_agent::guardrail`); never resumable.
     #[error("the {kind:?} guardrail {guardrail} tripped: {}", tripwire.code)]
     GuardrailTripped {

@@ -41,7 +41,7 @@ where
     /// read it to its end, or drop it to stop the run (before the drop returns). A caller that
     /// stops polling pauses the run. Events sent from another task while the run waits (a
     /// tool's progress, say) wake the reader. A run that panics ends the stream with a
-    /// `Failed` result. The last item is
+    /// `Failed` result whose error is [`AgentError::Panicked`], naming the run. The last item is
     /// always [`StreamItem::Completed`](crate::StreamItem::Completed), [`StreamItem::Paused`](crate::StreamItem::Paused) or [`StreamItem::Failed`](crate::StreamItem::Failed), carrying the outcome (the
     /// `RunCompleted` / `RunPaused` / `RunFailed` events go to event sinks). With a strict Plan-and-Execute
     /// policy this shows what a caller shows a user: `RunStarted`, `ApprovalRequested` and the

@@ -30,6 +30,9 @@ pub struct RunStream<O> {
     /// The waker the run is polled with (it sets `woken`).
     run_waker: Waker,
     agent: String,
+    /// The run's id, once its `RunStarted` event was read (named in the failure of a run that
+    /// panicked).
+    run_id: Option<String>,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
     /// The run's result, once the run has ended, handed out after the last event (boxed as
@@ -139,8 +142,45 @@ impl<O> RunStream<O> {
         loop {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(event)) if !self.shows(&event) => continue,
+                Poll::Ready(Some(event)) => {
+                    self.saw(&event);
+                    return Poll::Ready(Some(*event));
+                }
                 other => return other.map(|e| e.map(|e| *e)),
             }
+        }
+    }
+
+    /// The failure of a run that panicked. Its id comes from its `RunStarted` event, which the
+    /// reader may not have read yet ([`RunStream::named`] fills it in then).
+    #[cold]
+    fn panicked(&self, panic: &(dyn std::any::Any + Send)) -> RunOutcome<O> {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a text payload".to_owned());
+        let run_id = self.run_id.clone().unwrap_or_default();
+        RunOutcome::failed(run_id, self.agent.clone(), AgentError::Panicked { message })
+    }
+
+    /// `ended`, with the run id of a panicked run's failure filled in from the events read
+    /// since it panicked.
+    fn named(&self, mut ended: Ended<O>) -> Ended<O> {
+        if let (Ended::Failed(failed), Some(run_id)) = (&mut ended, &self.run_id)
+            && failed.report.run_id.is_empty()
+        {
+            failed.report.run_id.clone_from(run_id);
+        }
+        ended
+    }
+
+    /// Remembers the run's id from its first event.
+    fn saw(&mut self, event: &AgentEvent) {
+        if self.run_id.is_none()
+            && let AgentEvent::RunStarted { run_id, .. } = event
+        {
+            self.run_id = Some(run_id.clone());
         }
     }
 
@@ -150,6 +190,7 @@ impl<O> RunStream<O> {
     fn waiting_event(&mut self) -> Option<AgentEvent> {
         while let Ok(event) = self.rx.try_recv() {
             if self.shows(&event) {
+                self.saw(&event);
                 return Some(*event);
             }
         }
@@ -176,7 +217,7 @@ impl<O> Stream for RunStream<O> {
             }
             drop(coop);
             let Some(run) = this.run.as_mut() else {
-                return Poll::Ready(this.finished.take().map(StreamItem::from));
+                return Poll::Ready(this.finished.take().map(|ended| this.named(ended).into()));
             };
             this.woken.reader.register(cx.waker());
             // Polled only when something woke it since it last waited (else it has no news).
@@ -187,19 +228,7 @@ impl<O> Stream for RunStream<O> {
                     .poll_unpin(&mut run_cx);
                 if let Poll::Ready(ended) = polled {
                     this.run = None;
-                    this.finished = Some(
-                        ended
-                            .unwrap_or_else(|_| {
-                                RunOutcome::failed(
-                                    String::new(),
-                                    this.agent.clone(),
-                                    AgentError::Configuration {
-                                        message: "the run panicked".into(),
-                                    },
-                                )
-                            })
-                            .into(),
-                    );
+                    this.finished = Some(ended.unwrap_or_else(|panic| this.panicked(&*panic)).into());
                     continue;
                 }
             }
@@ -233,6 +262,7 @@ impl<O> RunStream<O> {
             run_waker: Waker::from(Arc::clone(&woken)),
             woken,
             agent,
+            run_id: None,
             public_only,
             finished: None,
         }
