@@ -148,7 +148,9 @@ pub struct PlanFailure {
     pub error_class: Option<String>,
     /// The tool error's reason; for a first plan that could not be used (`plan_invalid`, class
     /// `plan`), why: `invalid_json`, `schema_mismatch`, `no_steps`, `too_many_steps`,
-    /// `empty_description` or `unknown_tool`.
+    /// `empty_description`, `unknown_tool`, or `answer_cut` (the planner's answer stopped at the
+    /// output limit before it was a plan; its corrective request asks for a shorter one instead
+    /// of repeating it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Why the run ended: `tool_failed` (fallback `fail`), `tool_requested_fail`,

@@ -303,15 +303,23 @@ impl Strict {
             return unexpected();
         };
         let text = answer.response.message.text();
+        // A plan cut at the output limit is not sent back: it is as long as the limit allows,
+        // and repeating it would only grow the corrective request.
+        let cut = answer.cut();
         let (reason, problem) = match check_draft(&text, max, &known) {
             Ok(steps) => return commit_plan(st, view, why, steps, out),
+            Err(_) if cut => ("answer_cut", String::new()),
             Err(rejected) => rejected,
         };
         if attempt >= 2 {
             return Next::Fail(record_failure(st, plan_invalid(why, reason)));
         }
-        extra.push(Message::assistant(text));
-        extra.push(Message::user(prompts::plan_rejected(&problem)));
+        if cut {
+            extra.push(Message::user(prompts::plan_cut(max)));
+        } else {
+            extra.push(Message::assistant(text));
+            extra.push(Message::user(prompts::plan_rejected(&problem)));
+        }
         let ask = planner_ask(extra.clone(), format.clone());
         self.asked = Some(Awaiting::Plan {
             why,

@@ -74,6 +74,14 @@ pub(crate) fn plan_rejected(problem: &str) -> String {
     format!("That plan cannot be used: {problem}. Answer again with only the JSON plan.")
 }
 
+/// The corrective request after a plan cut at the output limit (which is not repeated).
+pub(crate) fn plan_cut(max: usize) -> String {
+    format!(
+        "Your plan was cut off at the output limit before it ended. Answer again with a much \
+         shorter plan: only the JSON plan, at most {max} steps, each description one short sentence."
+    )
+}
+
 /// REPLAN: the planner's request for the unfinished part of the plan.
 pub(crate) fn replan(st: &StrictState, failure: &PlanFailure, room: usize, catalogue: &str) -> String {
     let mut completed_text = String::new();

@@ -194,3 +194,60 @@ async fn the_run_timeout_leaves_the_step_in_progress_and_resumable() {
     assert!(result.plan().unwrap().failure.is_none());
     assert!(store.load(result.run_id()).await.unwrap().is_some());
 }
+
+/// A planner that runs away (a small model writing thousands of tokens of plan) stops at the
+/// output limit: its cut plan is not sent back in the corrective request, which asks for a
+/// shorter plan instead; a second cut plan fails the run with the reason `answer_cut`.
+#[tokio::test]
+async fn a_plan_cut_at_the_output_limit_is_not_repeated_in_its_correction() {
+    use modu_core::{ChatEvent, ChatRequest, FinishReason};
+    let runaway = format!(
+        r#"{{"steps": [{{"description": "{}"#,
+        "First greet the user warmly and then ".repeat(200)
+    );
+    let cut = |text: String| {
+        move |_: &ChatRequest| {
+            vec![
+                ChatEvent::TextDelta { text: text.clone() },
+                ChatEvent::Finish {
+                    reason: FinishReason::Length,
+                },
+            ]
+        }
+    };
+    let model = ScriptedModel::new()
+        .respond(cut(runaway.clone()))
+        .text(plan(&[("Say hello", &[])]))
+        .text(step_ok("said hello"))
+        .text("Hello!");
+    let agent = Agent::builder(model.clone())
+        .decision_policy(strict(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let result = agent.run("Say hello.").await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("Hello!"),
+        "{:?}",
+        result.error()
+    );
+    let requests = model.requests();
+    let correction = request_text(&requests[1]);
+    assert!(!correction.contains("greet the user warmly"), "{correction}");
+    assert!(correction.contains("cut off at the output limit"), "{correction}");
+    assert!(
+        correction.len() < runaway.len(),
+        "the correction ({} bytes) is shorter than the cut plan ({} bytes)",
+        correction.len(),
+        runaway.len()
+    );
+
+    let model = ScriptedModel::new().respond(cut(runaway.clone())).respond(cut(runaway));
+    let agent = Agent::builder(model)
+        .decision_policy(strict(LlmPlanGenerator::agent_model()))
+        .build()
+        .unwrap();
+    let result = agent.run("Say hello.").await;
+    assert_eq!(plan_json(&result)["failure"]["cause"], "plan_invalid");
+    assert_eq!(plan_json(&result)["failure"]["reason"], "answer_cut");
+}
