@@ -508,6 +508,18 @@ pub fn new_session_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// How many messages are stored under a session id the user gave (`None` when the store cannot
+/// say: the run reports the store's error). A mistyped id would otherwise start a new
+/// conversation without a word.
+pub async fn stored_messages(stores: &crate::build::Stores, session: &str) -> Option<usize> {
+    stores
+        .conversations
+        .load(session)
+        .await
+        .ok()
+        .map(|history| history.len())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

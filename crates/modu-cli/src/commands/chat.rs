@@ -34,11 +34,11 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
     // otherwise start a new one without a word.
     let (session, stored) = match args.session {
         Some(id) => {
-            let stored = match built.stores.conversations.load(&id).await {
-                Ok(history) if history.is_empty() => "new: nothing is stored under this id; ".to_owned(),
-                Ok(history) => format!("continued: {} stored messages; ", history.len()),
+            let stored = match ui::stored_messages(&built.stores, &id).await {
+                Some(0) => "new: nothing is stored under this id; ".to_owned(),
+                Some(n) => format!("continued: {n} stored messages; "),
                 // The first run reports the store's error.
-                Err(_) => String::new(),
+                None => String::new(),
             };
             (id, stored)
         }

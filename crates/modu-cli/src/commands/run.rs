@@ -20,7 +20,8 @@ pub struct RunArgs {
     /// Print the whole RunOutcome as JSON instead of streaming the answer.
     #[arg(long)]
     pub json: bool,
-    /// Continue this session (default: a new one, whose id is printed on stderr).
+    /// Continue this session (default: a new one, whose id is printed on stderr). An id under
+    /// which nothing is stored starts a new session, and stderr says so.
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
     /// Do not print a reasoning model's reasoning (shown dimmed on stderr by default).
@@ -43,7 +44,14 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     };
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
     let session = match args.session {
-        Some(id) => id,
+        // A given id that holds nothing is said to start a new session (a mistyped id would
+        // otherwise lose the conversation without a word); a continued one is not announced.
+        Some(id) => {
+            if ui::stored_messages(&built.stores, &id).await == Some(0) {
+                eprintln!("session: {id} (new: nothing is stored under this id)");
+            }
+            id
+        }
         None => {
             let id = ui::new_session_id();
             eprintln!("session: {id}");

@@ -63,6 +63,18 @@ async fn a_two_turn_session_persists_in_sqlite_and_continues_with_session() {
         text(&gone.stderr),
         format!("error: no session `{session}` in sqlite .modu/modu.db\n")
     );
+    // A mistyped id is said to start a new session, on stderr; the answer stays alone on stdout.
+    mock.push(MockReply::Text("I do not know your name.".into()));
+    let typo =
+        output(modu(dir.path(), &mock.base_url()).args(["run", "--session", "no-such-session", "What is my name?"]))
+            .await;
+    assert!(typo.status.success(), "{}", text(&typo.stderr));
+    assert_eq!(text(&typo.stdout), "I do not know your name.\n");
+    assert!(
+        text(&typo.stderr).contains("session: no-such-session (new: nothing is stored under this id)"),
+        "{}",
+        text(&typo.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
