@@ -60,6 +60,18 @@ pub enum ServerError {
     /// The request carries no valid credentials.
     #[error("the request is not authenticated")]
     Unauthorized,
+    /// The run paused: it waits for a person's decision on some of its calls. The body names
+    /// the run (`run_id`), so the caller can list, decide and resume it on the run-control
+    /// routes (`/agents/{agent}/runs/{run_id}/approvals`, `approve`, `reject`, `resume`).
+    #[error(
+        "the run {run_id} waits for a person's approval: list its calls at /agents/{agent}/runs/{run_id}/approvals, approve or reject each, then POST /agents/{agent}/runs/{run_id}/resume"
+    )]
+    RunPaused {
+        /// The agent's name (the route's `{agent}`, the OpenAI `model`).
+        agent: String,
+        /// The paused run's id.
+        run_id: String,
+    },
     /// The run ended without an answer.
     #[error("{message}")]
     RunFailed {
@@ -103,6 +115,7 @@ impl ServerError {
             ServerError::RunIdInUse => StatusCode::CONFLICT,
             ServerError::Gone { .. } => StatusCode::GONE,
             ServerError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ServerError::RunPaused { .. } => StatusCode::CONFLICT,
             ServerError::RunFailed { code, .. } => match *code {
                 "model_error" => StatusCode::BAD_GATEWAY,
                 "timeout" => StatusCode::GATEWAY_TIMEOUT,
@@ -126,16 +139,22 @@ impl ServerError {
             ServerError::RunIdInUse => ("invalid_request_error", "run_id_in_use"),
             ServerError::Gone { .. } => ("invalid_request_error", "events_gone"),
             ServerError::Unauthorized => ("authentication_error", "invalid_api_key"),
+            ServerError::RunPaused { .. } => ("server_error", "approval_required"),
             ServerError::RunFailed { code, .. } => ("server_error", code),
         }
     }
 
-    /// The JSON body.
+    /// The JSON body. A paused run's ([`ServerError::RunPaused`]) also names the run:
+    /// `{"error": {…, "code": "approval_required", "run_id": …}}`.
     pub fn body(&self) -> serde_json::Value {
         let (kind, code) = self.kind();
-        serde_json::json!({
+        let mut body = serde_json::json!({
             "error": {"message": self.to_string(), "type": kind, "param": null, "code": code}
-        })
+        });
+        if let ServerError::RunPaused { run_id, .. } = self {
+            body["error"]["run_id"] = serde_json::Value::String(run_id.clone());
+        }
+        body
     }
 }
 
@@ -151,7 +170,7 @@ impl IntoResponse for ServerError {
             // OpenAI's SDKs retry a 409 or a 5xx twice by default, and a retry runs the agent
             // again, its tools included (the run already retried its model calls): they honour
             // this header.
-            ServerError::RunFailed { .. } => {
+            ServerError::RunFailed { .. } | ServerError::RunPaused { .. } => {
                 response
                     .headers_mut()
                     .insert("x-should-retry", http::HeaderValue::from_static("false"));

@@ -12,7 +12,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use modu_core::{AgentEvent, Message, ToolCall, Usage};
+use modu_core::{AgentError, AgentEvent, Message, ToolCall, Usage};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -178,6 +178,7 @@ pub(crate) async fn chat_completions(
     };
     let meta = Meta {
         id: format!("chatcmpl-{run_id}"),
+        run_id,
         created: unix_now(),
         model: request.model,
     };
@@ -199,7 +200,7 @@ pub(crate) async fn chat_completions(
     }
     let finished = agent.run(&principal, input).await;
     if let Some(error) = &finished.error {
-        return Err(ServerError::run_failed(error));
+        return Err(meta.run_error(error));
     }
     // The answer's reasoning, as vLLM and llama.cpp send it (`reasoning_content`).
     let reasoning = finished
@@ -237,8 +238,24 @@ fn finish_reason(cut: bool) -> &'static str {
 
 struct Meta {
     id: String,
+    /// The run's id (a paused run is resumed under it on the run-control routes).
+    run_id: String,
     created: u64,
     model: String,
+}
+
+impl Meta {
+    /// The error a run that ended with `error` is answered with: a paused run's names the run,
+    /// so its owner can decide and resume it on the run-control routes.
+    fn run_error(&self, error: &AgentError) -> ServerError {
+        match error {
+            AgentError::Interrupted { .. } => ServerError::RunPaused {
+                agent: self.model.clone(),
+                run_id: self.run_id.clone(),
+            },
+            other => ServerError::run_failed(other),
+        }
+    }
 }
 
 /// Turns a run's items into `chat.completion.chunk` events.
@@ -292,7 +309,7 @@ impl Chunks {
     fn done(&mut self, finished: Finished) -> Vec<Event> {
         if let Some(error) = &finished.error {
             // OpenAI's SDKs raise on a chunk carrying `error`; no [DONE] follows.
-            return vec![stream_event(&ServerError::run_failed(error).body())];
+            return vec![stream_event(&self.meta.run_error(error).body())];
         }
         let mut out = Vec::new();
         if !self.sent_text

@@ -239,6 +239,78 @@ async fn a_run_that_waits_for_approval_is_409_approval_required() {
     assert_eq!(body["error"]["code"], "approval_required");
 }
 
+/// A run that pauses for approval over the OpenAI route is answered with a 409 naming its run:
+/// with only that id (and the agent, the request's `model`) its owner lists the waiting calls,
+/// approves them and resumes the run through run control, streamed and not.
+#[tokio::test]
+async fn a_paused_run_names_its_run_id_and_is_decided_and_resumed_through_run_control() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = modu_agent::Agent::builder(common::weather_model())
+        .tool(common::weather_tool(Arc::clone(&runs), true))
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new()
+        .token(TOKEN, Principal::new("alice", ["weather"]))
+        .token("test-token-mallory", Principal::new("mallory", ["weather"]));
+    let base = serve(ModuServer::new().agent("weather", agent).auth(tokens).router()).await;
+    let client = reqwest::Client::new();
+    for (ran, stream) in [false, true].into_iter().enumerate() {
+        let (status, text, _) = post(
+            &format!("{base}/v1/chat/completions"),
+            Some(TOKEN),
+            &chat("weather", stream),
+        )
+        .await;
+        let error: Value = if stream {
+            assert_eq!(status, 200, "{text}");
+            let data = sse_data(&text);
+            serde_json::from_str(data.last().unwrap()).unwrap()
+        } else {
+            assert_eq!(status, 409, "{text}");
+            serde_json::from_str(&text).unwrap()
+        };
+        let error = &error["error"];
+        assert_eq!(error["code"], "approval_required", "{text}");
+        let run_id = error["run_id"]
+            .as_str()
+            .expect("the 409 names the paused run")
+            .to_owned();
+        assert!(error["message"].as_str().unwrap().contains(&run_id), "{error}");
+        assert_eq!(runs.load(Ordering::SeqCst), ran, "nothing ran before the approval");
+
+        let runs_url = format!("{base}/agents/weather/runs/{run_id}");
+        // Another user does not see it.
+        let other = client
+            .get(format!("{runs_url}/approvals"))
+            .bearer_auth("test-token-mallory")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status().as_u16(), 404);
+        let listed: Value = client
+            .get(format!("{runs_url}/approvals"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let call_id = listed["approvals"][0]["callId"].as_str().unwrap().to_owned();
+        assert_eq!(listed["approvals"][0]["tool"], "get_weather", "{listed}");
+        let (status, text, _) = post(&format!("{runs_url}/approve"), Some(TOKEN), &json!({"callId": call_id})).await;
+        assert_eq!(status, 200, "{text}");
+        let (status, text, _) = post(&format!("{runs_url}/resume"), Some(TOKEN), &json!({})).await;
+        assert_eq!(status, 200, "{text}");
+        let resumed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(resumed["status"], "completed", "{resumed}");
+        assert_eq!(resumed["runId"], run_id.as_str());
+        assert!(resumed["text"].as_str().unwrap().starts_with("Forecast: "), "{resumed}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "each approved call ran once");
+}
+
 /// OpenAI's SDKs retry a 409 or a 5xx twice unless the answer says `x-should-retry: false`; a
 /// retry would run the agent again, its tools included.
 #[tokio::test]
