@@ -20,6 +20,8 @@
 //!   by A2A, run control or an AG-UI resume) stops at its next
 //!   boundary (its checkpoint kept, so run control's `resume` can continue it), one waiting
 //!   for input has its paused run dropped. Either way the task reads `TASK_STATE_CANCELED`.
+//! - A notification (a request without `id`) is not run and gets no reply (204, no body):
+//!   JSON-RPC 2.0 forbids the reply, and every A2A method is a request whose answer is its point.
 //! - A task's run goes on when its client goes away; a streamed task can be followed again
 //!   (`GET /agents/{agent}/runs/{task}/events`, with `Last-Event-ID`). Tasks are kept in memory, the newest 10,000, and only their
 //!   owner (the principal's user) sees them.
@@ -146,6 +148,14 @@ pub(crate) async fn rpc(
         let error = RpcError::new(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request");
         return Ok(rpc_response(&id, Err(error)));
     };
+    if request.get("id").is_none() {
+        // A notification: JSON-RPC 2.0 (4.1) forbids any reply, and A2A 1.0 (9.3) defines
+        // every method as a request with an id, whose answer (a task id, a task) is its point.
+        // Nothing is run: a message nobody can follow would run tools and spend tokens for no
+        // reader.
+        tracing::debug!(agent = %name, method, "A2A notification (no id) ignored");
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok())
         && !version.trim().is_empty()
         && !version.trim().starts_with("1.")

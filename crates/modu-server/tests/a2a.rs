@@ -226,3 +226,44 @@ async fn list_tasks_pages_the_callers_tasks_newest_first_with_filters() {
         assert_eq!(refused["error"]["code"], -32602, "{params}: {refused}");
     }
 }
+
+/// A JSON-RPC notification (a request without `id`) gets no reply (JSON-RPC 2.0, 4.1): 204
+/// without a body, whatever its method. It is not run: no task, no tool call. A request with
+/// `"id": null` is not a notification, and an invalid request is still answered.
+#[tokio::test]
+async fn a_notification_gets_no_reply_and_runs_nothing() {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
+    let app = ModuServer::new()
+        .agent("weather", weather_agent(Arc::clone(&runs)))
+        .auth(tokens)
+        .router();
+    let base = serve(app).await;
+    let url = format!("{base}/a2a/weather");
+    let mut message = send("SendMessage", json!([{"text": "Weather in Paris?"}]));
+    message.as_object_mut().unwrap().remove("id");
+    for body in [
+        message,
+        json!({"jsonrpc": "2.0", "method": "ListTasks", "params": {}}),
+        json!({"jsonrpc": "2.0", "method": "Nope"}),
+    ] {
+        let (status, text, _) = post(&url, Some(ERIN), &body).await;
+        assert_eq!(status, 204, "{body}: {text}");
+        assert!(text.is_empty(), "{body}: {text}");
+    }
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a notification runs nothing"
+    );
+    let listed = rpc(
+        &base,
+        ERIN,
+        &json!({"jsonrpc": "2.0", "id": null, "method": "ListTasks", "params": {}}),
+    )
+    .await;
+    assert_eq!(listed["id"], Value::Null);
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let invalid = rpc(&base, ERIN, &json!({"jsonrpc": "2.0", "params": {}})).await;
+    assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
+}
