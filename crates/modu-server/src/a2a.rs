@@ -272,6 +272,7 @@ async fn prepare(
         run_id: task_id.clone(),
         metadata: state.run_metadata(name, metadata),
         cancel: tokio_util::sync::CancellationToken::new(),
+        model_settings: None,
     };
     Ok(Prepared {
         task_id,

@@ -241,6 +241,7 @@ pub(crate) async fn run(
         run_id: input.run_id,
         metadata,
         cancel: live.cancel.clone(),
+        model_settings: None,
     };
     let items = agent.stream(&principal, run);
     agui_stream(&state, &name, &run_id, live, translator, items)

@@ -34,6 +34,18 @@ pub enum ServerError {
         /// What is wrong, in the server's words.
         message: String,
     },
+    /// A request field the endpoint does not honour, or a value of it the endpoint does not
+    /// take; the body's `param` names the field.
+    #[error("{message}")]
+    InvalidParameter {
+        /// The field, as the request names it (`tool_choice`, `response_format`, …).
+        param: &'static str,
+        /// `unsupported_parameter` (the field cannot be honoured), `unsupported_value` (this
+        /// value of it cannot) or `invalid_value` (the value is out of range).
+        code: &'static str,
+        /// What is wrong, in the server's words.
+        message: String,
+    },
     /// The thing asked for does not exist, or is not the caller's.
     #[error("{message}")]
     NotFound {
@@ -108,7 +120,7 @@ impl ServerError {
     pub fn status(&self) -> StatusCode {
         match self {
             ServerError::UnknownAgent { .. } => StatusCode::NOT_FOUND,
-            ServerError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ServerError::BadRequest { .. } | ServerError::InvalidParameter { .. } => StatusCode::BAD_REQUEST,
             ServerError::NotFound { .. } => StatusCode::NOT_FOUND,
             ServerError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ServerError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -133,6 +145,7 @@ impl ServerError {
         match self {
             ServerError::UnknownAgent { .. } => ("invalid_request_error", "model_not_found"),
             ServerError::BadRequest { .. } => ("invalid_request_error", "invalid_request"),
+            ServerError::InvalidParameter { code, .. } => ("invalid_request_error", code),
             ServerError::NotFound { .. } => ("invalid_request_error", "not_found"),
             ServerError::MethodNotAllowed => ("invalid_request_error", "method_not_allowed"),
             ServerError::PayloadTooLarge => ("invalid_request_error", "payload_too_large"),
@@ -145,14 +158,21 @@ impl ServerError {
     }
 
     /// The JSON body. A paused run's ([`ServerError::RunPaused`]) also names the run:
-    /// `{"error": {…, "code": "approval_required", "run_id": …}}`.
+    /// `{"error": {…, "code": "approval_required", "run_id": …}}`; an
+    /// [`ServerError::InvalidParameter`]'s `param` names the field.
     pub fn body(&self) -> serde_json::Value {
         let (kind, code) = self.kind();
         let mut body = serde_json::json!({
             "error": {"message": self.to_string(), "type": kind, "param": null, "code": code}
         });
-        if let ServerError::RunPaused { run_id, .. } = self {
-            body["error"]["run_id"] = serde_json::Value::String(run_id.clone());
+        match self {
+            ServerError::RunPaused { run_id, .. } => {
+                body["error"]["run_id"] = serde_json::Value::String(run_id.clone());
+            }
+            ServerError::InvalidParameter { param, .. } => {
+                body["error"]["param"] = serde_json::Value::from(*param);
+            }
+            _ => {}
         }
         body
     }

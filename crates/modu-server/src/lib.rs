@@ -12,6 +12,7 @@ mod error;
 mod live;
 mod mount;
 mod openai;
+mod openai_params;
 mod owners;
 mod ui;
 

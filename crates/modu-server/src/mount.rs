@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use modu_agent::{Agent, AgentRequest, StreamItem};
+use modu_agent::{Agent, AgentRequest, ModelSettings, StreamItem};
 use modu_core::{
     AgentError, AgentEvent, ApprovalRequest, CheckpointQuery, CheckpointStatus, Message, Role, RunOutcome, Usage,
     UserContext,
@@ -28,6 +28,8 @@ pub(crate) struct RunInput {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Cancels the run at its next boundary.
     pub cancel: CancellationToken,
+    /// The run's own model settings, over the agent's (`None`: the agent's).
+    pub model_settings: Option<ModelSettings>,
 }
 
 /// A run's end, with the output already turned into text and JSON.
@@ -168,6 +170,7 @@ where
             .cancel_token(input.cancel);
         request.session_id = input.session_id;
         request.metadata = input.metadata;
+        request.model_settings = input.model_settings;
         request
     }
 }

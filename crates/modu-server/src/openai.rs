@@ -1,7 +1,9 @@
 //! The OpenAI-compatible endpoints: `POST /v1/chat/completions` and `GET /v1/models`.
 //!
 //! The `model` field names the agent. The agent's tools run on the server; the answer comes
-//! back as the assistant message. Client-side tools (`tools` in the request) are refused.
+//! back as the assistant message. Client-side tools (`tools` in the request) are refused; the
+//! fields that shape the run (sampling, `tool_choice`, `response_format`) are honoured or
+//! refused as [`crate::openai_params`] says.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use serde_json::{Value, json};
 use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::mount::{Finished, Item, RunInput, called_tool};
+use crate::openai_params::RunOptions;
 use crate::{AppState, unix_now};
 
 /// A chat completion request (the fields the server reads; others are ignored).
@@ -34,6 +37,9 @@ pub(crate) struct ChatCompletionRequest {
     n: Option<u32>,
     #[serde(default)]
     tools: Option<Vec<Value>>,
+    /// Sampling and the like, over the agent's settings (see [`crate::openai_params`]).
+    #[serde(flatten)]
+    options: RunOptions,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,6 +173,7 @@ pub(crate) async fn chat_completions(
             "client-side tools are not supported: the agent's own tools run on the server",
         ));
     }
+    let model_settings = request.options.settings()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let input = RunInput {
         messages: to_messages(request.messages)?,
@@ -175,6 +182,7 @@ pub(crate) async fn chat_completions(
         metadata: state.run_metadata(&request.model, serde_json::Map::new()),
         // Not cancellable over the wire: an OpenAI client ends its run by going away.
         cancel: tokio_util::sync::CancellationToken::new(),
+        model_settings,
     };
     let meta = Meta {
         id: format!("chatcmpl-{run_id}"),

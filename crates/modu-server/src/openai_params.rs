@@ -1,0 +1,213 @@
+//! The chat completion fields that shape a run, beyond its messages: what the server honours
+//! (as the run's own [`ModelSettings`], over the agent's), what it refuses with 400 and what
+//! leaves the agent's own settings in place.
+//!
+//! - Honoured, for every model call of the run (kept in its checkpoint, so a resume uses them
+//!   too): `temperature`, `max_completion_tokens` (or `max_tokens`), `seed`, `stop`,
+//!   `parallel_tool_calls`, `reasoning_effort`, and `tool_choice` `"none"` (a standard run's
+//!   model is asked not to call tools). `tool_choice` `"auto"` and `response_format`
+//!   `{"type": "text"}` ask for what the agent does anyway.
+//! - Refused (400, `param` naming the field): a `tool_choice` (or legacy `function_call`) that
+//!   forces a tool (`"required"`, a named function: the agent's tools are its own),
+//!   `response_format` `json_object` / `json_schema` (the agent's answer format is its own),
+//!   `logprobs` / `top_logprobs` (the server returns none), legacy `functions`, and values out
+//!   of range (a `temperature` outside 0–2, a token limit of 0, an unknown `reasoning_effort`).
+//! - Not read: `top_p`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `user`,
+//!   `metadata`, `store`, `service_tier` and any other field: the agent's own settings apply.
+
+use modu_agent::ModelSettings;
+use modu_core::{ReasoningEffort, ToolChoice};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ServerError;
+
+/// The fields of a chat completion request that shape its run (flattened into the request).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RunOptions {
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    stop: Option<Stop>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    function_call: Option<Value>,
+    #[serde(default)]
+    functions: Option<Vec<Value>>,
+    #[serde(default)]
+    response_format: Option<Value>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
+}
+
+/// `stop`: one sequence or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+fn refused(param: &'static str, code: &'static str, message: impl Into<String>) -> ServerError {
+    ServerError::InvalidParameter {
+        param,
+        code,
+        message: message.into(),
+    }
+}
+
+/// The run's tool choice a `tool_choice` (or `function_call`) value asks for: `None` for
+/// `"auto"` (the agent decides, as without the field).
+fn tool_choice(param: &'static str, value: &Value) -> Result<Option<ToolChoice>, ServerError> {
+    match value.as_str() {
+        Some("auto") => Ok(None),
+        Some("none") => Ok(Some(ToolChoice::None)),
+        Some("required") | None if !value.is_null() => Err(refused(
+            param,
+            "unsupported_value",
+            format!(
+                "{param} cannot force a tool call: the agent's tools are its own and run on the server (\"auto\" or \"none\" are taken)"
+            ),
+        )),
+        None => Ok(None),
+        Some(other) => Err(refused(
+            param,
+            "invalid_value",
+            format!("{param} {other:?} is not a tool choice (\"auto\" or \"none\" are taken)"),
+        )),
+    }
+}
+
+fn reasoning_effort(value: &str) -> Result<ReasoningEffort, ServerError> {
+    Ok(match value {
+        "none" => ReasoningEffort::None,
+        "minimal" => ReasoningEffort::Minimal,
+        "low" => ReasoningEffort::Low,
+        "medium" => ReasoningEffort::Medium,
+        "high" => ReasoningEffort::High,
+        other => {
+            return Err(refused(
+                "reasoning_effort",
+                "unsupported_value",
+                format!("reasoning_effort {other:?} is not supported (none, minimal, low, medium or high)"),
+            ));
+        }
+    })
+}
+
+impl RunOptions {
+    /// The run's own model settings (`None` when the request sets none), or the 400 for a
+    /// field the server cannot honour.
+    pub(crate) fn settings(self) -> Result<Option<ModelSettings>, ServerError> {
+        if self.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Err(refused(
+                "functions",
+                "unsupported_parameter",
+                "functions (client-side functions) are not supported: the agent's own tools run on the server",
+            ));
+        }
+        if self.logprobs == Some(true) {
+            return Err(refused(
+                "logprobs",
+                "unsupported_parameter",
+                "logprobs is not supported: this server returns no log probabilities",
+            ));
+        }
+        if self.top_logprobs.is_some_and(|n| n > 0) {
+            return Err(refused(
+                "top_logprobs",
+                "unsupported_parameter",
+                "top_logprobs is not supported: this server returns no log probabilities",
+            ));
+        }
+        if let Some(format) = self.response_format.as_ref().filter(|f| !f.is_null()) {
+            match format.get("type").and_then(Value::as_str) {
+                Some("text") => {}
+                Some(kind @ ("json_object" | "json_schema")) => {
+                    return Err(refused(
+                        "response_format",
+                        "unsupported_value",
+                        format!(
+                            "response_format {kind:?} is not supported: the agent's answer format is its own, not chosen per request (only \"text\" is taken)"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err(refused(
+                        "response_format",
+                        "invalid_value",
+                        "response_format must be an object with a type (only \"text\" is taken)",
+                    ));
+                }
+            }
+        }
+        let mut settings = ModelSettings::new();
+        let mut set = false;
+        let choice = match (&self.tool_choice, &self.function_call) {
+            (Some(value), _) if !value.is_null() => tool_choice("tool_choice", value)?,
+            (_, Some(value)) => tool_choice("function_call", value)?,
+            _ => None,
+        };
+        if let Some(choice) = choice {
+            settings = settings.tool_choice(choice);
+            set = true;
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(refused(
+                    "temperature",
+                    "invalid_value",
+                    "temperature must be between 0 and 2",
+                ));
+            }
+            settings = settings.temperature(t);
+            set = true;
+        }
+        let (param, limit) = match self.max_completion_tokens {
+            Some(n) => ("max_completion_tokens", Some(n)),
+            None => ("max_tokens", self.max_tokens),
+        };
+        if let Some(n) = limit {
+            if n == 0 {
+                return Err(refused(param, "invalid_value", format!("{param} must be at least 1")));
+            }
+            settings = settings.max_tokens(n);
+            set = true;
+        }
+        if let Some(seed) = self.seed {
+            settings = settings.seed(seed);
+            set = true;
+        }
+        let stop = match self.stop {
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) => v,
+            None => Vec::new(),
+        };
+        if !stop.is_empty() {
+            settings = settings.stop(stop);
+            set = true;
+        }
+        if let Some(parallel) = self.parallel_tool_calls {
+            settings = settings.parallel_tool_calls(parallel);
+            set = true;
+        }
+        if let Some(effort) = self.reasoning_effort.as_deref() {
+            settings = settings.reasoning_effort(reasoning_effort(effort)?);
+            set = true;
+        }
+        Ok(set.then_some(settings))
+    }
+}
