@@ -22,6 +22,10 @@
 //!   is refused with 409.
 //! - A request with `Last-Event-ID` reconnects to its run (`runId`): the events after that id,
 //!   then the rest live; it never starts a run, and a run no longer kept is answered with 410.
+//!   Without it, a `runId` the server still keeps (running, or ended less than
+//!   [`KEEP_FINISHED`](crate::KEEP_FINISHED) ago) is refused with 409 `run_id_in_use` and
+//!   nothing runs (a resume may reuse its paused run's own id): reconnect with
+//!   `Last-Event-ID: 0` to read that run's events from its first.
 //! - Frontend tools (`tools`), `context` and `state` are not used yet.
 
 use std::sync::Arc;
@@ -207,7 +211,17 @@ pub(crate) async fn run(
     if let Some(after) = last_event_id(&headers)? {
         return reconnect(&state, &name, &input.run_id, &principal, after);
     }
-    if state.live.running(&name, &input.run_id) {
+    // A run id the server still keeps (running, or ended less than KEEP_FINISHED ago) names
+    // that run: without Last-Event-ID it is refused rather than run again, so a client that
+    // re-POSTs a finished run's input does not run its tools twice, and the run's events stay
+    // the ones a reconnect reads. Only a resume may reuse its own paused run's id.
+    let resumes_itself = input.resume.iter().flatten().any(|entry| {
+        entry
+            .interrupt_id
+            .split_once('#')
+            .is_some_and(|(paused, _)| paused == input.run_id)
+    });
+    if state.live.running(&name, &input.run_id) || (state.live.kept(&name, &input.run_id) && !resumes_itself) {
         return Err(ServerError::RunIdInUse);
     }
     if let Some(entries) = input.resume.filter(|r| !r.is_empty()) {

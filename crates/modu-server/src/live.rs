@@ -166,6 +166,14 @@ impl LiveRuns {
             .is_some_and(|run| !run.is_done())
     }
 
+    /// Whether a run with this id is kept: in flight, or ended less than [`KEEP_FINISHED`] ago
+    /// (whoever's it is).
+    pub(crate) fn kept(&self, agent: &str, run_id: &str) -> bool {
+        lock(&self.registry)
+            .runs
+            .contains_key(&(agent.to_owned(), run_id.to_owned()))
+    }
+
     /// Forgets a run (and its claim on the paused run it resumes).
     pub(crate) fn remove(&self, agent: &str, run_id: &str, run: &Arc<LiveRun>) {
         let mut registry = lock(&self.registry);

@@ -98,8 +98,12 @@ async fn an_ag_ui_resume_answers_the_interrupt_and_streams_the_rest_of_the_run()
     assert_eq!(events[6]["outcome"]["type"], "success");
     assert!(events[6]["result"].as_str().unwrap().starts_with("Forecast: "));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
-    // The run is over: answering again finds nothing to resume.
-    assert_eq!(post(&url, Some(ERIN), &resume).await.0, 404);
+    // The run is over: answering again finds nothing to resume (under the finished resume's
+    // own runId, still kept, it is refused before that: that id names the finished run).
+    assert_eq!(post(&url, Some(ERIN), &resume).await.0, 409);
+    let mut again = resume.clone();
+    again["runId"] = json!("r3");
+    assert_eq!(post(&url, Some(ERIN), &again).await.0, 404);
 
     // The thread's history holds the whole run.
     let roles = history_roles(&base).await;

@@ -115,3 +115,33 @@ async fn a2a_subscribe_to_task_with_a_last_event_id_the_task_never_sent_is_an_er
     let last = &rest.last().unwrap().1["result"]["statusUpdate"]["status"]["state"];
     assert_eq!(last, "TASK_STATE_COMPLETED", "the task went on");
 }
+
+/// A finished run's `runId` re-POSTed without `Last-Event-ID` while the server keeps the run
+/// (60 s after its end) is refused with 409 and runs nothing: the tool does not run twice, and
+/// the run's events stay the ones a reconnect reads (`Last-Event-ID: 0`: all of them).
+#[tokio::test]
+async fn a_finished_runs_id_re_posted_without_last_event_id_is_refused_not_run_again() {
+    let counts = Arc::new(Counts::default());
+    let base = server(Arc::clone(&counts), |s| s).await;
+    let url = format!("{base}/agui/slow");
+    let all = Events::open(&url, ERIN, &input("t1", "r1"), None).await.rest().await;
+    assert_eq!(all.last().unwrap().1["type"], "RUN_FINISHED", "{all:?}");
+    for token in [ERIN, MALLORY] {
+        let thread = if token == ERIN { "t1" } else { "t2" };
+        let response = reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(token)
+            .json(&input(thread, "r1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 409);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "run_id_in_use", "{body}");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(counts.model_calls.load(Ordering::SeqCst), 2, "one run: two model calls");
+    assert_eq!(counts.tool_started.load(Ordering::SeqCst), 1, "the tool ran once");
+    let replay = Events::open(&url, ERIN, &input("t1", "r1"), Some(0)).await.rest().await;
+    assert_eq!(replay, all, "the finished run's events, whole");
+}
