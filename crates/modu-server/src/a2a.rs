@@ -13,7 +13,8 @@
 //!   `{"approved": true|false, "callId"?, "always"?, "message"?}` (or `{"decisions": [...]}`);
 //!   every waiting call must be decided, and the run then continues. The run may also be
 //!   decided and resumed through run control or an AG-UI resume: the task is then
-//!   `TASK_STATE_WORKING` while it runs and ends with it, as if A2A had resumed it.
+//!   `TASK_STATE_WORKING` while it runs and ends with it, as if A2A had resumed it
+//!   (`SubscribeToTask` gives the task, then its answer and last status when the run ends).
 //! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
 //!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
 //! - `GetTask` reads a task; `CancelTask` cancels a task: a running one (its paused run resumed
@@ -40,7 +41,7 @@ use modu_core::Message;
 use serde_json::{Value, json};
 
 pub(crate) use crate::a2a_tasks::Tasks;
-use crate::a2a_tasks::{StreamTranslator, TaskGuard, TaskRecord, task_json};
+use crate::a2a_tasks::{ResumedTask, StreamTranslator, TaskGuard, TaskRecord, task_json};
 use crate::a2a_wire::{
     RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, code, failure, incoming, success,
     text_decision, user_message,
@@ -264,6 +265,7 @@ async fn prepare(
         artifacts: Vec::new(),
         history: vec![user_message(&task_id, &context_id, &message)],
         changed: 0,
+        resumed_elsewhere: false,
     };
     state.tasks.insert(&task_id, record);
     let start = RunInput {
@@ -370,6 +372,7 @@ async fn continuation(
     state.tasks.update(&task_id, |t| {
         t.history.push(user);
         t.status_message = None;
+        t.resumed_elsewhere = false;
     });
     Ok(Prepared {
         task_id,
@@ -485,7 +488,7 @@ fn live_task(
 /// that event). A task that is not working (ended, or
 /// waiting for input) cannot be subscribed to.
 fn subscribe(
-    state: &AppState,
+    state: &Arc<AppState>,
     name: &str,
     principal: &Principal,
     params: Value,
@@ -494,12 +497,24 @@ fn subscribe(
 ) -> Result<Response, RpcError> {
     let params: TaskParams = parse(params)?;
     let task = state.tasks.get(&params.id, name, principal)?;
-    let live = state
+    let not_working = || RpcError::new(code::UNSUPPORTED_OPERATION, "the task is not working");
+    if task.state != TaskState::Working {
+        return Err(not_working());
+    }
+    // The run that continues the task: under its id (A2A's own, or a run-control resume), or
+    // an AG-UI resume's under another id.
+    let running = state
         .live
         .get(name, &params.id, principal)
-        .filter(|live| task.state == TaskState::Working && !live.is_done())
-        .ok_or_else(|| RpcError::new(code::UNSUPPORTED_OPERATION, "the task is not working"))?;
+        .filter(|live| !live.is_done());
     let first = success(&id, json!({"task": task_json(&params.id, &task, None)})).to_string();
+    if task.resumed_elsewhere {
+        let live = running
+            .or_else(|| state.live.resuming(name, &params.id, principal))
+            .ok_or_else(not_working)?;
+        return Ok(ResumedTask::subscribe(Arc::clone(state), live, params.id, id, first));
+    }
+    let live = running.ok_or_else(not_working)?;
     let after =
         crate::control::last_event_id(headers).map_err(|e| RpcError::new(code::INVALID_REQUEST, e.to_string()))?;
     let behind = behind(&id);

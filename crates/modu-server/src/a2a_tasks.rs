@@ -29,6 +29,9 @@ pub(crate) struct TaskRecord {
     /// When it last changed, as a sequence number of the server's task changes (set by
     /// [`Tasks`]): `ListTasks` lists the most recently changed first.
     pub changed: u64,
+    /// Whether its run was last resumed through run control or AG-UI ([`ResumedTask`]): that
+    /// run's event log holds no A2A stream responses (AG-UI events, or none).
+    pub resumed_elsewhere: bool,
 }
 
 /// The tasks of a server.
@@ -146,13 +149,62 @@ impl ResumedTask {
     /// The task of the paused run `run_id`, moved to `WORKING`; `None` when the run is no A2A
     /// task waiting for input.
     pub(crate) fn of(state: &Arc<AppState>, run_id: &str) -> Option<Self> {
-        state
+        if !state
             .tasks
             .transition(run_id, TaskState::InputRequired, TaskState::Working)
-            .then(|| ResumedTask {
-                state: Arc::clone(state),
-                task_id: run_id.to_owned(),
-            })
+        {
+            return None;
+        }
+        state.tasks.update(run_id, |task| task.resumed_elsewhere = true);
+        Some(ResumedTask {
+            state: Arc::clone(state),
+            task_id: run_id.to_owned(),
+        })
+    }
+
+    /// `SubscribeToTask` on a working task whose run was resumed through run control or AG-UI
+    /// (`live`, the run that continues it): that run's events are not A2A's, so the stream is
+    /// `first` (the task as it stands), then, once the run has ended, the task's end as A2A's
+    /// own stream ends (the answer artifact of a completed task, then the last status update).
+    pub(crate) fn subscribe(
+        state: Arc<AppState>,
+        live: Arc<crate::live::LiveRun>,
+        task_id: String,
+        rpc_id: Value,
+        first: String,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        use axum::response::sse::{Event, KeepAlive, Sse};
+        use futures::StreamExt;
+        let end = async move {
+            live.ended().await;
+            let Some(task) = state.tasks.with(|tasks| tasks.map.get(&task_id).cloned()) else {
+                return Vec::new();
+            };
+            let mut out = Vec::new();
+            if task.state == TaskState::Completed
+                && let Some(parts) = task
+                    .artifacts
+                    .last()
+                    .and_then(|a| a.get("parts"))
+                    .and_then(Value::as_array)
+            {
+                out.push(artifact_update(&task_id, &task.context_id, parts.clone(), false, true));
+            }
+            out.push(status_update(
+                &task_id,
+                &task.context_id,
+                task.state,
+                task.status_message.as_ref(),
+            ));
+            out.into_iter()
+                .map(|update| crate::a2a_wire::success(&rpc_id, update).to_string())
+                .collect()
+        };
+        let body = futures::stream::once(async move { first })
+            .chain(futures::stream::once(end).flat_map(futures::stream::iter))
+            .map(|data| Ok::<Event, std::convert::Infallible>(Event::default().data(data)));
+        Sse::new(body).keep_alive(KeepAlive::default()).into_response()
     }
 
     /// The resumed run's items, recording its end on the task.

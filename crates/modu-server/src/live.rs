@@ -210,6 +210,17 @@ impl LiveRun {
         self.changed.send_replace(id);
     }
 
+    /// Waits until the run has ended.
+    pub(crate) async fn ended(&self) {
+        let mut changed = self.changed.subscribe();
+        while !self.is_done() {
+            // The sender lives as long as the run: an error cannot happen while it is held.
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     fn finish(&self) {
         let id = {
             let mut log = lock(&self.log);

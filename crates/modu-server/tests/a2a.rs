@@ -267,3 +267,111 @@ async fn a_notification_gets_no_reply_and_runs_nothing() {
     let invalid = rpc(&base, ERIN, &json!({"jsonrpc": "2.0", "params": {}})).await;
     assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
 }
+
+/// An agent whose `get_weather` needs approval and holds every call until `gate` has a permit.
+async fn gated_server(gate: Arc<tokio::sync::Semaphore>) -> String {
+    let spec = modu_core::ToolSpec::new(
+        "get_weather",
+        "The weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+    )
+    .needs_approval(true);
+    let tool = modu_core::FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
+        let gate = Arc::clone(&gate);
+        async move {
+            let _open = gate.acquire().await.unwrap();
+            Ok(json!({"city": args["city"], "forecast": "sunny"}))
+        }
+    });
+    let agent = modu_agent::Agent::builder(common::weather_model())
+        .tool(tool)
+        .checkpoint_store(Arc::new(modu_core::InMemoryCheckpointStore::new()))
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
+    serve(ModuServer::new().agent("weather", agent).auth(tokens).router()).await
+}
+
+/// `SubscribeToTask` on a task whose paused run was resumed through AG-UI or run control
+/// (streamed: that run's events are AG-UI events) follows it as `GetTask` does: the working
+/// task, then, when the run ends, its answer and its last status, all A2A stream responses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_to_task_follows_a_task_resumed_through_ag_ui_or_run_control() {
+    for via in ["agui", "control"] {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let base = gated_server(Arc::clone(&gate)).await;
+        let a2a = format!("{base}/a2a/weather");
+        let message =
+            json!({"messageId": "m1", "role": "ROLE_USER", "contextId": "c1", "parts": [{"text": "Weather?"}]});
+        let sent = rpc(
+            &base,
+            ERIN,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}),
+        )
+        .await;
+        let task_id = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            sent["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{sent}"
+        );
+        let resumed = if via == "agui" {
+            let body = json!({"threadId": "c1", "runId": "agui-resume", "messages": [], "tools": [], "context": [],
+                "resume": [{"interruptId": format!("{task_id}#call_0"), "status": "resolved", "payload": {"approved": true}}]});
+            reqwest::Client::new()
+                .post(format!("{base}/agui/weather"))
+                .bearer_auth(ERIN)
+                .json(&body)
+        } else {
+            let approve = format!("{base}/agents/weather/runs/{task_id}/approve");
+            assert_eq!(post(&approve, Some(ERIN), &json!({"callId": "call_0"})).await.0, 200);
+            reqwest::Client::new()
+                .post(format!("{base}/agents/weather/runs/{task_id}/resume"))
+                .bearer_auth(ERIN)
+                .header("accept", "text/event-stream")
+                .json(&json!({}))
+        };
+        let resumed = resumed.send().await.unwrap();
+        assert_eq!(resumed.status(), 200, "{via}");
+        let get = rpc(
+            &base,
+            ERIN,
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}),
+        )
+        .await;
+        assert_eq!(get["result"]["status"]["state"], "TASK_STATE_WORKING", "{via}: {get}");
+
+        let subscribe = json!({"jsonrpc": "2.0", "id": 3, "method": "SubscribeToTask", "params": {"id": task_id}});
+        let response = reqwest::Client::new()
+            .post(&a2a)
+            .bearer_auth(ERIN)
+            .json(&subscribe)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{via}");
+        gate.add_permits(10);
+        let text = response.text().await.unwrap();
+        let responses = sse_json(&text);
+        assert!(!responses.is_empty(), "{via}: not a stream: {text}");
+        assert!(
+            responses.iter().all(|r| r["id"] == 3 && r.get("result").is_some()),
+            "{via}: {text}"
+        );
+        let results: Vec<&Value> = responses.iter().map(|r| &r["result"]).collect();
+        assert_eq!(
+            results[0]["task"]["status"]["state"], "TASK_STATE_WORKING",
+            "{via}: {text}"
+        );
+        let last = results.last().unwrap();
+        assert_eq!(
+            last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{via}: {text}"
+        );
+        let answer = results
+            .iter()
+            .find_map(|r| r["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
+            .unwrap_or_else(|| panic!("{via}: no answer in {text}"));
+        assert!(answer.starts_with("Forecast: "), "{via}: {answer}");
+        resumed.text().await.unwrap();
+    }
+}
