@@ -170,7 +170,14 @@ where
             .cancel_token(input.cancel);
         request.session_id = input.session_id;
         request.metadata = input.metadata;
-        request.model_settings = input.model_settings;
+        request.model_settings = input.model_settings.map(|mut settings| {
+            // A client may lower the agent's output limit, never raise it: the operator's
+            // limit bounds what a request can spend.
+            if let (Some(asked), Some(own)) = (settings.max_tokens, self.agent.model_settings().max_tokens) {
+                settings.max_tokens = Some(asked.min(own));
+            }
+            settings
+        });
         request
     }
 }

@@ -3,7 +3,8 @@
 //! leaves the agent's own settings in place.
 //!
 //! - Honoured, for every model call of the run (kept in its checkpoint, so a resume uses them
-//!   too): `temperature`, `max_completion_tokens` (or `max_tokens`), `seed`, `stop`,
+//!   too): `temperature`, `max_completion_tokens` (or `max_tokens`; at most the agent's own
+//!   limit when it sets one: a request may lower it, never raise it), `seed`, `stop`,
 //!   `parallel_tool_calls`, `reasoning_effort`, and `tool_choice` `"none"` (a standard run's
 //!   model is asked not to call tools). `tool_choice` `"auto"` and `response_format`
 //!   `{"type": "text"}` ask for what the agent does anyway.

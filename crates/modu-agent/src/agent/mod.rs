@@ -201,6 +201,11 @@ impl<C, O> Agent<C, O> {
         &self.inner.name
     }
 
+    /// The agent's own model settings (a run's own, `AgentRequest::model_settings`, go over them).
+    pub fn model_settings(&self) -> &ModelSettings {
+        &self.inner.settings
+    }
+
     /// The specs of the agent's own tools (not those of tool providers).
     pub fn tool_specs(&self) -> Vec<ToolSpec> {
         self.inner.tools.iter().map(|t| t.tool.spec().clone()).collect()

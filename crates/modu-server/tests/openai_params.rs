@@ -1,0 +1,154 @@
+//! The OpenAI-compatible endpoint's request fields that shape a run (sampling, `tool_choice`,
+//! `response_format`): honoured as the run's own settings or refused with 400, over real HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{post, serve};
+use modu_server::ModuServer;
+use serde_json::{Value, json};
+
+fn chat(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
+        ],
+        "stream": stream,
+        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+        "user": "mallory",
+    })
+}
+
+/// The weather agent, with its own temperature and stop sequence, on `model` (to read what the
+/// model was asked).
+fn tuned_agent(model: modu_testing::ScriptedModel) -> modu_agent::Agent {
+    modu_agent::Agent::builder(model)
+        .tool(common::weather_tool(Arc::default(), false))
+        .model_settings(modu_agent::ModelSettings::new().temperature(0.9).stop(["AGENT"]))
+        .build()
+        .unwrap()
+}
+
+/// The sampling fields a request sets are its run's settings, over the agent's, for every
+/// model call of the run; a field it does not set (or one the server does not read, `top_p`)
+/// leaves the agent's.
+#[tokio::test]
+async fn sampling_fields_are_the_runs_own_settings_over_the_agents() {
+    use modu_core::{ReasoningEffort, ToolChoice};
+    let model = common::weather_model();
+    let base = serve(ModuServer::new().agent("weather", tuned_agent(model.clone())).router()).await;
+    let url = format!("{base}/v1/chat/completions");
+    let mut body = chat("weather", false);
+    for (field, value) in [
+        ("temperature", json!(0.25)),
+        ("max_completion_tokens", json!(64)),
+        ("max_tokens", json!(999)),
+        ("seed", json!(7)),
+        ("stop", json!("END")),
+        ("parallel_tool_calls", json!(false)),
+        ("reasoning_effort", json!("low")),
+        ("tool_choice", json!("none")),
+        ("top_p", json!(0.5)),
+        ("response_format", json!({"type": "text"})),
+    ] {
+        body[field] = value;
+    }
+    let (status, text, _) = post(&url, None, &body).await;
+    assert_eq!(status, 200, "{text}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "a tool round, then the answer");
+    for request in &requests {
+        assert_eq!(request.temperature, Some(0.25));
+        assert_eq!(
+            request.max_tokens,
+            Some(64),
+            "max_completion_tokens wins over max_tokens"
+        );
+        assert_eq!(request.seed, Some(7));
+        assert_eq!(request.stop, ["END"]);
+        assert_eq!(request.reasoning_effort, Some(ReasoningEffort::Low));
+    }
+    assert_eq!(requests[0].parallel_tool_calls, Some(false));
+    assert_eq!(requests[0].tool_choice, Some(ToolChoice::None));
+
+    // Without the fields (`tool_choice: "auto"` asks for nothing), the agent's own settings.
+    let mut plain = chat("weather", true);
+    plain["tool_choice"] = json!("auto");
+    let (status, text, _) = post(&url, None, &plain).await;
+    assert_eq!(status, 200, "{text}");
+    let requests = model.requests();
+    let last = requests.last().unwrap();
+    assert_eq!(last.temperature, Some(0.9));
+    assert_eq!(last.stop, ["AGENT"]);
+    assert_eq!(last.max_tokens, None);
+    assert_eq!(requests[requests.len() - 2].tool_choice, None);
+
+    // An agent with its own output limit: a request may lower it, never raise it.
+    let model = common::weather_model();
+    let capped = modu_agent::Agent::builder(model.clone())
+        .tool(common::weather_tool(Arc::default(), false))
+        .model_settings(modu_agent::ModelSettings::new().max_tokens(100))
+        .build()
+        .unwrap();
+    let base = serve(ModuServer::new().agent("weather", capped).router()).await;
+    let url = format!("{base}/v1/chat/completions");
+    for (asked, sent) in [(5_000, 100), (40, 40)] {
+        let mut body = chat("weather", false);
+        body["max_completion_tokens"] = json!(asked);
+        let (status, text, _) = post(&url, None, &body).await;
+        assert_eq!(status, 200, "{text}");
+        let requests = model.requests();
+        assert_eq!(requests.last().unwrap().max_tokens, Some(sent), "asked for {asked}");
+    }
+}
+
+/// A field the server cannot honour is refused before anything runs, with 400 in OpenAI's
+/// error shape, `param` naming the field.
+#[tokio::test]
+async fn fields_the_agent_cannot_honour_are_refused_naming_the_param() {
+    let model = common::weather_model();
+    let base = serve(ModuServer::new().agent("weather", tuned_agent(model.clone())).router()).await;
+    let url = format!("{base}/v1/chat/completions");
+    for (field, value, code) in [
+        ("tool_choice", json!("required"), "unsupported_value"),
+        (
+            "tool_choice",
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            "unsupported_value",
+        ),
+        ("function_call", json!({"name": "get_weather"}), "unsupported_value"),
+        ("response_format", json!({"type": "json_object"}), "unsupported_value"),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}}),
+            "unsupported_value",
+        ),
+        ("logprobs", json!(true), "unsupported_parameter"),
+        ("top_logprobs", json!(3), "unsupported_parameter"),
+        (
+            "functions",
+            json!([{"name": "x", "parameters": {}}]),
+            "unsupported_parameter",
+        ),
+        ("temperature", json!(2.5), "invalid_value"),
+        ("max_tokens", json!(0), "invalid_value"),
+        ("reasoning_effort", json!("extreme"), "unsupported_value"),
+    ] {
+        for stream in [false, true] {
+            let mut body = chat("weather", stream);
+            body[field] = value.clone();
+            let (status, text, _) = post(&url, None, &body).await;
+            assert_eq!(status, 400, "{field}: {text}");
+            let error = &serde_json::from_str::<Value>(&text).unwrap()["error"];
+            assert_eq!(error["type"], "invalid_request_error", "{field}: {text}");
+            assert_eq!(error["param"], field, "{field}: {text}");
+            assert_eq!(error["code"], code, "{field}: {text}");
+            assert!(error["message"].as_str().unwrap().contains(field), "{field}: {text}");
+        }
+    }
+    assert!(model.requests().is_empty(), "nothing ran");
+}
