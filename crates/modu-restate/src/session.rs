@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use modu_agent::{Agent, AgentRequest};
 use modu_core::{ApprovalDecision, ApprovalRequest, Message, RunOutcome, Usage};
+use restate_sdk::context::RequestTarget;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,15 @@ pub const HISTORY_KEY: &str = "history";
 pub const APPROVALS_KEY: &str = "approvals";
 /// The object's name in Restate (the SDK 0.13 cannot rename a service at bind time).
 pub const DEFAULT_NAME: &str = "ModuSession";
+/// The object state key of the decisions the running run has received (a JSON object, call id
+/// → [`ApprovalDecision`]), cleared when the run ends.
+const DECISIONS_KEY: &str = "decisions";
+/// The state key, on the object keyed by an awakeable id, of the decision `decide` resolved
+/// that awakeable with (the first one; later ones are compared with it).
+const SETTLED_KEY: &str = "settled";
+/// The handlers only modu calls (ingress-private).
+const SETTLE: &str = "settle";
+const FORGET: &str = "forget";
 
 /// The input of the `run` handler (JSON).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -78,8 +88,16 @@ pub struct Decision {
 ///   step (or awaited approval): the handler fails with Restate's cancellation (a terminal
 ///   error, code 409) and the history stays as it was.
 /// - `approvals` (shared; → `[PendingApproval]`): the calls the running run waits on.
-/// - `decide` (shared; [`Decision`] → `bool`): resolves one of them (`false`: no such call).
+/// - `decide` (shared; [`Decision`] → `bool`): decides one of them. `true`: the decision is the
+///   call's (the first decision on a call, or the same one again). `false`: it was not applied:
+///   no such call waits, or the call was decided the other way already (a decision binds its
+///   call, as [`Agent::approve`] says).
 /// - `history` (shared; → `[Message]`): the session's conversation.
+///
+/// Two more handlers are private to Restate (not callable through the ingress): `settle` and
+/// `forget`, which `decide` and `run` call on the object keyed by a call's awakeable id, where
+/// the first decision on the call is recorded (an exclusive handler of that key, so two
+/// decisions at once are ordered) until the run has received it.
 ///
 /// The agent must be built with [`crate::durable`] (so its model and tool calls are journaled)
 /// and, to pause for approvals, with a checkpoint store (an in-memory one does: a worker that
@@ -103,11 +121,14 @@ where
     /// attempt (a worker that died, a step that failed) starting at `retry_initial` and growing
     /// to `retry_max`, for an [`Endpoint`]'s `bind`.
     pub fn definition(self, retry_initial: Duration, retry_max: Duration) -> ServiceDefinition {
+        let private = || HandlerOptions::new().ingress_private(true);
         self.into_service_definition().options(
             ServiceOptions::new()
                 .retry_policy_initial_interval(retry_initial)
                 .retry_policy_exponentiation_factor(2.0)
-                .retry_policy_max_interval(retry_max),
+                .retry_policy_max_interval(retry_max)
+                .handler(SETTLE, private())
+                .handler(FORGET, private()),
         )
     }
 }
@@ -115,6 +136,21 @@ where
 /// Maps a state read error of Restate's onto a handler error.
 fn state_error(e: TerminalError) -> HandlerError {
     HandlerError::from(e)
+}
+
+/// The input of the private `settle` handler (on the object keyed by the awakeable id).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Settle {
+    /// The session whose run waits on the awakeable.
+    session: String,
+    /// The decision.
+    decision: ApprovalDecision,
+}
+
+/// Whether two decisions on one call agree (both approve, or both reject; a rejection's
+/// message does not count).
+fn same_way(a: &ApprovalDecision, b: &ApprovalDecision) -> bool {
+    (*a == ApprovalDecision::Approved) == (*b == ApprovalDecision::Approved)
 }
 
 #[restate_sdk::object(name = "ModuSession")]
@@ -149,10 +185,12 @@ where
                 // Cancelled (or a decision that cannot be recorded): the run did not finish, so
                 // the session's history stays as it was and the invocation fails with `error`.
                 ctx.clear(APPROVALS_KEY);
+                ctx.clear(DECISIONS_KEY);
                 return Err(error.into());
             }
         };
         ctx.clear(APPROVALS_KEY);
+        ctx.clear(DECISIONS_KEY);
         if result.is_completed() {
             ctx.set(HISTORY_KEY, Json(result.messages().to_vec()));
         }
@@ -169,23 +207,80 @@ where
             .unwrap_or_default())
     }
 
-    /// Resolves one waiting call; `false` when no such call waits.
+    /// Decides one waiting call: `true` when the decision is the call's, `false` when it was
+    /// not applied (no such call waits, or it was decided the other way).
     #[handler]
     async fn decide(&self, ctx: SharedObjectContext<'_>, decision: Json<Decision>) -> Result<bool, HandlerError> {
-        let decision = decision.into_inner();
+        let Decision { call_id, decision } = decision.into_inner();
+        // Received by the run already: the decision it got binds the call.
+        let received = ctx
+            .get::<Json<std::collections::HashMap<String, ApprovalDecision>>>(DECISIONS_KEY)
+            .await
+            .map_err(state_error)?
+            .map(Json::into_inner)
+            .unwrap_or_default();
+        if let Some(recorded) = received.get(&call_id) {
+            return Ok(same_way(recorded, &decision));
+        }
         let pending = ctx
             .get::<Json<Vec<PendingApproval>>>(APPROVALS_KEY)
             .await
             .map_err(state_error)?
             .map(Json::into_inner)
             .unwrap_or_default();
-        match pending.iter().find(|p| p.request.call_id == decision.call_id) {
-            Some(p) => {
-                ctx.resolve_awakeable(&p.awakeable_id, Json(decision.decision));
-                Ok(true)
-            }
-            None => Ok(false),
+        let Some(waiting) = pending.into_iter().find(|p| p.request.call_id == call_id) else {
+            return Ok(false);
+        };
+        // A shared handler cannot record the decision: the exclusive `settle` of the object
+        // keyed by the awakeable id does (the run holds this key's lock while it waits).
+        let settle = Settle {
+            session: ctx.key().to_owned(),
+            decision,
+        };
+        let applied = ctx
+            .request::<_, bool>(
+                RequestTarget::object(DEFAULT_NAME, waiting.awakeable_id, SETTLE),
+                Json(settle),
+            )
+            .call()
+            .await?;
+        Ok(applied)
+    }
+
+    /// Private (on the object keyed by an awakeable id): resolves the awakeable with the first
+    /// decision on its call, and answers whether `settle`'s decision is that one.
+    #[handler]
+    async fn settle(&self, ctx: ObjectContext<'_>, settle: Json<Settle>) -> Result<bool, HandlerError> {
+        let Settle { session, decision } = settle.into_inner();
+        if let Some(first) = ctx
+            .get::<Json<ApprovalDecision>>(SETTLED_KEY)
+            .await
+            .map_err(state_error)?
+        {
+            return Ok(same_way(&first.into_inner(), &decision));
         }
+        // No decision recorded here: the call must still wait (a run that has received its
+        // decision, through the awakeable endpoint or before `forget`, no longer lists it).
+        let awakeable_id = ctx.key().to_owned();
+        let pending = ctx
+            .request::<_, Json<Vec<PendingApproval>>>(RequestTarget::object(DEFAULT_NAME, session, "approvals"), ())
+            .call()
+            .await?
+            .into_inner();
+        if !pending.iter().any(|p| p.awakeable_id == awakeable_id) {
+            return Ok(false);
+        }
+        ctx.set(SETTLED_KEY, Json(decision.clone()));
+        ctx.resolve_awakeable(&awakeable_id, Json(decision));
+        Ok(true)
+    }
+
+    /// Private (on the object keyed by an awakeable id): drops the recorded decision, once the
+    /// run has received it and no longer lists the call.
+    #[handler]
+    async fn forget(&self, ctx: ObjectContext<'_>) -> Result<(), HandlerError> {
+        ctx.clear(SETTLED_KEY);
+        Ok(())
     }
 
     /// The session's conversation.
@@ -221,7 +316,8 @@ where
     }
 
     /// A run paused for approvals: one awakeable per call (listed in the object's state), the
-    /// decisions recorded in the agent's checkpoint as they come, then the run resumed.
+    /// decisions recorded in the agent's checkpoint as they come (and kept for `decide`), then
+    /// the run resumed.
     async fn wait_for_people(
         &self,
         ctx: &ObjectContext<'_>,
@@ -239,13 +335,19 @@ where
             });
             waits.push(wait);
         }
+        let awakeables: Vec<String> = listed.iter().map(|p| p.awakeable_id.clone()).collect();
         ctx.set(APPROVALS_KEY, Json(listed.clone()));
+        let mut received = ctx
+            .get::<Json<std::collections::HashMap<String, ApprovalDecision>>>(DECISIONS_KEY)
+            .await?
+            .map(Json::into_inner)
+            .unwrap_or_default();
         for (pending, wait) in listed.iter().zip(waits) {
             let decision = wait.await?.into_inner();
             let call = &pending.request.call_id;
-            let recorded = match decision {
+            let recorded = match &decision {
                 ApprovalDecision::Approved => self.agent.approve(run_id, call).await,
-                ApprovalDecision::Rejected { message } => self.agent.reject(run_id, call, message).await,
+                ApprovalDecision::Rejected { message } => self.agent.reject(run_id, call, message.clone()).await,
                 other => {
                     return Err(TerminalError::new(format!(
                         "a decision this version does not know on {call}: {other:?}"
@@ -253,6 +355,15 @@ where
                 }
             };
             recorded.map_err(|e| TerminalError::new(format!("cannot record the decision on {call}: {e}")))?;
+            // Kept for `decide`: the decision the run received binds the call.
+            received.insert(call.clone(), decision);
+            ctx.set(DECISIONS_KEY, Json(received.clone()));
+        }
+        // Every decision is received and listed in DECISIONS_KEY: the records of `settle` are
+        // not needed any more (a late `decide` finds the call decided, or not waiting).
+        for awakeable_id in awakeables {
+            ctx.request::<_, ()>(RequestTarget::object(DEFAULT_NAME, awakeable_id, FORGET), ())
+                .send();
         }
         journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await
     }

@@ -436,3 +436,101 @@ async fn two_approved_calls_of_one_turn_both_run_and_the_run_answers() {
     assert_eq!(out["output"], "both ran", "{out}");
     assert_eq!(ledger(&s.ledger).len(), 2, "each approved call ran once");
 }
+
+/// Starts a run whose model asks for two calls of `approve_me` (then answers `answer`), and
+/// waits until both are listed: the run's handle and the two call ids, in the listed order.
+async fn run_with_two_approvals(
+    s: &Setup,
+    session: &str,
+    answer: &str,
+) -> (tokio::task::JoinHandle<serde_json::Value>, String, String) {
+    s.mock.push(MockReply::ToolCalls(vec![
+        ("approve_me".into(), "{}".into()),
+        ("approve_me".into(), "{\"again\":true}".into()),
+    ]));
+    s.mock.push(MockReply::Text(answer.into()));
+    let url = format!("{}/ModuSession/{session}/run", s.restate.ingress_url());
+    let http = s.restate.http.clone();
+    let run = tokio::spawn(async move {
+        let r = http.post(url).json(&json!({"message": "please"}));
+        r.send().await.unwrap().json::<serde_json::Value>().await.unwrap()
+    });
+    let started = Instant::now();
+    let mut pending = wait_for_approvals(&s.restate, session).await;
+    while pending.as_array().map_or(0, Vec::len) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{pending}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pending = s.restate.call(session, "approvals", json!(null)).await;
+    }
+    let id = |i: usize| pending[i]["request"]["call_id"].as_str().unwrap().to_owned();
+    (run, id(0), id(1))
+}
+
+/// A decision binds its call: a second, opposite decision is answered `false` (not applied)
+/// and the call runs as first decided; the same decision again is `true`. Of two opposite
+/// decisions sent at once, exactly one is applied, and the call does what that one said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_opposite_decision_is_not_applied_and_the_first_one_holds() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+    let (run, first, second) = run_with_two_approvals(&s, "hana", "decided").await;
+    let decide = |call: String, decision: serde_json::Value| {
+        let restate = &s.restate;
+        async move {
+            let mut body = decision;
+            body["call_id"] = json!(call);
+            restate.call("hana", "decide", body).await
+        }
+    };
+    let approve = json!({"decision": "approved"});
+    let reject = json!({"decision": "rejected", "message": "REJECTED-TOO-LATE"});
+    assert_eq!(decide(first.clone(), approve.clone()).await, json!(true));
+    assert_eq!(
+        decide(first.clone(), reject.clone()).await,
+        json!(false),
+        "a reject after an approval was reported as recorded"
+    );
+    assert_eq!(
+        decide(first.clone(), approve.clone()).await,
+        json!(true),
+        "the same decision again"
+    );
+
+    // Two opposite decisions at once: one wins, the other is told it did not.
+    let (a, r) = tokio::join!(
+        decide(second.clone(), approve.clone()),
+        decide(second.clone(), reject.clone())
+    );
+    assert_eq!(
+        [a.clone(), r.clone()].iter().filter(|v| **v == json!(true)).count(),
+        1,
+        "approve: {a}, reject: {r}"
+    );
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the run did not end")
+        .unwrap();
+    assert_eq!(out["output"], "decided", "{out}");
+    let lines = ledger(&s.ledger);
+    let ran = |call: &str| {
+        lines
+            .iter()
+            .any(|l| l.1 == call && l.2 == "approve_me" && l.3 == "done")
+    };
+    assert!(ran(&first), "the approved call ran: {lines:?}");
+    assert_eq!(
+        ran(&second),
+        a == json!(true),
+        "the second call did what the applied decision said: {lines:?}"
+    );
+    let sent = serde_json::to_string(&s.mock.requests()[1]["messages"]).unwrap();
+    assert_eq!(
+        sent.matches("REJECTED-TOO-LATE").count(),
+        usize::from(r == json!(true)),
+        "only an applied rejection reaches the model: {sent}"
+    );
+    // The run is over: no call waits, nothing is applied.
+    assert_eq!(decide(first, reject).await, json!(false));
+    assert_eq!(s.restate.call("hana", "approvals", json!(null)).await, json!([]));
+}
