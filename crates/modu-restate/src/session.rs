@@ -87,7 +87,8 @@ pub struct Decision {
 ///   time, across every worker. A cancelled invocation stops the run at its next journaled
 ///   step (or awaited approval): the handler fails with Restate's cancellation (a terminal
 ///   error, code 409) and the history stays as it was.
-/// - `approvals` (shared; → `[PendingApproval]`): the calls the running run waits on.
+/// - `approvals` (shared; → `[PendingApproval]`): the calls the running run waits on (a call
+///   leaves the list once the run has received its decision).
 /// - `decide` (shared; [`Decision`] → `bool`): decides one of them. `true`: the decision is the
 ///   call's (the first decision on a call, or the same one again). `false`: it was not applied:
 ///   no such call waits, or the call was decided the other way already (a decision binds its
@@ -315,9 +316,9 @@ where
         Ok(result)
     }
 
-    /// A run paused for approvals: one awakeable per call (listed in the object's state), the
-    /// decisions recorded in the agent's checkpoint as they come (and kept for `decide`), then
-    /// the run resumed.
+    /// A run paused for approvals: one awakeable per call (listed in the object's state), each
+    /// decision recorded in the agent's checkpoint as it comes (whatever the order) and the call
+    /// taken off the list, then the run resumed.
     async fn wait_for_people(
         &self,
         ctx: &ObjectContext<'_>,
@@ -325,7 +326,7 @@ where
         paused: RunOutcome<O>,
     ) -> Result<RunOutcome<O>, TerminalError> {
         let mut listed = Vec::new();
-        let mut waits = Vec::new();
+        let mut waits = DurableFuturesUnordered::new();
         for request in paused.approvals().to_vec() {
             let (awakeable_id, wait) = ctx.awakeable::<Json<ApprovalDecision>>();
             listed.push(PendingApproval {
@@ -337,17 +338,21 @@ where
         }
         let awakeables: Vec<String> = listed.iter().map(|p| p.awakeable_id.clone()).collect();
         ctx.set(APPROVALS_KEY, Json(listed.clone()));
+        let mut still = listed.clone();
         let mut received = ctx
             .get::<Json<std::collections::HashMap<String, ApprovalDecision>>>(DECISIONS_KEY)
             .await?
             .map(Json::into_inner)
             .unwrap_or_default();
-        for (pending, wait) in listed.iter().zip(waits) {
-            let decision = wait.await?.into_inner();
-            let call = &pending.request.call_id;
+        while let Some((index, decision)) = waits.next().await? {
+            let decision = decision?.into_inner();
+            let Some(pending) = listed.get(index) else {
+                continue;
+            };
+            let call = pending.request.call_id.clone();
             let recorded = match &decision {
-                ApprovalDecision::Approved => self.agent.approve(run_id, call).await,
-                ApprovalDecision::Rejected { message } => self.agent.reject(run_id, call, message.clone()).await,
+                ApprovalDecision::Approved => self.agent.approve(run_id, &call).await,
+                ApprovalDecision::Rejected { message } => self.agent.reject(run_id, &call, message.clone()).await,
                 other => {
                     return Err(TerminalError::new(format!(
                         "a decision this version does not know on {call}: {other:?}"
@@ -355,9 +360,11 @@ where
                 }
             };
             recorded.map_err(|e| TerminalError::new(format!("cannot record the decision on {call}: {e}")))?;
-            // Kept for `decide`: the decision the run received binds the call.
+            // The call waits no more: off the list, and its decision kept for `decide`.
             received.insert(call.clone(), decision);
             ctx.set(DECISIONS_KEY, Json(received.clone()));
+            still.retain(|p| p.request.call_id != call);
+            ctx.set(APPROVALS_KEY, Json(still.clone()));
         }
         // Every decision is received and listed in DECISIONS_KEY: the records of `settle` are
         // not needed any more (a late `decide` finds the call decided, or not waiting).

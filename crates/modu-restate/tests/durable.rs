@@ -534,3 +534,56 @@ async fn a_second_opposite_decision_is_not_applied_and_the_first_one_holds() {
     assert_eq!(decide(first, reject).await, json!(false));
     assert_eq!(s.restate.call("hana", "approvals", json!(null)).await, json!([]));
 }
+
+/// A call the run has received a decision for leaves the `approvals` list while the run waits
+/// for the others (decided out of the listed order here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_call_leaves_the_approvals_list() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, 10).await;
+    let (run, first, second) = run_with_two_approvals(&s, "ivan", "listed").await;
+    let decided = s
+        .restate
+        .call("ivan", "decide", json!({"call_id": second, "decision": "approved"}))
+        .await;
+    assert_eq!(decided, json!(true));
+    let started = Instant::now();
+    let listed = loop {
+        let pending = s.restate.call("ivan", "approvals", json!(null)).await;
+        let ids: Vec<String> = pending
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["request"]["call_id"].as_str().unwrap().to_owned())
+            .collect();
+        if ids.len() < 2 || started.elapsed() > Duration::from_secs(10) {
+            break ids;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        listed,
+        vec![first.clone()],
+        "the decided call is still listed as waiting"
+    );
+    // The other call, decided through the awakeable endpoint, leaves it too, and the run ends.
+    let pending = s.restate.call("ivan", "approvals", json!(null)).await;
+    let id = pending[0]["awakeable_id"].as_str().unwrap();
+    let r = s
+        .restate
+        .http
+        .post(format!("{}/restate/awakeables/{id}/resolve", s.restate.ingress_url()))
+        .json(&json!({"decision": "approved"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the run did not end")
+        .unwrap();
+    assert_eq!(out["output"], "listed", "{out}");
+    assert_eq!(ledger(&s.ledger).len(), 2, "both calls ran");
+    assert_eq!(s.restate.call("ivan", "approvals", json!(null)).await, json!([]));
+}
