@@ -8,6 +8,8 @@
 //!   <unix µs>` to, where `<exec>` (`<pid>.<n>`) names this execution of the call.
 //! - `SLOW_MS`: how long the `slow` tool works (default 2000).
 //! - `RECORD_MS`: how long `record` works after its effect (default 0).
+//! - `CHECKPOINT_LOG`: if set, a file the checkpoint store (in memory) appends `save <run id>`
+//!   and `delete <run id>` to, so that a test sees which checkpoints the worker keeps.
 //!
 //! Tools: `record` appends one `done` line (its effect), works `RECORD_MS`, and returns
 //! `{"recorded": true, "exec": <exec>}`; `slow` appends `start`, works `SLOW_MS`, then appends
@@ -31,8 +33,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use modu_agent::{Agent, RetryConfig};
-use modu_core::{FunctionTool, InMemoryCheckpointStore, RunContext, ToolError, ToolSpec};
+use modu_core::{
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStore, FunctionTool, InMemoryCheckpointStore,
+    RunContext, StoreError, ToolError, ToolSpec,
+};
 use modu_openai::OpenAiClient;
 use modu_restate::restate_sdk::endpoint::Endpoint;
 use modu_restate::{DurableSession, Retries, durable};
@@ -67,6 +73,48 @@ fn append(ledger: &PathBuf, ctx: &RunContext<Worker>, tool: &str, phase: &str) -
         .and_then(|()| file.sync_data())
         .map_err(|_| ToolError::execution("ledger_unwritable"))?;
     Ok(exec)
+}
+
+/// The worker's checkpoint store: in memory, each save and delete logged to `CHECKPOINT_LOG`.
+struct LoggedCheckpoints {
+    inner: InMemoryCheckpointStore,
+    log: Option<PathBuf>,
+}
+
+impl LoggedCheckpoints {
+    fn note(&self, what: &str, run_id: &str) -> Result<(), StoreError> {
+        let Some(log) = &self.log else { return Ok(()) };
+        let unwritable = |e: std::io::Error| StoreError::backend("checkpoint log unwritable", e);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(unwritable)?;
+        file.write_all(format!("{what} {run_id}\n").as_bytes())
+            .and_then(|()| file.sync_data())
+            .map_err(unwritable)
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for LoggedCheckpoints {
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        self.inner.save(run_id, meta, state).await?;
+        self.note("save", run_id)
+    }
+    async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        self.inner.delete(run_id).await?;
+        self.note("delete", run_id)
+    }
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        self.inner.list(query).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.inner.purge_expired().await
+    }
 }
 
 fn millis(var: &str, default: u64) -> Duration {
@@ -129,7 +177,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .name("durable-worker")
         .instructions("You are a test agent.")
         .retry(RetryConfig::new(2).with_backoff(Duration::from_millis(50), Duration::from_millis(200)))
-        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()));
+        .checkpoint_store(Arc::new(LoggedCheckpoints {
+            inner: InMemoryCheckpointStore::new(),
+            log: std::env::var_os("CHECKPOINT_LOG").map(PathBuf::from),
+        }));
     let agent = durable(builder, Retries::Agent)
         .tool(record)
         .tool(slow_tool)

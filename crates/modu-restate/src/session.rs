@@ -102,7 +102,8 @@ pub struct Decision {
 ///
 /// The agent must be built with [`crate::durable`] (so its model and tool calls are journaled)
 /// and, to pause for approvals, with a checkpoint store (an in-memory one does: a worker that
-/// replays a run re-creates its checkpoint from the journal).
+/// replays a run re-creates its checkpoint from the journal). The handler deletes the run's
+/// checkpoint when the run ends, however it ends: a durable run is never resumed from it.
 pub struct DurableSession<C, O> {
     agent: Agent<C, O>,
     context: Arc<C>,
@@ -180,7 +181,11 @@ where
             .session(session)
             .run_id(run_id.clone());
         request.metadata = input.metadata;
-        let result = match self.run_to_end(&ctx, &run_id, request).await {
+        let ended = self.run_to_end(&ctx, &run_id, request).await;
+        // The run has ended (completed, failed, cancelled): nothing resumes it from the agent's
+        // checkpoint (a retried invocation replays its journal and writes it again), so it goes.
+        self.drop_checkpoint(&run_id).await;
+        let result = match ended {
             Ok(result) => result,
             Err(error) => {
                 // Cancelled (or a decision that cannot be recorded): the run did not finish, so
@@ -314,6 +319,20 @@ where
             result = self.wait_for_people(ctx, run_id, result).await?;
         }
         Ok(result)
+    }
+
+    /// Deletes the run's checkpoint from the agent's store. The agent deletes it when a run
+    /// completes, but keeps it for a run that failed with an error it could resume from, and a
+    /// cancelled run is stopped before it gets there. A durable run is never resumed from it,
+    /// so a worker with an in-memory store and no TTL kept every such checkpoint. A store
+    /// error is logged: the run's outcome stands.
+    async fn drop_checkpoint(&self, run_id: &str) {
+        let Some(store) = self.agent.checkpoint_store() else {
+            return;
+        };
+        if let Err(error) = store.delete(run_id).await {
+            tracing::warn!(run_id, %error, "could not delete the checkpoint of a durable run that ended");
+        }
     }
 
     /// A run paused for approvals: one awakeable per call (listed in the object's state), each

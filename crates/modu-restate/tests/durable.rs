@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Restate, Worker, free_port, ledger, server_bin};
+use common::{Restate, Worker, cancel_and_attach, free_port, ledger, send_run, server_bin, wait_for_approvals};
 use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::json;
 
@@ -136,18 +136,6 @@ async fn a_killed_worker_is_replaced_and_the_run_repeats_no_finished_step() {
     println!("recovery: the run finished {recovered:?} after the kill (the new worker's slow call works 300 ms)");
 }
 
-async fn wait_for_approvals(restate: &Restate, session: &str) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        let pending = restate.call(session, "approvals", json!(null)).await;
-        if pending.as_array().is_some_and(|a| !a.is_empty()) {
-            return pending;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "no approval was requested");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_are_awakeables_resolved_over_http() {
     let Some(bin) = server_bin() else { return };
@@ -223,42 +211,6 @@ async fn approvals_are_awakeables_resolved_over_http() {
     assert_eq!(ledger(&s.ledger).len(), 1, "the rejected call did not run");
     let sent = serde_json::to_string(&s.mock.requests()[3]["messages"]).unwrap();
     assert!(sent.contains("no"), "the model saw the rejection: {sent}");
-}
-
-/// Sends a run (`/run/send`) and returns its invocation id.
-async fn send_run(restate: &Restate, session: &str, message: &str) -> String {
-    let r = restate
-        .http
-        .post(format!("{}/ModuSession/{session}/run/send", restate.ingress_url()))
-        .json(&json!({"message": message}))
-        .send()
-        .await
-        .unwrap();
-    let sent: serde_json::Value = r.json().await.unwrap();
-    sent["invocationId"].as_str().unwrap().to_owned()
-}
-
-/// Cancels the invocation `id` (admin API) and waits for it to end: its status and body.
-async fn cancel_and_attach(restate: &Restate, id: &str) -> (reqwest::StatusCode, String) {
-    let r = restate
-        .http
-        .patch(format!("{}/invocations/{id}/cancel", restate.admin_url()))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "cancel: {}", r.status());
-    let r = tokio::time::timeout(
-        Duration::from_secs(30),
-        restate
-            .http
-            .get(format!("{}/restate/invocation/{id}/attach", restate.ingress_url()))
-            .send(),
-    )
-    .await
-    .expect("the cancelled invocation did not end")
-    .unwrap();
-    let status = r.status();
-    (status, r.text().await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

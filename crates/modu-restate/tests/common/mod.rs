@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
 /// The restate-server binary, from `MODU_RESTATE_SERVER` (None: skip; panics under CI).
 pub fn server_bin() -> Option<String> {
     modu_testing::service_env("MODU_RESTATE_SERVER")
@@ -220,4 +222,53 @@ pub fn ledger(path: &Path) -> Vec<(String, String, String, String)> {
             ))
         })
         .collect()
+}
+
+/// Polls `approvals` until the session lists a call; the list.
+pub async fn wait_for_approvals(restate: &Restate, session: &str) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let pending = restate.call(session, "approvals", json!(null)).await;
+        if pending.as_array().is_some_and(|a| !a.is_empty()) {
+            return pending;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no approval was requested");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends a run (`/run/send`) and returns its invocation id.
+pub async fn send_run(restate: &Restate, session: &str, message: &str) -> String {
+    let r = restate
+        .http
+        .post(format!("{}/ModuSession/{session}/run/send", restate.ingress_url()))
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    let sent: serde_json::Value = r.json().await.unwrap();
+    sent["invocationId"].as_str().unwrap().to_owned()
+}
+
+/// Cancels the invocation `id` (admin API) and waits for it to end: its status and body.
+pub async fn cancel_and_attach(restate: &Restate, id: &str) -> (reqwest::StatusCode, String) {
+    let r = restate
+        .http
+        .patch(format!("{}/invocations/{id}/cancel", restate.admin_url()))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "cancel: {}", r.status());
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        restate
+            .http
+            .get(format!("{}/restate/invocation/{id}/attach", restate.ingress_url()))
+            .send(),
+    )
+    .await
+    .expect("the cancelled invocation did not end")
+    .unwrap();
+    let status = r.status();
+    (status, r.text().await.unwrap())
 }
