@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use modu_agent::{Agent, AgentRequest};
 use modu_core::{ApprovalDecision, ApprovalRequest, Message, RunOutcome, Usage};
-use restate_sdk::context::RequestTarget;
+use restate_sdk::context::{DurableFuture, RequestTarget};
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -355,9 +355,40 @@ where
             });
             waits.push(wait);
         }
-        let awakeables: Vec<String> = listed.iter().map(|p| p.awakeable_id.clone()).collect();
         ctx.set(APPROVALS_KEY, Json(listed.clone()));
-        let mut still = listed.clone();
+        let waited = self.take_decisions(ctx, run_id, &listed, waits).await;
+        if waited.is_err() {
+            // Cancelled (or a decision that cannot be recorded): no call waits any more. The
+            // list goes before the records of `settle` do, so a late `decide` finds no call.
+            ctx.clear(APPROVALS_KEY);
+        }
+        // Every decision is received and kept in DECISIONS_KEY (or the run stops): the records
+        // of `settle` are not needed any more (a late `decide` finds the call decided, or not
+        // waiting).
+        for pending in &listed {
+            ctx.request::<_, ()>(
+                RequestTarget::object(DEFAULT_NAME, pending.awakeable_id.clone(), FORGET),
+                (),
+            )
+            .send();
+        }
+        waited?;
+        journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await
+    }
+
+    /// Takes the decisions on the `listed` calls as they come, in any order: each recorded in
+    /// the agent's checkpoint, kept in DECISIONS_KEY and its call taken off the list.
+    async fn take_decisions<F>(
+        &self,
+        ctx: &ObjectContext<'_>,
+        run_id: &str,
+        listed: &[PendingApproval],
+        mut waits: DurableFuturesUnordered<F>,
+    ) -> Result<(), TerminalError>
+    where
+        F: DurableFuture<Output = Result<Json<ApprovalDecision>, TerminalError>>,
+    {
+        let mut still = listed.to_vec();
         let mut received = ctx
             .get::<Json<std::collections::HashMap<String, ApprovalDecision>>>(DECISIONS_KEY)
             .await?
@@ -385,13 +416,7 @@ where
             still.retain(|p| p.request.call_id != call);
             ctx.set(APPROVALS_KEY, Json(still.clone()));
         }
-        // Every decision is received and listed in DECISIONS_KEY: the records of `settle` are
-        // not needed any more (a late `decide` finds the call decided, or not waiting).
-        for awakeable_id in awakeables {
-            ctx.request::<_, ()>(RequestTarget::object(DEFAULT_NAME, awakeable_id, FORGET), ())
-                .send();
-        }
-        journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await
+        Ok(())
     }
 }
 

@@ -112,6 +112,33 @@ impl Restate {
         );
     }
 
+    /// The object state Restate holds for `ModuSession`: `(object key, state key)`, sorted
+    /// (admin SQL API).
+    pub async fn state(&self) -> Vec<(String, String)> {
+        let r = self
+            .http
+            .post(format!("{}/query", self.admin_url()))
+            .header("accept", "application/json")
+            .json(&serde_json::json!({
+                "query": "SELECT service_key, key FROM state WHERE service_name = 'ModuSession' ORDER BY service_key, key"
+            }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(status.is_success(), "query: {status} {body}");
+        body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let text = |k: &str| row[k].as_str().unwrap_or_default().to_owned();
+                (text("service_key"), text("key"))
+            })
+            .collect()
+    }
+
     /// Calls `<object>/<key>/<handler>` on the ingress and waits for its JSON answer.
     pub async fn call(&self, key: &str, handler: &str, body: serde_json::Value) -> serde_json::Value {
         let request = self
