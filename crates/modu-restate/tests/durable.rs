@@ -539,3 +539,47 @@ async fn a_decided_call_leaves_the_approvals_list() {
     assert_eq!(ledger(&s.ledger).len(), 2, "both calls ran");
     assert_eq!(s.restate.call("ivan", "approvals", json!(null)).await, json!([]));
 }
+
+/// A worker killed while its run waits for approvals, one decided already: the new worker
+/// replays the decisions taken (in the order they came) and the run goes on with the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_two_decisions_is_replaced_and_both_calls_run_once() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let mut s = setup(&bin, 10).await;
+    let (run, first, second) = run_with_two_approvals(&s, "olga", "after the kill").await;
+    let decide = |call: &str| json!({"call_id": call, "decision": "approved"});
+    assert_eq!(s.restate.call("olga", "decide", decide(&second)).await, json!(true));
+    let started = Instant::now();
+    while s
+        .restate
+        .call("olga", "approvals", json!(null))
+        .await
+        .as_array()
+        .map_or(0, Vec::len)
+        > 1
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the decision was not received"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s.worker.kill();
+    let port = s.worker.port;
+    s.worker = Worker::start(port, &s.mock.base_url(), &s.ledger, 10, &s.worker_log).await;
+    assert_eq!(
+        s.restate.call("olga", "decide", decide(&second)).await,
+        json!(true),
+        "the same again"
+    );
+    assert_eq!(s.restate.call("olga", "decide", decide(&first)).await, json!(true));
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the run did not end")
+        .unwrap();
+    assert_eq!(out["output"], "after the kill", "{out}");
+    let lines = ledger(&s.ledger);
+    assert_eq!(lines.len(), 2, "each approved call ran once: {lines:?}");
+    assert_eq!(calls(&s.mock), 2, "no model call was repeated");
+}
