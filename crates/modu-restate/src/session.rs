@@ -95,10 +95,11 @@ pub struct Decision {
 ///   call, as [`Agent::approve`] says).
 /// - `history` (shared; → `[Message]`): the session's conversation.
 ///
-/// Two more handlers are private to Restate (not callable through the ingress): `settle` and
-/// `forget`, which `decide` and `run` call on the object keyed by a call's awakeable id, where
-/// the first decision on the call is recorded (an exclusive handler of that key, so two
-/// decisions at once are ordered) until the run has received it.
+/// Two more handlers are private to Restate (not callable through the ingress, with
+/// [`DurableSession::definition`]): `settle` and `forget`, which `decide` and `run` call on the
+/// object keyed by a call's awakeable id. There the first decision on the call is recorded (an
+/// exclusive handler of that key, so two decisions at once are ordered) until the run has
+/// received every decision of its pause, or has been cancelled.
 ///
 /// The agent must be built with [`crate::durable`] (so its model and tool calls are journaled)
 /// and, to pause for approvals, with a checkpoint store (an in-memory one does: a worker that
