@@ -69,12 +69,14 @@ async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> Test
         .model_settings(
             ModelSettings::new()
                 .temperature(0.5)
+                .top_p(0.8)
+                .frequency_penalty(0.5)
                 .seed(7)
                 .tool_choice(ToolChoice::None),
         )
         .build()?;
     let request = AgentRequest::new((), "weather?")
-        .model_settings(ModelSettings::new().max_tokens(64))
+        .model_settings(ModelSettings::new().max_tokens(64).top_p(0.3).presence_penalty(1.0))
         .tool_choice(ToolChoice::Named("weather".into()));
     let result = agent.run(request).await;
     assert_eq!(
@@ -88,6 +90,10 @@ async fn a_runs_own_settings_win_over_the_agents_and_unset_fields_stay() -> Test
     assert_eq!(sent[0].temperature, Some(0.5));
     assert_eq!(sent[0].seed, Some(7));
     assert_eq!(sent[0].max_tokens, Some(64));
+    // Nucleus sampling and the penalties: the run's own over the agent's, the rest the agent's.
+    assert_eq!(sent[0].top_p, Some(0.3));
+    assert_eq!(sent[0].frequency_penalty, Some(0.5));
+    assert_eq!(sent[0].presence_penalty, Some(1.0));
     assert_eq!(sent[1].tool_choice, None, "reset after the forced call");
     assert_eq!(
         sent[1].max_tokens,

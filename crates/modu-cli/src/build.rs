@@ -437,6 +437,7 @@ pub async fn agent(config: &Config, sink: Option<Arc<dyn EventSink>>) -> Result<
     let stores = stores(&config.store).await.map_err(Failure::Invalid)?;
     let mut settings = ModelSettings::default();
     settings.temperature = config.model.temperature;
+    settings.top_p = config.model.top_p;
     settings.max_tokens = config.model.max_tokens;
 
     let mut builder = Agent::builder(model.chat_model())

@@ -126,6 +126,8 @@ pub struct ModelSection {
     pub request_timeout_seconds: Option<f64>,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Nucleus sampling's probability mass.
+    pub top_p: Option<f32>,
     /// Most tokens per answer.
     pub max_tokens: Option<u32>,
 }

@@ -181,6 +181,15 @@ pub struct ChatRequest {
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Nucleus sampling: only the tokens of this much probability mass are considered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// Penalises tokens by how often they already appear (OpenAI's −2.0 to 2.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    /// Penalises tokens that already appear at all (OpenAI's −2.0 to 2.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
     /// The most tokens to generate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
@@ -270,6 +279,9 @@ impl ChatRequest {
             parallel_tool_calls: None,
             response_format: None,
             temperature: None,
+            top_p: None,
+            frequency_penalty: None,
+            presence_penalty: None,
             max_tokens: None,
             stop: Vec::new(),
             seed: None,
@@ -304,6 +316,12 @@ impl ChatRequest {
     /// Sets the temperature.
     pub fn with_temperature(mut self, t: f32) -> Self {
         self.temperature = Some(t);
+        self
+    }
+
+    /// Sets nucleus sampling's probability mass.
+    pub fn with_top_p(mut self, p: f32) -> Self {
+        self.top_p = Some(p);
         self
     }
 

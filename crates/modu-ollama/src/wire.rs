@@ -199,6 +199,15 @@ pub(crate) fn encode_request(
     if let Some(seed) = request.seed {
         options.insert("seed".into(), Value::from(seed));
     }
+    for (name, value) in [
+        ("top_p", request.top_p),
+        ("frequency_penalty", request.frequency_penalty),
+        ("presence_penalty", request.presence_penalty),
+    ] {
+        if let Some(value) = value {
+            options.insert(name.into(), Value::from(value));
+        }
+    }
     if let Some(n) = request.max_tokens {
         options.insert("num_predict".into(), Value::from(n));
     }

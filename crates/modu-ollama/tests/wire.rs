@@ -200,14 +200,18 @@ async fn request_body_format_options_keep_alive_and_history() {
         .with_temperature(0.0)
         .with_seed(42)
         .with_max_tokens(100)
+        .with_top_p(0.5)
         .with_extra("options", json!({"top_k": 5, "repeat_penalty": 1.1}))
         .with_extra("think", json!(false));
     req.stop = vec!["\n\n".into()];
+    req.frequency_penalty = Some(0.25);
+    req.presence_penalty = Some(-0.5);
     c.complete(req).await.unwrap();
     let body = server.requests().pop().unwrap();
     assert_eq!(
         body["options"],
-        json!({"num_ctx": 8192, "top_k": 5, "temperature": 0.0, "seed": 42, "num_predict": 100, "stop": ["\n\n"], "repeat_penalty": 1.1})
+        json!({"num_ctx": 8192, "top_k": 5, "temperature": 0.0, "seed": 42, "top_p": 0.5,
+            "frequency_penalty": 0.25, "presence_penalty": -0.5, "num_predict": 100, "stop": ["\n\n"], "repeat_penalty": 1.1})
     );
     assert_eq!(body["keep_alive"], "10m");
     assert_eq!(body["think"], false);

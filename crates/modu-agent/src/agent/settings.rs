@@ -210,6 +210,14 @@ pub enum FinalizationMode {
 pub struct ModelSettings {
     /// Temperature.
     pub temperature: Option<f32>,
+    /// Nucleus sampling: only the tokens of this much probability mass are considered.
+    pub top_p: Option<f32>,
+    /// Penalises tokens by how often they already appear (OpenAI's −2.0 to 2.0; Ollama's
+    /// `frequency_penalty` option).
+    pub frequency_penalty: Option<f32>,
+    /// Penalises tokens that already appear at all (OpenAI's −2.0 to 2.0; Ollama's
+    /// `presence_penalty` option).
+    pub presence_penalty: Option<f32>,
     /// Most tokens per answer.
     pub max_tokens: Option<u32>,
     /// Seed.
@@ -244,6 +252,7 @@ impl ModelSettings {
     ///
     /// let settings = ModelSettings::new()
     ///     .temperature(0.2)
+    ///     .top_p(0.9)
     ///     .max_tokens(512)
     ///     .seed(7)
     ///     .stop(["END"])
@@ -259,6 +268,21 @@ impl ModelSettings {
     /// Sets the temperature.
     pub fn temperature(mut self, t: f32) -> Self {
         self.temperature = Some(t);
+        self
+    }
+    /// Sets nucleus sampling's probability mass.
+    pub fn top_p(mut self, p: f32) -> Self {
+        self.top_p = Some(p);
+        self
+    }
+    /// Sets the frequency penalty.
+    pub fn frequency_penalty(mut self, penalty: f32) -> Self {
+        self.frequency_penalty = Some(penalty);
+        self
+    }
+    /// Sets the presence penalty.
+    pub fn presence_penalty(mut self, penalty: f32) -> Self {
+        self.presence_penalty = Some(penalty);
         self
     }
     /// Sets the most tokens per answer.
@@ -303,6 +327,9 @@ impl ModelSettings {
     pub fn over(&self, base: &ModelSettings) -> ModelSettings {
         ModelSettings {
             temperature: self.temperature.or(base.temperature),
+            top_p: self.top_p.or(base.top_p),
+            frequency_penalty: self.frequency_penalty.or(base.frequency_penalty),
+            presence_penalty: self.presence_penalty.or(base.presence_penalty),
             max_tokens: self.max_tokens.or(base.max_tokens),
             seed: self.seed.or(base.seed),
             stop: if self.stop.is_empty() {

@@ -372,6 +372,9 @@ where
         request.tools = tools;
         request.response_format = format;
         request.temperature = s.temperature;
+        request.top_p = s.top_p;
+        request.frequency_penalty = s.frequency_penalty;
+        request.presence_penalty = s.presence_penalty;
         request.max_tokens = s.max_tokens;
         request.seed = s.seed;
         request.reasoning_effort = s.reasoning_effort;

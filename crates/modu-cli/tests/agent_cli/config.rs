@@ -141,7 +141,7 @@ async fn skills_memory_and_limits_come_from_the_config() {
     .unwrap();
     std::fs::write(
         dir.path().join("modu.toml"),
-        "[skills]\npath = \"skills\"\nactive = [\"haiku\"]\n\n[memory]\npolicy = \"recent_turns\"\nmax_turns = 1\n\n[model]\ntemperature = 0.25\nmax_tokens = 99\n",
+        "[skills]\npath = \"skills\"\nactive = [\"haiku\"]\n\n[memory]\npolicy = \"recent_turns\"\nmax_turns = 1\n\n[model]\ntemperature = 0.25\ntop_p = 0.5\nmax_tokens = 99\n",
     )
     .unwrap();
     for prompt in ["first", "second", "third"] {
@@ -157,6 +157,7 @@ async fn skills_memory_and_limits_come_from_the_config() {
         ["user: second", "assistant: You said: second", "user: third"]
     );
     assert_eq!(requests[2]["temperature"], json!(0.25));
+    assert_eq!(requests[2]["top_p"], json!(0.5));
     assert_eq!(requests[2]["max_tokens"], json!(99));
 }
 

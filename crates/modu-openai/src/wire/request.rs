@@ -69,6 +69,12 @@ pub(crate) struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub stop: &'a [String],
@@ -389,6 +395,9 @@ pub(crate) fn encode_request(
         parallel_tool_calls: request.parallel_tool_calls,
         response_format: request.response_format.as_ref().map(wire_response_format),
         temperature: request.temperature,
+        top_p: request.top_p,
+        frequency_penalty: request.frequency_penalty,
+        presence_penalty: request.presence_penalty,
         max_tokens: request.max_tokens,
         stop: &request.stop,
         seed: request.seed,

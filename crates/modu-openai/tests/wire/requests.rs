@@ -92,7 +92,10 @@ async fn request_body_shapes() {
             .with_tool_choice(choice)
             .with_temperature(0.0)
             .with_max_tokens(64)
-            .with_seed(7);
+            .with_seed(7)
+            .with_top_p(0.5);
+        req.frequency_penalty = Some(0.25);
+        req.presence_penalty = Some(-0.5);
         req.parallel_tool_calls = Some(false);
         req.stop = vec!["</s>".into()];
         c.complete(req).await.unwrap();
@@ -102,6 +105,9 @@ async fn request_body_shapes() {
         assert_eq!(body["max_tokens"], 64);
         assert_eq!(body["seed"], 7);
         assert_eq!(body["temperature"], 0.0);
+        assert_eq!(body["top_p"], 0.5);
+        assert_eq!(body["frequency_penalty"], 0.25);
+        assert_eq!(body["presence_penalty"], -0.5);
         assert_eq!(body["stop"], json!(["</s>"]));
         assert_eq!(
             body["tools"],
