@@ -445,3 +445,82 @@ async fn a_resumed_run_no_longer_waits_for_decisions() {
         "the finished run left no checkpoint"
     );
 }
+
+/// A checkpoint store whose reads take a moment, as a database's do (the in-memory one never
+/// yields, so it cannot show a race between two decisions).
+struct SlowReads(InMemoryCheckpointStore);
+
+#[async_trait::async_trait]
+impl CheckpointStore for SlowReads {
+    async fn save(
+        &self,
+        run_id: &str,
+        meta: &modu_core::CheckpointMeta,
+        state: &[u8],
+    ) -> Result<(), modu_core::StoreError> {
+        self.0.save(run_id, meta, state).await
+    }
+    async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, modu_core::StoreError> {
+        let loaded = self.0.load(run_id).await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        loaded
+    }
+    async fn delete(&self, run_id: &str) -> Result<(), modu_core::StoreError> {
+        self.0.delete(run_id).await
+    }
+    async fn list(
+        &self,
+        query: &modu_core::CheckpointQuery,
+    ) -> Result<modu_core::CheckpointPage, modu_core::StoreError> {
+        self.0.list(query).await
+    }
+    async fn purge_expired(&self) -> Result<u64, modu_core::StoreError> {
+        self.0.purge_expired().await
+    }
+}
+
+/// Reviewers deciding the calls of one paused run at the same time (a web UI sending each
+/// click as it comes) lose no decision: without session leases, the agent still orders the
+/// edits of one run's checkpoint that it makes itself.
+#[tokio::test]
+async fn decisions_made_at_the_same_time_on_one_run_are_all_kept() {
+    let moved = Arc::new(AtomicUsize::new(0));
+    let calls: Vec<(&str, Value)> = (1..=8).map(|n| ("transfer", json!({"amount": n}))).collect();
+    let model = ScriptedModel::new().tool_calls(calls).text("all done");
+    let a = Agent::builder(model)
+        .tool(transfer(Arc::clone(&moved)))
+        .checkpoint_store(Arc::new(SlowReads(InMemoryCheckpointStore::new())))
+        .build()
+        .unwrap();
+    let paused = a.run("pay eight times").await;
+    assert_eq!(paused.approvals().len(), 8, "{:?}", paused.error());
+    let decisions = paused.approvals().iter().enumerate().map(|(i, request)| {
+        let (a, run_id, call_id) = (&a, paused.run_id(), request.call_id.clone());
+        async move {
+            if i % 2 == 0 {
+                a.approve(run_id, &call_id).await
+            } else {
+                a.reject(run_id, &call_id, Some("no".into())).await
+            }
+        }
+    });
+    for decided in futures::future::join_all(decisions).await {
+        decided.unwrap();
+    }
+    assert!(
+        a.pending_approvals(paused.run_id()).await.unwrap().is_empty(),
+        "every decision was kept"
+    );
+    let done = a.resume(paused.run_id(), ()).await;
+    assert_eq!(
+        done.output().map(String::as_str),
+        Some("all done"),
+        "{:?}",
+        done.error()
+    );
+    assert_eq!(
+        moved.load(Ordering::SeqCst),
+        4,
+        "the four approved calls ran, the rejected did not"
+    );
+}

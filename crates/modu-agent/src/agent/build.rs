@@ -107,6 +107,7 @@ impl<C: Send + Sync + 'static, O: Send + 'static, S> AgentBuilder<C, O, S> {
                 memory_is_default: config.memory_is_default,
                 checkpoints: config.checkpoints,
                 leases: config.leases,
+                edits: crate::runner::edits::EditLocks::default(),
                 authorizer: config.authorizer,
                 fingerprint,
                 chat,

@@ -125,6 +125,8 @@ pub(crate) struct AgentInner<C, O> {
     pub(crate) memory_is_default: bool,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     pub(crate) leases: Option<crate::lease::SessionLeases>,
+    /// Orders this process's edits of one run's checkpoint (decisions, answers).
+    pub(crate) edits: crate::runner::edits::EditLocks,
     pub(crate) authorizer: Arc<dyn ToolAuthorizer>,
     pub(crate) fingerprint: Arc<str>,
     /// The agent model's chat stack (user chat layers, retry, per-attempt events, the model).

@@ -251,6 +251,10 @@ where
         run_id: &str,
         edit: impl FnOnce(&mut Checkpoint) -> Result<(bool, T), AgentError>,
     ) -> Result<T, AgentError> {
+        // Two edits of one run read, change and write its checkpoint: without an order, the
+        // later write drops the earlier one's change (a decision lost). This process's edits
+        // of a run take turns; other processes' are ordered by the session's lease.
+        let _turn = self.inner.edits.turn(run_id).await;
         let mut checkpoint = self.load_checkpoint(run_id).await?;
         let (Some(leases), Some(session)) = (&self.inner.leases, checkpoint.session_id.clone()) else {
             let (save, value) = edit(&mut checkpoint)?;

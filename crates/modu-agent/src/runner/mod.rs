@@ -42,6 +42,7 @@ use crate::tool_provider::ToolSession;
 mod ask;
 mod batch;
 pub(crate) mod chat;
+pub(crate) mod edits;
 pub(crate) mod emitter;
 pub(crate) mod function;
 mod gate;
