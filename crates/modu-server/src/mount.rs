@@ -67,6 +67,9 @@ pub(crate) struct PausedRun {
     /// The ids of every tool call the run's messages hold.
     pub call_ids: Vec<String>,
     pub approvals: Vec<ApprovalRequest>,
+    /// Whether the run waits for a person at all (approvals, or asks for input answered or
+    /// not): a checkpoint that waits for nothing is a run that was working when it saved.
+    pub waits: bool,
 }
 
 impl PausedRun {
@@ -92,6 +95,8 @@ struct ExportedState {
     messages: Vec<Message>,
     #[serde(default)]
     interruptions: Vec<ApprovalRequest>,
+    #[serde(default)]
+    input_requests: Vec<serde_json::Value>,
 }
 
 /// A stored session: its id and when it was last appended to, in Unix milliseconds.
@@ -291,12 +296,15 @@ where
                 .filter(|m| m.role == Role::Assistant)
                 .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
                 .collect();
+            let state = exported.state;
+            let waits = !state.interruptions.is_empty() || !state.input_requests.is_empty();
             Ok(PausedRun {
                 user: exported.user.user_id,
                 session_id: exported.session_id,
-                message_count: exported.state.messages.len(),
+                message_count: state.messages.len(),
                 call_ids,
-                approvals: exported.state.interruptions,
+                approvals: state.interruptions,
+                waits,
             })
         })
     }

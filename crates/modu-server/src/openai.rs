@@ -6,21 +6,25 @@
 //! refused as [`crate::openai_params`] says.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use modu_core::{AgentError, AgentEvent, Message, ToolCall, Usage};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Caller;
 use crate::error::ServerError;
-use crate::mount::{Finished, Item, RunInput, called_tool};
+use crate::mount::{Finished, Item, RunInput, Served, called_tool};
 use crate::openai_params::RunOptions;
 use crate::{AppState, unix_now};
 
@@ -184,6 +188,9 @@ pub(crate) async fn chat_completions(
         cancel: tokio_util::sync::CancellationToken::new(),
         model_settings,
     };
+    // A client that goes away mid-run drops the run (an OpenAI run is driven by its
+    // request): its `running` checkpoint, which no session leads back to, is deleted.
+    let abandoned = Abandoned::new(Arc::clone(&agent), run_id.clone());
     let meta = Meta {
         id: format!("chatcmpl-{run_id}"),
         run_id,
@@ -198,15 +205,23 @@ pub(crate) async fn chat_completions(
             sent_text: false,
         };
         let opening = stream_event(&chunks.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
-        let events = agent
-            .stream(&principal, input)
-            .flat_map(move |item| futures::stream::iter(chunks.on(item)));
-        let body = futures::stream::once(async move { opening })
-            .chain(events)
-            .map(Ok::<Event, Infallible>);
+        let ended = Arc::clone(&abandoned.ended);
+        let events = agent.stream(&principal, input).flat_map(move |item| {
+            if matches!(item, Item::Done(_)) {
+                ended.store(true, Ordering::SeqCst);
+            }
+            futures::stream::iter(chunks.on(item))
+        });
+        let body = futures::stream::once(async move { opening }).chain(events).boxed();
+        let body = Guarded {
+            events: body,
+            _abandoned: abandoned,
+        }
+        .map(Ok::<Event, Infallible>);
         return Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response());
     }
     let finished = agent.run(&principal, input).await;
+    abandoned.ended.store(true, Ordering::SeqCst);
     if let Some(error) = &finished.error {
         return Err(meta.run_error(error));
     }
@@ -334,6 +349,73 @@ impl Chunks {
         }
         out.push(Event::default().data("[DONE]"));
         out
+    }
+}
+
+/// The run of a request whose client may go away before it ends. An OpenAI run is driven by
+/// its request (its stream, or the handler's future): a client that disconnects drops the run
+/// mid-way, and its checkpoint would stay `running`, with no session for
+/// `Agent::recover_orphans` to find it by and no client that knows to resume it. Dropped before
+/// the run ended, this deletes that checkpoint (a run that waits for a person keeps its own:
+/// its owner resumes it on the run-control routes).
+struct Abandoned {
+    agent: Arc<dyn Served>,
+    run_id: String,
+    /// Set once the run's end was seen (its result handed on).
+    ended: Arc<AtomicBool>,
+}
+
+impl Abandoned {
+    fn new(agent: Arc<dyn Served>, run_id: String) -> Self {
+        Abandoned {
+            agent,
+            run_id,
+            ended: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let agent = Arc::clone(&self.agent);
+        let run_id = std::mem::take(&mut self.run_id);
+        runtime.spawn(async move {
+            match agent.paused(&run_id).await {
+                // Working when its client went away: nobody can continue it.
+                Ok(run) if !run.waits => {
+                    if let Err(error) = agent.discard(&run_id).await {
+                        tracing::warn!(run_id, %error, "the checkpoint of a run its client abandoned was not deleted");
+                    }
+                }
+                // Waiting for a person (it paused as its client went away): kept for run control;
+                // or no checkpoint at all.
+                Ok(_) | Err(AgentError::CheckpointNotFound { .. } | AgentError::Configuration { .. }) => {}
+                Err(error) => {
+                    tracing::warn!(run_id, %error, "the checkpoint of a run its client abandoned was not read");
+                }
+            }
+        });
+    }
+}
+
+/// A streamed answer with the [`Abandoned`] guard of its run, dropped after the stream (so the
+/// run has stopped before its checkpoint is looked at).
+struct Guarded {
+    events: BoxStream<'static, Event>,
+    _abandoned: Abandoned,
+}
+
+impl Stream for Guarded {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.events.poll_next_unpin(cx)
     }
 }
 
