@@ -315,6 +315,9 @@ async fn continuation(
     let paused = owned_run(agent, &task_id, principal)
         .await
         .map_err(|_| RpcError::task_not_found())?;
+    if paused.approvals.is_empty() && !paused.inputs.is_empty() {
+        return Err(RpcError::invalid_params(crate::inputs::not_an_approval(name, &task_id)));
+    }
     let mut decisions = incoming.decisions;
     if decisions.is_empty() {
         let decision = text_decision(&incoming.text)

@@ -271,6 +271,23 @@ pub(crate) fn outcome(task_id: &str, context_id: &str, finished: &Finished) -> O
             artifact: None,
         };
     }
+    if finished.waits_for_input_only() {
+        let prompts: Vec<&str> = finished.inputs.iter().map(|r| r.prompt.as_str()).collect();
+        let inputs: Vec<Value> = finished.inputs.iter().map(crate::inputs::input_json).collect();
+        let text = format!(
+            "Waiting for a person's input: {}. Answer each ask on the run-control routes under the run id {task_id} (POST /agents/{{agent}}/runs/{task_id}/answer), then resume the run there (POST .../resume); this task follows it.",
+            prompts.join("; ")
+        );
+        return Outcome {
+            state: TaskState::InputRequired,
+            message: agent_message(
+                task_id,
+                context_id,
+                vec![json!({"text": text}), json!({"data": {"inputs": inputs}})],
+            ),
+            artifact: None,
+        };
+    }
     if let Some(error) = &finished.error {
         tracing::warn!(error = %error, task = %task_id, "A2A task failed");
         let (code, message) = public_error(error);

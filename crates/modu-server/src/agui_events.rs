@@ -350,6 +350,14 @@ impl Translator {
                 return;
             }
         }
+        if finished.waits_for_input_only() {
+            // AG-UI `resume` answers approvals; an ask for input is answered on run control.
+            out.push(event(
+                "RUN_ERROR",
+                json!({"message": INPUT_REQUIRED, "code": "input_required", "usage": usage}),
+            ));
+            return;
+        }
         if let Some(error) = &finished.error {
             tracing::warn!(error = %error, run_id = %self.run_id, "AG-UI run failed");
             let (code, message) = public_error(error);
@@ -395,6 +403,10 @@ impl Translator {
 pub(crate) fn interrupt_id(run_id: &str, call_id: &str) -> String {
     format!("{run_id}#{call_id}")
 }
+
+/// What a run paused for asks for input alone ends with (AG-UI `RUN_ERROR`, code
+/// `input_required`).
+pub(crate) const INPUT_REQUIRED: &str = "the run waits for a person's input: list its asks at GET /agents/{agent}/runs/{runId}/inputs, answer each (POST .../answer or .../decline), then POST .../resume";
 
 /// A call waiting for approval as an AG-UI interrupt; a resume entry answers it by its id.
 fn interrupt(run_id: &str, request: &ApprovalRequest) -> Value {

@@ -25,6 +25,7 @@ use crate::a2a_tasks::ResumedTask;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
 use crate::error::{ApiPath, ServerError};
+use crate::inputs::input_json;
 use crate::live::{Followed, LiveRun, Unfollowable};
 use crate::mount::{Decision, Finished, PausedRun, Served};
 
@@ -79,8 +80,9 @@ pub(crate) async fn approvals(
     let agent = state.agent(&name)?;
     let run = owned_run(agent, &run_id, &principal).await?;
     let approvals: Vec<Value> = run.approvals.iter().map(approval_json).collect();
+    let inputs: Vec<Value> = run.inputs.iter().map(input_json).collect();
     Ok(Json(
-        json!({"runId": run_id, "sessionId": run.session_id, "approvals": approvals}),
+        json!({"runId": run_id, "sessionId": run.session_id, "approvals": approvals, "inputs": inputs}),
     ))
 }
 
@@ -152,11 +154,13 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 /// A resumed run's end as JSON: `completed` with the output, or `paused` with the calls
-/// that wait; a failed run is an error response.
+/// that wait (`approvals`, and `inputs`: asks for a person's input); a failed run is an error
+/// response.
 pub(crate) fn finished_json(run_id: &str, finished: Finished) -> Result<Value, ServerError> {
-    if !finished.interruptions.is_empty() {
+    if !finished.interruptions.is_empty() || !finished.inputs.is_empty() {
         let approvals: Vec<Value> = finished.interruptions.iter().map(approval_json).collect();
-        return Ok(json!({"runId": run_id, "status": "paused", "approvals": approvals}));
+        let inputs: Vec<Value> = finished.inputs.iter().map(input_json).collect();
+        return Ok(json!({"runId": run_id, "status": "paused", "approvals": approvals, "inputs": inputs}));
     }
     if let Some(error) = &finished.error {
         return Err(ServerError::run_failed(error));
@@ -439,7 +443,8 @@ pub(crate) async fn session_approvals(
         match agent.paused(&run_id).await {
             Ok(run) if run.owned_by(&principal) => {
                 let approvals: Vec<Value> = run.approvals.iter().map(approval_json).collect();
-                runs.push(json!({"runId": run_id, "approvals": approvals}));
+                let inputs: Vec<Value> = run.inputs.iter().map(input_json).collect();
+                runs.push(json!({"runId": run_id, "approvals": approvals, "inputs": inputs}));
             }
             // Another user's run, or one that ended since it was listed.
             Ok(_) | Err(AgentError::CheckpointNotFound { .. }) => {}

@@ -84,6 +84,19 @@ pub enum ServerError {
         /// The paused run's id.
         run_id: String,
     },
+    /// The run paused for a person's input alone: tools of it asked for values
+    /// (`RunContext::ask_user`) and no call waits for approval. The body names the run
+    /// (`run_id`), so the caller can list, answer and resume it on the run-control routes
+    /// (`/agents/{agent}/runs/{run_id}/inputs`, `answer`, `decline`, `resume`).
+    #[error(
+        "the run {run_id} waits for a person's input: list its asks at /agents/{agent}/runs/{run_id}/inputs, answer or decline each, then POST /agents/{agent}/runs/{run_id}/resume"
+    )]
+    InputRequired {
+        /// The agent's name (the route's `{agent}`, the OpenAI `model`).
+        agent: String,
+        /// The paused run's id.
+        run_id: String,
+    },
     /// The run ended without an answer.
     #[error("{message}")]
     RunFailed {
@@ -127,13 +140,16 @@ impl ServerError {
             ServerError::RunIdInUse => StatusCode::CONFLICT,
             ServerError::Gone { .. } => StatusCode::GONE,
             ServerError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ServerError::RunPaused { .. } => StatusCode::CONFLICT,
+            ServerError::RunPaused { .. } | ServerError::InputRequired { .. } => StatusCode::CONFLICT,
             ServerError::RunFailed { code, .. } => match *code {
                 "model_error" => StatusCode::BAD_GATEWAY,
                 "timeout" => StatusCode::GATEWAY_TIMEOUT,
-                "approval_required" | "session_busy" | "lease_lost" | "resume_incompatible" | "already_completed" => {
-                    StatusCode::CONFLICT
-                }
+                "approval_required"
+                | "input_required"
+                | "session_busy"
+                | "lease_lost"
+                | "resume_incompatible"
+                | "already_completed" => StatusCode::CONFLICT,
                 "guardrail_tripped" => StatusCode::UNPROCESSABLE_ENTITY,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
@@ -153,12 +169,13 @@ impl ServerError {
             ServerError::Gone { .. } => ("invalid_request_error", "events_gone"),
             ServerError::Unauthorized => ("authentication_error", "invalid_api_key"),
             ServerError::RunPaused { .. } => ("server_error", "approval_required"),
+            ServerError::InputRequired { .. } => ("server_error", "input_required"),
             ServerError::RunFailed { code, .. } => ("server_error", code),
         }
     }
 
-    /// The JSON body. A paused run's ([`ServerError::RunPaused`]) also names the run:
-    /// `{"error": {…, "code": "approval_required", "run_id": …}}`; an
+    /// The JSON body. A paused run's ([`ServerError::RunPaused`], [`ServerError::InputRequired`])
+    /// also names the run: `{"error": {…, "code": "approval_required", "run_id": …}}`; an
     /// [`ServerError::InvalidParameter`]'s `param` names the field.
     pub fn body(&self) -> serde_json::Value {
         let (kind, code) = self.kind();
@@ -166,7 +183,7 @@ impl ServerError {
             "error": {"message": self.to_string(), "type": kind, "param": null, "code": code}
         });
         match self {
-            ServerError::RunPaused { run_id, .. } => {
+            ServerError::RunPaused { run_id, .. } | ServerError::InputRequired { run_id, .. } => {
                 body["error"]["run_id"] = serde_json::Value::String(run_id.clone());
             }
             ServerError::InvalidParameter { param, .. } => {
@@ -190,7 +207,7 @@ impl IntoResponse for ServerError {
             // OpenAI's SDKs retry a 409 or a 5xx twice by default, and a retry runs the agent
             // again, its tools included (the run already retried its model calls): they honour
             // this header.
-            ServerError::RunFailed { .. } | ServerError::RunPaused { .. } => {
+            ServerError::RunFailed { .. } | ServerError::RunPaused { .. } | ServerError::InputRequired { .. } => {
                 response
                     .headers_mut()
                     .insert("x-should-retry", http::HeaderValue::from_static("false"));

@@ -9,6 +9,7 @@ mod agui_events;
 pub mod auth;
 mod control;
 mod error;
+mod inputs;
 mod live;
 mod mount;
 mod openai;
@@ -52,6 +53,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served) |
 /// | `GET /agents/{agent}/runs/{run}/approvals` | a paused run's waiting calls |
 /// | `POST /agents/{agent}/runs/{run}/approve`, `/reject` | a decision on one call: `{"callId", "always"?}`, `{"callId", "message"?}` |
+/// | `GET /agents/{agent}/runs/{run}/inputs` | a paused run's asks for a person's input (`RunContext::ask_user`) that wait for an answer |
+/// | `POST /agents/{agent}/runs/{run}/answer`, `/decline` | an answer to one ask: `{"callId", "value"}` (400 when the value does not fit the ask's schema), `{"callId", "message"?}` |
 /// | `POST /agents/{agent}/runs/{run}/resume` | continues a paused or cancelled run: JSON, or AG-UI events with `Accept: text/event-stream` |
 /// | `POST /agents/{agent}/runs/{run}/cancel` | cancels a running run (it stops at its next boundary, its checkpoint kept) |
 /// | `GET /agents/{agent}/runs/{run}/events` | follows a streamed run: its buffered events after `Last-Event-ID`, then the rest live |
@@ -300,6 +303,9 @@ impl ModuServer {
             .route("/agents/{agent}/runs/{run_id}/approvals", get(control::approvals))
             .route("/agents/{agent}/runs/{run_id}/approve", post(control::approve))
             .route("/agents/{agent}/runs/{run_id}/reject", post(control::reject))
+            .route("/agents/{agent}/runs/{run_id}/inputs", get(inputs::inputs))
+            .route("/agents/{agent}/runs/{run_id}/answer", post(inputs::answer))
+            .route("/agents/{agent}/runs/{run_id}/decline", post(inputs::decline))
             .route("/agents/{agent}/runs/{run_id}/resume", post(control::resume))
             .route("/agents/{agent}/runs/{run_id}/cancel", post(control::cancel))
             .route("/agents/{agent}/runs/{run_id}/events", get(control::events))

@@ -6,8 +6,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use modu_agent::{Agent, AgentRequest, ModelSettings, StreamItem};
 use modu_core::{
-    AgentError, AgentEvent, ApprovalRequest, CheckpointQuery, CheckpointStatus, Message, Role, RunOutcome, Usage,
-    UserContext,
+    AgentError, AgentEvent, ApprovalRequest, CheckpointQuery, CheckpointStatus, InputRequest, Message, Role,
+    RunOutcome, Usage, UserContext,
 };
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,8 @@ pub(crate) struct Finished {
     pub usage: Usage,
     pub messages: Vec<Message>,
     pub interruptions: Vec<ApprovalRequest>,
+    /// A paused run's asks for a person's input that wait for an answer.
+    pub inputs: Vec<InputRequest>,
     /// Whether the answer was cut at the model's output limit (`RunStats::answer_cut`).
     pub cut: bool,
 }
@@ -67,6 +69,8 @@ pub(crate) struct PausedRun {
     /// The ids of every tool call the run's messages hold.
     pub call_ids: Vec<String>,
     pub approvals: Vec<ApprovalRequest>,
+    /// The asks for a person's input ([`InputRequest`]) that have no answer yet.
+    pub inputs: Vec<InputRequest>,
     /// Whether the run waits for a person at all (approvals, or asks for input answered or
     /// not): a checkpoint that waits for nothing is a run that was working when it saved.
     pub waits: bool,
@@ -96,7 +100,10 @@ struct ExportedState {
     #[serde(default)]
     interruptions: Vec<ApprovalRequest>,
     #[serde(default)]
-    input_requests: Vec<serde_json::Value>,
+    input_requests: Vec<InputRequest>,
+    /// The answers given so far, by call id (in the order asked).
+    #[serde(default)]
+    inputs: std::collections::BTreeMap<String, Vec<serde_json::Value>>,
 }
 
 /// A stored session: its id and when it was last appended to, in Unix milliseconds.
@@ -107,6 +114,15 @@ pub(crate) type Session = (String, u64);
 pub(crate) enum Decision {
     Approve { always: bool },
     Reject { message: Option<String> },
+}
+
+/// A person's answer to one ask for input.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum InputReply {
+    /// The value (checked against the ask's schema).
+    Given(serde_json::Value),
+    /// Declined, with why (for the model).
+    Declined(Option<String>),
 }
 
 /// An agent the server can run.
@@ -121,6 +137,13 @@ pub(crate) trait Served: Send + Sync {
         run_id: &str,
         call_id: &str,
         decision: Decision,
+    ) -> futures::future::BoxFuture<'static, Result<(), AgentError>>;
+    /// Records a person's answer to one ask for input of a paused run.
+    fn answer(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        reply: InputReply,
     ) -> futures::future::BoxFuture<'static, Result<(), AgentError>>;
     /// Resumes a paused (or cancelled) run to its end (or its next pause); `cancel` stops it
     /// at its next boundary.
@@ -210,6 +233,7 @@ fn item<O: Serialize>(item: StreamItem<O>) -> Item {
 pub(crate) fn finished<O: Serialize>(outcome: RunOutcome<O>) -> Finished {
     // The wire keeps its shape: a paused run answers with the `approval_required` error and
     // lists the calls that wait.
+    let mut inputs = Vec::new();
     let (output, error, interruptions, report) = match outcome {
         RunOutcome::Completed(done) => match serde_json::to_value(&done.output) {
             Ok(value) => (Some(value), None, Vec::new(), done.report),
@@ -223,14 +247,17 @@ pub(crate) fn finished<O: Serialize>(outcome: RunOutcome<O>) -> Finished {
                 done.report,
             ),
         },
-        RunOutcome::Paused(paused) => (
-            None,
-            Some(AgentError::Interrupted {
-                pending: paused.approvals.len() + paused.inputs.len(),
-            }),
-            paused.approvals,
-            paused.report,
-        ),
+        RunOutcome::Paused(paused) => {
+            inputs = paused.inputs;
+            (
+                None,
+                Some(AgentError::Interrupted {
+                    pending: paused.approvals.len() + inputs.len(),
+                }),
+                paused.approvals,
+                paused.report,
+            )
+        }
         RunOutcome::Failed(failed) => {
             let output = failed.unstored_output.and_then(|o| serde_json::to_value(&o).ok());
             (output, Some(failed.error), Vec::new(), failed.report)
@@ -248,6 +275,15 @@ pub(crate) fn finished<O: Serialize>(outcome: RunOutcome<O>) -> Finished {
         usage: report.usage,
         messages: report.messages,
         interruptions,
+        inputs,
+    }
+}
+
+impl Finished {
+    /// Whether the run paused for asks for input alone (no call waits for approval): it is
+    /// answered on the run-control routes, not approved.
+    pub(crate) fn waits_for_input_only(&self) -> bool {
+        self.interruptions.is_empty() && !self.inputs.is_empty()
     }
 }
 
@@ -298,12 +334,23 @@ where
                 .collect();
             let state = exported.state;
             let waits = !state.interruptions.is_empty() || !state.input_requests.is_empty();
+            let answers = state.inputs;
+            let inputs = state
+                .input_requests
+                .into_iter()
+                .filter(|r| {
+                    answers
+                        .get(&r.call_id)
+                        .is_none_or(|given| given.len() <= r.index as usize)
+                })
+                .collect();
             Ok(PausedRun {
                 user: exported.user.user_id,
                 session_id: exported.session_id,
                 message_count: state.messages.len(),
                 call_ids,
                 approvals: state.interruptions,
+                inputs,
                 waits,
             })
         })
@@ -322,6 +369,22 @@ where
                 Decision::Approve { always: false } => agent.approve(&run_id, &call_id).await,
                 Decision::Approve { always: true } => agent.approve_always(&run_id, &call_id).await,
                 Decision::Reject { message } => agent.reject(&run_id, &call_id, message).await,
+            }
+        })
+    }
+
+    fn answer(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        reply: InputReply,
+    ) -> futures::future::BoxFuture<'static, Result<(), AgentError>> {
+        let agent = self.agent.clone();
+        let (run_id, call_id) = (run_id.to_owned(), call_id.to_owned());
+        Box::pin(async move {
+            match reply {
+                InputReply::Given(value) => agent.answer(&run_id, &call_id, value).await,
+                InputReply::Declined(message) => agent.decline(&run_id, &call_id, message).await,
             }
         })
     }

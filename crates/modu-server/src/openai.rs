@@ -222,8 +222,8 @@ pub(crate) async fn chat_completions(
     }
     let finished = agent.run(&principal, input).await;
     abandoned.ended.store(true, Ordering::SeqCst);
-    if let Some(error) = &finished.error {
-        return Err(meta.run_error(error));
+    if let Some(error) = meta.run_error(&finished) {
+        return Err(error);
     }
     // The answer's reasoning, as vLLM and llama.cpp send it (`reasoning_content`).
     let reasoning = finished
@@ -268,16 +268,21 @@ struct Meta {
 }
 
 impl Meta {
-    /// The error a run that ended with `error` is answered with: a paused run's names the run,
-    /// so its owner can decide and resume it on the run-control routes.
-    fn run_error(&self, error: &AgentError) -> ServerError {
-        match error {
+    /// The error a run that ended without an answer is answered with: a paused run's names
+    /// the run, so its owner can decide (or answer) and resume it on the run-control routes.
+    fn run_error(&self, finished: &Finished) -> Option<ServerError> {
+        let error = finished.error.as_ref()?;
+        Some(match error {
+            AgentError::Interrupted { .. } if finished.waits_for_input_only() => ServerError::InputRequired {
+                agent: self.model.clone(),
+                run_id: self.run_id.clone(),
+            },
             AgentError::Interrupted { .. } => ServerError::RunPaused {
                 agent: self.model.clone(),
                 run_id: self.run_id.clone(),
             },
             other => ServerError::run_failed(other),
-        }
+        })
     }
 }
 
@@ -330,9 +335,9 @@ impl Chunks {
     }
 
     fn done(&mut self, finished: Finished) -> Vec<Event> {
-        if let Some(error) = &finished.error {
+        if let Some(error) = self.meta.run_error(&finished) {
             // OpenAI's SDKs raise on a chunk carrying `error`; no [DONE] follows.
-            return vec![stream_event(&self.meta.run_error(error).body())];
+            return vec![stream_event(&error.body())];
         }
         let mut out = Vec::new();
         if !self.sent_text
