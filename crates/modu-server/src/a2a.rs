@@ -528,7 +528,7 @@ fn subscribe(
         move |value| success(&id, value).to_string(),
         behind,
     )
-    .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))
+    .map_err(RpcError::events_gone)
 }
 
 /// `GetTask`.

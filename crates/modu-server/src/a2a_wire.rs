@@ -43,6 +43,15 @@ impl RpcError {
         RpcError::new(code::INVALID_PARAMS, message)
     }
 
+    /// A `SubscribeToTask` whose `Last-Event-ID` names events the run no longer keeps (or
+    /// never sent): the request asks for what cannot be given, not a server failure, so it is
+    /// invalid params (A2A has no error of its own for it), with the server's sentence.
+    pub(crate) fn events_gone(gone: crate::error::ServerError) -> Self {
+        RpcError::invalid_params(format!(
+            "Last-Event-ID: {gone}; subscribe without Last-Event-ID for the task as it stands and the updates its run still keeps"
+        ))
+    }
+
     pub(crate) fn task_not_found() -> Self {
         RpcError::new(code::TASK_NOT_FOUND, "no task with this id")
     }

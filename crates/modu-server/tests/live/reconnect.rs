@@ -92,12 +92,13 @@ async fn a_last_event_id_the_run_never_sent_is_gone_up_to_u64_max() {
 }
 
 #[tokio::test]
-async fn a2a_subscribe_to_task_with_a_last_event_id_the_task_never_sent_is_an_error() {
+async fn a2a_subscribe_to_task_with_a_last_event_id_the_task_never_sent_is_invalid_params() {
     let counts = Arc::new(Counts::default());
     let (_, url, events, task_id) = working_a2a_task(&counts).await;
 
     let subscribe = json!({"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": task_id}});
-    for (last_event_id, code) in [(u64::MAX.to_string(), -32603), ("x".to_owned(), -32600)] {
+    // Not a server failure (-32603): the request asks for events that cannot be given.
+    for (last_event_id, code) in [(u64::MAX.to_string(), -32602), ("x".to_owned(), -32600)] {
         let response = reqwest::Client::new()
             .post(&url)
             .bearer_auth(ERIN)
@@ -144,4 +145,86 @@ async fn a_finished_runs_id_re_posted_without_last_event_id_is_refused_not_run_a
     assert_eq!(counts.tool_started.load(Ordering::SeqCst), 1, "the tool ran once");
     let replay = Events::open(&url, ERIN, &input("t1", "r1"), Some(0)).await.rest().await;
     assert_eq!(replay, all, "the finished run's events, whole");
+}
+
+/// `SubscribeToTask` with a `Last-Event-ID` older than the events a working task's run still
+/// keeps: invalid params saying so (not an internal error); without it, the task and the kept
+/// updates.
+#[tokio::test]
+async fn a2a_subscribe_to_task_after_events_no_longer_kept_is_invalid_params_not_internal() {
+    let deltas = modu_server::EVENT_BUFFER + 50;
+    let model = ScriptedModel::new()
+        .respond(move |request: &ChatRequest| {
+            if request.messages.last().is_some_and(|m| m.role == Role::Tool) {
+                return vec![
+                    ChatEvent::TextDelta { text: "done".into() },
+                    ChatEvent::Finish {
+                        reason: FinishReason::Stop,
+                    },
+                ];
+            }
+            let mut events: Vec<ChatEvent> = (0..deltas).map(|_| ChatEvent::TextDelta { text: "x".into() }).collect();
+            events.push(ChatEvent::ToolCallDelta {
+                index: 0,
+                id: Some("call_1".into()),
+                name: Some("slow".into()),
+                arguments: "{}".into(),
+            });
+            events.push(ChatEvent::Finish {
+                reason: FinishReason::ToolCalls,
+            });
+            events
+        })
+        .cycle();
+    let started = Arc::new(AtomicUsize::new(0));
+    let tool_started = Arc::clone(&started);
+    let spec = ToolSpec::new("slow", "A slow tool", json!({"type": "object", "properties": {}}));
+    let tool = FunctionTool::<()>::new(spec, move |_ctx, _args: Value| {
+        tool_started.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            Ok(json!("ok"))
+        }
+    });
+    let agent: Agent = Agent::builder(model).name("chatty").tool(tool).build().unwrap();
+    let base = serve(ModuServer::new().agent("chatty", agent).auth(tokens()).router()).await;
+    let url = format!("{base}/a2a/chatty");
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Talk"}]}}});
+    let mut events = Events::open(&url, ERIN, &send, None).await;
+    let (_, first) = events.next().await.unwrap();
+    let task_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    until("the tool to start", || started.load(Ordering::SeqCst) == 1).await;
+
+    let subscribe = json!({"jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": task_id}});
+    let response = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(ERIN)
+        .header("last-event-id", "1")
+        .json(&subscribe)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["id"], 7, "{body}");
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no longer kept") && message.contains("Last-Event-ID"),
+        "{body}"
+    );
+    // Without Last-Event-ID: the task as it stands, then the updates the run still keeps.
+    let response = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(ERIN)
+        .json(&subscribe)
+        .send()
+        .await
+        .unwrap();
+    let kept = sse_json(&response.text().await.unwrap());
+    assert_eq!(kept[0]["result"]["task"]["id"], task_id.as_str());
+    let last = &kept.last().unwrap()["result"]["statusUpdate"]["status"]["state"];
+    assert_eq!(last, "TASK_STATE_COMPLETED", "{:?}", kept.last());
+    drop(events);
 }
