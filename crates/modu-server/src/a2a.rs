@@ -486,10 +486,9 @@ fn live_task(
 
 /// `SubscribeToTask`: an SSE stream of a working task's updates, as `SendStreamingMessage`
 /// sends them. The first response is the task as it stands; then every update the task's run
-/// still keeps (from its first, unless the run has sent more than the buffer holds) and the
-/// rest as they come, until the task ends or pauses (with `Last-Event-ID`, the updates after
-/// that event). A task that is not working (ended, or
-/// waiting for input) cannot be subscribed to.
+/// still keeps (with `Last-Event-ID`, those after that event) and the rest as they come, until
+/// the task ends or pauses. A task not working (ended, or waiting for input) cannot be
+/// subscribed to; nor, with `Last-Event-ID`, one whose run was resumed elsewhere (no ids).
 fn subscribe(
     state: &Arc<AppState>,
     name: &str,
@@ -511,15 +510,17 @@ fn subscribe(
         .get(name, &params.id, principal)
         .filter(|live| !live.is_done());
     let first = success(&id, json!({"task": task_json(&params.id, &task, None)})).to_string();
+    let after = crate::a2a_wire::last_event_id(headers)?;
     if task.resumed_elsewhere {
+        if after.is_some() {
+            return Err(RpcError::invalid_params(crate::a2a_wire::RESUMED_ELSEWHERE));
+        }
         let live = running
             .or_else(|| state.live.resuming(name, &params.id, principal))
             .ok_or_else(not_working)?;
         return Ok(ResumedTask::subscribe(Arc::clone(state), live, params.id, id, first));
     }
     let live = running.ok_or_else(not_working)?;
-    let after =
-        crate::control::last_event_id(headers).map_err(|e| RpcError::new(code::INVALID_REQUEST, e.to_string()))?;
     let behind = behind(&id);
     crate::control::follow_sse_from(
         &live,

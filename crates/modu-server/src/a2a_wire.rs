@@ -245,6 +245,16 @@ pub(crate) struct Outcome {
 }
 
 /// The id of the artifact holding a task's answer.
+/// The `Last-Event-ID` header of a `SubscribeToTask` (invalid request when it is no event id).
+pub(crate) fn last_event_id(headers: &http::HeaderMap) -> Result<Option<u64>, RpcError> {
+    crate::control::last_event_id(headers).map_err(|e| RpcError::new(code::INVALID_REQUEST, e.to_string()))
+}
+
+/// Why `SubscribeToTask` with `Last-Event-ID` is refused on a task whose paused run was resumed
+/// through run control or AG-UI: that run's events are not the task's, and the updates sent for
+/// the task (its state, then its end) carry no event ids, so no id names a point in them.
+pub(crate) const RESUMED_ELSEWHERE: &str = "Last-Event-ID: this task's run was resumed through run control or AG-UI, and its updates here carry no event ids to continue after; subscribe without Last-Event-ID for the task as it stands and its end, or follow the run's own events at /agents/{agent}/runs/{run}/events";
+
 pub(crate) const ANSWER: &str = "answer";
 
 /// The answer artifact with these parts.

@@ -295,6 +295,7 @@ async fn gated_server(gate: Arc<tokio::sync::Semaphore>) -> String {
 /// `SubscribeToTask` on a task whose paused run was resumed through AG-UI or run control
 /// (streamed: that run's events are AG-UI events) follows it as `GetTask` does: the working
 /// task, then, when the run ends, its answer and its last status, all A2A stream responses.
+/// With `Last-Event-ID` it is refused (those updates carry no event ids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribe_to_task_follows_a_task_resumed_through_ag_ui_or_run_control() {
     for via in ["agui", "control"] {
@@ -341,6 +342,28 @@ async fn subscribe_to_task_follows_a_task_resumed_through_ag_ui_or_run_control()
         assert_eq!(get["result"]["status"]["state"], "TASK_STATE_WORKING", "{via}: {get}");
 
         let subscribe = json!({"jsonrpc": "2.0", "id": 3, "method": "SubscribeToTask", "params": {"id": task_id}});
+        // With Last-Event-ID (say, the id of the last update of the task's first run, before
+        // it paused): refused, saying why, not a stream that ignores it.
+        let response = reqwest::Client::new()
+            .post(&a2a)
+            .bearer_auth(ERIN)
+            .header("last-event-id", "2")
+            .timeout(std::time::Duration::from_secs(10))
+            .json(&subscribe)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        // A stream that ignored Last-Event-ID would wait for the run (gated) and time out.
+        let text = response
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("{via}: no answer, the Last-Event-ID was ignored: {e}"));
+        assert_eq!(status, 200, "{via}");
+        let refused: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{via}: not an error: {text}"));
+        assert_eq!(refused["error"]["code"], -32602, "{via}: {refused}");
+        let why = refused["error"]["message"].as_str().unwrap();
+        assert!(why.contains("Last-Event-ID") && why.contains("resumed"), "{via}: {why}");
         let response = reqwest::Client::new()
             .post(&a2a)
             .bearer_auth(ERIN)
