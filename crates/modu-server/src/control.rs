@@ -254,7 +254,11 @@ pub(crate) fn reconnect(
     principal: &Principal,
     after: u64,
 ) -> Result<Response, ServerError> {
-    let Some(live) = state.live.get(agent, run_id, principal) else {
+    let Some(live) = state
+        .live
+        .get(agent, run_id, principal)
+        .filter(|live| live.followable())
+    else {
         return Err(ServerError::Gone {
             message: format!(
                 "the run's events are no longer kept (a run can be followed while it runs and for {} s after)",
@@ -375,6 +379,7 @@ pub(crate) async fn events(
     let live = state
         .live
         .get(&name, &run_id, &principal)
+        .filter(|live| live.followable())
         .ok_or_else(|| ServerError::not_found("no streamed run with this id"))?;
     follow_sse(&live, None, |event| event.to_string(), agui_behind())
 }

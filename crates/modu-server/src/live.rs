@@ -70,6 +70,9 @@ pub(crate) struct LiveRun {
     changed: watch::Sender<u64>,
     /// The paused run this run resumes under a new id (and claims while it runs).
     resumes: Option<String>,
+    /// Whether its events are kept for followers (an OpenAI run's are not: it is registered
+    /// only so that it is not resumed or reused while it runs, and can be cancelled).
+    followable: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -131,6 +134,7 @@ impl LiveRuns {
             log: Mutex::new(Log::default()),
             changed: watch::channel(0).0,
             resumes: paused_key.as_ref().map(|(_, paused)| paused.clone()),
+            followable: std::sync::atomic::AtomicBool::new(true),
         });
         registry.runs.insert(key, Arc::clone(&run));
         if let Some(paused_key) = paused_key {
@@ -191,6 +195,17 @@ impl LiveRuns {
 }
 
 impl LiveRun {
+    /// Whether its events can be followed (`GET .../events`, `Last-Event-ID`).
+    pub(crate) fn followable(&self) -> bool {
+        self.followable.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Marks a run whose events are not kept (an OpenAI run): following it is 404 (410 with
+    /// `Last-Event-ID`), as for a run the server does not have.
+    pub(crate) fn not_followable(&self) {
+        self.followable.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Whether the run has ended.
     pub(crate) fn is_done(&self) -> bool {
         lock(&self.log).done
@@ -221,7 +236,8 @@ impl LiveRun {
         }
     }
 
-    fn finish(&self) {
+    /// Marks the run ended (its followers' streams end).
+    pub(crate) fn finish(&self) {
         let id = {
             let mut log = lock(&self.log);
             log.done = true;

@@ -23,7 +23,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Caller;
+use crate::control::start_live;
 use crate::error::ServerError;
+use crate::live::LiveRun;
 use crate::mount::{Finished, Item, RunInput, Served, called_tool};
 use crate::openai_params::RunOptions;
 use crate::{AppState, unix_now};
@@ -178,19 +180,33 @@ pub(crate) async fn chat_completions(
         ));
     }
     let model_settings = request.options.settings()?;
+    let messages = to_messages(request.messages)?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
+    // The run is in flight under its id while it runs (its client sees it as
+    // `chatcmpl-<run id>`): run control's `resume` of it is refused meanwhile (409), and its
+    // `cancel` cancels it.
+    let live = start_live(&state, &request.model, &run_id, &principal)?;
+    // Its events are not kept: there is nothing to follow (`GET .../events` is 404).
+    live.not_followable();
     let input = RunInput {
-        messages: to_messages(request.messages)?,
+        messages,
         session_id: None,
         run_id: run_id.clone(),
         metadata: state.run_metadata(&request.model, serde_json::Map::new()),
-        // Not cancellable over the wire: an OpenAI client ends its run by going away.
-        cancel: tokio_util::sync::CancellationToken::new(),
+        cancel: live.cancel.clone(),
         model_settings,
     };
     // A client that goes away mid-run drops the run (an OpenAI run is driven by its
     // request): its `running` checkpoint, which no session leads back to, is deleted.
-    let abandoned = Abandoned::new(Arc::clone(&agent), run_id.clone());
+    let run = Arc::new(InFlight {
+        state: Arc::clone(&state),
+        agent: Arc::clone(&agent),
+        name: request.model.clone(),
+        run_id: run_id.clone(),
+        live,
+        ended: AtomicBool::new(false),
+    });
+    let abandoned = Abandoned(Arc::clone(&run));
     let meta = Meta {
         id: format!("chatcmpl-{run_id}"),
         run_id,
@@ -205,10 +221,10 @@ pub(crate) async fn chat_completions(
             sent_text: false,
         };
         let opening = stream_event(&chunks.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
-        let ended = Arc::clone(&abandoned.ended);
         let events = agent.stream(&principal, input).flat_map(move |item| {
             if matches!(item, Item::Done(_)) {
-                ended.store(true, Ordering::SeqCst);
+                // Before its client reads the end: a paused run is resumable right away.
+                run.end();
             }
             futures::stream::iter(chunks.on(item))
         });
@@ -221,7 +237,8 @@ pub(crate) async fn chat_completions(
         return Ok(Sse::new(body).keep_alive(KeepAlive::default()).into_response());
     }
     let finished = agent.run(&principal, input).await;
-    abandoned.ended.store(true, Ordering::SeqCst);
+    run.end();
+    drop(abandoned);
     if let Some(error) = meta.run_error(&finished) {
         return Err(error);
     }
@@ -357,44 +374,57 @@ impl Chunks {
     }
 }
 
+/// An OpenAI run in flight: registered under its id while it runs (see [`start_live`]).
+struct InFlight {
+    state: Arc<AppState>,
+    agent: Arc<dyn Served>,
+    /// The agent's name (the request's `model`).
+    name: String,
+    run_id: String,
+    live: Arc<LiveRun>,
+    /// Set once the run's end was seen (its result handed on).
+    ended: AtomicBool,
+}
+
+impl InFlight {
+    /// The run has ended: it is no longer in flight.
+    fn end(&self) {
+        if !self.ended.swap(true, Ordering::SeqCst) {
+            self.forget();
+        }
+    }
+
+    fn forget(&self) {
+        self.live.finish();
+        self.state.live.remove(&self.name, &self.run_id, &self.live);
+    }
+}
+
 /// The run of a request whose client may go away before it ends. An OpenAI run is driven by
 /// its request (its stream, or the handler's future): a client that disconnects drops the run
 /// mid-way, and its checkpoint would stay `running`, with no session for
 /// `Agent::recover_orphans` to find it by and no client that knows to resume it. Dropped before
 /// the run ended, this deletes that checkpoint (a run that waits for a person keeps its own:
-/// its owner resumes it on the run-control routes).
-struct Abandoned {
-    agent: Arc<dyn Served>,
-    run_id: String,
-    /// Set once the run's end was seen (its result handed on).
-    ended: Arc<AtomicBool>,
-}
-
-impl Abandoned {
-    fn new(agent: Arc<dyn Served>, run_id: String) -> Self {
-        Abandoned {
-            agent,
-            run_id,
-            ended: Arc::new(AtomicBool::new(false)),
-        }
-    }
-}
+/// its owner resumes it on the run-control routes), then lets the run's id go (so no resume
+/// starts on the checkpoint meanwhile).
+struct Abandoned(Arc<InFlight>);
 
 impl Drop for Abandoned {
     fn drop(&mut self) {
-        if self.ended.load(Ordering::SeqCst) {
+        if self.0.ended.swap(true, Ordering::SeqCst) {
             return;
         }
+        let run = Arc::clone(&self.0);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            run.forget();
             return;
         };
-        let agent = Arc::clone(&self.agent);
-        let run_id = std::mem::take(&mut self.run_id);
         runtime.spawn(async move {
-            match agent.paused(&run_id).await {
+            let run_id = run.run_id.as_str();
+            match run.agent.paused(run_id).await {
                 // Working when its client went away: nobody can continue it.
-                Ok(run) if !run.waits => {
-                    if let Err(error) = agent.discard(&run_id).await {
+                Ok(paused) if !paused.waits => {
+                    if let Err(error) = run.agent.discard(run_id).await {
                         tracing::warn!(run_id, %error, "the checkpoint of a run its client abandoned was not deleted");
                     }
                 }
@@ -405,6 +435,7 @@ impl Drop for Abandoned {
                     tracing::warn!(run_id, %error, "the checkpoint of a run its client abandoned was not read");
                 }
             }
+            run.forget();
         });
     }
 }

@@ -1,5 +1,5 @@
-//! The OpenAI-compatible route's runs whose client goes away mid-run, over real HTTP on
-//! 127.0.0.1: what is left in the checkpoint store.
+//! The OpenAI-compatible route's runs in flight, over real HTTP on 127.0.0.1: what a client
+//! that goes away mid-run leaves in the checkpoint store, and run control on a running run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -126,4 +126,66 @@ async fn a_client_that_disconnects_from_an_unstreamed_run_leaves_no_running_chec
         checkpoints(&store).await
     );
     assert_eq!(started.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_openai_run_in_flight_is_not_resumed_twice_and_run_control_cancels_it() {
+    let store = Arc::new(InMemoryCheckpointStore::new());
+    let started = Arc::new(AtomicUsize::new(0));
+    let app = ModuServer::new()
+        .agent("slow", slow_agent(store.clone(), started.clone()))
+        .router();
+    let base = serve(app).await;
+    let body = json!({"model": "slow", "messages": [{"role": "user", "content": "go"}], "stream": true});
+    let mut response = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let first = String::from_utf8(response.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    let chunk: Value = serde_json::from_str(common::sse_data(&first)[0].as_str()).unwrap();
+    let run_id = chunk["id"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("chatcmpl-")
+        .unwrap()
+        .to_owned();
+    assert!(until(&store, |c| c.len() == 1).await);
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+
+    // Its owner (here: anonymous, as the run is) cannot resume it while it runs: that would
+    // run its tool call a second time, alongside.
+    let runs = format!("{base}/agents/slow/runs/{run_id}");
+    let resume = reqwest::Client::new()
+        .post(format!("{runs}/resume"))
+        .timeout(Duration::from_secs(5))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("the resume of a running run must be refused at once, not run");
+    assert_eq!(resume.status(), 409);
+    let refused: Value = resume.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "run_id_in_use", "{refused}");
+    assert_eq!(started.load(Ordering::SeqCst), 1, "the tool did not run again");
+
+    // Its events are not kept: there is nothing to follow.
+    let events = reqwest::Client::new()
+        .get(format!("{runs}/events"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 404);
+
+    // Run control cancels it: the stream ends with the error `cancelled`, its checkpoint kept.
+    let (status, text, _) = common::post(&format!("{runs}/cancel"), None, &json!({})).await;
+    assert_eq!(status, 202, "{text}");
+    let rest = response.text().await.unwrap();
+    let last = common::sse_json(&rest).pop().unwrap();
+    assert_eq!(last["error"]["code"], "cancelled", "{rest}");
+    assert_eq!(checkpoints(&store).await.len(), 1, "a cancelled run is resumable");
+    // Ended, it is no longer in flight.
+    let (status, _, _) = common::post(&format!("{runs}/cancel"), None, &json!({})).await;
+    assert_eq!(status, 404);
 }
