@@ -3,7 +3,7 @@
 //! leaves the agent's own settings in place.
 //!
 //! - Honoured, for every model call of the run (kept in its checkpoint, so a resume uses them
-//!   too): `temperature`, `max_completion_tokens` (or `max_tokens`; at most the agent's own
+//!   too): `temperature`, `top_p`, `frequency_penalty`, `presence_penalty`, `max_completion_tokens` (or `max_tokens`; at most the agent's own
 //!   limit when it sets one: a request may lower it, never raise it), `seed`, `stop`,
 //!   `parallel_tool_calls`, `reasoning_effort`, and `tool_choice` `"none"` (a standard run's
 //!   model is asked not to call tools). `tool_choice` `"auto"` and `response_format`
@@ -12,8 +12,9 @@
 //!   forces a tool (`"required"`, a named function: the agent's tools are its own),
 //!   `response_format` `json_object` / `json_schema` (the agent's answer format is its own),
 //!   `logprobs` / `top_logprobs` (the server returns none), legacy `functions`, and values out
-//!   of range (a `temperature` outside 0–2, a token limit of 0, an unknown `reasoning_effort`).
-//! - Not read: `top_p`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `user`,
+//!   of range (a `temperature` outside 0–2, a `top_p` outside 0–1, a penalty outside −2–2, a
+//!   token limit of 0, an unknown `reasoning_effort`).
+//! - Not read: `logit_bias`, `user`,
 //!   `metadata`, `store`, `service_tier` and any other field: the agent's own settings apply.
 
 use modu_agent::ModelSettings;
@@ -28,6 +29,12 @@ use crate::error::ServerError;
 pub(crate) struct RunOptions {
     #[serde(default)]
     temperature: Option<f32>,
+    #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default)]
+    frequency_penalty: Option<f32>,
+    #[serde(default)]
+    presence_penalty: Option<f32>,
     #[serde(default)]
     max_tokens: Option<u32>,
     #[serde(default)]
@@ -175,6 +182,38 @@ impl RunOptions {
                 ));
             }
             settings = settings.temperature(t);
+            set = true;
+        }
+        if let Some(p) = self.top_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(refused("top_p", "invalid_value", "top_p must be between 0 and 1"));
+            }
+            settings = settings.top_p(p);
+            set = true;
+        }
+        type Setter = fn(ModelSettings, f32) -> ModelSettings;
+        let penalties: [(&'static str, Option<f32>, Setter); 2] = [
+            (
+                "frequency_penalty",
+                self.frequency_penalty,
+                ModelSettings::frequency_penalty,
+            ),
+            (
+                "presence_penalty",
+                self.presence_penalty,
+                ModelSettings::presence_penalty,
+            ),
+        ];
+        for (param, penalty, apply) in penalties {
+            let Some(penalty) = penalty else { continue };
+            if !(-2.0..=2.0).contains(&penalty) {
+                return Err(refused(
+                    param,
+                    "invalid_value",
+                    format!("{param} must be between -2 and 2"),
+                ));
+            }
+            settings = apply(settings, penalty);
             set = true;
         }
         let (param, limit) = match self.max_completion_tokens {

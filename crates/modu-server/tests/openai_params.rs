@@ -34,8 +34,8 @@ fn tuned_agent(model: modu_testing::ScriptedModel) -> modu_agent::Agent {
 }
 
 /// The sampling fields a request sets are its run's settings, over the agent's, for every
-/// model call of the run; a field it does not set (or one the server does not read, `top_p`)
-/// leaves the agent's.
+/// model call of the run; a field it does not set (or one the server does not read,
+/// `logit_bias`) leaves the agent's.
 #[tokio::test]
 async fn sampling_fields_are_the_runs_own_settings_over_the_agents() {
     use modu_core::{ReasoningEffort, ToolChoice};
@@ -53,6 +53,9 @@ async fn sampling_fields_are_the_runs_own_settings_over_the_agents() {
         ("reasoning_effort", json!("low")),
         ("tool_choice", json!("none")),
         ("top_p", json!(0.5)),
+        ("frequency_penalty", json!(0.5)),
+        ("presence_penalty", json!(-1.0)),
+        ("logit_bias", json!({"50256": -100})),
         ("response_format", json!({"type": "text"})),
     ] {
         body[field] = value;
@@ -69,6 +72,9 @@ async fn sampling_fields_are_the_runs_own_settings_over_the_agents() {
             "max_completion_tokens wins over max_tokens"
         );
         assert_eq!(request.seed, Some(7));
+        assert_eq!(request.top_p, Some(0.5));
+        assert_eq!(request.frequency_penalty, Some(0.5));
+        assert_eq!(request.presence_penalty, Some(-1.0));
         assert_eq!(request.stop, ["END"]);
         assert_eq!(request.reasoning_effort, Some(ReasoningEffort::Low));
     }
@@ -134,6 +140,8 @@ async fn fields_the_agent_cannot_honour_are_refused_naming_the_param() {
             json!([{"name": "x", "parameters": {}}]),
             "unsupported_parameter",
         ),
+        ("top_p", json!(1.5), "invalid_value"),
+        ("presence_penalty", json!(-3), "invalid_value"),
         ("temperature", json!(2.5), "invalid_value"),
         ("max_tokens", json!(0), "invalid_value"),
         ("reasoning_effort", json!("extreme"), "unsupported_value"),
