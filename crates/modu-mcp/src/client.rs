@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService};
+use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
@@ -283,8 +283,12 @@ impl McpConnector {
         peer.set_response_cache_config(ClientCacheConfig::disabled()).await;
         // The generation before the listing: a change announced while listing lists again.
         let listed = signals.tools_generation();
+        // A server that declares no `tools` capability (one offering only resources or
+        // prompts) may answer tools/list with an error: it has no tools, and opens all the same.
+        let offers_tools = peer.peer_info().is_none_or(|info| info.capabilities.tools.is_some());
         let tools = match peer.list_all_tools().await {
             Ok(tools) => tools,
+            Err(ServiceError::McpError(_)) if !offers_tools => Vec::new(),
             Err(e) => {
                 let _ = service.cancel().await;
                 let Described { cause, message } = describe::service(&e);
