@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use modu_core::Message;
-use rmcp::model::{ContentBlock, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents, Role};
+use rmcp::model::{ContentBlock, ErrorCode, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents, Role};
 use rmcp::service::ServiceError;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -172,17 +172,22 @@ impl McpSession {
     /// The resources and resource templates of `server` (`None`: every server that offers
     /// resources): `{resources: [{server, uri, name, description?, mimeType?, ...}],
     /// resource_templates: [{server, uriTemplate, name, ...}]}`, as the servers describe them.
+    /// A server that does not implement `resources/templates/list` (it answers "method not
+    /// found") has no templates.
     pub async fn list_resources(&self, server: Option<&str>) -> Result<Value, McpError> {
         let mut resources = Vec::new();
         let mut templates = Vec::new();
         for connection in self.covered(server, "resources/list", |c| c.resources.is_some())? {
             let listed = ask(connection, "resources/list", connection.peer.list_all_resources()).await?;
-            let listed_templates = ask(
-                connection,
-                "resources/templates/list",
-                connection.peer.list_all_resource_templates(),
-            )
-            .await?;
+            // Templates are optional: a server that implements only `resources/list` (the
+            // low-level SDKs register no handler it was not given) answers "method not found".
+            let templates_or_none = async {
+                match connection.peer.list_all_resource_templates().await {
+                    Err(ServiceError::McpError(data)) if data.code == ErrorCode::METHOD_NOT_FOUND => Ok(Vec::new()),
+                    other => other,
+                }
+            };
+            let listed_templates = ask(connection, "resources/templates/list", templates_or_none).await?;
             let tag = |item: Value| match item {
                 Value::Object(mut map) => {
                     map.insert("server".into(), Value::String(connection.name.clone()));
