@@ -286,7 +286,7 @@ impl McpConnector {
         // A server that declares no `tools` capability (one offering only resources or
         // prompts) may answer tools/list with an error: it has no tools, and opens all the same.
         let offers_tools = peer.peer_info().is_none_or(|info| info.capabilities.tools.is_some());
-        let tools = match peer.list_all_tools().await {
+        let tools = match crate::listing::all_tools(&name, &peer).await {
             Ok(tools) => tools,
             Err(ServiceError::McpError(_)) if !offers_tools => Vec::new(),
             Err(e) => {

@@ -1,11 +1,57 @@
 //! A server's tool listing into the session's registry: one descriptor per listed tool, the
-//! first tool keeping an external name that two would share.
+//! first tool keeping an external name that two would share; and the pages of a listing.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+
+use rmcp::model::PaginatedRequestParams;
+use rmcp::service::ServiceError;
 
 use serde_json::Value;
 
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
+
+/// Every page of a listing (`tools/list`, `resources/list`, ...): `page` asks for the page at a
+/// cursor and answers its items and the next cursor. A cursor the server gave before (its
+/// pagination goes round in a circle, such as a next cursor on every page) ends the listing
+/// with what was listed and a warning, instead of asking again until the timeout while the
+/// items pile up.
+pub(crate) async fn all_pages<T, Fut>(
+    server: &str,
+    request: &str,
+    mut page: impl FnMut(Option<PaginatedRequestParams>) -> Fut,
+) -> Result<Vec<T>, ServiceError>
+where
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
+{
+    let mut seen = HashSet::new();
+    let (mut items, mut cursor) = page(None).await?;
+    while let Some(next) = cursor {
+        if !seen.insert(next.clone()) {
+            tracing::warn!(
+                server = %server,
+                request = %request,
+                "MCP listing stopped: the server gave the cursor {next:?} twice (its pagination goes round in a circle)"
+            );
+            break;
+        }
+        let (more, after) = page(Some(PaginatedRequestParams::default().with_cursor(Some(next)))).await?;
+        items.extend(more);
+        cursor = after;
+    }
+    Ok(items)
+}
+
+/// Every tool of a server, page by page ([`all_pages`]).
+pub(crate) async fn all_tools(
+    server: &str,
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
+    all_pages(server, "tools/list", |params| async move {
+        peer.list_tools(params).await.map(|r| (r.tools, r.next_cursor))
+    })
+    .await
+}
 
 /// Adds a server's listed tools to `registry`, in listing order (see [`add_first`]).
 pub(crate) fn add_listed(registry: &mut McpToolRegistry, server: &str, tools: &[rmcp::model::Tool]) {

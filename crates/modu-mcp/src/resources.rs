@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 use crate::client::{McpConnector, ServerConnection};
 use crate::describe;
 use crate::error::{McpError, McpRequestError, McpServerConfigurationError, RequestFailure, redact, redact_value};
+use crate::listing::all_pages;
 use crate::output::cap_result;
 use crate::session::McpSession;
 
@@ -178,11 +179,20 @@ impl McpSession {
         let mut resources = Vec::new();
         let mut templates = Vec::new();
         for connection in self.covered(server, "resources/list", |c| c.resources.is_some())? {
-            let listed = ask(connection, "resources/list", connection.peer.list_all_resources()).await?;
+            let peer = &connection.peer;
+            let resources_listing = all_pages(&connection.name, "resources/list", |params| async move {
+                peer.list_resources(params).await.map(|r| (r.resources, r.next_cursor))
+            });
+            let listed = ask(connection, "resources/list", resources_listing).await?;
             // Templates are optional: a server that implements only `resources/list` (the
             // low-level SDKs register no handler it was not given) answers "method not found".
             let templates_or_none = async {
-                match connection.peer.list_all_resource_templates().await {
+                let listing = all_pages(&connection.name, "resources/templates/list", |params| async move {
+                    peer.list_resource_templates(params)
+                        .await
+                        .map(|r| (r.resource_templates, r.next_cursor))
+                });
+                match listing.await {
                     Err(ServiceError::McpError(data)) if data.code == ErrorCode::METHOD_NOT_FOUND => Ok(Vec::new()),
                     other => other,
                 }
@@ -236,7 +246,11 @@ impl McpSession {
     pub async fn list_prompts(&self, server: Option<&str>) -> Result<Vec<McpPromptInfo>, McpError> {
         let mut out = Vec::new();
         for connection in self.covered(server, "prompts/list", |c| c.prompts.is_some())? {
-            let prompts = ask(connection, "prompts/list", connection.peer.list_all_prompts()).await?;
+            let peer = &connection.peer;
+            let listing = all_pages(&connection.name, "prompts/list", |params| async move {
+                peer.list_prompts(params).await.map(|r| (r.prompts, r.next_cursor))
+            });
+            let prompts = ask(connection, "prompts/list", listing).await?;
             out.extend(prompts.into_iter().map(|p| {
                 McpPromptInfo {
                     server: connection.name.clone(),

@@ -14,7 +14,7 @@ use crate::client::ServerConnection;
 use crate::config::DEFAULT_MAX_RESULT_BYTES;
 use crate::describe::{self, Cause, Described};
 use crate::error::{InvocationFailure, McpAuthError, McpError, McpToolInvocationError, redact};
-use crate::listing::{add_first, add_listed};
+use crate::listing::{add_first, add_listed, all_tools};
 use crate::output::{removed_tool, tool_output, unknown_tool};
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
 use crate::sampling::{McpSamplingUsage, Sampler};
@@ -186,7 +186,7 @@ impl McpSession {
         let stale: Vec<&Arc<ServerConnection>> = self.servers.iter().filter(|s| is_stale(s)).collect();
         let listings = join_all(stale.into_iter().map(|server| async move {
             let generation = server.signals.tools_generation();
-            let listed = tokio::time::timeout(server.call_timeout, server.peer.list_all_tools()).await;
+            let listed = tokio::time::timeout(server.call_timeout, all_tools(&server.name, &server.peer)).await;
             // Listed (or given up on) up to this generation: a failure is not retried at every call.
             server.tools_listed.store(generation, Ordering::Release);
             match listed {

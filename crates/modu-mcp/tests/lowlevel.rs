@@ -5,6 +5,8 @@
 mod support;
 
 use modu_mcp::{McpConfig, McpConnector, McpServerConfig};
+use std::time::{Duration, Instant};
+
 use serde_json::json;
 
 fn lowlevel(python: &str, marker: &str) -> McpServerConfig {
@@ -47,5 +49,38 @@ async fn resources_of_a_server_without_templates_are_listed() {
     }
     let read = session.read_resource("notes", "notes://one").await.unwrap();
     assert_eq!(read["contents"][0]["text"], "note one");
+    session.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pagination_going_round_in_a_circle_ends_with_what_was_listed() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("circular-cursor");
+    let server = McpServerConfig::stdio("circle", python)
+        .with_args([support::test_file("servers/circular_cursor_server.py"), marker.clone()]);
+    let config = McpConfig::new(vec![server])
+        .unwrap()
+        .with_connect_timeout(Duration::from_secs(10));
+    let connector = McpConnector::new(config).unwrap();
+    // Every page names the next cursor "again": the listing stops at the repeated cursor
+    // instead of asking until the connect timeout while the pages pile up.
+    let started = Instant::now();
+    let session = connector.open_session(None).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(session.search("", 10, |_| true)["total"], 1);
+    assert_eq!(
+        session.call_tool("circle__ping", json!({})).await.unwrap(),
+        json!("pong")
+    );
+    let resources = session
+        .list_resources(Some("circle"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(resources["resources"].as_array().unwrap().len(), 2, "{resources}");
+    let prompts = session
+        .list_prompts(Some("circle"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
     session.close().await;
 }
