@@ -151,7 +151,7 @@ impl fmt::Debug for McpServerConfig {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &env)
-            .field("url", &self.url)
+            .field("url", &self.url.as_deref().map(redacted_url))
             .field("auth", &self.auth)
             .field("call_timeout_seconds", &self.call_timeout_seconds)
             .field("max_result_bytes", &self.max_result_bytes)
@@ -325,19 +325,55 @@ impl McpServerConfig {
             out.extend(auth.headers.values().cloned());
             out.extend(auth.bearer_token.clone());
         }
+        out.extend(url_secrets(self.url.as_deref()));
         out
     }
 
     /// The secret values this configuration holds (for redaction of errors and logs: every
-    /// environment value, every header value, an inline bearer token).
+    /// environment value, every header value, an inline bearer token, the URL's secrets).
     pub(crate) fn inline_secrets(&self) -> Vec<String> {
         let mut out: Vec<String> = self.env.values().cloned().collect();
         if let Some(auth) = &self.auth {
             out.extend(auth.headers.values().cloned());
             out.extend(auth.bearer_token.clone());
         }
+        out.extend(url_secrets(self.url.as_deref()));
         out
     }
+}
+
+/// The secrets an http(s) URL carries: the password of its user info and the values of query
+/// parameters under secret-looking names (`?api_key=...`, `?token=...`; the names
+/// [`modu_core::mask::SecretMasker`] treats as secret), as written and decoded.
+fn url_secrets(url: Option<&str>) -> Vec<String> {
+    let Some(parsed) = url.and_then(|u| reqwest::Url::parse(u).ok()) else {
+        return Vec::new();
+    };
+    let masker = modu_core::mask::SecretMasker::default();
+    let mut out = Vec::new();
+    if let Some(password) = parsed.password().filter(|p| !p.is_empty()) {
+        out.push(password.to_owned());
+    }
+    for pair in parsed.query().unwrap_or_default().split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if !value.is_empty() && masker.is_secret_key(key) {
+            out.push(value.to_owned());
+        }
+    }
+    out.extend(
+        parsed
+            .query_pairs()
+            .filter(|(key, value)| !value.is_empty() && masker.is_secret_key(key))
+            .map(|(_, value)| value.into_owned()),
+    );
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `url` with its secrets ([`url_secrets`]) replaced by `[redacted]`, for `Debug`.
+fn redacted_url(url: &str) -> String {
+    crate::error::redact(url, &url_secrets(Some(url)))
 }
 
 /// Removes the offending value from serde's "invalid type/value" messages: the value may be a

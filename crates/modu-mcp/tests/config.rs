@@ -230,6 +230,25 @@ fn secrets_never_appear_in_debug_or_errors() {
 }
 
 #[test]
+fn secrets_in_the_url_never_appear_in_debug() {
+    // Hosted MCP servers often take their key in the URL: user info or a query parameter.
+    let url = "https://user:pa55-word-x1@mcp.example.com/mcp?api_key=sk-url-secret-42&access_token=tok%2Fsecret-9&profile=work";
+    let server = McpServerConfig::from_json(json!({"name": "h", "transport": "streamable_http", "url": url})).unwrap();
+    let config = McpConfig::new(vec![server.clone()]).unwrap();
+    let connector = McpConnector::new(config.clone()).unwrap();
+    for debug in [format!("{server:?}"), format!("{config:?}"), format!("{connector:?}")] {
+        for secret in ["pa55-word-x1", "sk-url-secret-42", "tok%2Fsecret-9", "tok/secret-9"] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        // The rest of the URL stays, to tell servers apart.
+        assert!(
+            debug.contains("mcp.example.com/mcp?api_key=[redacted]") && debug.contains("profile=work"),
+            "{debug}"
+        );
+    }
+}
+
+#[test]
 fn omitted_selection_means_every_configured_server() {
     let resolver = DefaultServerResolver::new();
     let servers = resolver.resolve_selection(&configured(), None).unwrap();
