@@ -208,6 +208,7 @@ impl InMemoryLeaseStore {
 #[async_trait]
 impl LeaseStore for InMemoryLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        StoreError::check_id(key)?;
         let mut leases = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         if leases.held.get(key).is_some_and(|held| held.expires > now) {

@@ -57,7 +57,7 @@ pub use output::{JsonCodec, OutputCodec, OutputError, TextCodec};
 pub use store::{
     CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStatus, CheckpointStore, CheckpointSummary,
     ConversationStore, Fence, InMemoryCheckpointStore, InMemoryConversationStore, InMemoryMemoryStateStore,
-    MemoryStateStore, SessionSummary, StoreError,
+    MAX_ID_BYTES, MAX_MEMORY_KEY_BYTES, MemoryStateStore, SessionSummary, StoreError,
 };
 pub use tokens::{ApproximateTokenCounter, TokenCounter};
 pub use tool::{

@@ -9,10 +9,20 @@ use async_trait::async_trait;
 use crate::BoxError;
 use crate::message::Message;
 
+mod key;
 mod memory;
 mod ttl;
 
 use ttl::TtlMap;
+
+/// The longest session id, run id or lease key every store accepts, in bytes of UTF-8.
+/// Longer ones are refused by every store with [`StoreError::InvalidId`] before the backend is
+/// touched (PostgreSQL could not index much longer ones).
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// The longest memory-state key every store accepts, in bytes of UTF-8: room for a prefix
+/// before an id of [`MAX_ID_BYTES`] (a summary's key is `modu:summary:{session id}`).
+pub const MAX_MEMORY_KEY_BYTES: usize = 2 * MAX_ID_BYTES;
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +53,18 @@ pub enum StoreError {
         key: String,
         /// The token the refused write carried.
         token: u64,
+    },
+    /// An id or key no store accepts: longer than [`MAX_ID_BYTES`] ([`MAX_MEMORY_KEY_BYTES`]
+    /// for a memory-state key) or with a NUL character. Every store refuses it the same way,
+    /// before its backend is touched, so nothing was read or written.
+    #[error("invalid store id {preview:?} ({len} bytes): {reason}")]
+    InvalidId {
+        /// The id's first bytes (at most 64).
+        preview: String,
+        /// The id's length in bytes.
+        len: usize,
+        /// Why it is refused.
+        reason: &'static str,
     },
     /// The store does not implement this operation (fenced writes, for a store without leases).
     #[error("this store does not support {operation}")]
@@ -88,6 +110,11 @@ pub(crate) type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> 
 /// calls and results, answer) is stored together. Implementations must make `append`
 /// atomic: concurrent appends to one session may interleave whole batches but lose nothing.
 /// A TTL, when the implementation has one, counts from the last access.
+///
+/// Every store accepts session ids of up to [`MAX_ID_BYTES`] bytes without a NUL character
+/// (the empty id included) and refuses others with [`StoreError::InvalidId`] before it touches
+/// its backend ([`StoreError::check_id`]); the same holds for checkpoint run ids and lease keys,
+/// and for memory-state keys up to [`MAX_MEMORY_KEY_BYTES`].
 #[async_trait]
 pub trait ConversationStore: Send + Sync {
     /// Appends messages to a session, creating it if needed.

@@ -154,6 +154,10 @@ async fn delete_expired_checkpoints(
 #[async_trait]
 impl CheckpointStore for PostgresCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_checked(run_id, meta, state, None).await
     }
 
@@ -164,10 +168,15 @@ impl CheckpointStore for PostgresCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_checked(run_id, meta, state, Some(fence)).await
     }
 
     async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         const OP: &str = "checkpoint.delete_fenced";
         let err = query_err(OP);
         let mut tx = begin(&self.pool, OP).await?;
@@ -181,6 +190,7 @@ impl CheckpointStore for PostgresCheckpointStore {
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        StoreError::check_id(run_id)?;
         let err = query_err("checkpoint.load");
         match self.ttl {
             None => sqlx::query_scalar("SELECT state FROM modu_checkpoints WHERE run_id = $1")
@@ -215,6 +225,7 @@ impl CheckpointStore for PostgresCheckpointStore {
     }
 
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         sqlx::query("DELETE FROM modu_checkpoints WHERE run_id = $1")
             .bind(run_id)
             .execute(&self.pool)
@@ -224,6 +235,9 @@ impl CheckpointStore for PostgresCheckpointStore {
     }
 
     async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        if let Some(after) = &query.after {
+            StoreError::check_id(after)?;
+        }
         const OP: &str = "checkpoint.list";
         let err = query_err(OP);
         let limit = query.effective_limit();

@@ -116,6 +116,7 @@ impl PostgresLeaseStore {
 #[async_trait]
 impl LeaseStore for PostgresLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        StoreError::check_id(key)?;
         // The expiry is computed again in the update: the upsert may have waited for the row.
         let token: Option<i64> = sqlx::query_scalar(
             "INSERT INTO modu_leases (key, holder, token, expires_at)

@@ -46,6 +46,7 @@ impl PostgresMemoryStateStore {
 #[async_trait]
 impl MemoryStateStore for PostgresMemoryStateStore {
     async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        StoreError::check_memory_key(key)?;
         let err = query_err("memory.get");
         match self.ttl {
             None => sqlx::query_scalar("SELECT value FROM modu_memory_state WHERE key = $1")
@@ -80,6 +81,7 @@ impl MemoryStateStore for PostgresMemoryStateStore {
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         sqlx::query(
             "INSERT INTO modu_memory_state (key, value, touched_ms) VALUES ($1, $2, $3)
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, touched_ms = EXCLUDED.touched_ms",
@@ -94,6 +96,7 @@ impl MemoryStateStore for PostgresMemoryStateStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         sqlx::query("DELETE FROM modu_memory_state WHERE key = $1")
             .bind(key)
             .execute(&self.pool)

@@ -326,6 +326,10 @@ fn summary_of(fields: &[Option<Vec<u8>>]) -> Result<CheckpointSummary, StoreErro
 #[async_trait]
 impl CheckpointStore for RedisCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_checked(run_id, meta, state, None).await
     }
 
@@ -336,10 +340,15 @@ impl CheckpointStore for RedisCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_checked(run_id, meta, state, Some(fence)).await
     }
 
     async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         let (key, meta_key, index, expiry, lease) = (
             self.key(run_id),
             self.meta_key(run_id),
@@ -362,6 +371,7 @@ impl CheckpointStore for RedisCheckpointStore {
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        StoreError::check_id(run_id)?;
         let key = self.key(run_id);
         match self.ttl {
             Some(ttl) => {
@@ -379,6 +389,7 @@ impl CheckpointStore for RedisCheckpointStore {
     }
 
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(&[self.key(run_id), self.meta_key(run_id)])
@@ -395,6 +406,9 @@ impl CheckpointStore for RedisCheckpointStore {
     }
 
     async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        if let Some(after) = &query.after {
+            StoreError::check_id(after)?;
+        }
         let limit = query.effective_limit().min(MAX_LIST_PAGE);
         let min = match &query.after {
             Some(after) => {

@@ -211,12 +211,14 @@ impl RedisConversationStore {
 #[async_trait]
 impl ConversationStore for RedisConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         let batch_id = uuid::Uuid::new_v4().to_string();
         self.append_with_batch_id(session_id, &batch_id, messages).await?;
         Ok(())
     }
 
     async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         let batch_id = uuid::Uuid::new_v4().to_string();
         self.append_fenced_with_batch_id(session_id, &batch_id, messages, fence)
             .await?;
@@ -224,6 +226,7 @@ impl ConversationStore for RedisConversationStore {
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        StoreError::check_id(session_id)?;
         let (key, used) = (self.key(session_id), self.used_key(session_id));
         let raw: Vec<Vec<u8>> = match self.ttl {
             Some(ttl) => {
@@ -260,6 +263,7 @@ impl ConversationStore for RedisConversationStore {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         let keys = [self.key(session_id), self.used_key(session_id)];
         let _: i64 = with_retry(&self.conn, "conversation.delete", |mut conn| {
             let keys = &keys;

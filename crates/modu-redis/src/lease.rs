@@ -155,6 +155,7 @@ impl RedisLeaseStore {
 #[async_trait]
 impl LeaseStore for RedisLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        StoreError::check_id(key)?;
         let take_id = uuid::Uuid::new_v4().to_string();
         let (lease, counter, take) = (
             lease_key(&self.prefix, key),

@@ -62,6 +62,7 @@ impl RedisMemoryStateStore {
 #[async_trait]
 impl MemoryStateStore for RedisMemoryStateStore {
     async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        StoreError::check_memory_key(key)?;
         let raw = get_value(&self.conn, &self.key(key), self.ttl, "memory.get").await?;
         raw.map(|bytes| {
             String::from_utf8(bytes).map_err(|e| StoreError::Corrupted {
@@ -72,6 +73,7 @@ impl MemoryStateStore for RedisMemoryStateStore {
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         let key = self.key(key);
         let ttl = self.ttl;
         with_retry(&self.conn, "memory.put", |mut conn| {
@@ -90,6 +92,7 @@ impl MemoryStateStore for RedisMemoryStateStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         let key = self.key(key);
         let _: i64 = with_retry(&self.conn, "memory.delete", |mut conn| {
             let key = &key;

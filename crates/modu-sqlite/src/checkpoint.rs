@@ -152,6 +152,10 @@ async fn delete_expired_checkpoints(
 #[async_trait]
 impl CheckpointStore for SqliteCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_checked(run_id, meta, state, None).await
     }
 
@@ -162,10 +166,15 @@ impl CheckpointStore for SqliteCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_checked(run_id, meta, state, Some(fence)).await
     }
 
     async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         const OP: &str = "checkpoint.delete_fenced";
         let err = query_err(OP);
         let mut tx = write_tx(&self.pool, OP).await?;
@@ -179,6 +188,7 @@ impl CheckpointStore for SqliteCheckpointStore {
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        StoreError::check_id(run_id)?;
         let err = query_err("checkpoint.load");
         // CAST: a row whose state is not a BLOB (written by hand, or by another tool) still
         // reads as bytes, and the run loop reports what is wrong with them.
@@ -215,6 +225,7 @@ impl CheckpointStore for SqliteCheckpointStore {
     }
 
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         sqlx::query("DELETE FROM modu_checkpoints WHERE run_id = ?1")
             .bind(run_id)
             .execute(&self.pool)
@@ -224,6 +235,9 @@ impl CheckpointStore for SqliteCheckpointStore {
     }
 
     async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        if let Some(after) = &query.after {
+            StoreError::check_id(after)?;
+        }
         const OP: &str = "checkpoint.list";
         let err = query_err(OP);
         let limit = query.effective_limit();

@@ -160,14 +160,17 @@ async fn drop_session(
 #[async_trait]
 impl ConversationStore for SqliteConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         self.append_checked(session_id, messages, None).await
     }
 
     async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         self.append_checked(session_id, messages, Some(fence)).await
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        StoreError::check_id(session_id)?;
         const OP: &str = "conversation.load";
         let err = query_err(OP);
         let select = "SELECT seq, CAST(message AS TEXT) FROM modu_messages WHERE session_id = ?1 ORDER BY seq";
@@ -216,6 +219,7 @@ impl ConversationStore for SqliteConversationStore {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         const OP: &str = "conversation.delete";
         let mut tx = write_tx(&self.pool, OP).await?;
         drop_session(&mut tx, session_id, None, OP).await?;

@@ -123,6 +123,7 @@ impl SqliteLeaseStore {
 #[async_trait]
 impl LeaseStore for SqliteLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        StoreError::check_id(key)?;
         let token: Option<i64> = sqlx::query_scalar(concat!(
             "INSERT INTO modu_leases (key, holder, token, expires_ms) VALUES (?1, ?2, 1, ",
             now_ms_sql!(),

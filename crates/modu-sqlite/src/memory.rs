@@ -42,6 +42,7 @@ impl SqliteMemoryStateStore {
 #[async_trait]
 impl MemoryStateStore for SqliteMemoryStateStore {
     async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        StoreError::check_memory_key(key)?;
         let err = query_err("memory.get");
         let raw: Option<Vec<u8>> = match self.ttl {
             None => sqlx::query_scalar("SELECT CAST(value AS BLOB) FROM modu_memory_state WHERE key = ?1")
@@ -82,6 +83,7 @@ impl MemoryStateStore for SqliteMemoryStateStore {
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         sqlx::query(
             "INSERT INTO modu_memory_state (key, value, touched_ms) VALUES (?1, ?2, ?3)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, touched_ms = excluded.touched_ms",
@@ -96,6 +98,7 @@ impl MemoryStateStore for SqliteMemoryStateStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         sqlx::query("DELETE FROM modu_memory_state WHERE key = ?1")
             .bind(key)
             .execute(&self.pool)

@@ -65,6 +65,7 @@ macro_rules! check_eq {
 
 mod checkpoint;
 mod conversation;
+mod ids;
 mod lease;
 mod memory;
 pub use checkpoint::{checkpoint_store_suite, checkpoint_store_ttl_suite};

@@ -45,11 +45,13 @@ impl Default for InMemoryConversationStore {
 #[async_trait]
 impl ConversationStore for InMemoryConversationStore {
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         self.append_now(session_id, messages);
         Ok(())
     }
 
     async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         match &self.fence_check {
             Some(check) => check(fence, &mut || self.append_now(session_id, messages)),
             None => Err(StoreError::Unsupported {
@@ -59,6 +61,7 @@ impl ConversationStore for InMemoryConversationStore {
     }
 
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        StoreError::check_id(session_id)?;
         Ok(self.inner.with(|m| match m.get_mut(session_id) {
             Some(e) => {
                 e.touched = Instant::now();
@@ -69,6 +72,7 @@ impl ConversationStore for InMemoryConversationStore {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
         self.inner.with(|m| m.remove(session_id));
         Ok(())
     }
@@ -153,6 +157,10 @@ impl Default for InMemoryCheckpointStore {
 #[async_trait]
 impl CheckpointStore for InMemoryCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.save_now(run_id, meta, state);
         Ok(())
     }
@@ -164,18 +172,24 @@ impl CheckpointStore for InMemoryCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         self.fenced(fence, "checkpoint.save_fenced", &mut || {
             self.save_now(run_id, meta, state)
         })
     }
 
     async fn delete_fenced(&self, run_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         self.fenced(fence, "checkpoint.delete_fenced", &mut || {
             self.inner.with(|m| m.remove(run_id));
         })
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        StoreError::check_id(run_id)?;
         Ok(self.inner.with(|m| {
             m.get_mut(run_id).map(|e| {
                 e.touched = Instant::now();
@@ -185,11 +199,15 @@ impl CheckpointStore for InMemoryCheckpointStore {
     }
 
     async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        StoreError::check_id(run_id)?;
         self.inner.with(|m| m.remove(run_id));
         Ok(())
     }
 
     async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        if let Some(after) = &query.after {
+            StoreError::check_id(after)?;
+        }
         let limit = query.effective_limit();
         Ok(self.inner.with(|m| {
             let mut ids: Vec<&String> = m
@@ -245,6 +263,7 @@ impl Default for InMemoryMemoryStateStore {
 #[async_trait]
 impl MemoryStateStore for InMemoryMemoryStateStore {
     async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        StoreError::check_memory_key(key)?;
         Ok(self.inner.with(|m| {
             m.get_mut(key).map(|e| {
                 e.touched = Instant::now();
@@ -254,6 +273,7 @@ impl MemoryStateStore for InMemoryMemoryStateStore {
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         self.inner.with(|m| {
             m.insert(
                 key.to_owned(),
@@ -267,6 +287,7 @@ impl MemoryStateStore for InMemoryMemoryStateStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        StoreError::check_memory_key(key)?;
         self.inner.with(|m| m.remove(key));
         Ok(())
     }

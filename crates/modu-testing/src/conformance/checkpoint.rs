@@ -50,6 +50,9 @@ const CHECKPOINT_CASES: &[Case<dyn CheckpointStore>] = &[
         Box::pin(ckpt_list_overwrite_delete(s))
     }),
     ("purge_without_ttl_removes_nothing", |s| Box::pin(ckpt_purge_nothing(s))),
+    ("ids_up_to_max_id_bytes_work_longer_or_nul_ids_are_refused", |s| {
+        Box::pin(super::ids::checkpoint_ids(s))
+    }),
 ];
 
 const CHECKPOINT_TTL_CASES: &[Case<dyn CheckpointStore>] = &[

@@ -46,6 +46,9 @@ const CONVERSATION_CASES: &[Case<dyn ConversationStore>] = &[
     ("delete_session", |s| Box::pin(conv_delete(s))),
     ("list_sessions_sorted", |s| Box::pin(conv_list(s))),
     ("list_sessions_shows_last_append", |s| Box::pin(conv_last_used(s))),
+    ("ids_up_to_max_id_bytes_work_longer_or_nul_ids_are_refused", |s| {
+        Box::pin(super::ids::conversation_ids(s))
+    }),
 ];
 
 const CONVERSATION_TTL_CASES: &[Case<dyn ConversationStore>] = &[

@@ -66,6 +66,9 @@ const LEASE_CASES: &[LeaseCase] = &[
     ("a_renewed_lease_is_not_taken_by_its_holder_again", |s| {
         Box::pin(renewed_not_reentrant(s))
     }),
+    ("keys_up_to_max_id_bytes_work_longer_or_nul_keys_are_refused", |s| {
+        Box::pin(super::ids::lease_keys(s))
+    }),
 ];
 
 async fn take(s: &FencedStores, key: &str, holder: &str) -> Result<Lease, String> {

@@ -38,6 +38,10 @@ const MEMORY_CASES: &[Case<dyn MemoryStateStore>] = &[
     ("put_get_overwrite_delete", |s| Box::pin(mem_put_get(s))),
     ("keys_are_isolated", |s| Box::pin(mem_isolated(s))),
     ("unicode_empty_and_large_values", |s| Box::pin(mem_values(s))),
+    (
+        "keys_up_to_max_memory_key_bytes_work_longer_or_nul_keys_are_refused",
+        |s| Box::pin(super::ids::memory_keys(s)),
+    ),
 ];
 
 const MEMORY_TTL_CASES: &[Case<dyn MemoryStateStore>] = &[
