@@ -8,8 +8,9 @@ use sqlx::postgres::PgPool;
 
 use crate::{connect, cutoff, migrate, now_ms, query_err};
 
-/// Memory state (cached summaries, …) in PostgreSQL (`modu_memory_state`). With a TTL, a value
-/// not put or read for `ttl` reads as missing and is deleted lazily.
+/// Memory state (cached summaries, …) in PostgreSQL (`modu_memory_state`, each value as its
+/// UTF-8 bytes, so any string, NUL characters included, round-trips). With a TTL, a value not
+/// put or read for `ttl` reads as missing and is deleted lazily.
 #[derive(Clone, Debug)]
 pub struct PostgresMemoryStateStore {
     pub(crate) pool: PgPool,
@@ -48,16 +49,16 @@ impl MemoryStateStore for PostgresMemoryStateStore {
     async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
         StoreError::check_memory_key(key)?;
         let err = query_err("memory.get");
-        match self.ttl {
+        let value: Option<Vec<u8>> = match self.ttl {
             None => sqlx::query_scalar("SELECT value FROM modu_memory_state WHERE key = $1")
                 .bind(key)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(&err),
+                .map_err(&err)?,
             Some(ttl) => {
                 let now = now_ms();
                 let cut = cutoff(now, ttl);
-                let v: Option<String> = sqlx::query_scalar(
+                let v: Option<Vec<u8>> = sqlx::query_scalar(
                     "UPDATE modu_memory_state SET touched_ms = $1 WHERE key = $2 AND touched_ms >= $3
                      RETURNING value",
                 )
@@ -75,9 +76,16 @@ impl MemoryStateStore for PostgresMemoryStateStore {
                         .await
                         .map_err(&err)?;
                 }
-                Ok(v)
+                v
             }
-        }
+        };
+        value
+            .map(|bytes| {
+                String::from_utf8(bytes).map_err(|e| StoreError::Corrupted {
+                    message: format!("the memory value under {key:?} is not UTF-8: {e}"),
+                })
+            })
+            .transpose()
     }
 
     async fn put(&self, key: &str, value: &str) -> Result<(), StoreError> {
@@ -87,7 +95,7 @@ impl MemoryStateStore for PostgresMemoryStateStore {
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, touched_ms = EXCLUDED.touched_ms",
         )
         .bind(key)
-        .bind(value)
+        .bind(value.as_bytes())
         .bind(now_ms())
         .execute(&self.pool)
         .await

@@ -17,6 +17,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "session leases", include_str!("../migrations/0002_leases.sql")),
     (3, "mcp oauth tokens", include_str!("../migrations/0003_mcp_tokens.sql")),
+    (
+        4,
+        "memory values as bytes",
+        include_str!("../migrations/0004_memory_values_as_bytes.sql"),
+    ),
 ];
 
 /// The most connections a pool opened by [`connect`] or [`connect_in_schema`] holds.

@@ -358,3 +358,35 @@ async fn postgres_newer_schema_is_refused() {
     assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("version 99"), "{err}");
 }
+
+/// A database migrated before memory values became bytes (schema version 3, `value TEXT`)
+/// keeps its values: migration 4 converts them in place, and the store then also takes values
+/// with NUL characters, which TEXT refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_memory_values_survive_the_migration_to_bytes() {
+    let Some(url) = url() else { return };
+    let schema = schema("mem-v3");
+    let pool = modu_postgres::connect_in_schema(&url, &schema).await.unwrap();
+    // Back to version 3, as an older build left the schema, with a value in it.
+    sqlx::raw_sql(
+        "ALTER TABLE modu_memory_state ALTER COLUMN value TYPE TEXT USING convert_from(value, 'UTF8');
+         DELETE FROM modu_schema_migrations WHERE version = 4;
+         INSERT INTO modu_memory_state (key, value, touched_ms) VALUES ('modu:summary:s', '요약 ✓ \"json\"', 0);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let stores = PostgresStores::connect_in_schema(&url, &schema).await.unwrap();
+    assert_eq!(
+        stores.memory.get("modu:summary:s").await.unwrap().as_deref(),
+        Some("요약 ✓ \"json\"")
+    );
+    stores.memory.put("nul", "a\0b").await.unwrap();
+    assert_eq!(stores.memory.get("nul").await.unwrap().as_deref(), Some("a\0b"));
+    let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM modu_schema_migrations")
+        .fetch_one(stores.pool())
+        .await
+        .unwrap();
+    assert_eq!(version, modu_postgres::MIGRATIONS.last().unwrap().0);
+}

@@ -101,6 +101,14 @@ async fn mem_values(s: Arc<dyn MemoryStateStore>) -> CaseResult {
         Some(unicode.to_owned()),
         "unicode value"
     );
+    // PostgreSQL TEXT cannot hold a NUL character: a value is any string.
+    let nul = "before\0after \u{0}";
+    store("put", s.put("nul", nul).await)?;
+    check_eq!(
+        store("get", s.get("nul").await)?,
+        Some(nul.to_owned()),
+        "value with NUL characters"
+    );
     store("put", s.put("empty", "").await)?;
     check_eq!(store("get", s.get("empty").await)?, Some(String::new()), "empty value");
     let big = "긴 요약 ".repeat(150_000);
