@@ -41,6 +41,10 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The longest ttl a lease store keeps (about 100 years): a longer one, up to
+    /// `Duration::MAX`, is read as this, so it does not overflow a backend's clock.
+    pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
     /// A lease (for store implementations).
     pub fn new(key: impl Into<String>, holder: impl Into<String>, token: u64, ttl: Duration) -> Self {
         Lease {
@@ -64,8 +68,9 @@ impl Lease {
 /// process (a lease row or counter in the backend, not a counter in memory).
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
-    /// Takes the lease on `key` for `holder` for `ttl`, if no live lease holds it; `None` when
-    /// another lease is live (also when `holder` itself holds it: a lease is not re-entrant).
+    /// Takes the lease on `key` for `holder` for `ttl` (at most [`Lease::MAX_TTL`]: a longer
+    /// one is read as that), if no live lease holds it; `None` when another lease is live (also
+    /// when `holder` itself holds it: a lease is not re-entrant).
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError>;
     /// Extends a live lease by its ttl from now; [`StoreError::Fenced`] when it expired or was
     /// taken over.
@@ -221,7 +226,7 @@ impl LeaseStore for InMemoryLeaseStore {
             Held {
                 holder: holder.to_owned(),
                 token,
-                expires: now + ttl,
+                expires: now + ttl.min(Lease::MAX_TTL),
             },
         );
         Ok(Some(Lease::new(key, holder, token, ttl)))
@@ -232,7 +237,7 @@ impl LeaseStore for InMemoryLeaseStore {
         let now = Instant::now();
         match leases.held.get_mut(&lease.key) {
             Some(held) if held.token == lease.token && held.holder == lease.holder && held.expires > now => {
-                held.expires = now + lease.ttl;
+                held.expires = now + lease.ttl.min(Lease::MAX_TTL);
                 Ok(())
             }
             _ => Err(StoreError::Fenced {

@@ -11,7 +11,10 @@ use sqlx::{Postgres, Transaction};
 use crate::{connect, migrate, query_err};
 
 fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+    // Capped (`Lease::MAX_TTL`): `Duration::MAX` would overflow the database's clock.
+    i64::try_from(ttl.min(Lease::MAX_TTL).as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1)
 }
 
 fn fenced(fence: &Fence) -> StoreError {

@@ -66,6 +66,9 @@ const LEASE_CASES: &[LeaseCase] = &[
     ("a_renewed_lease_is_not_taken_by_its_holder_again", |s| {
         Box::pin(renewed_not_reentrant(s))
     }),
+    ("a_lease_with_a_huge_ttl_is_held_renewed_and_fences", |s| {
+        Box::pin(huge_ttl(s))
+    }),
     ("keys_up_to_max_id_bytes_work_longer_or_nul_keys_are_refused", |s| {
         Box::pin(super::ids::lease_keys(s))
     }),
@@ -321,5 +324,30 @@ async fn renewed_not_reentrant(s: Arc<FencedStores>) -> Result<(), String> {
     store("renew", s.leases.renew(&a).await)?;
     let again = store("acquire", s.leases.acquire("s1", "a", LEASE_TTL_UNDER_TEST).await)?;
     check!(again.is_none(), "the holder took its renewed lease again: {again:?}");
+    Ok(())
+}
+
+/// `LeaseOptions::ttl` takes any duration: one too long for the backend's clock (up to
+/// `Duration::MAX`) is a lease that does not expire in practice, not an error or a panic.
+async fn huge_ttl(s: Arc<FencedStores>) -> Result<(), String> {
+    for (i, ttl) in [Duration::MAX, Duration::from_secs(u64::MAX / 1000), Lease::MAX_TTL * 2]
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("huge{i}");
+        let a = store("acquire", s.leases.acquire(&key, "a", ttl).await)?
+            .ok_or_else(|| format!("a free key could not be taken for {ttl:?}"))?;
+        let b = store("acquire", s.leases.acquire(&key, "b", LEASE_TTL_UNDER_TEST).await)?;
+        check!(b.is_none(), "a lease for {ttl:?} was taken by another holder: {b:?}");
+        store("renew", s.leases.renew(&a).await)?;
+        let msgs = [Message::user("under a long lease")];
+        store(
+            "append_fenced",
+            s.conversations.append_fenced(&key, &msgs, &a.fence()).await,
+        )?;
+        store("release", s.leases.release(&a).await)?;
+        let c = take(&s, &key, "c").await?;
+        check!(c.token > a.token, "tokens must grow after a long lease");
+    }
     Ok(())
 }
