@@ -31,7 +31,11 @@ pub use redis;
 pub const DEFAULT_PREFIX: &str = "modu";
 
 fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+    // Capped at `Lease::MAX_TTL` (about 100 years): Redis refuses an expiry past its clock's
+    // range (`invalid expire time`), as `Duration::MAX` would be.
+    i64::try_from(ttl.min(modu_core::Lease::MAX_TTL).as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1)
 }
 
 /// The TTL as the scripts take it: milliseconds, 0 for none.

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
-use modu_core::{CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore};
+use modu_core::{
+    CheckpointMeta, CheckpointQuery, CheckpointStatus, CheckpointStore, ConversationStore, MemoryStateStore, Message,
+};
 use modu_redis::redis::{self, aio::ConnectionManager};
-use modu_redis::{PURGE_BATCH, RedisCheckpointStore, SAVE_PRUNE_BATCH};
+use modu_redis::{PURGE_BATCH, RedisCheckpointStore, RedisConversationStore, RedisMemoryStateStore, SAVE_PRUNE_BATCH};
 use modu_testing::{service_env, unique_prefix};
 
 async fn conn() -> Option<ConnectionManager> {
@@ -148,4 +150,31 @@ async fn list_skips_stale_entries_with_bounded_pages() {
         pages > 3,
         "the stale entries took more than one page to walk ({pages} pages)"
     );
+}
+
+/// A TTL too long for Redis's clock (`Duration::MAX`) is an expiry that never comes in
+/// practice, not an `invalid expire time` error on every write and read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_of_duration_max_works_on_every_store() {
+    let Some(conn) = conn().await else { return };
+    let prefix = unique_prefix("huge-ttl");
+    let conversations = RedisConversationStore::new(conn.clone())
+        .with_prefix(&prefix)
+        .with_ttl(Duration::MAX);
+    conversations.append("s", &[Message::user("hi")]).await.unwrap();
+    assert_eq!(conversations.load("s").await.unwrap(), vec![Message::user("hi")]);
+    let checkpoints = RedisCheckpointStore::new(conn.clone())
+        .with_prefix(&prefix)
+        .with_ttl(Duration::MAX);
+    checkpoints.save("r", &meta(), b"state").await.unwrap();
+    assert_eq!(checkpoints.load("r").await.unwrap().as_deref(), Some(&b"state"[..]));
+    assert_eq!(
+        checkpoints.list(&CheckpointQuery::default()).await.unwrap().items.len(),
+        1
+    );
+    let memory = RedisMemoryStateStore::new(conn)
+        .with_prefix(&prefix)
+        .with_ttl(Duration::MAX);
+    memory.put("k", "v").await.unwrap();
+    assert_eq!(memory.get("k").await.unwrap().as_deref(), Some("v"));
 }
