@@ -246,6 +246,13 @@ async fn prepare(
         .clone()
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    // The contextId is the session id: one no store can keep (too long, a NUL) is the
+    // caller's mistake, said before anything runs, not a store failure after.
+    if let Err(refused) = modu_core::StoreError::check_id(&context_id) {
+        return Err(RpcError::invalid_params(format!(
+            "the contextId cannot be a session id: {refused}"
+        )));
+    }
     if !state.sessions.claim(&context_id, principal) {
         // Another caller's session: refused without saying whose.
         return Err(RpcError::invalid_params(

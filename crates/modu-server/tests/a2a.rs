@@ -85,6 +85,18 @@ async fn json_rpc_errors_have_the_codes_a2a_names() {
     assert_eq!(rpc(&base, ERIN, &push).await["error"]["code"], -32003);
     let file = send("SendMessage", json!([{"url": "https://example.com/x.png"}]));
     assert_eq!(rpc(&base, ERIN, &file).await["error"]["code"], -32005);
+    // A contextId no store can keep as a session id (too long, a NUL) is invalid params,
+    // before anything runs; not a store failure.
+    for context in ["c".repeat(5_000), "a\u{0}b".to_owned()] {
+        let mut long = send("SendMessage", json!([{"text": "Weather?"}]));
+        long["params"]["message"]["contextId"] = json!(context);
+        let refused = rpc(&base, ERIN, &long).await;
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert!(
+            refused["error"]["message"].as_str().unwrap().contains("contextId"),
+            "{refused}"
+        );
+    }
     // Not authenticated: 401 before any JSON-RPC.
     let (status, _, _) = post(&format!("{base}/a2a/weather"), None, &get).await;
     assert_eq!(status, 401);
