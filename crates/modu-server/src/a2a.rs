@@ -43,8 +43,8 @@ use serde_json::{Value, json};
 pub(crate) use crate::a2a_tasks::Tasks;
 use crate::a2a_tasks::{ResumedTask, StreamTranslator, TaskGuard, TaskRecord, task_json};
 use crate::a2a_wire::{
-    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, code, failure, incoming, success,
-    text_decision, user_message,
+    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, behind, code, failure, incoming, parse,
+    success, text_decision, user_message,
 };
 use crate::auth::{Caller, Principal};
 use crate::control::{decide, follow_sse, owned_run, start_live};
@@ -201,10 +201,6 @@ pub(crate) async fn rpc(
         _ => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("no method {method:?}"))),
     };
     Ok(rpc_response(&id, result))
-}
-
-fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(e.to_string()))
 }
 
 /// A message ready to run: a new task or the continuation of a paused one.
@@ -598,10 +594,4 @@ async fn cancel_task(
     state.tasks.update(&params.id, |t| t.status_message = Some(message));
     let task = state.tasks.get(&params.id, name, principal)?;
     Ok(task_json(&params.id, &task, None))
-}
-
-/// The JSON-RPC error that tells a stream's reader it fell behind the run's log
-/// ([`crate::live::Followed::Behind`]).
-fn behind(id: &Value) -> String {
-    failure(id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string()
 }

@@ -345,6 +345,17 @@ pub(crate) fn artifact_update(task_id: &str, context_id: &str, parts: Vec<Value>
     }})
 }
 
+/// A method's params as `T`; a mismatch is invalid params.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(e.to_string()))
+}
+
+/// The JSON-RPC error that tells a stream's reader it fell behind the run's log
+/// ([`crate::live::Followed::Behind`]).
+pub(crate) fn behind(id: &Value) -> String {
+    failure(id, &RpcError::new(code::INTERNAL, crate::live::BEHIND)).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
