@@ -413,3 +413,20 @@ async fn a_provider_admits_tools_by_identity_through_a_meta_tool() {
     assert!(refused.is_error);
     assert!(refused.text().contains("tool_not_allowed"), "{}", refused.text());
 }
+
+/// A session id no store keeps (over `MAX_ID_BYTES`) fails the run as the caller's mistake:
+/// not a store failure reported as resumable, which a worker would retry for ever.
+#[tokio::test]
+async fn a_session_id_no_store_keeps_fails_the_run_as_not_resumable() {
+    let agent = Agent::builder(ScriptedModel::new().text("never asked"))
+        .conversation_store(modu_core::InMemoryConversationStore::new())
+        .checkpoint_store(InMemoryCheckpointStore::new())
+        .build()
+        .unwrap();
+    let long = "s".repeat(modu_core::MAX_ID_BYTES + 1);
+    let result = agent.run(modu_agent::AgentRequest::new((), "hi").session(long)).await;
+    let error = result.error().unwrap();
+    assert!(matches!(error, AgentError::Configuration { .. }), "{error:?}");
+    assert!(error.to_string().contains("MAX_ID_BYTES"), "{error}");
+    assert!(!error.is_resumable());
+}

@@ -180,7 +180,8 @@ pub enum AgentError {
     Cancelled,
     /// The run panicked (a tool, a layer or a model client it called). A streamed run reports
     /// it as its failure; `modu_agent::Agent::run` lets the panic unwind to its caller, as any
-    /// `async fn` does. Its checkpoint, if it saved one, stays resumable.
+    /// `async fn` does. Its checkpoint, if it saved one, is kept, but the failure is not
+    /// [`AgentError::is_resumable`]: a resume would most likely panic the same way.
     #[error("the run panicked: {message}")]
     Panicked {
         /// The panic's message (its payload when that is text).
@@ -231,6 +232,12 @@ impl AgentError {
         if let StoreError::Fenced { key, .. } = err {
             return AgentError::LeaseLost {
                 session_id: key.clone(),
+            };
+        }
+        // An id no store keeps (too long, a NUL) is the caller's: trying again cannot help.
+        if let StoreError::InvalidId { .. } = err {
+            return AgentError::Configuration {
+                message: format!("{operation}: {err}"),
             };
         }
         AgentError::Store {

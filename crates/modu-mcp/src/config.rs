@@ -351,8 +351,19 @@ fn url_secrets(url: Option<&str>) -> Vec<String> {
     };
     let masker = modu_core::mask::SecretMasker::default();
     let mut out = Vec::new();
-    if let Some(password) = parsed.password().filter(|p| !p.is_empty()) {
-        out.push(password.to_owned());
+    // The user info as the URL holds it (percent-encoded) and as it was likely written
+    // (decoded: `päss`, `a b`); a user name alone is a token (`https://TOKEN@host`).
+    let userinfo = match parsed.password().filter(|p| !p.is_empty()) {
+        Some(password) => Some(password),
+        None => Some(parsed.username()).filter(|u| !u.is_empty()),
+    };
+    if let Some(secret) = userinfo {
+        out.push(secret.to_owned());
+        out.push(
+            percent_encoding::percent_decode_str(secret)
+                .decode_utf8_lossy()
+                .into_owned(),
+        );
     }
     for pair in parsed.query().unwrap_or_default().split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));

@@ -246,6 +246,26 @@ fn secrets_in_the_url_never_appear_in_debug() {
             "{debug}"
         );
     }
+    // A password with characters a URL encodes (as written and as encoded), and a token given
+    // as the user name alone.
+    for (url, secrets) in [
+        (
+            "https://user:päss wörd@mcp.example.com/mcp",
+            &["päss wörd", "p%C3%A4ss%20w%C3%B6rd"][..],
+        ),
+        (
+            "https://tok-en-user-secret@mcp.example.com/mcp",
+            &["tok-en-user-secret"][..],
+        ),
+    ] {
+        let server =
+            McpServerConfig::from_json(json!({"name": "h", "transport": "streamable_http", "url": url})).unwrap();
+        let debug = format!("{server:?}");
+        for secret in secrets {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        assert!(debug.contains("mcp.example.com/mcp"), "{debug}");
+    }
 }
 
 #[test]

@@ -163,7 +163,7 @@ impl LeaseStore for RedisLeaseStore {
             self.take_key(&take_id),
         );
         let mut cmd = eval(ACQUIRE_SCRIPT, &[&lease, &counter, &take]);
-        cmd.arg(holder).arg(ttl_ms(ttl.min(Lease::MAX_TTL)));
+        cmd.arg(holder).arg(ttl_ms(ttl));
         let token: Option<u64> = with_retry(&self.conn, "lease.acquire", |mut conn| {
             let cmd = &cmd;
             async move { cmd.query_async(&mut conn).await }
@@ -176,7 +176,7 @@ impl LeaseStore for RedisLeaseStore {
         let key = lease_key(&self.prefix, &lease.key);
         let mut cmd = eval(RENEW_SCRIPT, &[&key]);
         cmd.arg(format!("{}:{}", lease.token, lease.holder))
-            .arg(ttl_ms(lease.ttl.min(Lease::MAX_TTL)));
+            .arg(ttl_ms(lease.ttl));
         let renewed: i64 = with_retry(&self.conn, "lease.renew", |mut conn| {
             let cmd = &cmd;
             async move { cmd.query_async(&mut conn).await }

@@ -149,13 +149,23 @@ impl ResumedTask {
     /// The task of the paused run `run_id`, moved to `WORKING`; `None` when the run is no A2A
     /// task waiting for input.
     pub(crate) fn of(state: &Arc<AppState>, run_id: &str) -> Option<Self> {
-        if !state
-            .tasks
-            .transition(run_id, TaskState::InputRequired, TaskState::Working)
-        {
+        // Moved and marked under one lock: a `SubscribeToTask` in between would take the
+        // task's working state for an A2A run's and relay another protocol's events.
+        let moved = state.tasks.with(|tasks| {
+            let now = tasks.tick();
+            match tasks.map.get_mut(run_id) {
+                Some(task) if task.state == TaskState::InputRequired => {
+                    task.state = TaskState::Working;
+                    task.resumed_elsewhere = true;
+                    task.changed = now;
+                    true
+                }
+                _ => false,
+            }
+        });
+        if !moved {
             return None;
         }
-        state.tasks.update(run_id, |task| task.resumed_elsewhere = true);
         Some(ResumedTask {
             state: Arc::clone(state),
             task_id: run_id.to_owned(),

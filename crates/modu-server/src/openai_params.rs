@@ -3,11 +3,14 @@
 //! leaves the agent's own settings in place.
 //!
 //! - Honoured, for every model call of the run (kept in its checkpoint, so a resume uses them
-//!   too): `temperature`, `top_p`, `frequency_penalty`, `presence_penalty`, `max_completion_tokens` (or `max_tokens`; at most the agent's own
-//!   limit when it sets one: a request may lower it, never raise it), `seed`, `stop`,
-//!   `parallel_tool_calls`, `reasoning_effort`, and `tool_choice` `"none"` (a standard run's
-//!   model is asked not to call tools). `tool_choice` `"auto"` and `response_format`
-//!   `{"type": "text"}` ask for what the agent does anyway.
+//!   too): `temperature`, `top_p`, `frequency_penalty`, `presence_penalty`,
+//!   `max_completion_tokens` (or `max_tokens`; at most the agent's own limit when it sets one:
+//!   a request may lower it, never raise it), `seed`, `stop`, `parallel_tool_calls`,
+//!   `reasoning_effort`, and `tool_choice` `"none"` (a standard run's model is asked not to
+//!   call tools). `tool_choice` `"auto"` and `response_format` `{"type": "text"}` ask for what
+//!   the agent does anyway. Only the output limit is bounded by the agent's: a request's
+//!   `reasoning_effort`, `parallel_tool_calls` and `tool_choice: "none"` replace the agent's
+//!   (an operator who must pin them wraps the model in a chat layer that sets them).
 //! - Refused (400, `param` naming the field): a `tool_choice` (or legacy `function_call`) that
 //!   forces a tool (`"required"`, a named function: the agent's tools are its own),
 //!   `response_format` `json_object` / `json_schema` (the agent's answer format is its own),

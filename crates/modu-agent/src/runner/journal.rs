@@ -252,11 +252,25 @@ where
         edit: impl FnOnce(&mut Checkpoint) -> Result<(bool, T), AgentError>,
     ) -> Result<T, AgentError> {
         // Two edits of one run read, change and write its checkpoint: without an order, the
-        // later write drops the earlier one's change (a decision lost). This process's edits
-        // of a run take turns; other processes' are ordered by the session's lease.
-        let _turn = self.inner.edits.turn(run_id).await;
+        // later write drops the earlier one's change (a decision lost). Under a session's
+        // lease they are ordered by the lease (of every process); without one, this process's
+        // edits of a run take turns. The turn is never held while waiting for a lease: its
+        // locks are shared by many runs.
+        let turn = match self.inner.leases {
+            None => Some(self.inner.edits.turn(run_id).await),
+            Some(_) => None,
+        };
         let mut checkpoint = self.load_checkpoint(run_id).await?;
         let (Some(leases), Some(session)) = (&self.inner.leases, checkpoint.session_id.clone()) else {
+            let _turn = match turn {
+                Some(turn) => turn,
+                // Leases, but a run without a session: its turn, then its checkpoint again.
+                None => {
+                    let turn = self.inner.edits.turn(run_id).await;
+                    checkpoint = self.load_checkpoint(run_id).await?;
+                    turn
+                }
+            };
             let (save, value) = edit(&mut checkpoint)?;
             if save {
                 self.store_checkpoint(&checkpoint, None).await?;

@@ -97,8 +97,13 @@ pub(super) async fn checkpoint_ids(s: Arc<dyn CheckpointStore>) -> CaseResult {
         invalid(&format!("delete of {what}"), s.delete(&id).await)?;
         let in_session = meta.clone().with_session(Some(id.as_str()));
         invalid(&format!("save in session {what}"), s.save("r", &in_session, b"x").await)?;
+        // A cursor is not a new key: a long one (a run stored before the rule) pages on.
         let query = CheckpointQuery::first(10).after(Some(id.as_str()));
-        invalid(&format!("list after {what}"), s.list(&query).await)?;
+        if id.contains('\0') {
+            invalid(&format!("list after {what}"), s.list(&query).await)?;
+        } else {
+            store(&format!("list after {what}"), s.list(&query).await)?;
+        }
     }
     let page = store("list", s.list(&CheckpointQuery::default()).await)?;
     let ids: Vec<String> = page.items.into_iter().map(|i| i.run_id).collect();
