@@ -174,7 +174,11 @@ async fn the_progress_indicator_shows_on_a_terminal_only() {
     )
     .await;
     assert!(piped.status.success());
-    assert_eq!(text(&piped.stderr), "");
+    // Only the note that the (in-memory) session is new: no spinner.
+    assert_eq!(
+        text(&piped.stderr),
+        "session: s (new: nothing is stored under this id)\n"
+    );
     assert_eq!(text(&piped.stdout), "done\n");
     // Under a pseudo-terminal (util-linux `script`, in every Debian base image): a spinner on
     // stderr until the first token, then erased.
