@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{failing_agent, post, serve, sse_data, weather_agent};
+use common::{chat, failing_agent, post, serve, sse_data, weather_agent};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
 
@@ -20,19 +20,6 @@ async fn server(runs: Arc<AtomicUsize>) -> String {
         .auth(tokens)
         .router();
     serve(app).await
-}
-
-fn chat(model: &str, stream: bool) -> Value {
-    json!({
-        "model": model,
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
-        ],
-        "stream": stream,
-        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
-        "user": "mallory",
-    })
 }
 
 #[tokio::test]

@@ -52,8 +52,17 @@ async fn until(store: &InMemoryCheckpointStore, done: impl Fn(&[(String, Checkpo
     false
 }
 
-#[tokio::test]
-async fn a_streamed_client_that_disconnects_mid_run_leaves_no_running_checkpoint() {
+/// A server with the slow agent, and a streamed run of it begun: the response (its opening
+/// chunk read) and the run's id, which that chunk names (`chatcmpl-<run id>`).
+struct Streamed {
+    store: Arc<InMemoryCheckpointStore>,
+    started: Arc<AtomicUsize>,
+    base: String,
+    response: reqwest::Response,
+    run_id: String,
+}
+
+async fn streamed_slow_run() -> Streamed {
     let store = Arc::new(InMemoryCheckpointStore::new());
     let started = Arc::new(AtomicUsize::new(0));
     let app = ModuServer::new()
@@ -77,6 +86,24 @@ async fn a_streamed_client_that_disconnects_mid_run_leaves_no_running_checkpoint
         .strip_prefix("chatcmpl-")
         .unwrap()
         .to_owned();
+    Streamed {
+        store,
+        started,
+        base,
+        response,
+        run_id,
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_client_that_disconnects_mid_run_leaves_no_running_checkpoint() {
+    let Streamed {
+        store,
+        started,
+        base,
+        response,
+        run_id,
+    } = streamed_slow_run().await;
     // The tool is running, and the run's checkpoint says so.
     assert!(
         until(&store, |c| c == [(run_id.clone(), CheckpointStatus::Running)]).await,
@@ -130,27 +157,13 @@ async fn a_client_that_disconnects_from_an_unstreamed_run_leaves_no_running_chec
 
 #[tokio::test]
 async fn an_openai_run_in_flight_is_not_resumed_twice_and_run_control_cancels_it() {
-    let store = Arc::new(InMemoryCheckpointStore::new());
-    let started = Arc::new(AtomicUsize::new(0));
-    let app = ModuServer::new()
-        .agent("slow", slow_agent(store.clone(), started.clone()))
-        .router();
-    let base = serve(app).await;
-    let body = json!({"model": "slow", "messages": [{"role": "user", "content": "go"}], "stream": true});
-    let mut response = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let first = String::from_utf8(response.chunk().await.unwrap().unwrap().to_vec()).unwrap();
-    let chunk: Value = serde_json::from_str(common::sse_data(&first)[0].as_str()).unwrap();
-    let run_id = chunk["id"]
-        .as_str()
-        .unwrap()
-        .strip_prefix("chatcmpl-")
-        .unwrap()
-        .to_owned();
+    let Streamed {
+        store,
+        started,
+        base,
+        response,
+        run_id,
+    } = streamed_slow_run().await;
     assert!(until(&store, |c| c.len() == 1).await);
     assert_eq!(started.load(Ordering::SeqCst), 1);
 

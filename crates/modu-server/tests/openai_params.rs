@@ -6,22 +6,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{post, serve};
+use common::{chat, post, serve};
 use modu_server::ModuServer;
 use serde_json::{Value, json};
-
-fn chat(model: &str, stream: bool) -> Value {
-    json!({
-        "model": model,
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
-        ],
-        "stream": stream,
-        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
-        "user": "mallory",
-    })
-}
 
 /// The weather agent, with its own temperature and stop sequence, on `model` (to read what the
 /// model was asked).

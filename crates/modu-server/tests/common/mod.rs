@@ -183,3 +183,18 @@ pub async fn post(url: &str, token: Option<&str>, body: &Value) -> (u16, String,
     let headers = response.headers().clone();
     (status, response.text().await.unwrap(), headers)
 }
+
+/// A chat completion request for `model` (a system message, a user message in content parts;
+/// `user` set, which the server does not read), streamed with usage or not.
+pub fn chat(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
+        ],
+        "stream": stream,
+        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+        "user": "mallory",
+    })
+}
