@@ -45,6 +45,15 @@ impl Lease {
     /// `Duration::MAX`, is read as this, so it does not overflow a backend's clock.
     pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+    /// A ttl as a backend takes it (for store implementations): whole milliseconds, at most
+    /// [`Lease::MAX_TTL`]'s (a longer one, up to `Duration::MAX`, would overflow a database's
+    /// or Redis's clock), at least 1.
+    pub fn ttl_millis(ttl: Duration) -> i64 {
+        i64::try_from(ttl.min(Self::MAX_TTL).as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1)
+    }
+
     /// A lease (for store implementations).
     pub fn new(key: impl Into<String>, holder: impl Into<String>, token: u64, ttl: Duration) -> Self {
         Lease {

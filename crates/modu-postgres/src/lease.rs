@@ -10,13 +10,6 @@ use sqlx::{Postgres, Transaction};
 
 use crate::{connect, migrate, query_err};
 
-fn ttl_ms(ttl: Duration) -> i64 {
-    // Capped (`Lease::MAX_TTL`): `Duration::MAX` would overflow the database's clock.
-    i64::try_from(ttl.min(Lease::MAX_TTL).as_millis())
-        .unwrap_or(i64::MAX)
-        .max(1)
-}
-
 fn fenced(fence: &Fence) -> StoreError {
     StoreError::Fenced {
         key: fence.key.clone(),
@@ -131,7 +124,7 @@ impl LeaseStore for PostgresLeaseStore {
         )
         .bind(key)
         .bind(holder)
-        .bind(ttl_ms(ttl))
+        .bind(Lease::ttl_millis(ttl))
         .fetch_optional(&self.pool)
         .await
         .map_err(query_err("lease.acquire"))?;
@@ -148,7 +141,7 @@ impl LeaseStore for PostgresLeaseStore {
         .bind(lease.key.as_str())
         .bind(token_arg(lease.token))
         .bind(lease.holder.as_str())
-        .bind(ttl_ms(lease.ttl))
+        .bind(Lease::ttl_millis(lease.ttl))
         .execute(&self.pool)
         .await
         .map_err(query_err("lease.renew"))?

@@ -256,6 +256,11 @@ impl RedisCheckpointStore {
         state: &[u8],
         fence: Option<&Fence>,
     ) -> Result<(), StoreError> {
+        // Every save (fenced or not) comes here: the ids are checked once, before the backend.
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         let (key, meta_key, index, expiry) = (
             self.key(run_id),
             self.meta_key(run_id),
@@ -326,10 +331,6 @@ fn summary_of(fields: &[Option<Vec<u8>>]) -> Result<CheckpointSummary, StoreErro
 #[async_trait]
 impl CheckpointStore for RedisCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
-        StoreError::check_id(run_id)?;
-        if let Some(session_id) = &meta.session_id {
-            StoreError::check_id(session_id)?;
-        }
         self.save_checked(run_id, meta, state, None).await
     }
 
@@ -340,10 +341,6 @@ impl CheckpointStore for RedisCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
-        StoreError::check_id(run_id)?;
-        if let Some(session_id) = &meta.session_id {
-            StoreError::check_id(session_id)?;
-        }
         self.save_checked(run_id, meta, state, Some(fence)).await
     }
 

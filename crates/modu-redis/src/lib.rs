@@ -30,12 +30,10 @@ pub use redis;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "modu";
 
+/// A TTL in milliseconds, capped ([`modu_core::Lease::ttl_millis`]): Redis refuses an expiry
+/// past its clock's range (`invalid expire time`), as `Duration::MAX` would be.
 fn ttl_ms(ttl: Duration) -> i64 {
-    // Capped at `Lease::MAX_TTL` (about 100 years): Redis refuses an expiry past its clock's
-    // range (`invalid expire time`), as `Duration::MAX` would be.
-    i64::try_from(ttl.min(modu_core::Lease::MAX_TTL).as_millis())
-        .unwrap_or(i64::MAX)
-        .max(1)
+    modu_core::Lease::ttl_millis(ttl)
 }
 
 /// The TTL as the scripts take it: milliseconds, 0 for none.

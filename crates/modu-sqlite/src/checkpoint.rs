@@ -77,6 +77,11 @@ impl SqliteCheckpointStore {
         state: &[u8],
         fence: Option<&Fence>,
     ) -> Result<(), StoreError> {
+        // Every save (fenced or not) comes here: the ids are checked once, before the backend.
+        StoreError::check_id(run_id)?;
+        if let Some(session_id) = &meta.session_id {
+            StoreError::check_id(session_id)?;
+        }
         let op = if fence.is_some() {
             "checkpoint.save_fenced"
         } else {
@@ -152,10 +157,6 @@ async fn delete_expired_checkpoints(
 #[async_trait]
 impl CheckpointStore for SqliteCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
-        StoreError::check_id(run_id)?;
-        if let Some(session_id) = &meta.session_id {
-            StoreError::check_id(session_id)?;
-        }
         self.save_checked(run_id, meta, state, None).await
     }
 
@@ -166,10 +167,6 @@ impl CheckpointStore for SqliteCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
-        StoreError::check_id(run_id)?;
-        if let Some(session_id) = &meta.session_id {
-            StoreError::check_id(session_id)?;
-        }
         self.save_checked(run_id, meta, state, Some(fence)).await
     }
 

@@ -154,13 +154,16 @@ impl Default for InMemoryCheckpointStore {
     }
 }
 
+/// The ids a checkpoint save writes (its run's and its session's), checked before it.
+fn check_save_ids(run_id: &str, meta: &CheckpointMeta) -> Result<(), StoreError> {
+    StoreError::check_id(run_id)?;
+    meta.session_id.as_deref().map_or(Ok(()), StoreError::check_id)
+}
+
 #[async_trait]
 impl CheckpointStore for InMemoryCheckpointStore {
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
-        StoreError::check_id(run_id)?;
-        if let Some(session_id) = &meta.session_id {
-            StoreError::check_id(session_id)?;
-        }
+        check_save_ids(run_id, meta)?;
         self.save_now(run_id, meta, state);
         Ok(())
     }
@@ -172,10 +175,7 @@ impl CheckpointStore for InMemoryCheckpointStore {
         state: &[u8],
         fence: &Fence,
     ) -> Result<(), StoreError> {
-        StoreError::check_id(run_id)?;
-        if let Some(session_id) = &meta.session_id {
-            StoreError::check_id(session_id)?;
-        }
+        check_save_ids(run_id, meta)?;
         self.fenced(fence, "checkpoint.save_fenced", &mut || {
             self.save_now(run_id, meta, state)
         })
