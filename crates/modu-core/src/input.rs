@@ -49,6 +49,12 @@ pub struct InputRequest {
 }
 
 impl InputRequest {
+    /// Whether this ask has its answer when its call has `given` answers recorded (a call's
+    /// asks are answered in order: the `index`-th needs more than `index`).
+    pub fn is_answered(&self, given: usize) -> bool {
+        given > self.index as usize
+    }
+
     /// The `index`-th ask of the call `call_id` of `tool_name`, as `spec` words it.
     pub fn new(call_id: impl Into<String>, tool_name: impl Into<String>, index: u32, spec: InputSpec) -> Self {
         InputRequest {

@@ -338,11 +338,7 @@ where
             let inputs = state
                 .input_requests
                 .into_iter()
-                .filter(|r| {
-                    answers
-                        .get(&r.call_id)
-                        .is_none_or(|given| given.len() <= r.index as usize)
-                })
+                .filter(|r| !r.is_answered(answers.get(&r.call_id).map_or(0, Vec::len)))
                 .collect();
             Ok(PausedRun {
                 user: exported.user.user_id,

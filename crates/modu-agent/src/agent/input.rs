@@ -96,7 +96,5 @@ where
 
 /// Whether `request` (the ask at its index) has an answer in `inputs`.
 fn answered(inputs: &std::collections::BTreeMap<String, Vec<InputAnswer>>, request: &InputRequest) -> bool {
-    inputs
-        .get(&request.call_id)
-        .is_some_and(|answers| answers.len() > request.index as usize)
+    request.is_answered(inputs.get(&request.call_id).map_or(0, Vec::len))
 }
