@@ -21,6 +21,24 @@ pub(crate) fn bench(args: &[String]) -> Result<()> {
                 .args(args.iter().skip(1)),
         )?;
     }
+    // Not part of `all`: needs valgrind, and judges nothing (a diagnostic of the load bench).
+    if which == "footprint" {
+        run(
+            "bench: the load bench's clients under callgrind (cost per run, hot code)",
+            Command::new(cargo())
+                .args([
+                    "run",
+                    "--release",
+                    "-p",
+                    "modu-openai",
+                    "--example",
+                    "load",
+                    "--",
+                    "--footprint",
+                ])
+                .args(args.iter().skip(1)),
+        )?;
+    }
     // --- modu-server: 1,000 concurrent AG-UI SSE runs against the in-process agent ---
     if matches!(which, "server" | "all") {
         run(
@@ -39,8 +57,10 @@ pub(crate) fn bench(args: &[String]) -> Result<()> {
         )?;
     }
     // --- end: modu-server ---
-    if !matches!(which, "loop" | "load" | "server" | "all") {
-        return Err(format!("unknown benchmark {which:?}; use loop, load, server or all"));
+    if !matches!(which, "loop" | "load" | "footprint" | "server" | "all") {
+        return Err(format!(
+            "unknown benchmark {which:?}; use loop, load, footprint, server or all"
+        ));
     }
     Ok(())
 }

@@ -18,7 +18,8 @@
 //!   `.services/env.sh`, and keeps them running until Ctrl-C.
 //! - `cargo xtask bench [loop|load|server|all] [ARGS..]` — the benchmarks (ARGS go to the load
 //!   benches: `--quick`, `--reps N`, `--runs-scale F`, `--enforce`; server: `--quick`, `--runs N`,
-//!   `--concurrency N`, `--latency-ms N`).
+//!   `--concurrency N`, `--latency-ms N`). `cargo xtask bench footprint [--runs R]
+//!   [--concurrency C]`: the load bench's clients under callgrind (needs valgrind), deterministic.
 #![allow(clippy::print_stdout)]
 
 mod api;
@@ -62,7 +63,8 @@ fn main() -> ExitCode {
                  api [--bless]          the public API of modu-core, modu-agent and modu (nightly rustdoc JSON) against xtask/api/*.txt\n  \
                  test [ARGS..]          cargo test --workspace --all-features with services up (extra args passed on)\n  \
                  services               install and start Redis, llama.cpp and MCP peers; Ctrl-C stops them\n  \
-                 bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)"
+                 bench [loop|load|server|all]  run the benchmarks (load takes --quick, --reps N, --enforce; server --quick, --runs N, --concurrency N)\n  \
+                 bench footprint [--runs R] [--concurrency C]  the load bench's clients under callgrind (needs valgrind)"
             );
             Err(String::new())
         }

@@ -42,6 +42,10 @@
 //! - Peak RSS: `ru_maxrss` of the client process (its whole life: startup, warm-up at full
 //!   concurrency, timed loop), and its growth over the RSS the process had before the warm-up
 //!   (`VmRSS`, after the runtime and the agent or HTTP client were built).
+//! - `--footprint [--runs R] [--concurrency C]` (a diagnostic, not judged): instead of the
+//!   timing table, every variant under valgrind's callgrind: instructions, cache misses and a
+//!   cycle estimate per run, the hot code each executes, and where modu's extra hot code is
+//!   (see `footprint.rs`). Deterministic, so it shows a change's effect on a noisy machine.
 //! - `--pad-us N` (a diagnostic, not judged) adds a row: the baseline with N µs of busy CPU
 //!   after each run. What it costs beyond N is what a slower client pays in the system alone,
 //!   on this machine: the mock server shares it, so the client's writes wake a server that went
@@ -68,6 +72,7 @@ struct AddArgs {
 const QUESTION: &str = "What is 2 + 3?";
 
 mod baseline;
+mod footprint;
 mod modu_side;
 
 use modu_side::{client_only, modu_agent, modu_run};
@@ -316,6 +321,12 @@ fn main() {
     let cpus = allowed_cpus();
     let client_cpu = cpus.first().copied().unwrap_or(0);
     let server_cpu = cpus.get(1).copied().unwrap_or(client_cpu);
+    if flag("--footprint") {
+        let server = start_server(0, server_cpu);
+        let runs = value("--runs").map_or(200, |r| (r as usize).max(1));
+        let concurrency = value("--concurrency").map_or(1, |c| (c as usize).max(1));
+        return footprint::footprint(&server.url, runs, concurrency);
+    }
     println!("load bench: modu = Agent + OpenAiClient; baseline = hand-written reqwest + typed serde");
     println!(
         "client processes pinned to CPU {client_cpu} (1 tokio worker), mock server processes pinned to CPU {server_cpu}{}",
