@@ -8,6 +8,8 @@
 //!   <unix µs>` to, where `<exec>` (`<pid>.<n>`) names this execution of the call.
 //! - `SLOW_MS`: how long the `slow` tool works (default 2000).
 //! - `RECORD_MS`: how long `record` works after its effect (default 0).
+//! - `BIND`: `plain` binds the session with `Endpoint::builder().bind(session)` instead of
+//!   `DurableSession::definition`.
 //! - `CHECKPOINT_LOG`: if set, a file the checkpoint store (in memory) appends `save <run id>`
 //!   and `delete <run id>` to, so that a test sees which checkpoints the worker keeps.
 //!
@@ -196,9 +198,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             record: record_work,
         }),
     );
-    let endpoint = Endpoint::builder()
-        .bind(session.definition(Duration::from_millis(50), Duration::from_millis(250)))
-        .build();
+    let endpoint = if std::env::var("BIND").is_ok_and(|b| b == "plain") {
+        // The object as the SDK binds any object (its default retry policy).
+        Endpoint::builder().bind(session).build()
+    } else {
+        Endpoint::builder()
+            .bind(session.definition(Duration::from_millis(50), Duration::from_millis(250)))
+            .build()
+    };
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     println!("worker {} listening on {addr}", std::process::id());
     modu_restate::serve(endpoint, addr).await?;

@@ -25,7 +25,7 @@ const DECISIONS_KEY: &str = "decisions";
 /// The state key, on the object keyed by an awakeable id, of the decision `decide` resolved
 /// that awakeable with (the first one; later ones are compared with it).
 const SETTLED_KEY: &str = "settled";
-/// The handlers only modu calls (ingress-private).
+/// The handlers only modu calls (ingress-private, in the object's own discovery).
 const SETTLE: &str = "settle";
 const FORGET: &str = "forget";
 
@@ -95,8 +95,9 @@ pub struct Decision {
 ///   call, as [`Agent::approve`] says).
 /// - `history` (shared; → `[Message]`): the session's conversation.
 ///
-/// Two more handlers are private to Restate (not callable through the ingress, with
-/// [`DurableSession::definition`]): `settle` and `forget`, which `decide` and `run` call on the
+/// Two more handlers are private to Restate (not callable through the ingress, however the
+/// object is bound: [`DurableSession::definition`] or the SDK's `Endpoint::builder().bind`):
+/// `settle` and `forget`, which `decide` and `run` call on the
 /// object keyed by a call's awakeable id. There the first decision on the call is recorded (an
 /// exclusive handler of that key, so two decisions at once are ordered) until the run has
 /// received every decision of its pause, or has been cancelled.
@@ -124,14 +125,11 @@ where
     /// attempt (a worker that died, a step that failed) starting at `retry_initial` and growing
     /// to `retry_max`, for an [`Endpoint`]'s `bind`.
     pub fn definition(self, retry_initial: Duration, retry_max: Duration) -> ServiceDefinition {
-        let private = || HandlerOptions::new().ingress_private(true);
         self.into_service_definition().options(
             ServiceOptions::new()
                 .retry_policy_initial_interval(retry_initial)
                 .retry_policy_exponentiation_factor(2.0)
-                .retry_policy_max_interval(retry_max)
-                .handler(SETTLE, private())
-                .handler(FORGET, private()),
+                .retry_policy_max_interval(retry_max),
         )
     }
 }
@@ -256,7 +254,7 @@ where
 
     /// Private (on the object keyed by an awakeable id): resolves the awakeable with the first
     /// decision on its call, and answers whether `settle`'s decision is that one.
-    #[handler]
+    #[handler(ingress_private)]
     async fn settle(&self, ctx: ObjectContext<'_>, settle: Json<Settle>) -> Result<bool, HandlerError> {
         let Settle { session, decision } = settle.into_inner();
         if let Some(first) = ctx
@@ -284,7 +282,7 @@ where
 
     /// Private (on the object keyed by an awakeable id): drops the recorded decision, once the
     /// run has received it and no longer lists the call.
-    #[handler]
+    #[handler(ingress_private)]
     async fn forget(&self, ctx: ObjectContext<'_>) -> Result<(), HandlerError> {
         ctx.clear(SETTLED_KEY);
         Ok(())
