@@ -19,8 +19,8 @@ pub const HISTORY_KEY: &str = "history";
 pub const APPROVALS_KEY: &str = "approvals";
 /// The object's name in Restate (the SDK 0.13 cannot rename a service at bind time).
 pub const DEFAULT_NAME: &str = "ModuSession";
-/// The object state key of the decisions the running run has received (a JSON object, call id
-/// → [`ApprovalDecision`]), cleared when the run ends.
+/// The object state key of the decisions the running run has received in its current pause (a
+/// JSON object, call id → [`ApprovalDecision`]), cleared when the pause ends.
 const DECISIONS_KEY: &str = "decisions";
 /// The state key, on the object keyed by an awakeable id, of the decision `decide` resolved
 /// that awakeable with (the first one; later ones are compared with it).
@@ -90,9 +90,10 @@ pub struct Decision {
 /// - `approvals` (shared; → `[PendingApproval]`): the calls the running run waits on (a call
 ///   leaves the list once the run has received its decision).
 /// - `decide` (shared; [`Decision`] → `bool`): decides one of them. `true`: the decision is the
-///   call's (the first decision on a call, or the same one again). `false`: it was not applied:
-///   no such call waits, or the call was decided the other way already (a decision binds its
-///   call, as [`Agent::approve`] says).
+///   call's (the first decision on a call, or the same one again while the run's pause lasts).
+///   `false`: it was not applied: no such call waits (unknown, of an earlier pause of the run,
+///   or of a run that has ended), or the call was decided the other way already (a decision
+///   binds its call, as [`Agent::approve`] says).
 /// - `history` (shared; → `[Message]`): the session's conversation.
 ///
 /// Two more handlers are private to Restate (not callable through the ingress, however the
@@ -372,6 +373,9 @@ where
             .send();
         }
         waited?;
+        // The pause is over: its calls wait no more, so a decision on one of them is refused
+        // from now on (as `Agent::approve` refuses it once a resume has gone on).
+        ctx.clear(DECISIONS_KEY);
         journal::drive(ctx, self.agent.resume(run_id, Arc::clone(&self.context))).await
     }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Restate, Worker, free_port, ledger, server_bin, wait_for_approvals};
 use modu_testing::{MockOpenAiServer, MockReply};
@@ -136,4 +136,66 @@ async fn settle_and_forget_are_not_callable_through_the_ingress_however_the_sess
         assert_eq!(out["output"], "refused", "{binding}: {out}");
         assert!(ran(&s).is_empty(), "{binding}: the rejected call ran");
     }
+}
+
+/// A decision on a call of an earlier pause of a run that goes on is refused (`false`), the
+/// same decision again too, as `Agent::approve` refuses a call that no longer waits: it was
+/// answered `true` from the decisions the run had kept since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_on_a_call_of_an_earlier_pause_is_refused() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, &[]).await;
+    s.mock
+        .push(MockReply::ToolCalls(vec![("approve_me".into(), "{}".into())]));
+    s.mock.push(MockReply::ToolCalls(vec![(
+        "approve_me".into(),
+        "{\"again\":true}".into(),
+    )]));
+    s.mock.push(MockReply::Text("two pauses".into()));
+    let run = start_run(&s, "pia");
+    let pending = wait_for_approvals(&s.restate, "pia").await;
+    let first = pending[0]["request"]["call_id"].as_str().unwrap().to_owned();
+    let decide = |call: String, decision: serde_json::Value| {
+        let restate = &s.restate;
+        async move {
+            let mut body = decision;
+            body["call_id"] = json!(call);
+            restate.call("pia", "decide", body).await
+        }
+    };
+    let approve = json!({"decision": "approved"});
+    let reject = json!({"decision": "rejected", "message": "too late"});
+    assert_eq!(decide(first.clone(), approve.clone()).await, json!(true));
+
+    // The second pause: another call waits.
+    let started = Instant::now();
+    let second = loop {
+        let pending = s.restate.call("pia", "approvals", json!(null)).await;
+        if let Some(id) = pending
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["request"]["call_id"].as_str())
+            .find(|id| *id != first)
+        {
+            break id.to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no second pause: {pending}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(ran(&s), vec![first.clone()], "the first call ran");
+    assert_eq!(
+        decide(first.clone(), approve.clone()).await,
+        json!(false),
+        "a decision on a call of the earlier pause was applied"
+    );
+    assert_eq!(decide(first.clone(), reject.clone()).await, json!(false));
+    assert_eq!(decide(second.clone(), approve.clone()).await, json!(true));
+    let out = answer(&s, run).await;
+    assert_eq!(out["output"], "two pauses", "{out}");
+    assert_eq!(ran(&s), vec![first, second], "each approved call ran once");
 }
