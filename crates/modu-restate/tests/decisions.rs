@@ -86,6 +86,19 @@ async fn post(s: &Setup, key: &str, handler: &str, body: serde_json::Value) -> (
     (status, r.text().await.unwrap_or_default())
 }
 
+/// Resolves the awakeable `id` through Restate's endpoint.
+async fn resolve(s: &Setup, id: &str, decision: serde_json::Value) {
+    let r = s
+        .restate
+        .http
+        .post(format!("{}/restate/awakeables/{id}/resolve", s.restate.ingress_url()))
+        .json(&decision)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "resolve {id}: {}", r.status());
+}
+
 /// The private handlers `settle` and `forget` cannot be called through the ingress, whether
 /// the worker binds the session with `DurableSession::definition` or with the SDK's plain
 /// `Endpoint::builder().bind(session)`: an outside `settle` approved a call nobody approved.
@@ -198,4 +211,62 @@ async fn a_decision_on_a_call_of_an_earlier_pause_is_refused() {
     let out = answer(&s, run).await;
     assert_eq!(out["output"], "two pauses", "{out}");
     assert_eq!(ran(&s), vec![first, second], "each approved call ran once");
+}
+
+/// A call decided both through its awakeable and through `decide` gets the decision that
+/// resolved its awakeable first (Restate completes an awakeable once), whichever way came
+/// first: a call rejected one way never runs when it is approved the other way after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_decided_both_ways_gets_the_first_resolution_and_a_rejected_call_never_runs() {
+    let Some(bin) = server_bin() else { return };
+    let _serial = SERIAL.lock().await;
+    let s = setup(&bin, &[]).await;
+    s.mock.push(MockReply::ToolCalls(vec![
+        ("approve_me".into(), "{}".into()),
+        ("approve_me".into(), "{\"again\":true}".into()),
+    ]));
+    s.mock.push(MockReply::Text("mixed".into()));
+    let run = start_run(&s, "rex");
+    let started = Instant::now();
+    let mut pending = wait_for_approvals(&s.restate, "rex").await;
+    while pending.as_array().map_or(0, Vec::len) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{pending}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pending = s.restate.call("rex", "approvals", json!(null)).await;
+    }
+    let awakeable = |i: usize| pending[i]["awakeable_id"].as_str().unwrap().to_owned();
+    let call = |i: usize| pending[i]["request"]["call_id"].as_str().unwrap().to_owned();
+
+    // Rejected through the awakeable, then at once approved through `decide`.
+    resolve(
+        &s,
+        &awakeable(0),
+        json!({"decision": "rejected", "message": "AWAKEABLE-NO"}),
+    )
+    .await;
+    let late_approval = s
+        .restate
+        .call("rex", "decide", json!({"call_id": call(0), "decision": "approved"}))
+        .await;
+    // Rejected through `decide`, then approved through the awakeable.
+    let rejected = s
+        .restate
+        .call(
+            "rex",
+            "decide",
+            json!({"call_id": call(1), "decision": "rejected", "message": "DECIDE-NO"}),
+        )
+        .await;
+    assert_eq!(rejected, json!(true));
+    resolve(&s, &awakeable(1), json!({"decision": "approved"})).await;
+
+    let out = answer(&s, run).await;
+    assert_eq!(out["output"], "mixed", "{out}");
+    assert!(ran(&s).is_empty(), "a rejected call ran: {:?}", ledger(&s.ledger));
+    let sent = serde_json::to_string(&s.mock.requests()[1]["messages"]).unwrap();
+    assert!(
+        sent.contains("AWAKEABLE-NO") && sent.contains("DECIDE-NO"),
+        "the model saw both rejections: {sent}"
+    );
+    println!("a decide after the awakeable's rejection answered {late_approval}");
 }
