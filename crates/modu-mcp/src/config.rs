@@ -2,8 +2,9 @@
 //!
 //! Configurations deserialise from JSON with unknown fields rejected, and load from the
 //! environment (`MODU_MCP__SERVERS`, `MODU_MCP__CONNECT_TIMEOUT_SECONDS`). Their `Debug`
-//! output never shows secrets: bearer tokens, header values and environment values of stdio
-//! servers print as `<redacted>`.
+//! output never shows secrets: bearer tokens, header values, environment values of stdio
+//! servers and the values of their arguments under secret-looking flags (`--api-key=...`,
+//! `--token VALUE`) print as `<redacted>`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -111,7 +112,9 @@ pub struct McpServerConfig {
     /// The program to run (stdio).
     #[serde(default)]
     pub command: Option<String>,
-    /// Its arguments (stdio).
+    /// Its arguments (stdio). The values of flags whose name looks secret (`--api-key=VALUE`,
+    /// `--token VALUE`, `NAME=VALUE` under a secret-looking name) are secrets: never printed,
+    /// redacted from errors and results.
     #[serde(default)]
     pub args: Vec<String>,
     /// Environment variables passed to the process (stdio; values are secrets).
@@ -149,7 +152,7 @@ impl fmt::Debug for McpServerConfig {
             .field("name", &self.name)
             .field("transport", &self.transport)
             .field("command", &self.command)
-            .field("args", &self.args)
+            .field("args", &crate::secret_args::redacted_args(&self.args))
             .field("env", &env)
             .field("url", &self.url.as_deref().map(redacted_url))
             .field("auth", &self.auth)
@@ -309,9 +312,9 @@ impl McpServerConfig {
     }
 
     /// The credentials this configuration holds, redacted from successful results too: header
-    /// values, an inline bearer token, and environment values under secret-looking names
-    /// (`GITHUB_TOKEN`, `OPENAI_API_KEY`, `DB_PASSWORD`, ...; the names
-    /// [`modu_core::mask::SecretMasker`] treats as secret). Other environment values
+    /// values, an inline bearer token, the values of secret-looking arguments, and environment
+    /// values under secret-looking names (`GITHUB_TOKEN`, `OPENAI_API_KEY`, `DB_PASSWORD`, ...;
+    /// the names [`modu_core::mask::SecretMasker`] treats as secret). Other environment values
     /// (`LOG_LEVEL=info`) are not, so that ordinary words stay in results.
     pub(crate) fn inline_credentials(&self) -> Vec<String> {
         let masker = modu_core::mask::SecretMasker::default();
@@ -326,11 +329,13 @@ impl McpServerConfig {
             out.extend(auth.bearer_token.clone());
         }
         out.extend(url_secrets(self.url.as_deref()));
+        out.extend(crate::secret_args::arg_secrets(&self.args));
         out
     }
 
     /// The secret values this configuration holds (for redaction of errors and logs: every
-    /// environment value, every header value, an inline bearer token, the URL's secrets).
+    /// environment value, every header value, an inline bearer token, the URL's secrets, the
+    /// values of secret-looking arguments).
     pub(crate) fn inline_secrets(&self) -> Vec<String> {
         let mut out: Vec<String> = self.env.values().cloned().collect();
         if let Some(auth) = &self.auth {
@@ -338,6 +343,7 @@ impl McpServerConfig {
             out.extend(auth.bearer_token.clone());
         }
         out.extend(url_secrets(self.url.as_deref()));
+        out.extend(crate::secret_args::arg_secrets(&self.args));
         out
     }
 }

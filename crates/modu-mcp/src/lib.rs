@@ -25,6 +25,7 @@ pub mod resolver;
 pub mod resource_context;
 pub mod resources;
 pub mod sampling;
+mod secret_args;
 mod session;
 mod session_options;
 mod signals;

@@ -269,6 +269,39 @@ fn secrets_in_the_url_never_appear_in_debug() {
 }
 
 #[test]
+fn secrets_in_stdio_arguments_never_appear_in_debug() {
+    // Local servers often take their key on the command line, in either flag form.
+    let server = McpServerConfig::stdio("gh", "npx").with_args([
+        "-y",
+        "some-mcp-server",
+        "--api-key=sk-arg-secret-1",
+        "--token",
+        "tok-arg-secret-2",
+        "-e",
+        "GITHUB_TOKEN=ghp-arg-secret-3",
+        "--port",
+        "8080",
+    ]);
+    let config = McpConfig::new(vec![server.clone()]).unwrap();
+    let connector = McpConnector::new(config.clone()).unwrap();
+    for debug in [format!("{server:?}"), format!("{config:?}"), format!("{connector:?}")] {
+        for secret in ["sk-arg-secret-1", "tok-arg-secret-2", "ghp-arg-secret-3"] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        // The flags and the ordinary arguments stay, to tell servers apart.
+        for kept in [
+            "\"some-mcp-server\"",
+            "\"--api-key=<redacted>\"",
+            "\"--token\", \"<redacted>\"",
+            "\"GITHUB_TOKEN=<redacted>\"",
+            "\"--port\", \"8080\"",
+        ] {
+            assert!(debug.contains(kept), "{kept} not in {debug}");
+        }
+    }
+}
+
+#[test]
 fn omitted_selection_means_every_configured_server() {
     let resolver = DefaultServerResolver::new();
     let servers = resolver.resolve_selection(&configured(), None).unwrap();

@@ -218,6 +218,27 @@ async fn a_stdio_server_that_dies_at_start_up_shows_the_end_of_its_stderr() {
 }
 
 #[tokio::test]
+async fn secret_arguments_of_a_stdio_server_are_masked_in_its_errors() {
+    // A server that prints its command line when it gives up (many do, in their usage text).
+    let server = McpServerConfig::stdio("dies", "sh").with_args([
+        "-c",
+        "echo \"bad arguments: $1 $2 $3\" >&2; exit 2",
+        "sh",
+        "--api-key=sk-arg-live-1",
+        "--token",
+        "tok-arg-live-2",
+    ]);
+    let connector = McpConnector::new(McpConfig::new(vec![server]).unwrap()).unwrap();
+    let e = connector.open_session(None).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.ends_with("the last lines of its stderr:\nbad arguments: --api-key=[redacted] --token [redacted]"),
+        "{text}"
+    );
+    assert_plain(&text);
+}
+
+#[tokio::test]
 async fn the_stderr_shown_is_its_last_twenty_lines() {
     let e = sh("i=0; while [ $i -lt 100 ]; do echo \"progress line $i\" >&2; i=$((i+1)); done; exit 1")
         .open_session(None)
