@@ -45,7 +45,7 @@ pub use provider::{McpToolProvider, McpToolSession};
 pub use registry::{McpToolDescriptor, McpToolRegistry};
 pub use resolver::{DefaultServerResolver, McpRuntimeServerResolver, McpSelectionRequest, selection_from_metadata};
 pub use resource_context::McpResourceContext;
-pub use resources::{McpPrompt, McpPromptArgument, McpPromptInfo};
+pub use resources::{McpPrompt, McpPromptArgument, McpPromptInfo, McpPromptListing};
 pub use sampling::{McpSampling, McpSamplingPolicy, McpSamplingUsage};
 pub use session::{McpSession, McpSessionOptions};
 pub use signals::{McpProgress, McpProgressListener};

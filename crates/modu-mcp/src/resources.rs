@@ -53,6 +53,53 @@ pub struct McpPromptInfo {
     pub arguments: Vec<McpPromptArgument>,
 }
 
+/// The prompts [`McpSession::list_prompts`] listed, and the servers whose listing failed.
+/// Iterates over the prompts.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct McpPromptListing {
+    /// The prompts of the servers that listed theirs.
+    pub prompts: Vec<McpPromptInfo>,
+    /// One error per server whose listing failed ([`McpError::server`] names it); empty
+    /// when every server listed its prompts.
+    pub failed: Vec<McpError>,
+}
+
+impl McpPromptListing {
+    /// The prompts.
+    pub fn iter(&self) -> std::slice::Iter<'_, McpPromptInfo> {
+        self.prompts.iter()
+    }
+
+    /// How many prompts were listed.
+    pub fn len(&self) -> usize {
+        self.prompts.len()
+    }
+
+    /// Whether no prompt was listed.
+    pub fn is_empty(&self) -> bool {
+        self.prompts.is_empty()
+    }
+}
+
+impl IntoIterator for McpPromptListing {
+    type Item = McpPromptInfo;
+    type IntoIter = std::vec::IntoIter<McpPromptInfo>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.prompts.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a McpPromptListing {
+    type Item = &'a McpPromptInfo;
+    type IntoIter = std::slice::Iter<'a, McpPromptInfo>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.prompts.iter()
+    }
+}
+
 /// A prompt fetched with its arguments: the server's messages as modu messages.
 #[derive(Clone, Debug, PartialEq)]
 pub struct McpPrompt {
@@ -128,6 +175,86 @@ fn prompt_text(content: ContentBlock) -> String {
     }
 }
 
+/// The failures of a listing over `count` servers: for one named server, or when every server
+/// failed, the first failure as the `Err`; otherwise the failures, for the listing to report.
+fn partial(server: Option<&str>, count: usize, mut failed: Vec<McpError>) -> Result<Vec<McpError>, McpError> {
+    if !failed.is_empty() && (server.is_some() || failed.len() == count) {
+        return Err(failed.swap_remove(0));
+    }
+    Ok(failed)
+}
+
+/// One server's resources and resource templates, each tagged with the server and redacted.
+async fn resources_of(connection: &ServerConnection) -> Result<(Vec<Value>, Vec<Value>), McpError> {
+    let peer = &connection.peer;
+    let resources_listing = all_pages(&connection.name, "resources/list", |params| async move {
+        peer.list_resources(params).await.map(|r| (r.resources, r.next_cursor))
+    });
+    let listed = ask(connection, "resources/list", resources_listing).await?;
+    // Templates are optional: a server that implements only `resources/list` (the low-level
+    // SDKs register no handler it was not given) answers "method not found".
+    let templates_or_none = async {
+        let listing = all_pages(&connection.name, "resources/templates/list", |params| async move {
+            peer.list_resource_templates(params)
+                .await
+                .map(|r| (r.resource_templates, r.next_cursor))
+        });
+        match listing.await {
+            Err(ServiceError::McpError(data)) if data.code == ErrorCode::METHOD_NOT_FOUND => Ok(Vec::new()),
+            other => other,
+        }
+    };
+    let listed_templates = ask(connection, "resources/templates/list", templates_or_none).await?;
+    let tag = |item: Value| match item {
+        Value::Object(mut map) => {
+            map.insert("server".into(), Value::String(connection.name.clone()));
+            let mut item = Value::Object(map);
+            redact_value(&mut item, &connection.with_tokens(&connection.credentials));
+            item
+        }
+        other => other,
+    };
+    let resources = listed
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .map(tag)
+        .collect();
+    let templates = listed_templates
+        .iter()
+        .filter_map(|t| serde_json::to_value(t).ok())
+        .map(tag)
+        .collect();
+    Ok((resources, templates))
+}
+
+/// One server's prompts.
+async fn prompts_of(connection: &ServerConnection) -> Result<Vec<McpPromptInfo>, McpError> {
+    let peer = &connection.peer;
+    let listing = all_pages(&connection.name, "prompts/list", |params| async move {
+        peer.list_prompts(params).await.map(|r| (r.prompts, r.next_cursor))
+    });
+    let prompts = ask(connection, "prompts/list", listing).await?;
+    Ok(prompts
+        .into_iter()
+        .map(|p| McpPromptInfo {
+            server: connection.name.clone(),
+            name: p.name,
+            title: p.title,
+            description: p.description,
+            arguments: p
+                .arguments
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| McpPromptArgument {
+                    name: a.name,
+                    description: a.description,
+                    required: a.required.unwrap_or(false),
+                })
+                .collect(),
+        })
+        .collect())
+}
+
 impl McpSession {
     fn connection(&self, server: &str, request: &str) -> Result<&Arc<ServerConnection>, McpError> {
         match self.by_name.get(server) {
@@ -175,47 +302,36 @@ impl McpSession {
     /// resource_templates: [{server, uriTemplate, name, ...}]}`, as the servers describe them.
     /// A server that does not implement `resources/templates/list` (it answers "method not
     /// found") has no templates.
+    ///
+    /// Across servers (`None`), a server whose listing fails does not fail the others': the
+    /// value lists what the others listed and gains `failed: [{server, error}]` naming each
+    /// failing server (the key is absent when none failed); only when every server failed is
+    /// the first failure the `Err`.
     pub async fn list_resources(&self, server: Option<&str>) -> Result<Value, McpError> {
         let mut resources = Vec::new();
         let mut templates = Vec::new();
-        for connection in self.covered(server, "resources/list", |c| c.resources.is_some())? {
-            let peer = &connection.peer;
-            let resources_listing = all_pages(&connection.name, "resources/list", |params| async move {
-                peer.list_resources(params).await.map(|r| (r.resources, r.next_cursor))
-            });
-            let listed = ask(connection, "resources/list", resources_listing).await?;
-            // Templates are optional: a server that implements only `resources/list` (the
-            // low-level SDKs register no handler it was not given) answers "method not found".
-            let templates_or_none = async {
-                let listing = all_pages(&connection.name, "resources/templates/list", |params| async move {
-                    peer.list_resource_templates(params)
-                        .await
-                        .map(|r| (r.resource_templates, r.next_cursor))
-                });
-                match listing.await {
-                    Err(ServiceError::McpError(data)) if data.code == ErrorCode::METHOD_NOT_FOUND => Ok(Vec::new()),
-                    other => other,
+        let mut failed = Vec::new();
+        let covered = self.covered(server, "resources/list", |c| c.resources.is_some())?;
+        let count = covered.len();
+        for connection in covered {
+            match resources_of(connection).await {
+                Ok((listed, listed_templates)) => {
+                    resources.extend(listed);
+                    templates.extend(listed_templates);
                 }
-            };
-            let listed_templates = ask(connection, "resources/templates/list", templates_or_none).await?;
-            let tag = |item: Value| match item {
-                Value::Object(mut map) => {
-                    map.insert("server".into(), Value::String(connection.name.clone()));
-                    let mut item = Value::Object(map);
-                    redact_value(&mut item, &connection.with_tokens(&connection.credentials));
-                    item
-                }
-                other => other,
-            };
-            resources.extend(listed.iter().filter_map(|r| serde_json::to_value(r).ok()).map(tag));
-            templates.extend(
-                listed_templates
-                    .iter()
-                    .filter_map(|t| serde_json::to_value(t).ok())
-                    .map(tag),
-            );
+                Err(e) => failed.push(e),
+            }
         }
-        Ok(json!({ "resources": resources, "resource_templates": templates }))
+        let failed = partial(server, count, failed)?;
+        let mut out = json!({ "resources": resources, "resource_templates": templates });
+        if !failed.is_empty() {
+            let failed: Vec<Value> = failed
+                .iter()
+                .map(|e| json!({"server": e.server(), "error": e.to_string()}))
+                .collect();
+            out["failed"] = Value::Array(failed);
+        }
+        Ok(out)
     }
 
     /// Reads a resource of `server` by URI (a listed resource, or a template's URI filled in):
@@ -243,34 +359,24 @@ impl McpSession {
     }
 
     /// The prompts of `server` (`None`: every server that offers prompts).
-    pub async fn list_prompts(&self, server: Option<&str>) -> Result<Vec<McpPromptInfo>, McpError> {
-        let mut out = Vec::new();
-        for connection in self.covered(server, "prompts/list", |c| c.prompts.is_some())? {
-            let peer = &connection.peer;
-            let listing = all_pages(&connection.name, "prompts/list", |params| async move {
-                peer.list_prompts(params).await.map(|r| (r.prompts, r.next_cursor))
-            });
-            let prompts = ask(connection, "prompts/list", listing).await?;
-            out.extend(prompts.into_iter().map(|p| {
-                McpPromptInfo {
-                    server: connection.name.clone(),
-                    name: p.name,
-                    title: p.title,
-                    description: p.description,
-                    arguments: p
-                        .arguments
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|a| McpPromptArgument {
-                            name: a.name,
-                            description: a.description,
-                            required: a.required.unwrap_or(false),
-                        })
-                        .collect(),
-                }
-            }));
+    ///
+    /// Across servers (`None`), a server whose listing fails does not fail the others': the
+    /// listing holds what the others listed, and each failure in
+    /// [`McpPromptListing::failed`]; only when every server failed is the first failure the
+    /// `Err`.
+    pub async fn list_prompts(&self, server: Option<&str>) -> Result<McpPromptListing, McpError> {
+        let mut prompts = Vec::new();
+        let mut failed = Vec::new();
+        let covered = self.covered(server, "prompts/list", |c| c.prompts.is_some())?;
+        let count = covered.len();
+        for connection in covered {
+            match prompts_of(connection).await {
+                Ok(listed) => prompts.extend(listed),
+                Err(e) => failed.push(e),
+            }
         }
-        Ok(out)
+        let failed = partial(server, count, failed)?;
+        Ok(McpPromptListing { prompts, failed })
     }
 
     /// Fetches prompt `name` of `server` with `arguments` (MCP prompt arguments are strings:

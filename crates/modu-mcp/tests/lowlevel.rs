@@ -84,3 +84,53 @@ async fn a_pagination_going_round_in_a_circle_ends_with_what_was_listed() {
     assert_eq!(prompts.len(), 2, "{prompts:?}");
     session.close().await;
 }
+
+fn listings(python: &str, name: &str, mode: &str, marker: &str) -> McpServerConfig {
+    McpServerConfig::stdio(name, python).with_args([
+        support::test_file("servers/listings_server.py"),
+        mode.to_owned(),
+        marker.to_owned(),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_listings_fail_leaves_the_others_listed_and_is_named() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("failing-listings");
+    let config = McpConfig::new(vec![
+        listings(&python, "healthy", "ok", &marker),
+        listings(&python, "broken", "fail", &marker),
+    ])
+    .unwrap();
+    let session = McpConnector::new(config)
+        .unwrap()
+        .open_session(None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Both servers offer resources and prompts; "broken" answers both listings with an error.
+    let listed = session.list_resources(None).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        listed,
+        json!({
+            "resources": [{"server": "healthy", "uri": "notes://one", "name": "one"}],
+            "resource_templates": [],
+            "failed": [{"server": "broken",
+                "error": "MCP request resources/list to server broken failed (protocol_error): the server answered with error -32603: listing broke"}]
+        })
+    );
+    let prompts = session.list_prompts(None).await.unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<(&str, &str)> = prompts.iter().map(|p| (p.server.as_str(), p.name.as_str())).collect();
+    assert_eq!(names, [("healthy", "greet")]);
+    let failed: Vec<Option<&str>> = prompts.failed.iter().map(|e| e.server()).collect();
+    assert_eq!(failed, [Some("broken")]);
+    assert!(
+        prompts.failed[0].to_string().contains("listing broke"),
+        "{}",
+        prompts.failed[0]
+    );
+    // Asked by name, the failing server's listing is the error; the healthy one lists no failure.
+    assert!(session.list_prompts(Some("broken")).await.is_err());
+    assert!(session.list_resources(Some("broken")).await.is_err());
+    assert!(session.list_prompts(Some("healthy")).await.unwrap().failed.is_empty());
+    session.close().await;
+}
