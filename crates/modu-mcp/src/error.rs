@@ -124,6 +124,9 @@ pub enum InvocationFailure {
     InvalidArguments,
     /// The server ran the tool and reported an error result (`isError`).
     ToolError,
+    /// The result's `structuredContent` does not fit the output schema the tool declares
+    /// (MCP 2025-06-18: clients should validate structured results against it).
+    InvalidOutput,
     /// The server answered with a JSON-RPC error.
     ProtocolError,
     /// The call did not finish within the server's `call_timeout_seconds`.
@@ -146,6 +149,7 @@ impl InvocationFailure {
             InvocationFailure::ToolRemoved => "tool_removed",
             InvocationFailure::InvalidArguments => "invalid_arguments",
             InvocationFailure::ToolError => "tool_error",
+            InvocationFailure::InvalidOutput => "invalid_output",
             InvocationFailure::ProtocolError => "protocol_error",
             InvocationFailure::Timeout => "timeout",
             InvocationFailure::Transport => "transport",
@@ -185,6 +189,7 @@ impl McpToolInvocationError {
                 ToolError::validation("invalid_arguments", message).with_recovery(RecoveryAction::RepairCall)
             }
             InvocationFailure::ToolError => ToolError::execution("mcp_tool_error").with_message(message),
+            InvocationFailure::InvalidOutput => ToolError::execution("mcp_invalid_output").with_message(message),
             InvocationFailure::ProtocolError => ToolError::execution("mcp_protocol_error").with_message(message),
             InvocationFailure::Timeout => ToolError::new(ToolErrorKind::Timeout, "timeout")
                 .with_message(message)

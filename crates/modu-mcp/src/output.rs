@@ -21,20 +21,12 @@ pub(crate) fn tool_output(
 ) -> Result<Value, String> {
     if result.is_error == Some(true) {
         let text = normalise_content(result.content);
-        let mut message = match text {
+        let message = match text {
             Value::String(s) => s,
             Value::Null => "the tool reported an error".to_owned(),
             other => other.to_string(),
         };
-        if message.len() > MAX_ERROR_TEXT {
-            let mut cut = MAX_ERROR_TEXT;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
-        return Err(redact(&message, error_secrets));
+        return Err(redact(&cap_error(message), error_secrets));
     }
     let mut value = match result.structured_content {
         Some(structured) => unwrap_plain(structured, output_schema),
@@ -42,6 +34,19 @@ pub(crate) fn tool_output(
     };
     redact_value(&mut value, result_secrets);
     Ok(cap_result(value, max))
+}
+
+/// An error message cut to [`MAX_ERROR_TEXT`] bytes (with `…` when cut).
+pub(crate) fn cap_error(mut message: String) -> String {
+    if message.len() > MAX_ERROR_TEXT {
+        let mut cut = MAX_ERROR_TEXT;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
 }
 
 /// The key FastMCP and the official Python SDK wrap a plain (non-object) return value under.

@@ -49,6 +49,7 @@ pub struct McpToolDescriptor {
     /// The tool's output schema, when it declares one.
     pub output_schema: Option<Value>,
     validator: Option<modu_core::ArgumentValidator>,
+    output_validator: Option<modu_core::ArgumentValidator>,
 }
 
 impl std::fmt::Debug for McpToolDescriptor {
@@ -88,13 +89,31 @@ impl McpToolDescriptor {
             input_schema,
             output_schema: None,
             validator,
+            output_validator: None,
         }
     }
 
-    /// The same descriptor with the output schema the tool declares.
+    /// The same descriptor with the output schema the tool declares; it is compiled for
+    /// checking the tool's `structuredContent` (a schema that does not compile is not checked).
     pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_validator = match modu_core::ArgumentValidator::new(&schema) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::debug!(tool = %self.external_name, error = %e, "output schema does not compile; not validating");
+                None
+            }
+        };
         self.output_schema = Some(schema);
         self
+    }
+
+    /// Checks a result's `structuredContent` against the output schema the tool declares
+    /// (`Ok` without one); `Err` lists what is wrong.
+    pub fn validate_output(&self, structured: &Value) -> Result<(), String> {
+        let Some(validator) = &self.output_validator else {
+            return Ok(());
+        };
+        validator.check(structured)
     }
 
     /// Whether the input schema compiled (a schema that does not is left to the server).

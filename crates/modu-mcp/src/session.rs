@@ -15,7 +15,7 @@ use crate::config::DEFAULT_MAX_RESULT_BYTES;
 use crate::describe::{self, Cause, Described};
 use crate::error::{InvocationFailure, McpAuthError, McpError, McpToolInvocationError, redact};
 use crate::listing::{add_first, add_listed, all_tools};
-use crate::output::{removed_tool, tool_output, unknown_tool};
+use crate::output::{cap_error, removed_tool, tool_output, unknown_tool};
 use crate::registry::{McpToolDescriptor, McpToolRegistry};
 use crate::sampling::{McpSamplingUsage, Sampler};
 pub use crate::session_options::McpSessionOptions;
@@ -266,7 +266,9 @@ impl McpSession {
     /// result (`structuredContent` as is, otherwise the text contents: one text as a string,
     /// several as an array; non-text blocks as their JSON). A plain value the server's SDK
     /// wrapped as `structuredContent: {"result": …}` (FastMCP, the official Python SDK) comes
-    /// back as that value, when the tool declares no output schema or only the wrapper's.
+    /// back as that value, when the tool declares no output schema or only the wrapper's. A
+    /// `structuredContent` that does not fit the output schema the tool declares fails the
+    /// call ([`InvocationFailure::InvalidOutput`], naming the tool and what does not fit).
     ///
     /// The result is what the model may see: the server's credentials (bearer token, OAuth
     /// tokens and client secret, header values, environment values under secret-looking
@@ -459,6 +461,17 @@ impl McpSession {
         };
         let error_secrets = server.with_tokens(&server.secrets);
         let result_secrets = server.with_tokens(&server.credentials);
+        if result.is_error != Some(true)
+            && let Some(structured) = &result.structured_content
+            && let Err(problems) = descriptor.validate_output(structured)
+        {
+            let message =
+                format!("the result of {external_name} does not fit the output schema the tool declares: {problems}");
+            return Err(invocation(
+                InvocationFailure::InvalidOutput,
+                redact(&cap_error(message), &error_secrets),
+            ));
+        }
         let max = server.max_result_bytes.unwrap_or(self.default_max_result_bytes);
         tool_output(
             result,
