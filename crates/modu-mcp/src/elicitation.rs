@@ -20,6 +20,10 @@
 //!
 //! Either way, an accepted answer gets the schema's defaults for the top-level properties it
 //! leaves out ([`apply_defaults`], SEP-1034), so "accept" with an empty form sends the defaults.
+//! A live handler's accepted answer that then does not fit the requested schema (a required
+//! field missing, a value of the wrong type or outside its enum) is never sent as accepted: the
+//! server gets `cancel`, as for a form the person dismissed. (On the run path, an answer is
+//! checked against the schema when it is recorded.)
 //!
 //! Limits of the run path: the call is made again, so a server's work before its elicitation
 //! runs twice. An elicitation that arrives while no call or more than one call of the session is
@@ -51,7 +55,8 @@ pub struct McpElicitation {
 /// A person's answer to an [`McpElicitation`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum McpElicitationAnswer {
-    /// The person filled in the form. Properties left out get the schema's defaults.
+    /// The person filled in the form. Properties left out get the schema's defaults; a form
+    /// that then does not fit the requested schema is sent to the server as `cancel`.
     Accept(Map<String, Value>),
     /// The person said no.
     Decline,
@@ -129,6 +134,28 @@ fn accepted(schema: &Value, answer: Value) -> ElicitResult {
         }
         other => ElicitResult::new(ElicitationAction::Accept).with_content(other),
     }
+}
+
+/// A live handler's accepted answer (with the schema's defaults) when it fits the requested
+/// schema; otherwise `cancel`, so the server never takes a form that does not fit as the
+/// person's answer (MCP 2025-06-18: clients validate elicitation content against the schema).
+fn fitting(server: &str, schema: &Value, fields: Map<String, Value>) -> ElicitResult {
+    let result = accepted(schema, Value::Object(fields));
+    let problems = match (&result.content, modu_core::ArgumentValidator::new(schema)) {
+        (Some(content), Ok(validator)) => validator.problems(content),
+        // A schema that does not compile is left to the server.
+        _ => Vec::new(),
+    };
+    if problems.is_empty() {
+        return result;
+    }
+    // The problems quote the person's answer: only at debug level.
+    tracing::warn!(
+        server,
+        "the elicitation handler's answer does not fit the requested schema: cancelled to the server"
+    );
+    tracing::debug!(server, problems = %problems.join("; "), "elicitation answer rejected");
+    ElicitResult::new(ElicitationAction::Cancel)
 }
 
 type Asker = Arc<dyn Fn(InputSpec) -> Option<InputAnswer> + Send + Sync>;
@@ -238,7 +265,7 @@ impl Elicitations {
                 schema,
             };
             return match live.elicit(&request).await {
-                McpElicitationAnswer::Accept(fields) => accepted(&request.schema, Value::Object(fields)),
+                McpElicitationAnswer::Accept(fields) => fitting(server, &request.schema, fields),
                 McpElicitationAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
                 McpElicitationAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
             };

@@ -189,3 +189,37 @@ async fn with_a_live_handler_a_run_does_not_pause_and_the_call_runs_once() {
         "{seen}"
     );
 }
+
+/// Answers live with a form that does not fit the schema: no `name` (required), a string for
+/// the integer.
+struct Careless;
+
+#[async_trait::async_trait]
+impl McpElicitationHandler for Careless {
+    async fn elicit(&self, _request: &McpElicitation) -> McpElicitationAnswer {
+        let answer = json!({"integer": "seven", "check": true});
+        McpElicitationAnswer::Accept(answer.as_object().cloned().unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_answer_that_does_not_fit_the_schema_is_not_sent_as_accepted() {
+    let Some(script) = support::everything() else { return };
+    let marker = support::marker("elicit-misfit");
+    let config = McpConfig::new(vec![support::everything_stdio("everything", &script, &marker)]).unwrap();
+    let options = McpSessionOptions::default().with_elicitation(Careless);
+    let session = McpConnector::new(config)
+        .unwrap()
+        .open_with_options(&McpSelectionRequest::new(None), options)
+        .await
+        .unwrap();
+    let out = session
+        .call_tool(TOOL, json!({}))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .to_string();
+    session.close().await;
+    // The server hears "cancel", as for a dismissed form, not a malformed "accept".
+    assert!(out.contains("User cancelled the elicitation dialog"), "{out}");
+    assert!(!out.contains("seven"), "{out}");
+}
