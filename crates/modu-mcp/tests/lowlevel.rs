@@ -5,7 +5,7 @@
 mod support;
 
 use modu_mcp::{McpConfig, McpConnector, McpServerConfig};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -60,13 +60,12 @@ async fn a_pagination_going_round_in_a_circle_ends_with_what_was_listed() {
         .with_args([support::test_file("servers/circular_cursor_server.py"), marker.clone()]);
     let config = McpConfig::new(vec![server])
         .unwrap()
-        .with_connect_timeout(Duration::from_secs(10));
+        .with_connect_timeout(Duration::from_secs(60));
     let connector = McpConnector::new(config).unwrap();
     // Every page names the next cursor "again": the listing stops at the repeated cursor
-    // instead of asking until the connect timeout while the pages pile up.
-    let started = Instant::now();
+    // instead of asking until the connect timeout while the pages pile up (then the open
+    // fails with that timeout). No time is asserted: a loaded machine starts Python slowly.
     let session = connector.open_session(None).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_eq!(session.search("", 10, |_| true)["total"], 1);
     assert_eq!(
         session.call_tool("circle__ping", json!({})).await.unwrap(),
