@@ -118,6 +118,12 @@ pub(crate) type FenceCheck = std::sync::Arc<dyn Fn(&Fence, &mut dyn FnMut()) -> 
 #[async_trait]
 pub trait ConversationStore: Send + Sync {
     /// Appends messages to a session, creating it if needed.
+    ///
+    /// Appending no messages (`&[]`) stores nothing: it does not create a session (an unknown
+    /// session stays unlisted) and does not move an existing session's
+    /// [`last_used`](SessionSummary::last_used); it counts only as an access of an existing
+    /// session (refreshing its TTL, when the store has one). A fenced empty append is still
+    /// refused with [`StoreError::Fenced`] when its fence is not the live lease.
     async fn append(&self, session_id: &str, messages: &[Message]) -> Result<(), StoreError>;
     /// All messages of a session, oldest first; empty for an unknown or expired session.
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError>;

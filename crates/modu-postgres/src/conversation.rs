@@ -83,6 +83,17 @@ impl PostgresConversationStore {
         if let Some(ttl) = self.ttl {
             drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), op).await?;
         }
+        if encoded.is_empty() {
+            // Nothing to append: no session is created and `last_used` stays; a live session
+            // counts it as an access.
+            sqlx::query("UPDATE modu_sessions SET touched_ms = $1 WHERE session_id = $2")
+                .bind(now)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+            return tx.commit().await.map_err(&err);
+        }
         let next: i64 = sqlx::query_scalar(
             "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES ($1, $2, $3, $3)
              ON CONFLICT (session_id) DO UPDATE SET next_seq = modu_sessions.next_seq + EXCLUDED.next_seq,
@@ -95,18 +106,16 @@ impl PostgresConversationStore {
         .fetch_one(&mut *tx)
         .await
         .map_err(&err)?;
-        if !encoded.is_empty() {
-            sqlx::query(
-                "INSERT INTO modu_messages (session_id, seq, message)
-                 SELECT $1, $2 + t.ord - 1, t.message FROM UNNEST($3::text[]) WITH ORDINALITY AS t(message, ord)",
-            )
-            .bind(session_id)
-            .bind(next - count)
-            .bind(&encoded)
-            .execute(&mut *tx)
-            .await
-            .map_err(&err)?;
-        }
+        sqlx::query(
+            "INSERT INTO modu_messages (session_id, seq, message)
+             SELECT $1, $2 + t.ord - 1, t.message FROM UNNEST($3::text[]) WITH ORDINALITY AS t(message, ord)",
+        )
+        .bind(session_id)
+        .bind(next - count)
+        .bind(&encoded)
+        .execute(&mut *tx)
+        .await
+        .map_err(&err)?;
         tx.commit().await.map_err(&err)
     }
 

@@ -33,7 +33,8 @@ fn glob_escape(s: &str) -> String {
 /// token ('' when not fenced), messages…. Returns 1 when applied, 0 when the batch id was seen
 /// before (nothing done), -1 when the fence is not the live lease (nothing done). The batch id
 /// is checked first: the retry of a fenced batch that was applied answers 0 even when the
-/// lease ended in between. An empty batch only refreshes an existing session.
+/// lease ended in between. An empty batch creates no session and leaves the last-append time;
+/// with a TTL it refreshes an existing session's expiry (an access).
 const APPEND_SCRIPT_BODY: &str = r#"
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
@@ -43,7 +44,12 @@ if KEYS[4] and not held(KEYS[4], ARGV[4]) then
 end
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
 local n = #ARGV
-if n < 5 and redis.call('EXISTS', KEYS[1]) == 0 then
+local ttl = tonumber(ARGV[1])
+if n < 5 then
+  if ttl > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
   return 1
 end
 local i = 5
@@ -53,7 +59,6 @@ while i <= n do
   i = j + 1
 end
 redis.call('SET', KEYS[2], ARGV[3])
-local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)

@@ -81,6 +81,17 @@ impl SqliteConversationStore {
         if let Some(ttl) = self.ttl {
             drop_session(&mut tx, session_id, Some(cutoff(now, ttl)), op).await?;
         }
+        if encoded.is_empty() {
+            // Nothing to append: no session is created and `last_used` stays; a live session
+            // counts it as an access.
+            sqlx::query("UPDATE modu_sessions SET touched_ms = ?1 WHERE session_id = ?2")
+                .bind(now)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(&err)?;
+            return tx.commit().await.map_err(&err);
+        }
         let next: i64 = sqlx::query_scalar(
             "INSERT INTO modu_sessions (session_id, next_seq, touched_ms, appended_ms) VALUES (?1, ?2, ?3, ?3)
              ON CONFLICT (session_id) DO UPDATE SET next_seq = next_seq + ?2, touched_ms = ?3, appended_ms = ?3

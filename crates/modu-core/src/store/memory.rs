@@ -91,6 +91,14 @@ impl ConversationStore for InMemoryConversationStore {
 impl InMemoryConversationStore {
     fn append_now(&self, session_id: &str, messages: &[Message]) {
         self.inner.with(|m| {
+            if messages.is_empty() {
+                // Nothing to append: no session is created and `last_used` stays; a live
+                // session counts it as an access.
+                if let Some(e) = m.get_mut(session_id) {
+                    e.touched = Instant::now();
+                }
+                return;
+            }
             let e = m.entry(session_id.to_owned()).or_insert_with(|| Entry {
                 value: (Vec::new(), SystemTime::now()),
                 touched: Instant::now(),

@@ -55,6 +55,9 @@ const CONVERSATION_TTL_CASES: &[Case<dyn ConversationStore>] = &[
     ("expires_after_ttl_without_access", |s| Box::pin(conv_ttl_expiry(s))),
     ("load_refreshes_ttl", |s| Box::pin(conv_ttl_load_refresh(s))),
     ("append_refreshes_ttl", |s| Box::pin(conv_ttl_append_refresh(s))),
+    ("empty_append_refreshes_ttl_and_creates_nothing", |s| {
+        Box::pin(conv_ttl_empty_append(s))
+    }),
 ];
 
 fn texts(messages: &[Message]) -> Vec<String> {
@@ -138,11 +141,23 @@ async fn conv_empty_append(s: Arc<dyn ConversationStore>) -> CaseResult {
     store("append empty to new session", s.append("empty", &[]).await)?;
     let loaded = store("load", s.load("empty").await)?;
     check!(loaded.is_empty(), "empty append produced messages: {loaded:?}");
+    let listed = session_ids(store("list_sessions", s.list_sessions().await)?);
+    check!(
+        listed.is_empty(),
+        "an empty append created a listed session: {listed:?}"
+    );
     let batch = turn(1);
     store("append", s.append("empty", &batch).await)?;
+    let before = store("list_sessions", s.list_sessions().await)?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     store("append empty to existing session", s.append("empty", &[]).await)?;
     let loaded = store("load", s.load("empty").await)?;
     check_eq!(loaded, batch, "messages after an empty append");
+    check_eq!(
+        store("list_sessions", s.list_sessions().await)?,
+        before,
+        "sessions (and last_used) after an empty append"
+    );
     Ok(())
 }
 
@@ -349,6 +364,22 @@ async fn conv_ttl_append_refresh(s: Arc<dyn ConversationStore>) -> CaseResult {
         want,
         "both batches 0.6 TTL after the second append (append must refresh the TTL)"
     );
+    Ok(())
+}
+
+async fn conv_ttl_empty_append(s: Arc<dyn ConversationStore>) -> CaseResult {
+    store("append", s.append("kept", &turn(0)).await)?;
+    tokio::time::sleep(TTL_UNDER_TEST.mul_f64(0.6)).await;
+    store("append empty", s.append("kept", &[]).await)?;
+    store("append empty to a new session", s.append("ghost", &[]).await)?;
+    tokio::time::sleep(TTL_UNDER_TEST.mul_f64(0.6)).await;
+    // 1.2 TTL after the append, 0.6 after the empty one (an access); listing is not one.
+    check_eq!(
+        session_ids(store("list_sessions", s.list_sessions().await)?),
+        vec!["kept".to_owned()],
+        "sessions 0.6 TTL after an empty append"
+    );
+    check_eq!(store("load", s.load("kept").await)?, turn(0), "the refreshed session");
     Ok(())
 }
 
