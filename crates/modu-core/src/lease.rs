@@ -79,7 +79,8 @@ impl Lease {
 pub trait LeaseStore: Send + Sync {
     /// Takes the lease on `key` for `holder` for `ttl` (at most [`Lease::MAX_TTL`]: a longer
     /// one is read as that), if no live lease holds it; `None` when another lease is live (also
-    /// when `holder` itself holds it: a lease is not re-entrant).
+    /// when `holder` itself holds it: a lease is not re-entrant). `holder` may be of any length;
+    /// one with a NUL character is refused with [`StoreError::InvalidId`], as an invalid key is.
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError>;
     /// Extends a live lease by its ttl from now; [`StoreError::Fenced`] when it expired or was
     /// taken over.
@@ -223,6 +224,10 @@ impl InMemoryLeaseStore {
 impl LeaseStore for InMemoryLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
         StoreError::check_id(key)?;
+        // A holder name is not a key (any length), but no store may take a NUL in it.
+        if holder.contains('\0') {
+            StoreError::check_id(holder)?;
+        }
         let mut leases = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         if leases.held.get(key).is_some_and(|held| held.expires > now) {

@@ -345,6 +345,8 @@ impl CheckpointPage {
 #[async_trait]
 pub trait CheckpointStore: Send + Sync {
     /// Saves (or overwrites) a run's state and metadata.
+    /// `meta.agent` may be of any length; one with a NUL character is refused with
+    /// [`StoreError::InvalidId`], as an invalid id is.
     async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError>;
     /// A run's state, if any.
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError>;

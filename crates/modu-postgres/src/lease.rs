@@ -113,6 +113,10 @@ impl PostgresLeaseStore {
 impl LeaseStore for PostgresLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
         StoreError::check_id(key)?;
+        // A holder name is not a key (any length), but no store may take a NUL in it.
+        if holder.contains('\0') {
+            StoreError::check_id(holder)?;
+        }
         // The expiry is computed again in the update: the upsert may have waited for the row.
         let token: Option<i64> = sqlx::query_scalar(
             "INSERT INTO modu_leases (key, holder, token, expires_at)

@@ -261,6 +261,10 @@ impl RedisCheckpointStore {
         if let Some(session_id) = &meta.session_id {
             StoreError::check_id(session_id)?;
         }
+        // An agent name is not a key (any length), but no store may take a NUL in it.
+        if meta.agent.contains('\0') {
+            StoreError::check_id(&meta.agent)?;
+        }
         let (key, meta_key, index, expiry) = (
             self.key(run_id),
             self.meta_key(run_id),

@@ -156,6 +156,10 @@ impl RedisLeaseStore {
 impl LeaseStore for RedisLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
         StoreError::check_id(key)?;
+        // A holder name is not a key (any length), but no store may take a NUL in it.
+        if holder.contains('\0') {
+            StoreError::check_id(holder)?;
+        }
         let take_id = uuid::Uuid::new_v4().to_string();
         let (lease, counter, take) = (
             lease_key(&self.prefix, key),

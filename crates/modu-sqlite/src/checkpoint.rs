@@ -82,6 +82,10 @@ impl SqliteCheckpointStore {
         if let Some(session_id) = &meta.session_id {
             StoreError::check_id(session_id)?;
         }
+        // An agent name is not a key (any length), but no store may take a NUL in it.
+        if meta.agent.contains('\0') {
+            StoreError::check_id(&meta.agent)?;
+        }
         let op = if fence.is_some() {
             "checkpoint.save_fenced"
         } else {

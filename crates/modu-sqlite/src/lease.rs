@@ -120,6 +120,10 @@ impl SqliteLeaseStore {
 impl LeaseStore for SqliteLeaseStore {
     async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
         StoreError::check_id(key)?;
+        // A holder name is not a key (any length), but no store may take a NUL in it.
+        if holder.contains('\0') {
+            StoreError::check_id(holder)?;
+        }
         let token: Option<i64> = sqlx::query_scalar(concat!(
             "INSERT INTO modu_leases (key, holder, token, expires_ms) VALUES (?1, ?2, 1, ",
             now_ms_sql!(),

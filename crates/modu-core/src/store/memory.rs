@@ -165,6 +165,10 @@ impl Default for InMemoryCheckpointStore {
 /// The ids a checkpoint save writes (its run's and its session's), checked before it.
 fn check_save_ids(run_id: &str, meta: &CheckpointMeta) -> Result<(), StoreError> {
     StoreError::check_id(run_id)?;
+    // An agent name is not a key (any length), but no store may take a NUL in it.
+    if meta.agent.contains('\0') {
+        StoreError::check_id(&meta.agent)?;
+    }
     meta.session_id.as_deref().map_or(Ok(()), StoreError::check_id)
 }
 

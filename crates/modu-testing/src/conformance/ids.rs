@@ -105,6 +105,13 @@ pub(super) async fn checkpoint_ids(s: Arc<dyn CheckpointStore>) -> CaseResult {
             store(&format!("list after {what}"), s.list(&query).await)?;
         }
     }
+    // An agent name is not a key: any length works; a NUL (PostgreSQL text cannot hold it)
+    // is refused alike everywhere.
+    invalid(
+        "save with an agent name holding a NUL",
+        s.save("r", &CheckpointMeta::new("a\0b", CheckpointStatus::Running), b"x")
+            .await,
+    )?;
     let page = store("list", s.list(&CheckpointQuery::default()).await)?;
     let ids: Vec<String> = page.items.into_iter().map(|i| i.run_id).collect();
     check!(
@@ -162,5 +169,15 @@ pub(super) async fn lease_keys(s: Arc<FencedStores>) -> CaseResult {
             s.leases.acquire(&key, "a", ttl).await,
         )?;
     }
+    // A holder name is not a key: any length works; a NUL is refused alike everywhere.
+    invalid(
+        "acquire for a holder with a NUL",
+        s.leases.acquire("k", "h\0", ttl).await,
+    )?;
+    let long_holder = id_of(9000);
+    let lease = store("acquire", s.leases.acquire("k", &long_holder, ttl).await)?
+        .ok_or("a free key could not be taken by a long holder")?;
+    check!(lease.holder == long_holder, "the holder came back changed");
+    store("release", s.leases.release(&lease).await)?;
     Ok(())
 }
