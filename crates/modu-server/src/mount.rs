@@ -129,6 +129,8 @@ pub(crate) enum InputReply {
 pub(crate) trait Served: Send + Sync {
     /// The agent's name as it calls itself.
     fn agent_name(&self) -> String;
+    /// The format the agent answers in (`None`: free text).
+    fn response_format(&self) -> Option<modu_core::ResponseFormat>;
     /// The paused run `run_id` (a typed error when there is no such checkpoint).
     fn paused(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<PausedRun, AgentError>>;
     /// Records a decision on one waiting call of a paused run.
@@ -314,6 +316,10 @@ where
 
     fn agent_name(&self) -> String {
         self.agent.name().to_owned()
+    }
+
+    fn response_format(&self) -> Option<modu_core::ResponseFormat> {
+        self.agent.response_format()
     }
 
     fn paused(&self, run_id: &str) -> futures::future::BoxFuture<'static, Result<PausedRun, AgentError>> {

@@ -179,7 +179,7 @@ pub(crate) async fn chat_completions(
             "client-side tools are not supported: the agent's own tools run on the server",
         ));
     }
-    let model_settings = request.options.settings()?;
+    let model_settings = request.options.settings(agent.response_format().as_ref())?;
     let messages = to_messages(request.messages)?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     // The run is in flight under its id while it runs (its client sees it as

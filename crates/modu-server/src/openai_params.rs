@@ -8,12 +8,16 @@
 //!   a request may lower it, never raise it), `seed`, `stop`, `parallel_tool_calls`,
 //!   `reasoning_effort`, and `tool_choice` `"none"` (a standard run's model is asked not to
 //!   call tools). `tool_choice` `"auto"` and `response_format` `{"type": "text"}` ask for what
-//!   the agent does anyway. Only the output limit is bounded by the agent's: a request's
+//!   the agent does anyway; so do, for an agent with structured output
+//!   (`AgentBuilder::output`), `response_format` `json_object` and `json_schema` with the
+//!   agent's own schema (compared without its `title`, `description` and `$schema`
+//!   annotations; the name and `strict` are not read). Only the output limit is bounded by the agent's: a request's
 //!   `reasoning_effort`, `parallel_tool_calls` and `tool_choice: "none"` replace the agent's
 //!   (an operator who must pin them wraps the model in a chat layer that sets them).
 //! - Refused (400, `param` naming the field): a `tool_choice` (or legacy `function_call`) that
 //!   forces a tool (`"required"`, a named function: the agent's tools are its own),
-//!   `response_format` `json_object` / `json_schema` (the agent's answer format is its own),
+//!   `response_format` `json_object` / `json_schema` for a text agent, and `json_schema` with
+//!   another schema (the agent's answer format is its own),
 //!   `logprobs` / `top_logprobs` (the server returns none), legacy `functions`, and values out
 //!   of range (a `temperature` outside 0–2, a `top_p` outside 0–1, a penalty outside −2–2, a
 //!   token limit of 0, an unknown `reasoning_effort`).
@@ -21,7 +25,7 @@
 //!   `metadata`, `store`, `service_tier` and any other field: the agent's own settings apply.
 
 use modu_agent::ModelSettings;
-use modu_core::{ReasoningEffort, ToolChoice};
+use modu_core::{ReasoningEffort, ResponseFormat, ToolChoice};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -119,10 +123,71 @@ fn reasoning_effort(value: &str) -> Result<ReasoningEffort, ServerError> {
     })
 }
 
+/// Checks a request's `response_format` against the format the agent answers in: `text` is
+/// taken for any agent, `json_object` for a structured one, `json_schema` for a structured
+/// one when its schema is the agent's (annotations such as `title`, `description`
+/// and `$schema` aside); anything else is refused.
+fn response_format(format: &Value, agent: Option<&ResponseFormat>) -> Result<(), ServerError> {
+    let unsupported = |message: String| refused("response_format", "unsupported_value", message);
+    match (format.get("type").and_then(Value::as_str), agent) {
+        (Some("text"), _) | (Some("json_object"), Some(_)) => Ok(()),
+        (Some(kind @ ("json_object" | "json_schema")), None) => Err(unsupported(format!(
+            "response_format {kind:?} is not supported: this agent answers in free text, not chosen per request (only \"text\" is taken)"
+        ))),
+        (Some("json_schema"), Some(agent)) => {
+            let schema = format.get("json_schema").and_then(|s| s.get("schema"));
+            if schema.is_some_and(|schema| same_schema(schema, &agent.schema)) {
+                Ok(())
+            } else {
+                Err(unsupported(format!(
+                    "response_format json_schema must be the agent's own output schema ({:?}): the agent's answer format is its own, not chosen per request",
+                    agent.name
+                )))
+            }
+        }
+        _ => Err(refused(
+            "response_format",
+            "invalid_value",
+            "response_format must be an object with a type (\"text\", \"json_object\" or \"json_schema\")",
+        )),
+    }
+}
+
+/// Whether two JSON schemas say the same, their annotations aside.
+fn same_schema(a: &Value, b: &Value) -> bool {
+    without_annotations(a) == without_annotations(b)
+}
+
+/// A schema without its annotation keywords (`$schema`, `title`, `description`), which say
+/// nothing of the shape; property names and literal values (`enum`, `const`, `default`,
+/// `examples`) are kept as they are.
+fn without_annotations(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| !matches!(key.as_str(), "$schema" | "title" | "description"))
+                .map(|(key, value)| {
+                    let value = match (key.as_str(), value) {
+                        ("enum" | "const" | "default" | "examples", _) => value.clone(),
+                        ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(named)) => {
+                            Value::Object(named.iter().map(|(k, v)| (k.clone(), without_annotations(v))).collect())
+                        }
+                        _ => without_annotations(value),
+                    };
+                    (key.clone(), value)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_annotations).collect()),
+        other => other.clone(),
+    }
+}
+
 impl RunOptions {
     /// The run's own model settings (`None` when the request sets none), or the 400 for a
     /// field the server cannot honour.
-    pub(crate) fn settings(self) -> Result<Option<ModelSettings>, ServerError> {
+    /// `agent_format` is the format the agent answers in (`None`: free text).
+    pub(crate) fn settings(self, agent_format: Option<&ResponseFormat>) -> Result<Option<ModelSettings>, ServerError> {
         if self.functions.as_ref().is_some_and(|f| !f.is_empty()) {
             return Err(refused(
                 "functions",
@@ -145,25 +210,7 @@ impl RunOptions {
             ));
         }
         if let Some(format) = self.response_format.as_ref().filter(|f| !f.is_null()) {
-            match format.get("type").and_then(Value::as_str) {
-                Some("text") => {}
-                Some(kind @ ("json_object" | "json_schema")) => {
-                    return Err(refused(
-                        "response_format",
-                        "unsupported_value",
-                        format!(
-                            "response_format {kind:?} is not supported: the agent's answer format is its own, not chosen per request (only \"text\" is taken)"
-                        ),
-                    ));
-                }
-                _ => {
-                    return Err(refused(
-                        "response_format",
-                        "invalid_value",
-                        "response_format must be an object with a type (only \"text\" is taken)",
-                    ));
-                }
-            }
+            response_format(format, agent_format)?;
         }
         let mut settings = ModelSettings::new();
         let mut set = false;

@@ -147,3 +147,65 @@ async fn fields_the_agent_cannot_honour_are_refused_naming_the_param() {
     }
     assert!(model.requests().is_empty(), "nothing ran");
 }
+
+/// A structured answer, as a client also describes it.
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Forecast {
+    /// The city.
+    city: String,
+    sky: String,
+}
+
+/// An agent with structured output takes a `response_format` that asks for what it answers
+/// anyway: `json_object`, or `json_schema` with its own schema (its annotations aside, as a
+/// client's generator writes them); another schema is refused naming the param, nothing run.
+#[tokio::test]
+async fn a_structured_agent_takes_its_own_response_format_and_refuses_another() {
+    let model = modu_testing::ScriptedModel::new()
+        .text(r#"{"city":"Paris","sky":"sunny"}"#)
+        .cycle();
+    let agent = modu_agent::Agent::builder(model.clone())
+        .output::<Forecast>()
+        .build()
+        .unwrap();
+    let own = agent.response_format().unwrap().schema;
+    let base = serve(ModuServer::new().agent("forecast", agent).router()).await;
+    let url = format!("{base}/v1/chat/completions");
+    // The agent's schema as a client writes it: its own title, descriptions and none of ours.
+    let mut theirs = own.clone();
+    theirs["title"] = json!("ForecastModel");
+    theirs.as_object_mut().unwrap().remove("$schema");
+    theirs["properties"]["city"]["description"] = json!("Where");
+    let accepted = [
+        json!({"type": "json_object"}),
+        json!({"type": "text"}),
+        json!({"type": "json_schema", "json_schema": {"name": "Forecast", "schema": own, "strict": true}}),
+        json!({"type": "json_schema", "json_schema": {"name": "forecast", "schema": theirs}}),
+    ];
+    for format in accepted {
+        for stream in [false, true] {
+            let mut body = chat("forecast", stream);
+            body["response_format"] = format.clone();
+            let (status, text, _) = post(&url, None, &body).await;
+            assert_eq!(status, 200, "{format}: {text}");
+            assert!(text.contains(r#"\"sky\":\"sunny\""#), "{format}: {text}");
+        }
+    }
+    let asked = model.requests().len();
+    let mut other = own.clone();
+    other["properties"]["sky"] = json!({"type": "integer"});
+    for format in [
+        json!({"type": "json_schema", "json_schema": {"name": "Forecast", "schema": other}}),
+        json!({"type": "json_schema", "json_schema": {"name": "Forecast"}}),
+    ] {
+        let mut body = chat("forecast", false);
+        body["response_format"] = format.clone();
+        let (status, text, _) = post(&url, None, &body).await;
+        assert_eq!(status, 400, "{format}: {text}");
+        let error = &serde_json::from_str::<Value>(&text).unwrap()["error"];
+        assert_eq!(error["param"], "response_format", "{text}");
+        assert_eq!(error["code"], "unsupported_value", "{text}");
+        assert!(error["message"].as_str().unwrap().contains("Forecast"), "{text}");
+    }
+    assert_eq!(model.requests().len(), asked, "nothing ran");
+}

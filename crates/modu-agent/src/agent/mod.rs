@@ -7,7 +7,7 @@ use crate::context::RunContext;
 use crate::event::EventSink;
 use crate::memory::ConversationMemoryPolicy;
 use crate::middleware::{AgentService, ChatService, FunctionService};
-use crate::model::ChatModel;
+use crate::model::{ChatModel, ResponseFormat};
 use crate::output::OutputCodec;
 use crate::store::{CheckpointStore, ConversationStore};
 use crate::tool::{Tool, ToolSpec};
@@ -228,5 +228,13 @@ impl<C, O> Agent<C, O> {
     /// The checkpoint store, if any.
     pub fn checkpoint_store(&self) -> Option<&Arc<dyn CheckpointStore>> {
         self.inner.checkpoints.as_ref()
+    }
+}
+
+impl<C, O: Send + 'static> Agent<C, O> {
+    /// The format the agent's final answer is asked in: its output codec's schema for a
+    /// structured agent ([`AgentBuilder::output`]), `None` for free text.
+    pub fn response_format(&self) -> Option<ResponseFormat> {
+        self.inner.codec.response_format()
     }
 }
