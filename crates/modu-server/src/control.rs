@@ -55,6 +55,23 @@ pub(crate) async fn owned_run(
     }
 }
 
+/// 409 when the run `run_id` is running (being resumed, from whichever endpoint): what it
+/// waited for is being worked on, and a decision or answer recorded now would be lost or
+/// taken by a later resume it was not meant for.
+pub(crate) fn not_in_flight(
+    state: &AppState,
+    agent: &str,
+    run_id: &str,
+    principal: &Principal,
+) -> Result<(), ServerError> {
+    if state.live.in_flight_for(agent, run_id, principal) {
+        return Err(ServerError::RunInFlight {
+            run_id: run_id.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// Records a decision, mapping an unknown call to 404.
 pub(crate) async fn decide(
     agent: &Arc<dyn Served>,
@@ -115,6 +132,7 @@ async fn decided(
     decision: Decision,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(name)?;
+    not_in_flight(state, name, run_id, principal)?;
     owned_run(agent, run_id, principal).await?;
     decide(agent, run_id, call_id, decision).await?;
     Ok(Json(json!({"runId": run_id, "callId": call_id, "recorded": true})))

@@ -62,6 +62,15 @@ pub enum ServerError {
     /// run it resumes is being resumed already (one resume at a time).
     #[error("a run with this runId exists already, or is running or being resumed")]
     RunIdInUse,
+    /// The run is running (a resume of it is in flight): a decision or an answer is recorded
+    /// only while it waits, paused.
+    #[error(
+        "the run {run_id} is being resumed: decisions and answers are taken only while it is paused; wait for it to pause or end"
+    )]
+    RunInFlight {
+        /// The run's id.
+        run_id: String,
+    },
     /// The events asked for are no longer kept (a `Last-Event-ID` older than the run's
     /// replay buffer).
     #[error("{message}")]
@@ -137,7 +146,7 @@ impl ServerError {
             ServerError::NotFound { .. } => StatusCode::NOT_FOUND,
             ServerError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ServerError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ServerError::RunIdInUse => StatusCode::CONFLICT,
+            ServerError::RunIdInUse | ServerError::RunInFlight { .. } => StatusCode::CONFLICT,
             ServerError::Gone { .. } => StatusCode::GONE,
             ServerError::Unauthorized => StatusCode::UNAUTHORIZED,
             ServerError::RunPaused { .. } | ServerError::InputRequired { .. } => StatusCode::CONFLICT,
@@ -166,6 +175,7 @@ impl ServerError {
             ServerError::MethodNotAllowed => ("invalid_request_error", "method_not_allowed"),
             ServerError::PayloadTooLarge => ("invalid_request_error", "payload_too_large"),
             ServerError::RunIdInUse => ("invalid_request_error", "run_id_in_use"),
+            ServerError::RunInFlight { .. } => ("invalid_request_error", "run_in_flight"),
             ServerError::Gone { .. } => ("invalid_request_error", "events_gone"),
             ServerError::Unauthorized => ("authentication_error", "invalid_api_key"),
             ServerError::RunPaused { .. } => ("server_error", "approval_required"),
@@ -175,7 +185,7 @@ impl ServerError {
     }
 
     /// The JSON body. A paused run's ([`ServerError::RunPaused`], [`ServerError::InputRequired`])
-    /// also names the run: `{"error": {…, "code": "approval_required", "run_id": …}}`; an
+    /// and a running one's ([`ServerError::RunInFlight`]) also names the run: `{"error": {…, "code": "approval_required", "run_id": …}}`; an
     /// [`ServerError::InvalidParameter`]'s `param` names the field.
     pub fn body(&self) -> serde_json::Value {
         let (kind, code) = self.kind();
@@ -183,7 +193,9 @@ impl ServerError {
             "error": {"message": self.to_string(), "type": kind, "param": null, "code": code}
         });
         match self {
-            ServerError::RunPaused { run_id, .. } | ServerError::InputRequired { run_id, .. } => {
+            ServerError::RunPaused { run_id, .. }
+            | ServerError::InputRequired { run_id, .. }
+            | ServerError::RunInFlight { run_id } => {
                 body["error"]["run_id"] = serde_json::Value::String(run_id.clone());
             }
             ServerError::InvalidParameter { param, .. } => {

@@ -162,6 +162,17 @@ impl LiveRuns {
             .cloned()
     }
 
+    /// Whether the caller's run with this id, or a resume of the caller's paused run with this
+    /// id under another id, is in flight (not ended).
+    pub(crate) fn in_flight_for(&self, agent: &str, run_id: &str, principal: &Principal) -> bool {
+        let registry = lock(&self.registry);
+        let key = (agent.to_owned(), run_id.to_owned());
+        [&registry.runs, &registry.resuming]
+            .into_iter()
+            .filter_map(|map| map.get(&key))
+            .any(|run| run.owner == principal.user && !run.is_done())
+    }
+
     /// Whether a run with this id is in flight (not ended), whoever's it is.
     pub(crate) fn running(&self, agent: &str, run_id: &str) -> bool {
         lock(&self.registry)

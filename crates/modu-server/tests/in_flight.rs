@@ -1,0 +1,140 @@
+//! Decisions and answers on a run that is being resumed, over real HTTP on 127.0.0.1: refused
+//! with 409 naming the run, from whichever endpoint the resume came, and nothing is recorded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{post, serve, sse_json, weather_model};
+use modu_agent::Agent;
+use modu_core::{FunctionTool, InMemoryCheckpointStore, InMemoryConversationStore, ToolSpec};
+use modu_server::{BearerTokens, ModuServer, Principal};
+use serde_json::{Value, json};
+
+const ERIN: &str = "erin-token";
+const MALLORY: &str = "mallory-token";
+
+/// A server whose `get_weather` needs approval and holds every call until `gate` has a permit.
+async fn gated_server(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> String {
+    let spec = ToolSpec::new(
+        "get_weather",
+        "The weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+    .needs_approval(true);
+    let tool = FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let gate = Arc::clone(&gate);
+        async move {
+            let _open = gate.acquire().await.unwrap();
+            Ok(json!({"city": args["city"], "forecast": "sunny"}))
+        }
+    });
+    let agent = Agent::builder(weather_model())
+        .tool(tool)
+        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .conversation_store(Arc::new(InMemoryConversationStore::new()))
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new()
+        .token(ERIN, Principal::new("erin", ["weather"]))
+        .token(MALLORY, Principal::new("mallory", ["weather"]));
+    serve(ModuServer::new().agent("approval", agent).auth(tokens).router()).await
+}
+
+fn agui_input(thread: &str, run: &str) -> Value {
+    json!({"threadId": thread, "runId": run, "messages": [{"id": "u1", "role": "user", "content": "Weather?"}],
+           "tools": [], "context": [], "forwardedProps": {}})
+}
+
+/// Starts a run over AG-UI that pauses for approval of `call_0`.
+async fn paused(base: &str, thread: &str, run: &str) {
+    let (status, body, _) = post(&format!("{base}/agui/approval"), Some(ERIN), &agui_input(thread, run)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        sse_json(&body).last().unwrap()["outcome"]["type"],
+        "interrupt",
+        "{body}"
+    );
+}
+
+async fn until_tool_runs(runs: &AtomicUsize, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while runs.load(Ordering::SeqCst) < n {
+        assert!(std::time::Instant::now() < deadline, "the tool did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Every run-control route that records something for `run` is refused with 409
+/// `run_in_flight` naming it; another user's is still told there is no such run.
+async fn every_record_is_refused(base: &str, run: &str) {
+    for (route, body) in [
+        ("approve", json!({"callId": "call_0"})),
+        ("reject", json!({"callId": "call_0", "message": "no"})),
+        ("answer", json!({"callId": "call_0", "value": "Paris"})),
+        ("decline", json!({"callId": "call_0"})),
+    ] {
+        let url = format!("{base}/agents/approval/runs/{run}/{route}");
+        let (status, text, _) = post(&url, Some(ERIN), &body).await;
+        assert_eq!(status, 409, "{route}: {text}");
+        let error = &serde_json::from_str::<Value>(&text).unwrap()["error"];
+        assert_eq!(error["code"], "run_in_flight", "{route}: {text}");
+        assert_eq!(error["run_id"], run, "{route}: {text}");
+        assert!(error["message"].as_str().unwrap().contains(run), "{route}: {text}");
+        assert_eq!(post(&url, Some(MALLORY), &body).await.0, 404, "{route}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_being_resumed_takes_no_decision_or_answer_until_it_ends() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let base = gated_server(Arc::clone(&runs), Arc::clone(&gate)).await;
+    paused(&base, "t1", "p1").await;
+    let control = format!("{base}/agents/approval/runs/p1");
+    let (status, body, _) = post(&format!("{control}/approve"), Some(ERIN), &json!({"callId": "call_0"})).await;
+    assert_eq!(status, 200, "{body}");
+
+    // The run-control resume runs the approved call, held by the gate.
+    let first = tokio::spawn({
+        let resume = format!("{control}/resume");
+        async move { post(&resume, Some(ERIN), &json!({})).await }
+    });
+    until_tool_runs(&runs, 1).await;
+    every_record_is_refused(&base, "p1").await;
+
+    gate.add_permits(100);
+    let (status, body, _) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let done: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(done["status"], "completed", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+    // The run is over: nothing waits to be decided.
+    let (status, body, _) = post(&format!("{control}/approve"), Some(ERIN), &json!({"callId": "call_0"})).await;
+    assert_eq!(status, 404, "{body}");
+
+    // An AG-UI resume (under its own run id) claims the paused run the same way.
+    gate.forget_permits(gate.available_permits());
+    paused(&base, "t2", "p2").await;
+    let mut resume = agui_input("t2", "r2");
+    resume["resume"] = json!([{"interruptId": "p2#call_1", "status": "resolved", "payload": {"approved": true}}]);
+    let second = tokio::spawn({
+        let agui = format!("{base}/agui/approval");
+        async move { post(&agui, Some(ERIN), &resume).await }
+    });
+    until_tool_runs(&runs, 2).await;
+    let (status, text, _) = post(
+        &format!("{base}/agents/approval/runs/p2/approve"),
+        Some(ERIN),
+        &json!({"callId": "call_1"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{text}");
+    gate.add_permits(100);
+    let (status, body, _) = second.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sse_json(&body).last().unwrap()["outcome"]["type"], "success", "{body}");
+}
