@@ -24,7 +24,7 @@ use crate::AppState;
 use crate::a2a_tasks::ResumedTask;
 use crate::agui_events::Translator;
 use crate::auth::{Caller, Principal};
-use crate::error::{ApiPath, ServerError};
+use crate::error::{ApiPath, ServerError, checked_id};
 use crate::inputs::input_json;
 use crate::live::{Followed, LiveRun, Unfollowable};
 use crate::mount::{Decision, Finished, PausedRun, Served};
@@ -45,6 +45,7 @@ pub(crate) async fn owned_run(
     run_id: &str,
     principal: &Principal,
 ) -> Result<PausedRun, ServerError> {
+    checked_id("run_id", run_id)?;
     match agent.paused(run_id).await {
         Ok(run) if run.owned_by(principal) => Ok(run),
         Ok(_) | Err(AgentError::CheckpointNotFound { .. }) => Err(ServerError::not_found("no paused run with this id")),
@@ -366,6 +367,7 @@ pub(crate) async fn cancel(
     Caller(principal): Caller,
 ) -> Result<Response, ServerError> {
     state.agent(&name)?;
+    checked_id("run_id", &run_id)?;
     match state.live.get(&name, &run_id, &principal) {
         Some(live) if !live.is_done() => {
             live.cancel.cancel();
@@ -391,6 +393,7 @@ pub(crate) async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ServerError> {
     state.agent(&name)?;
+    checked_id("run_id", &run_id)?;
     if let Some(after) = last_event_id(&headers)? {
         return reconnect(&state, &name, &run_id, &principal, after);
     }
@@ -410,6 +413,7 @@ pub(crate) async fn history(
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
+    checked_id("session_id", &session_id)?;
     if !state.sessions.owned_by(&session_id, &principal) {
         return Err(ServerError::not_found("no session with this id"));
     }
@@ -454,6 +458,7 @@ pub(crate) async fn session_approvals(
     Caller(principal): Caller,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(&name)?;
+    checked_id("session_id", &session_id)?;
     if !state.sessions.owned_by(&session_id, &principal) {
         return Err(ServerError::not_found("no session with this id"));
     }

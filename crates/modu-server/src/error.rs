@@ -247,6 +247,17 @@ impl From<JsonRejection> for ServerError {
     }
 }
 
+/// 400 naming `param` (`run_id`, `session_id`) when a client-chosen id is one no store can
+/// keep (over `MAX_ID_BYTES`, or holding a NUL): said before anything runs, not as a missing
+/// run or a store failure after.
+pub(crate) fn checked_id(param: &'static str, id: &str) -> Result<(), ServerError> {
+    modu_core::StoreError::check_id(id).map_err(|refused| ServerError::InvalidParameter {
+        param,
+        code: "invalid_value",
+        message: format!("{param} cannot be an id: {refused}"),
+    })
+}
+
 /// The path parameters, as [`Path`] reads them, with a rejection (say, a segment that is not
 /// UTF-8) answered as a [`ServerError::BadRequest`] in the error shape.
 pub(crate) struct ApiPath<T>(pub T);
