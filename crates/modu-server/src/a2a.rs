@@ -23,6 +23,8 @@
 //!   for input has its paused run dropped. Either way the task reads `TASK_STATE_CANCELED`.
 //! - A notification (a request without `id`) is not run and gets no reply (204, no body):
 //!   JSON-RPC 2.0 forbids the reply, and every A2A method is a request whose answer is its point.
+//! - A batch (a JSON array of requests, as JSON-RPC 2.0 defines it) is answered with an array of the
+//!   responses, in order (see [`crate::a2a_rpc`]).
 //! - A task's run goes on when its client goes away; a streamed task can be followed again
 //!   (`GET /agents/{agent}/runs/{task}/events`, with `Last-Event-ID`). Tasks are kept in memory, the newest 10,000, and only their
 //!   owner (the principal's user) sees them.
@@ -30,23 +32,21 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{OriginalUri, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use modu_core::Message;
 use serde_json::{Value, json};
 
 pub(crate) use crate::a2a_tasks::Tasks;
 use crate::a2a_tasks::{ResumedTask, StreamTranslator, TaskGuard, TaskRecord, task_json};
 use crate::a2a_wire::{
-    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, behind, code, failure, incoming, parse,
-    success, text_decision, user_message,
+    RpcError, SendParams, TaskParams, TaskState, WireMessage, agent_message, behind, code, incoming, parse, success,
+    text_decision, user_message,
 };
-use crate::auth::{Caller, Principal};
+use crate::auth::Principal;
 use crate::control::{decide, follow_sse, owned_run, start_live};
 use crate::error::{ApiPath, ServerError};
 use crate::live::run_detached;
@@ -111,96 +111,6 @@ pub(crate) async fn root_card(
     };
     let url = rpc_url(&state, &headers, uri.path(), name, true);
     Ok(Json(card_json(name, state.agent(name)?, url)))
-}
-
-fn rpc_response(id: &Value, result: Result<Value, RpcError>) -> Response {
-    let body = match result {
-        Ok(value) => success(id, value),
-        Err(error) => failure(id, &error),
-    };
-    Json(body).into_response()
-}
-
-/// `POST /a2a/{agent}`: one JSON-RPC request.
-pub(crate) async fn rpc(
-    State(state): State<Arc<AppState>>,
-    ApiPath(name): ApiPath<String>,
-    Caller(principal): Caller,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ServerError::PayloadTooLarge
-        } else {
-            ServerError::bad_request("the body could not be read")
-        }
-    })?;
-    let agent = Arc::clone(state.agent(&name)?);
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        let error = RpcError::new(code::PARSE_ERROR, "the body is not valid JSON");
-        return Ok(rpc_response(&Value::Null, Err(error)));
-    };
-    let id = request.get("id").cloned().unwrap_or(Value::Null);
-    let (Some("2.0"), Some(method)) = (
-        request.get("jsonrpc").and_then(Value::as_str),
-        request.get("method").and_then(Value::as_str),
-    ) else {
-        let error = RpcError::new(code::INVALID_REQUEST, "not a JSON-RPC 2.0 request");
-        return Ok(rpc_response(&id, Err(error)));
-    };
-    if request.get("id").is_none() {
-        // A notification: JSON-RPC 2.0 (4.1) forbids any reply, and A2A 1.0 (9.3) defines
-        // every method as a request with an id, whose answer (a task id, a task) is its point.
-        // Nothing is run: a message nobody can follow would run tools and spend tokens for no
-        // reader.
-        tracing::debug!(agent = %name, method, "A2A notification (no id) ignored");
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok())
-        && !version.trim().is_empty()
-        && !version.trim().starts_with("1.")
-        && version.trim() != "1"
-    {
-        let error = RpcError::new(code::VERSION_NOT_SUPPORTED, "this server speaks A2A 1.0");
-        return Ok(rpc_response(&id, Err(error)));
-    }
-    let params = request.get("params").cloned().unwrap_or(Value::Null);
-    let result = match method {
-        "SendMessage" => send(&state, &name, agent, &principal, params).await,
-        "SendStreamingMessage" => {
-            return Ok(
-                match stream(Arc::clone(&state), &name, agent, &principal, params, id.clone()).await {
-                    Ok(response) => response,
-                    Err(error) => rpc_response(&id, Err(error)),
-                },
-            );
-        }
-        "SubscribeToTask" => {
-            return Ok(
-                match subscribe(&state, &name, &principal, params, &headers, id.clone()) {
-                    Ok(response) => response,
-                    Err(error) => rpc_response(&id, Err(error)),
-                },
-            );
-        }
-        "GetTask" => get_task(&state, &name, &principal, params),
-        "CancelTask" => cancel_task(&state, &name, agent, &principal, params).await,
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
-            code::PUSH_NOT_SUPPORTED,
-            "push notifications are not supported",
-        )),
-        "ListTasks" => crate::a2a_tasks::list_tasks(&state.tasks, &name, &principal, params),
-        "GetExtendedAgentCard" => Err(RpcError::new(
-            code::UNSUPPORTED_OPERATION,
-            format!("{method} is not supported"),
-        )),
-        _ => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("no method {method:?}"))),
-    };
-    Ok(rpc_response(&id, result))
 }
 
 /// A message ready to run: a new task or the continuation of a paused one.
@@ -389,7 +299,7 @@ async fn continuation(
 }
 
 /// `SendMessage`: runs the task to its end or pause; answers `{"task": ...}`.
-async fn send(
+pub(crate) async fn send(
     state: &Arc<AppState>,
     name: &str,
     agent: Arc<dyn Served>,
@@ -423,7 +333,7 @@ async fn send(
 }
 
 /// `SendStreamingMessage`: an SSE stream of JSON-RPC responses.
-async fn stream(
+pub(crate) async fn stream(
     state: Arc<AppState>,
     name: &str,
     agent: Arc<dyn Served>,
@@ -492,7 +402,7 @@ fn live_task(
 /// still keeps (with `Last-Event-ID`, those after that event) and the rest as they come, until
 /// the task ends or pauses. A task not working (ended, or waiting for input) cannot be
 /// subscribed to; nor, with `Last-Event-ID`, one whose run was resumed elsewhere (no ids).
-fn subscribe(
+pub(crate) fn subscribe(
     state: &Arc<AppState>,
     name: &str,
     principal: &Principal,
@@ -536,14 +446,14 @@ fn subscribe(
 }
 
 /// `GetTask`.
-fn get_task(state: &AppState, name: &str, principal: &Principal, params: Value) -> Result<Value, RpcError> {
+pub(crate) fn get_task(state: &AppState, name: &str, principal: &Principal, params: Value) -> Result<Value, RpcError> {
     let params: TaskParams = parse(params)?;
     let task = state.tasks.get(&params.id, name, principal)?;
     Ok(task_json(&params.id, &task, params.history_length))
 }
 
 /// `CancelTask`: a task waiting for input is cancelled (its paused run is dropped).
-async fn cancel_task(
+pub(crate) async fn cancel_task(
     state: &AppState,
     name: &str,
     agent: Arc<dyn Served>,

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod a2a;
+mod a2a_rpc;
 mod a2a_tasks;
 mod a2a_wire;
 mod agui;
@@ -297,7 +298,7 @@ impl ModuServer {
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/models", get(openai::models))
             .route("/agui/{agent}", post(agui::run))
-            .route("/a2a/{agent}", post(a2a::rpc))
+            .route("/a2a/{agent}", post(a2a_rpc::rpc))
             .route("/a2a/{agent}/.well-known/agent-card.json", get(a2a::card))
             .route("/.well-known/agent-card.json", get(a2a::root_card))
             .route("/agents/{agent}/runs/{run_id}/approvals", get(control::approvals))

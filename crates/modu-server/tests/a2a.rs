@@ -410,3 +410,55 @@ async fn subscribe_to_task_follows_a_task_resumed_through_ag_ui_or_run_control()
         resumed.text().await.unwrap();
     }
 }
+
+/// A JSON-RPC batch (a JSON array, as JSON-RPC 2.0 defines it, which A2A 1.0 takes as it is) gets an
+/// array of its requests' responses, in order: notifications get none, an entry that is not a
+/// request gets `-32600` with `id` null, a streaming method `-32600` saying to send it alone.
+/// An empty batch is one `-32600` object; a batch of notifications only gets no reply (204).
+#[tokio::test]
+async fn a_batch_gets_an_array_of_its_requests_responses() {
+    let base = server().await;
+    let url = format!("{base}/a2a/weather");
+    let mut streamed = send("SendStreamingMessage", json!([{"text": "Weather?"}]));
+    streamed["id"] = json!("s");
+    let batch = json!([
+        send("SendMessage", json!([{"text": "Weather in Paris?"}])),
+        {"jsonrpc": "2.0", "id": "g", "method": "GetTask", "params": {"id": "no-such-task"}},
+        {"jsonrpc": "2.0", "method": "ListTasks", "params": {}},
+        42,
+        streamed,
+        {"jsonrpc": "2.0", "id": null, "method": "ListTasks", "params": {}},
+    ]);
+    let (status, text, _) = post(&url, Some(ERIN), &batch).await;
+    assert_eq!(status, 200, "{text}");
+    let responses: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let ids: Vec<&Value> = responses.iter().map(|r| &r["id"]).collect();
+    assert_eq!(
+        ids,
+        [&json!(7), &json!("g"), &Value::Null, &json!("s"), &Value::Null],
+        "{text}"
+    );
+    assert!(responses.iter().all(|r| r["jsonrpc"] == "2.0"), "{text}");
+    let task = &responses[0]["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{text}");
+    assert!(responses[1]["error"]["code"].is_i64(), "{text}");
+    assert_eq!(responses[2]["error"]["code"], -32600, "{text}");
+    assert_eq!(responses[3]["error"]["code"], -32600, "{text}");
+    let message = responses[3]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("SendStreamingMessage") && message.contains("alone"),
+        "{text}"
+    );
+    assert_eq!(responses[4]["result"]["tasks"].as_array().unwrap().len(), 1, "{text}");
+
+    let (status, text, _) = post(&url, Some(ERIN), &json!([])).await;
+    assert_eq!(status, 200, "{text}");
+    let empty: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(empty["id"], Value::Null, "{text}");
+    assert_eq!(empty["error"]["code"], -32600, "{text}");
+
+    let notifications = json!([{"jsonrpc": "2.0", "method": "ListTasks"}, {"jsonrpc": "2.0", "method": "Nope"}]);
+    let (status, text, _) = post(&url, Some(ERIN), &notifications).await;
+    assert_eq!(status, 204, "{text}");
+    assert!(text.is_empty(), "{text}");
+}
