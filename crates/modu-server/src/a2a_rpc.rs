@@ -8,6 +8,9 @@
 //!   batch each gets a `-32600` response saying to send it alone.
 //! - An empty batch is one `-32600` response (`id` null), not an array; a batch of
 //!   notifications only gets no reply (204, no body), as a notification alone.
+//! - A batch holds at most [`MAX_BATCH`] entries: a larger one is one `-32600` response (`id`
+//!   null) and runs nothing. One HTTP request would otherwise start any number of agent runs
+//!   (past a proxy's per-request rate limit) and hold all their answers in memory at once.
 
 use std::sync::Arc;
 
@@ -52,6 +55,9 @@ fn response(id: &Value, result: Result<Value, RpcError>) -> Value {
     }
 }
 
+/// The most entries a JSON-RPC batch may hold.
+pub(crate) const MAX_BATCH: usize = 32;
+
 /// `POST /a2a/{agent}`: one JSON-RPC request, or a batch of them.
 pub(crate) async fn rpc(
     State(state): State<Arc<AppState>>,
@@ -88,6 +94,16 @@ pub(crate) async fn rpc(
     };
     if requests.is_empty() {
         let error = RpcError::new(code::INVALID_REQUEST, "an empty batch holds no request");
+        return Ok(Json(response(&Value::Null, Err(error))).into_response());
+    }
+    if requests.len() > MAX_BATCH {
+        let error = RpcError::new(
+            code::INVALID_REQUEST,
+            format!(
+                "a batch holds at most {MAX_BATCH} requests; this one holds {}",
+                requests.len()
+            ),
+        );
         return Ok(Json(response(&Value::Null, Err(error))).into_response());
     }
     let mut responses = Vec::with_capacity(requests.len());

@@ -58,19 +58,20 @@ pub(crate) async fn owned_run(
 
 /// 409 when the run `run_id` is running (being resumed, from whichever endpoint): what it
 /// waited for is being worked on, and a decision or answer recorded now would be lost or
-/// taken by a later resume it was not meant for.
-pub(crate) fn not_in_flight(
-    state: &AppState,
+/// taken by a later resume it was not meant for. Otherwise the run is claimed until the
+/// returned guard drops: a resume that starts meanwhile is refused, not raced.
+pub(crate) fn not_in_flight<'a>(
+    state: &'a AppState,
     agent: &str,
     run_id: &str,
     principal: &Principal,
-) -> Result<(), ServerError> {
-    if state.live.in_flight_for(agent, run_id, principal) {
-        return Err(ServerError::RunInFlight {
+) -> Result<crate::live::Deciding<'a>, ServerError> {
+    state
+        .live
+        .deciding(agent, run_id, principal)
+        .ok_or_else(|| ServerError::RunInFlight {
             run_id: run_id.to_owned(),
-        });
-    }
-    Ok(())
+        })
 }
 
 /// Records a decision, mapping an unknown call to 404.
@@ -133,7 +134,7 @@ async fn decided(
     decision: Decision,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(name)?;
-    not_in_flight(state, name, run_id, principal)?;
+    let _claim = not_in_flight(state, name, run_id, principal)?;
     owned_run(agent, run_id, principal).await?;
     decide(agent, run_id, call_id, decision).await?;
     Ok(Json(json!({"runId": run_id, "callId": call_id, "recorded": true})))

@@ -87,7 +87,7 @@ async fn replied(
     reply: InputReply,
 ) -> Result<Json<Value>, ServerError> {
     let agent = state.agent(name)?;
-    crate::control::not_in_flight(state, name, run_id, principal)?;
+    let _claim = crate::control::not_in_flight(state, name, run_id, principal)?;
     owned_run(agent, run_id, principal).await?;
     match agent.answer(run_id, call_id, reply).await {
         Ok(()) => Ok(Json(json!({"runId": run_id, "callId": call_id, "recorded": true}))),

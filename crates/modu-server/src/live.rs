@@ -48,6 +48,9 @@ struct Registry {
     runs: HashMap<(String, String), Arc<LiveRun>>,
     /// The paused runs being resumed under another id, by the paused run's id.
     resuming: HashMap<(String, String), Arc<LiveRun>>,
+    /// How many decisions or answers are being recorded on each paused run: no run under its
+    /// id nor resume of it starts meanwhile (its first save would write over them).
+    deciding: HashMap<(String, String), usize>,
 }
 
 impl Registry {
@@ -90,6 +93,25 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// A claim on a paused run while a decision or answer is recorded (see
+/// [`LiveRuns::deciding`]); released when dropped.
+pub(crate) struct Deciding<'a> {
+    live: &'a LiveRuns,
+    key: (String, String),
+}
+
+impl Drop for Deciding<'_> {
+    fn drop(&mut self) {
+        let mut registry = lock(&self.live.registry);
+        if let Some(count) = registry.deciding.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                registry.deciding.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Why a run cannot be followed from an event id.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Unfollowable {
@@ -124,7 +146,8 @@ impl LiveRuns {
         let paused_key = paused
             .filter(|paused| *paused != run_id)
             .map(|paused| (agent.to_owned(), paused.to_owned()));
-        if registry.in_flight(&key) || paused_key.as_ref().is_some_and(|paused| registry.in_flight(paused)) {
+        let busy = |key: &(String, String)| registry.in_flight(key) || registry.deciding.contains_key(key);
+        if busy(&key) || paused_key.as_ref().is_some_and(busy) {
             return None;
         }
         let run = Arc::new(LiveRun {
@@ -162,15 +185,22 @@ impl LiveRuns {
             .cloned()
     }
 
-    /// Whether the caller's run with this id, or a resume of the caller's paused run with this
-    /// id under another id, is in flight (not ended).
-    pub(crate) fn in_flight_for(&self, agent: &str, run_id: &str, principal: &Principal) -> bool {
-        let registry = lock(&self.registry);
+    /// Claims the paused run `run_id` while a decision or answer is recorded on it: `None` when
+    /// the caller's run with this id, or a resume of it, is in flight. While the claim is held
+    /// no run under this id nor resume of it starts ([`LiveRuns::start`] answers `None`), so
+    /// the resume's first save cannot write over what is being recorded.
+    pub(crate) fn deciding(&self, agent: &str, run_id: &str, principal: &Principal) -> Option<Deciding<'_>> {
+        let mut registry = lock(&self.registry);
         let key = (agent.to_owned(), run_id.to_owned());
-        [&registry.runs, &registry.resuming]
+        let mine = [&registry.runs, &registry.resuming]
             .into_iter()
             .filter_map(|map| map.get(&key))
-            .any(|run| run.owner == principal.user && !run.is_done())
+            .any(|run| run.owner == principal.user && !run.is_done());
+        if mine {
+            return None;
+        }
+        *registry.deciding.entry(key.clone()).or_default() += 1;
+        Some(Deciding { live: self, key })
     }
 
     /// Whether a run with this id is in flight (not ended), whoever's it is.

@@ -461,4 +461,20 @@ async fn a_batch_gets_an_array_of_its_requests_responses() {
     let (status, text, _) = post(&url, Some(ERIN), &notifications).await;
     assert_eq!(status, 204, "{text}");
     assert!(text.is_empty(), "{text}");
+
+    // Over 32 entries: one error, and none of them runs (the task list still holds one task).
+    let too_many = Value::Array((0..33).map(|_| send("SendMessage", json!([{"text": "Hi"}]))).collect());
+    let (status, text, _) = post(&url, Some(ERIN), &too_many).await;
+    assert_eq!(status, 200, "{text}");
+    let refused: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(refused["id"], Value::Null, "{text}");
+    assert_eq!(refused["error"]["code"], -32600, "{text}");
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains("at most 32"),
+        "{text}"
+    );
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}});
+    let (_, text, _) = post(&url, Some(ERIN), &list).await;
+    let listed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(listed["result"]["tasks"].as_array().unwrap().len(), 1, "{text}");
 }

@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{post, serve, sse_json, weather_model};
 use modu_agent::Agent;
-use modu_core::{FunctionTool, InMemoryCheckpointStore, InMemoryConversationStore, ToolSpec};
+use modu_core::{
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStore, FunctionTool, InMemoryCheckpointStore,
+    InMemoryConversationStore, StoreError, ToolSpec,
+};
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
 
@@ -18,6 +21,15 @@ const MALLORY: &str = "mallory-token";
 
 /// A server whose `get_weather` needs approval and holds every call until `gate` has a permit.
 async fn gated_server(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> String {
+    gated_server_with(runs, gate, Arc::new(InMemoryCheckpointStore::new())).await
+}
+
+/// [`gated_server`] keeping its checkpoints in `checkpoints`.
+async fn gated_server_with(
+    runs: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Semaphore>,
+    checkpoints: Arc<dyn CheckpointStore>,
+) -> String {
     let spec = ToolSpec::new(
         "get_weather",
         "The weather in a city",
@@ -34,7 +46,7 @@ async fn gated_server(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>)
     });
     let agent = Agent::builder(weather_model())
         .tool(tool)
-        .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
+        .checkpoint_store(checkpoints)
         .conversation_store(Arc::new(InMemoryConversationStore::new()))
         .build()
         .unwrap();
@@ -137,4 +149,71 @@ async fn a_run_being_resumed_takes_no_decision_or_answer_until_it_ends() {
     let (status, body, _) = second.await.unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(sse_json(&body).last().unwrap()["outcome"]["type"], "success", "{body}");
+}
+
+/// A checkpoint store whose next save, once armed, waits until released (a slow database):
+/// a decision being recorded is held between its read and its write.
+#[derive(Default)]
+struct HeldSave {
+    inner: InMemoryCheckpointStore,
+    armed: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl CheckpointStore for HeldSave {
+    async fn save(&self, run_id: &str, meta: &CheckpointMeta, state: &[u8]) -> Result<(), StoreError> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.release.notified().await;
+        }
+        self.inner.save(run_id, meta, state).await
+    }
+    async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> Result<(), StoreError> {
+        self.inner.delete(run_id).await
+    }
+    async fn list(&self, query: &CheckpointQuery) -> Result<CheckpointPage, StoreError> {
+        self.inner.list(query).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.inner.purge_expired().await
+    }
+}
+
+/// A resume asked for while a decision on the same run is being recorded is refused (409),
+/// not started: it would load the checkpoint without the decision and its own save would then
+/// write over it. Once the decision is recorded the resume runs the approved call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_asked_for_while_a_decision_is_recorded_is_refused_not_raced() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(100));
+    let store = Arc::new(HeldSave::default());
+    let base = gated_server_with(Arc::clone(&runs), gate, Arc::clone(&store) as Arc<dyn CheckpointStore>).await;
+    paused(&base, "t1", "p1").await;
+    let control = format!("{base}/agents/approval/runs/p1");
+
+    store.armed.store(true, Ordering::SeqCst);
+    let approve = tokio::spawn({
+        let url = format!("{control}/approve");
+        async move { post(&url, Some(ERIN), &json!({"callId": "call_0"})).await }
+    });
+    store.entered.notified().await;
+    let (status, text, _) = post(&format!("{control}/resume"), Some(ERIN), &json!({})).await;
+    assert_eq!(status, 409, "{text}");
+    let code = &serde_json::from_str::<Value>(&text).unwrap()["error"]["code"];
+    assert_eq!(code, "run_id_in_use", "{text}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+
+    store.release.notify_one();
+    let (status, text, _) = approve.await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let (status, body, _) = post(&format!("{control}/resume"), Some(ERIN), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let done: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(done["status"], "completed", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
 }
