@@ -329,7 +329,7 @@ impl McpServerConfig {
             out.extend(auth.bearer_token.clone());
         }
         out.extend(url_secrets(self.url.as_deref()));
-        out.extend(crate::secret_args::arg_secrets(&self.args));
+        out.extend(crate::secret_args::arg_credentials(&self.args));
         out
     }
 
@@ -351,7 +351,7 @@ impl McpServerConfig {
 /// The secrets an http(s) URL carries: the password of its user info and the values of query
 /// parameters under secret-looking names (`?api_key=...`, `?token=...`; the names
 /// [`modu_core::mask::SecretMasker`] treats as secret), as written and decoded.
-fn url_secrets(url: Option<&str>) -> Vec<String> {
+pub(crate) fn url_secrets(url: Option<&str>) -> Vec<String> {
     let Some(parsed) = url.and_then(|u| reqwest::Url::parse(u).ok()) else {
         return Vec::new();
     };

@@ -465,8 +465,10 @@ impl McpSession {
             && let Some(structured) = &result.structured_content
             && let Err(problems) = descriptor.validate_output(structured)
         {
-            let message =
-                format!("the result of {external_name} does not fit the output schema the tool declares: {problems}");
+            let message = format!(
+                "the result of {external_name} does not fit the output schema the tool declares (the call ran: \
+                     its effects, if any, happened; do not repeat it to get a result): {problems}"
+            );
             return Err(invocation(
                 InvocationFailure::InvalidOutput,
                 redact(&cap_error(message), &error_secrets),

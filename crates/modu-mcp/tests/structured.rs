@@ -34,7 +34,7 @@ async fn a_structured_result_that_does_not_fit_the_output_schema_is_a_tool_error
     assert_eq!((inv.server.as_deref(), inv.tool.as_str()), (Some("wx"), "wx__weather"));
     assert!(
         inv.message
-            .starts_with("the result of wx__weather does not fit the output schema the tool declares: "),
+            .starts_with("the result of wx__weather does not fit the output schema the tool declares (the call ran"),
         "{}",
         inv.message
     );

@@ -75,7 +75,7 @@ fn parse(path: &Path) -> Profile {
                 continue;
             };
             profile.lines.entry(function.clone()).or_default().insert(address >> 6);
-            for (name, value) in names.iter().zip(fields.skip(positions - 1)) {
+            for (name, value) in names.iter().zip(fields.skip(positions.saturating_sub(1))) {
                 *profile.events.entry(name.clone()).or_default() += value.parse::<u64>().unwrap_or(0);
             }
         }
