@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use modu_core::redact::{MaskedHeaders, Redactor, display_url, redact_urls};
 use opentelemetry_otlp::{MetricExporter, Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
@@ -16,13 +17,32 @@ use crate::sink::{OtelEventSink, OtelEventSinkBuilder, instrumentation_scope};
 ///
 /// Export runs on the SDK's own background threads with a blocking `reqwest` client, so it
 /// never uses the application's tokio runtime and works from sync and async code alike.
-#[derive(Clone, Debug)]
+///
+/// The header values (a hosted collector's API key) and the user info of the endpoint are
+/// credentials: `Debug` shows header names with `***` values and the endpoint with its user
+/// info masked, and an [`OtelError`] from [`build`](Self::build) has every one of them
+/// replaced by `***`.
+#[derive(Clone)]
 pub struct OtlpPipelineBuilder {
     endpoint: String,
     service_name: String,
     headers: HashMap<String, String>,
     timeout: Duration,
     metrics_interval: Duration,
+}
+
+impl std::fmt::Debug for OtlpPipelineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<String> = self.headers.keys().cloned().collect();
+        names.sort();
+        f.debug_struct("OtlpPipelineBuilder")
+            .field("endpoint", &display_url(&self.endpoint))
+            .field("service_name", &self.service_name)
+            .field("headers", &MaskedHeaders(names))
+            .field("timeout", &self.timeout)
+            .field("metrics_interval", &self.metrics_interval)
+            .finish()
+    }
 }
 
 impl OtlpPipelineBuilder {
@@ -52,6 +72,10 @@ impl OtlpPipelineBuilder {
 
     /// Builds the exporters and providers.
     pub fn build(self) -> Result<OtlpPipeline, OtelError> {
+        let redactor = Redactor::new(None, self.headers.values().map(String::as_str), &self.endpoint);
+        let exporter_error = |e: opentelemetry_otlp::ExporterBuildError| {
+            OtelError::Exporter(redact_urls(&redactor.text(&e.to_string())))
+        };
         let base = self.endpoint.trim_end_matches('/');
         let spans = SpanExporter::builder()
             .with_http()
@@ -60,7 +84,7 @@ impl OtlpPipelineBuilder {
             .with_timeout(self.timeout)
             .with_headers(self.headers.clone())
             .build()
-            .map_err(|e| OtelError::Exporter(e.to_string()))?;
+            .map_err(exporter_error)?;
         let metrics = MetricExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
@@ -68,7 +92,7 @@ impl OtlpPipelineBuilder {
             .with_timeout(self.timeout)
             .with_headers(self.headers)
             .build()
-            .map_err(|e| OtelError::Exporter(e.to_string()))?;
+            .map_err(exporter_error)?;
         let resource = Resource::builder().with_service_name(self.service_name).build();
         let tracer_provider = SdkTracerProvider::builder()
             .with_batch_exporter(spans)
