@@ -28,6 +28,9 @@ pub struct ChatArgs {
 /// answer from the same stdin. A failed run prints its error and the chat goes on; end of
 /// input during an approval prompt ends the chat with exit code 1, the run left paused.
 pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
+    if let Some(id) = &args.session {
+        super::check_id("--session", id)?;
+    }
     let loaded = load_config(config)?;
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
     // A given id says whether it continues a stored conversation: a mistyped id would

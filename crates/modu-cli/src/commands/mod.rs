@@ -26,6 +26,13 @@ pub enum Failure {
 /// What a command returns.
 pub type CommandResult = Result<(), Failure>;
 
+/// A session or run id given on the command line must be one every store takes (at most
+/// `MAX_ID_BYTES` bytes, no NUL): otherwise a usage error naming the argument, before the
+/// configuration, the store or the model is touched.
+pub fn check_id(argument: &str, id: &str) -> CommandResult {
+    modu::StoreError::check_id(id).map_err(|e| Failure::Usage(format!("{argument}: {e}")))
+}
+
 /// The configuration for an agent command: `--config FILE`, else `./modu.toml`, else
 /// defaults, then the `MODU_<TABLE>__<KEY>` variables. A bad configuration is a usage error.
 pub fn load_config(file: Option<&Path>) -> Result<Loaded, Failure> {

@@ -27,6 +27,7 @@ pub struct ResumeArgs {
 
 /// Asks about the calls waiting for approval (if any), then resumes the run.
 pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
+    super::check_id("the run id", &args.run_id)?;
     let loaded = load_config(config)?;
     let printer = Arc::new(ui::ToolCallPrinter::default());
     let built = build::agent(&loaded.config, Some(Arc::clone(&printer) as _)).await?;

@@ -45,6 +45,9 @@ const MAX_ROUNDS: usize = 100_000;
 /// Runs a `runs` subcommand. `show` builds the agent (to decode the checkpoint); the others
 /// need only the store.
 pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
+    if let RunsCommand::Show { run_id, .. } | RunsCommand::Delete { run_id } = &cmd {
+        super::check_id("the run id", run_id)?;
+    }
     let loaded = load_config(config)?;
     let stores = build::stores(&loaded.config.store).await.map_err(Failure::Invalid)?;
     let store = stores.checkpoints.as_ref();

@@ -36,6 +36,9 @@ pub enum SessionsCommand {
 
 /// Runs a `sessions` subcommand (needs only the store, not the model).
 pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
+    if let SessionsCommand::Show { id, .. } | SessionsCommand::Delete { id } = &cmd {
+        super::check_id("the session id", id)?;
+    }
     let loaded = load_config(config)?;
     let stores = build::stores(&loaded.config.store).await.map_err(Failure::Invalid)?;
     let store = &stores.conversations;

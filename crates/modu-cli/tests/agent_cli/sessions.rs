@@ -192,3 +192,31 @@ async fn sessions_show_masks_secrets_in_tool_arguments_and_results() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_no_store_takes_is_a_usage_error_naming_the_argument() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // One byte over MAX_ID_BYTES: every store refuses it.
+    let long = "s".repeat(1025);
+    let cases: [(&[&str], &str); 6] = [
+        (&["run", "--session", &long, "hi"], "--session: "),
+        (&["chat", "--session", &long], "--session: "),
+        (&["resume", &long], "the run id: "),
+        (&["runs", "show", &long], "the run id: "),
+        (&["sessions", "show", &long], "the session id: "),
+        (&["sessions", "delete", &long], "the session id: "),
+    ];
+    for (args, named) in cases {
+        // chat reads its messages from stdin: two turns that would each fail.
+        let out = crate::support::with_stdin(modu(dir.path(), &mock.base_url()).args(args), "hi\nagain\n").await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: {named}")) && stderr.contains("MAX_ID_BYTES"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.len() < 400, "the id is not printed whole: {stderr}");
+    }
+    assert!(mock.requests().is_empty(), "no model request was made");
+}
