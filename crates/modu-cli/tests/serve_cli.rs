@@ -142,3 +142,30 @@ async fn modu_serve_with_a_cors_origin_answers_that_origins_preflight() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_refuses_an_empty_token_instead_of_serving_without_authentication() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    // `--token "$TOKEN"` with TOKEN unset, while MODU_SERVE_TOKEN holds the real token.
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MODU_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.current_dir(dir.path())
+        .env("MODU_SERVE_TOKEN", "s3cret")
+        .args(["serve", "--addr", "127.0.0.1:0", "--token", ""])
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("modu serve started serving with an empty token")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--token is empty"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("serving"));
+}

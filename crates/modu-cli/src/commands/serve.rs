@@ -59,6 +59,13 @@ fn cors(origins: &[String]) -> Result<Option<modu::server::cors::CorsLayer>, Fai
 
 /// Serves the agent of the configuration under its `[agent] name`, and prints the URL.
 pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
+    // `--token "$UNSET"` would otherwise serve without authentication, even with
+    // MODU_SERVE_TOKEN set.
+    if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        return Err(Failure::Usage(
+            "--token is empty: give the token, or leave --token out to serve without authentication".into(),
+        ));
+    }
     let loaded = load_config(config)?;
     let addr: std::net::SocketAddr = args
         .addr
