@@ -38,7 +38,7 @@ fn read_spec() -> ToolSpec {
     ToolSpec::new(
         READ_TOOL,
         "Read part of a resource file of an active skill (a path under references/ or assets/). \
-         Returns the text from `offset` (bytes), at most `length` bytes, and `next_offset` when more follows.",
+         Returns the text from `offset` (bytes), at most `length` bytes (at least one whole character), and `next_offset` when more follows.",
         json!({
             "type": "object",
             "properties": {
@@ -165,6 +165,15 @@ impl<C: Send + Sync + 'static> Tool<C> for ReadTool {
         let mut end = start.saturating_add(want).min(total);
         while !text.is_char_boundary(end) {
             end -= 1;
+        }
+        // At least one whole character when any is left: a range too short for the character
+        // at `offset` (`length: 1` on a 3-byte one) would otherwise return nothing with
+        // `next_offset` equal to `offset`, and a model paging on would ask the same forever.
+        if end == start && start < total {
+            end = start + 1;
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
         }
         let mut out = json!({
             "skill": name,

@@ -179,3 +179,46 @@ async fn modu_skill_read_refuses_a_hard_linked_file() {
     let r = tool_results(result.messages());
     assert!(r[0].contains("second approval"), "{}", r[0]);
 }
+
+/// `modu_skill_read` paging through text of multi-byte characters with a length shorter than
+/// one of them always moves on: it returns one whole character and a `next_offset` past it,
+/// never nothing with `next_offset` equal to `offset` (which a model would ask again forever).
+#[tokio::test]
+async fn modu_skill_read_pages_through_multi_byte_text_with_a_tiny_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("skills");
+    let skill = root.join("invoice-review");
+    std::fs::create_dir_all(skill.join("references")).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        format!("---\nname: invoice-review\ndescription: Reviews invoices.\n---\n{INVOICE_BODY}\n"),
+    )
+    .unwrap();
+    // Three 3-byte characters.
+    std::fs::write(skill.join("references/notes.md"), "請求書").unwrap();
+    let provider = SkillsProvider::new(SkillRegistry::from_paths([&root]).unwrap());
+    let read = |offset: u64| {
+        (
+            READ_TOOL,
+            json!({"skill": "invoice-review", "path": "references/notes.md", "offset": offset, "length": 1}),
+        )
+    };
+    let model = ScriptedModel::new()
+        .tool_calls([read(0), read(3), read(4)])
+        .text("done");
+    let agent = provider.install(Agent::builder(model)).build().unwrap();
+    let result = agent.run(request("Review", json!(["invoice-review"]))).await;
+    assert!(result.is_completed(), "{:?}", result.error());
+    let r: Vec<serde_json::Value> = tool_results(result.messages())
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    assert_eq!(r[0]["content"], "請", "{:?}", r[0]);
+    assert_eq!(r[0]["next_offset"], 3, "{:?}", r[0]);
+    assert_eq!(r[1]["content"], "求", "{:?}", r[1]);
+    assert_eq!(r[1]["next_offset"], 6, "{:?}", r[1]);
+    // An offset inside a character starts at the next one.
+    assert_eq!(r[2]["content"], "書", "{:?}", r[2]);
+    assert_eq!(r[2]["offset"], 6, "{:?}", r[2]);
+    assert!(r[2].get("next_offset").is_none(), "{:?}", r[2]);
+}
