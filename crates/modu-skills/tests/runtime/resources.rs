@@ -134,14 +134,7 @@ async fn resource_reads_do_not_count_against_max_tool_calls() {
 #[tokio::test]
 async fn modu_skill_read_refuses_a_hard_linked_file() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("skills");
-    let skill = root.join("invoice-review");
-    std::fs::create_dir_all(skill.join("references")).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        format!("---\nname: invoice-review\ndescription: Reviews invoices.\n---\n{INVOICE_BODY}\n"),
-    )
-    .unwrap();
+    let (root, skill) = invoice_skill_on_disk(dir.path());
     let policy = skill.join("references/policy.md");
     std::fs::write(&policy, "Invoices above 1000 EUR need a second approval.\n").unwrap();
     let provider = SkillsProvider::new(SkillRegistry::from_paths([&root]).unwrap());
@@ -186,14 +179,7 @@ async fn modu_skill_read_refuses_a_hard_linked_file() {
 #[tokio::test]
 async fn modu_skill_read_pages_through_multi_byte_text_with_a_tiny_length() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("skills");
-    let skill = root.join("invoice-review");
-    std::fs::create_dir_all(skill.join("references")).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        format!("---\nname: invoice-review\ndescription: Reviews invoices.\n---\n{INVOICE_BODY}\n"),
-    )
-    .unwrap();
+    let (root, skill) = invoice_skill_on_disk(dir.path());
     // Three 3-byte characters.
     std::fs::write(skill.join("references/notes.md"), "請求書").unwrap();
     let provider = SkillsProvider::new(SkillRegistry::from_paths([&root]).unwrap());
@@ -221,4 +207,18 @@ async fn modu_skill_read_pages_through_multi_byte_text_with_a_tiny_length() {
     assert_eq!(r[2]["content"], "書", "{:?}", r[2]);
     assert_eq!(r[2]["offset"], 6, "{:?}", r[2]);
     assert!(r[2].get("next_offset").is_none(), "{:?}", r[2]);
+}
+
+/// Writes the invoice-review skill (its SKILL.md and an empty `references/`) under
+/// `dir/skills`; returns the skills root and the skill's folder.
+fn invoice_skill_on_disk(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let root = dir.join("skills");
+    let skill = root.join("invoice-review");
+    std::fs::create_dir_all(skill.join("references")).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        format!("---\nname: invoice-review\ndescription: Reviews invoices.\n---\n{INVOICE_BODY}\n"),
+    )
+    .unwrap();
+    (root, skill)
 }
