@@ -7,8 +7,8 @@
 //!   `max_completion_tokens` (or `max_tokens`; at most the agent's own limit when it sets one:
 //!   a request may lower it, never raise it), `seed`, `stop`, `parallel_tool_calls`,
 //!   `reasoning_effort`, and `tool_choice` `"none"` (a standard run's model is asked not to
-//!   call tools). `tool_choice` `"auto"` and `response_format` `{"type": "text"}` ask for what
-//!   the agent does anyway; so do, for an agent with structured output
+//!   call tools). `tool_choice` `"auto"` and, for a text agent, `response_format` `{"type": "text"}` ask
+//!   for what the agent does anyway; so do, for an agent with structured output
 //!   (`AgentBuilder::output`), `response_format` `json_object` and `json_schema` with the
 //!   agent's own schema (compared without its `title`, `description` and `$schema`
 //!   annotations; the name and `strict` are not read). Only the output limit is bounded by the agent's: a request's
@@ -16,8 +16,9 @@
 //!   (an operator who must pin them wraps the model in a chat layer that sets them).
 //! - Refused (400, `param` naming the field): a `tool_choice` (or legacy `function_call`) that
 //!   forces a tool (`"required"`, a named function: the agent's tools are its own),
-//!   `response_format` `json_object` / `json_schema` for a text agent, and `json_schema` with
-//!   another schema (the agent's answer format is its own),
+//!   `response_format` `json_object` / `json_schema` for a text agent, and `text` or a
+//!   `json_schema` with another schema for a structured one (the agent's answer format is its
+//!   own; the message names the agent's schema),
 //!   `logprobs` / `top_logprobs` (the server returns none), legacy `functions`, and values out
 //!   of range (a `temperature` outside 0–2, a `top_p` outside 0–1, a penalty outside −2–2, a
 //!   token limit of 0, an unknown `reasoning_effort`).
@@ -124,13 +125,17 @@ fn reasoning_effort(value: &str) -> Result<ReasoningEffort, ServerError> {
 }
 
 /// Checks a request's `response_format` against the format the agent answers in: `text` is
-/// taken for any agent, `json_object` for a structured one, `json_schema` for a structured
+/// taken for a text agent (a structured one answers JSON, so it refuses `text`), `json_object` for a structured one, `json_schema` for a structured
 /// one when its schema is the agent's (annotations such as `title`, `description`
 /// and `$schema` aside); anything else is refused.
 fn response_format(format: &Value, agent: Option<&ResponseFormat>) -> Result<(), ServerError> {
     let unsupported = |message: String| refused("response_format", "unsupported_value", message);
     match (format.get("type").and_then(Value::as_str), agent) {
-        (Some("text"), _) | (Some("json_object"), Some(_)) => Ok(()),
+        (Some("text"), None) | (Some("json_object"), Some(_)) => Ok(()),
+        (Some("text"), Some(agent)) => Err(unsupported(format!(
+            "response_format \"text\" is not supported: this agent answers in JSON with its output schema ({:?}); send json_object, json_schema with that schema, or no response_format",
+            agent.name
+        ))),
         (Some(kind @ ("json_object" | "json_schema")), None) => Err(unsupported(format!(
             "response_format {kind:?} is not supported: this agent answers in free text, not chosen per request (only \"text\" is taken)"
         ))),

@@ -158,7 +158,8 @@ struct Forecast {
 
 /// An agent with structured output takes a `response_format` that asks for what it answers
 /// anyway: `json_object`, or `json_schema` with its own schema (its annotations aside, as a
-/// client's generator writes them); another schema is refused naming the param, nothing run.
+/// client's generator writes them), or none; `text` or another schema is refused naming the
+/// param and the agent's schema, nothing run.
 #[tokio::test]
 async fn a_structured_agent_takes_its_own_response_format_and_refuses_another() {
     let model = modu_testing::ScriptedModel::new()
@@ -177,15 +178,17 @@ async fn a_structured_agent_takes_its_own_response_format_and_refuses_another() 
     theirs.as_object_mut().unwrap().remove("$schema");
     theirs["properties"]["city"]["description"] = json!("Where");
     let accepted = [
+        json!(null),
         json!({"type": "json_object"}),
-        json!({"type": "text"}),
         json!({"type": "json_schema", "json_schema": {"name": "Forecast", "schema": own, "strict": true}}),
         json!({"type": "json_schema", "json_schema": {"name": "forecast", "schema": theirs}}),
     ];
     for format in accepted {
         for stream in [false, true] {
             let mut body = chat("forecast", stream);
-            body["response_format"] = format.clone();
+            if !format.is_null() {
+                body["response_format"] = format.clone();
+            }
             let (status, text, _) = post(&url, None, &body).await;
             assert_eq!(status, 200, "{format}: {text}");
             assert!(text.contains(r#"\"sky\":\"sunny\""#), "{format}: {text}");
@@ -195,6 +198,8 @@ async fn a_structured_agent_takes_its_own_response_format_and_refuses_another() 
     let mut other = own.clone();
     other["properties"]["sky"] = json!({"type": "integer"});
     for format in [
+        // A structured agent answers JSON, never free text.
+        json!({"type": "text"}),
         json!({"type": "json_schema", "json_schema": {"name": "Forecast", "schema": other}}),
         json!({"type": "json_schema", "json_schema": {"name": "Forecast"}}),
     ] {
