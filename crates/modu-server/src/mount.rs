@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use modu_agent::{Agent, AgentRequest, ModelSettings, StreamItem};
 use modu_core::{
     AgentError, AgentEvent, ApprovalRequest, CheckpointQuery, CheckpointStatus, InputRequest, Message, Role,
-    RunOutcome, Usage, UserContext,
+    RunOutcome, ToolChoice, Usage, UserContext,
 };
 use serde::{Deserialize, Serialize};
 
@@ -201,10 +201,19 @@ where
         request.session_id = input.session_id;
         request.metadata = input.metadata;
         request.model_settings = input.model_settings.map(|mut settings| {
+            let own = self.agent.model_settings();
             // A client may lower the agent's output limit, never raise it: the operator's
             // limit bounds what a request can spend.
-            if let (Some(asked), Some(own)) = (settings.max_tokens, self.agent.model_settings().max_tokens) {
+            if let (Some(asked), Some(own)) = (settings.max_tokens, own.max_tokens) {
                 settings.max_tokens = Some(asked.min(own));
+            }
+            // Nor loosen the operator's tool policy: a tool the agent must call is still
+            // called, and an agent that calls one tool at a time never gets a batch of them.
+            if matches!(own.tool_choice, Some(ToolChoice::Required | ToolChoice::Named(_))) {
+                settings.tool_choice = None;
+            }
+            if own.parallel_tool_calls == Some(false) {
+                settings.parallel_tool_calls = Some(false);
             }
             settings
         });

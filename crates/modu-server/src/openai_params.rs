@@ -11,9 +11,12 @@
 //!   for what the agent does anyway; so do, for an agent with structured output
 //!   (`AgentBuilder::output`), `response_format` `json_object` and `json_schema` with the
 //!   agent's own schema (compared without its `title`, `description` and `$schema`
-//!   annotations; the name and `strict` are not read). Only the output limit is bounded by the agent's: a request's
-//!   `reasoning_effort`, `parallel_tool_calls` and `tool_choice: "none"` replace the agent's
-//!   (an operator who must pin them wraps the model in a chat layer that sets them).
+//!   annotations; the name and `strict` are not read). A request cannot loosen the
+//!   agent's own limits: its output limit is at most the agent's; `tool_choice: "none"` leaves
+//!   an agent that must call a tool (`required` or a named tool) as it is; and
+//!   `parallel_tool_calls: true` leaves an agent set to one call at a time as it is (its calls
+//!   would otherwise run concurrently). `reasoning_effort` replaces the agent's (an operator
+//!   who must pin it wraps the model in a chat layer that sets it).
 //! - Refused (400, `param` naming the field): a `tool_choice` (or legacy `function_call`) that
 //!   forces a tool (`"required"`, a named function: the agent's tools are its own),
 //!   `response_format` `json_object` / `json_schema` for a text agent, and `text` or a

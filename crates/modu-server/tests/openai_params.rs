@@ -214,3 +214,44 @@ async fn a_structured_agent_takes_its_own_response_format_and_refuses_another() 
     }
     assert_eq!(model.requests().len(), asked, "nothing ran");
 }
+
+/// A request cannot loosen the operator's tool policy: `tool_choice: "none"` leaves an agent
+/// that must call a tool as it is, and `parallel_tool_calls: true` an agent set to one call at
+/// a time; on an agent without them, the same request still tightens them.
+#[tokio::test]
+async fn a_request_cannot_loosen_the_agents_tool_policy() {
+    use modu_core::ToolChoice;
+    let strict = |model: modu_testing::ScriptedModel, settings: modu_agent::ModelSettings| {
+        modu_agent::Agent::builder(model)
+            .tool(common::weather_tool(Arc::default(), false))
+            .model_settings(settings)
+            .build()
+            .unwrap()
+    };
+    let pinned = modu_agent::ModelSettings::new()
+        .tool_choice(ToolChoice::Required)
+        .parallel_tool_calls(false);
+    let named = modu_agent::ModelSettings::new().tool_choice(ToolChoice::Named("get_weather".into()));
+    let cases = [
+        (pinned, Some(ToolChoice::Required), Some(false)),
+        (named, Some(ToolChoice::Named("get_weather".into())), Some(true)),
+        (modu_agent::ModelSettings::new(), Some(ToolChoice::None), Some(true)),
+    ];
+    for (settings, choice, parallel) in cases {
+        let model = common::weather_model();
+        let base = serve(
+            ModuServer::new()
+                .agent("weather", strict(model.clone(), settings))
+                .router(),
+        )
+        .await;
+        let mut body = chat("weather", false);
+        body["tool_choice"] = json!("none");
+        body["parallel_tool_calls"] = json!(true);
+        let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &body).await;
+        assert_eq!(status, 200, "{text}");
+        let first = &model.requests()[0];
+        assert_eq!(first.tool_choice, choice, "{choice:?}");
+        assert_eq!(first.parallel_tool_calls, parallel, "{choice:?}");
+    }
+}
