@@ -73,17 +73,34 @@ fn rpc_url(state: &AppState, headers: &HeaderMap, card_path: &str, name: &str, r
 fn card_json(name: &str, agent: &Arc<dyn Served>, url: String) -> Value {
     let own = agent.agent_name();
     let description = format!("The modu agent {own}, served as {name}");
+    let mut skill = json!({"id": name, "name": name, "description": description, "tags": ["modu"]});
+    let mut capabilities = json!({"streaming": true, "pushNotifications": false});
+    // A structured agent answers one JSON data part: its skill says so, and the output-schema
+    // extension (an `AgentExtension`, whose `params` the A2A spec leaves to the extension)
+    // carries the schema, so a client can check (or generate types for) the answer.
+    if let Some(format) = agent.response_format() {
+        skill["outputModes"] = json!(["application/json"]);
+        capabilities["extensions"] = json!([{
+            "uri": OUTPUT_SCHEMA_EXTENSION,
+            "description": "The JSON schema of the agent's answer (a data part of the answer artifact)",
+            "required": false,
+            "params": {"name": format.name, "schema": format.schema},
+        }]);
+    }
     json!({
         "name": name,
         "description": description,
         "version": env!("CARGO_PKG_VERSION"),
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "capabilities": {"streaming": true, "pushNotifications": false},
+        "capabilities": capabilities,
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
-        "skills": [{"id": name, "name": name, "description": description, "tags": ["modu"]}],
+        "skills": [skill],
     })
 }
+
+/// The URI of the agent-card extension that publishes a structured agent's output schema.
+pub(crate) const OUTPUT_SCHEMA_EXTENSION: &str = "https://github.com/modu-rs/modu/a2a/output-schema/v1";
 
 /// `GET /a2a/{agent}/.well-known/agent-card.json`.
 pub(crate) async fn card(

@@ -48,10 +48,10 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// | route | what |
 /// |---|---|
 /// | `POST /v1/chat/completions` | OpenAI chat completions, streamed (`"stream": true`, SSE) or not; `model` names the agent |
-/// | `GET /v1/models` | the mounted agents, as OpenAI models |
+/// | `GET /v1/models` | the mounted agents, as OpenAI models (a structured agent's with the `response_format` it answers in) |
 /// | `POST /agui/{agent}` | an AG-UI `RunAgentInput`, answered with an SSE stream of AG-UI events; its `resume` answers a paused run's interrupts |
 /// | `POST /a2a/{agent}` | A2A 1.0 JSON-RPC: `SendMessage`, `SendStreamingMessage` (SSE), `SubscribeToTask` (SSE), `GetTask`, `CancelTask`, `ListTasks` |
-/// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served) |
+/// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served); a structured agent's carries its output schema in an extension |
 /// | `GET /agents/{agent}/runs/{run}/approvals` | a paused run's waiting calls |
 /// | `POST /agents/{agent}/runs/{run}/approve`, `/reject` | a decision on one call: `{"callId", "always"?}`, `{"callId", "message"?}` |
 /// | `GET /agents/{agent}/runs/{run}/inputs` | a paused run's asks for a person's input (`RunContext::ask_user`) that wait for an answer |

@@ -455,12 +455,21 @@ impl Stream for Guarded {
     }
 }
 
-/// `GET /v1/models`.
+/// `GET /v1/models`. A structured agent's model also has `response_format`: the
+/// `json_schema` format it answers in, as a request may send it back.
 pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     let data: Vec<Value> = state
         .agents
-        .keys()
-        .map(|name| json!({"id": name, "object": "model", "created": state.created, "owned_by": "modu"}))
+        .iter()
+        .map(|(name, agent)| {
+            let mut model = json!({"id": name, "object": "model", "created": state.created, "owned_by": "modu"});
+            if let Some(format) = agent.response_format() {
+                model["response_format"] = json!({"type": "json_schema", "json_schema": {
+                    "name": format.name, "schema": format.schema, "strict": format.strict,
+                }});
+            }
+            model
+        })
         .collect();
     Json(json!({"object": "list", "data": data}))
 }

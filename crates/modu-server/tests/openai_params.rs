@@ -255,3 +255,47 @@ async fn a_request_cannot_loosen_the_agents_tool_policy() {
         assert_eq!(first.parallel_tool_calls, parallel, "{choice:?}");
     }
 }
+
+/// A structured agent's output schema is published: its `/v1/models` entry carries the
+/// `response_format` it answers in (sent back as it is, it is taken), and its A2A card's skill
+/// answers `application/json`, the output-schema extension holding the schema. A text agent
+/// publishes neither.
+#[tokio::test]
+async fn a_structured_agents_output_schema_is_published_for_clients() {
+    let model = modu_testing::ScriptedModel::new()
+        .text(r#"{"city":"Paris","sky":"sunny"}"#)
+        .cycle();
+    let agent = modu_agent::Agent::builder(model).output::<Forecast>().build().unwrap();
+    let own = agent.response_format().unwrap().schema;
+    let server = ModuServer::new()
+        .agent("forecast", agent)
+        .agent("weather", tuned_agent(common::weather_model()));
+    let base = serve(server.router()).await;
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move { reqwest::get(url).await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let models = get("/v1/models").await;
+    let format = &models["data"][0]["response_format"];
+    assert_eq!(models["data"][0]["id"], "forecast", "{models}");
+    assert_eq!(format["type"], "json_schema", "{models}");
+    assert_eq!(format["json_schema"]["schema"], own, "{models}");
+    assert!(models["data"][1].get("response_format").is_none(), "{models}");
+    let mut body = chat("forecast", false);
+    body["response_format"] = format.clone();
+    let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &body).await;
+    assert_eq!(status, 200, "{text}");
+
+    let card = get("/a2a/forecast/.well-known/agent-card.json").await;
+    assert_eq!(card["skills"][0]["outputModes"], json!(["application/json"]), "{card}");
+    let extension = &card["capabilities"]["extensions"][0];
+    assert!(
+        extension["uri"].as_str().unwrap().ends_with("/a2a/output-schema/v1"),
+        "{card}"
+    );
+    assert_eq!(extension["required"], false, "{card}");
+    assert_eq!(extension["params"]["schema"], own, "{card}");
+    let text_card = get("/a2a/weather/.well-known/agent-card.json").await;
+    assert!(text_card["capabilities"].get("extensions").is_none(), "{text_card}");
+    assert!(text_card["skills"][0].get("outputModes").is_none(), "{text_card}");
+}
