@@ -217,3 +217,40 @@ async fn a_resume_asked_for_while_a_decision_is_recorded_is_refused_not_raced() 
     assert_eq!(done["status"], "completed", "{body}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
 }
+
+/// An AG-UI resume claims the paused run before it records its decision: a run-control resume
+/// asked for while that decision is being saved is refused (409), not started from the
+/// checkpoint without it. The AG-UI resume then runs the approved call, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_asked_for_while_an_agui_resume_records_its_decision_is_refused() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(100));
+    let store = Arc::new(HeldSave::default());
+    let base = gated_server_with(Arc::clone(&runs), gate, Arc::clone(&store) as Arc<dyn CheckpointStore>).await;
+    paused(&base, "t1", "p1").await;
+
+    store.armed.store(true, Ordering::SeqCst);
+    let mut input = agui_input("t1", "r1");
+    input["resume"] = json!([{"interruptId": "p1#call_0", "status": "resolved", "payload": {"approved": true}}]);
+    let agui = tokio::spawn({
+        let url = format!("{base}/agui/approval");
+        async move { post(&url, Some(ERIN), &input).await }
+    });
+    store.entered.notified().await;
+    let (status, text, _) = post(
+        &format!("{base}/agents/approval/runs/p1/resume"),
+        Some(ERIN),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(status, 409, "{text}");
+    let code = &serde_json::from_str::<Value>(&text).unwrap()["error"]["code"];
+    assert_eq!(code, "run_id_in_use", "{text}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+
+    store.release.notify_one();
+    let (status, body, _) = agui.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sse_json(&body).last().unwrap()["type"], "RUN_FINISHED", "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+}
