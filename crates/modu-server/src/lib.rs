@@ -49,6 +49,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// |---|---|
 /// | `POST /v1/chat/completions` | OpenAI chat completions, streamed (`"stream": true`, SSE) or not; `model` names the agent |
 /// | `GET /v1/models` | the mounted agents, as OpenAI models (a structured agent's with the `response_format` it answers in) |
+/// | `GET /v1/models/{model}` | one agent, as an OpenAI model (404 `model_not_found` for another name) |
 /// | `POST /agui/{agent}` | an AG-UI `RunAgentInput`, answered with an SSE stream of AG-UI events; its `resume` answers a paused run's interrupts |
 /// | `POST /a2a/{agent}` | A2A 1.0 JSON-RPC: `SendMessage`, `SendStreamingMessage` (SSE), `SubscribeToTask` (SSE), `GetTask`, `CancelTask`, `ListTasks` |
 /// | `GET /a2a/{agent}/.well-known/agent-card.json` | the agent's A2A card (also `/.well-known/agent-card.json` when one agent is served); a structured agent's carries its output schema in an extension |
@@ -297,6 +298,7 @@ impl ModuServer {
         let router = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/models", get(openai::models))
+            .route("/v1/models/{model}", get(openai::model))
             .route("/agui/{agent}", post(agui::run))
             .route("/a2a/{agent}", post(a2a_rpc::rpc))
             .route("/a2a/{agent}/.well-known/agent-card.json", get(a2a::card))

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::auth::Caller;
 use crate::control::start_live;
-use crate::error::ServerError;
+use crate::error::{ApiPath, ServerError};
 use crate::live::LiveRun;
 use crate::mount::{Finished, Item, RunInput, Served, called_tool};
 use crate::openai_params::RunOptions;
@@ -455,21 +455,33 @@ impl Stream for Guarded {
     }
 }
 
-/// `GET /v1/models`. A structured agent's model also has `response_format`: the
+/// An agent as an OpenAI model object. A structured agent's also has `response_format`: the
 /// `json_schema` format it answers in, as a request may send it back.
+fn model_json(state: &AppState, name: &str, agent: &Arc<dyn Served>) -> Value {
+    let mut model = json!({"id": name, "object": "model", "created": state.created, "owned_by": "modu"});
+    if let Some(format) = agent.response_format() {
+        model["response_format"] = json!({"type": "json_schema", "json_schema": {
+            "name": format.name, "schema": format.schema, "strict": format.strict,
+        }});
+    }
+    model
+}
+
+/// `GET /v1/models`.
 pub(crate) async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     let data: Vec<Value> = state
         .agents
         .iter()
-        .map(|(name, agent)| {
-            let mut model = json!({"id": name, "object": "model", "created": state.created, "owned_by": "modu"});
-            if let Some(format) = agent.response_format() {
-                model["response_format"] = json!({"type": "json_schema", "json_schema": {
-                    "name": format.name, "schema": format.schema, "strict": format.strict,
-                }});
-            }
-            model
-        })
+        .map(|(name, agent)| model_json(&state, name, agent))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{model}`: one agent as a model; 404 `model_not_found` for another name.
+pub(crate) async fn model(
+    State(state): State<Arc<AppState>>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Value>, ServerError> {
+    let agent = state.agent(&name)?;
+    Ok(Json(model_json(&state, &name, agent)))
 }

@@ -46,7 +46,23 @@ async fn models_lists_every_mounted_agent_in_openai_format() {
         assert_eq!(model["object"], "model");
         assert_eq!(model["owned_by"], "modu");
         assert!(model["created"].as_u64().unwrap() > 1_600_000_000);
+        // One model, as OpenAI's SDKs' `models.retrieve` asks for it: the same object.
+        let url = format!("{base}/v1/models/{}", model["id"].as_str().unwrap());
+        let one = reqwest::Client::new().get(url).bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(one.status(), 200);
+        assert_eq!(&one.json::<Value>().await.unwrap(), model);
     }
+    let unknown = reqwest::Client::new()
+        .get(format!("{base}/v1/models/nope"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let error = &unknown.json::<Value>().await.unwrap()["error"];
+    assert_eq!(error["code"], "model_not_found", "{error}");
+    let anonymous = reqwest::get(format!("{base}/v1/models/weather")).await.unwrap();
+    assert_eq!(anonymous.status(), 401, "the route is behind the server's auth");
 }
 
 #[tokio::test]
