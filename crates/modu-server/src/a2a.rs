@@ -15,6 +15,9 @@
 //!   decided and resumed through run control or an AG-UI resume: the task is then
 //!   `TASK_STATE_WORKING` while it runs and ends with it, as if A2A had resumed it
 //!   (`SubscribeToTask` gives the task, then its answer and last status when the run ends).
+//! - A `SendMessage` / `SendStreamingMessage` task holds at most its request's
+//!   `configuration.historyLength` newest messages (as `GetTask`'s `historyLength`); the rest
+//!   of `configuration` is not read.
 //! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
 //!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
 //! - `GetTask` reads a task; `CancelTask` cancels a task: a running one (its paused run resumed
@@ -323,6 +326,7 @@ pub(crate) async fn send(
     principal: &Principal,
     params: Value,
 ) -> Result<Value, RpcError> {
+    let history_length = crate::a2a_wire::history_length(&params)?;
     let mut prepared = prepare(state, name, &agent, principal, params).await?;
     let live = match prepared.live.take() {
         Some(live) => live,
@@ -346,7 +350,7 @@ pub(crate) async fn send(
         state.tasks.finish(&prepared.task_id, &finished);
     }
     let task = state.tasks.get(&prepared.task_id, name, principal)?;
-    Ok(json!({"task": task_json(&prepared.task_id, &task, None)}))
+    Ok(json!({"task": task_json(&prepared.task_id, &task, history_length)}))
 }
 
 /// `SendStreamingMessage`: an SSE stream of JSON-RPC responses.
@@ -358,6 +362,7 @@ pub(crate) async fn stream(
     params: Value,
     id: Value,
 ) -> Result<Response, RpcError> {
+    let history_length = crate::a2a_wire::history_length(&params)?;
     let mut prepared = prepare(&state, name, &agent, principal, params).await?;
     let live = match prepared.live.take() {
         Some(live) => live,
@@ -370,7 +375,7 @@ pub(crate) async fn stream(
             return Err(error);
         }
     };
-    let opening = json!({"task": task_json(&prepared.task_id, &task, None)});
+    let opening = json!({"task": task_json(&prepared.task_id, &task, history_length)});
     let items: BoxStream<'static, Item> = match prepared.start {
         Some(mut input) => {
             input.cancel = live.cancel.clone();

@@ -125,6 +125,19 @@ pub(crate) struct WireMessage {
     pub parts: Vec<Value>,
 }
 
+/// A `SendMessageRequest`'s `configuration.historyLength`: the task it is answered with holds
+/// at most this many of its newest messages (`None`: all; 0: none).
+pub(crate) fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
+    match params.get("configuration").and_then(|c| c.get("historyLength")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| RpcError::invalid_params("configuration.historyLength must be 0 or more")),
+    }
+}
+
 /// `GetTaskRequest` and `CancelTaskRequest`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -478,3 +478,25 @@ async fn a_batch_gets_an_array_of_its_requests_responses() {
     let listed: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(listed["result"]["tasks"].as_array().unwrap().len(), 1, "{text}");
 }
+
+/// `SendMessage`'s `configuration.historyLength` bounds the history of the task it answers
+/// with, as `GetTask`'s does: 0 is none, 1 the newest message, unset all; a negative one is
+/// -32602.
+#[tokio::test]
+async fn send_message_answers_with_at_most_history_length_messages() {
+    let base = server().await;
+    let mut lengths = Vec::new();
+    for length in [json!(0), json!(1), Value::Null] {
+        let mut body = send("SendMessage", json!([{"text": "Weather in Paris?"}]));
+        body["params"]["configuration"] = json!({"historyLength": length});
+        let answer = rpc(&base, ERIN, &body).await;
+        let task = &answer["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+        lengths.push(task["history"].as_array().unwrap().len());
+    }
+    assert_eq!(lengths[..2], [0, 1]);
+    assert!(lengths[2] >= 2, "unset: the whole history, {lengths:?}");
+    let mut body = send("SendMessage", json!([{"text": "Weather in Paris?"}]));
+    body["params"]["configuration"] = json!({"historyLength": -1});
+    assert_eq!(rpc(&base, ERIN, &body).await["error"]["code"], -32602);
+}
