@@ -8,6 +8,8 @@
 //!   batch each gets a `-32600` response saying to send it alone.
 //! - An empty batch is one `-32600` response (`id` null), not an array; a batch of
 //!   notifications only gets no reply (204, no body), as a notification alone.
+//! - A request whose `id` is not a string, a number or null is one `-32600` response (`id`
+//!   null) and runs nothing.
 //! - A batch holds at most [`MAX_BATCH`] entries: a larger one is one `-32600` response (`id`
 //!   null) and runs nothing. One HTTP request would otherwise start any number of agent runs
 //!   (past a proxy's per-request rate limit) and hold all their answers in memory at once.
@@ -130,7 +132,16 @@ impl Call<'_> {
             principal,
             headers,
         } = *self;
-        let id = request.get("id").cloned().unwrap_or(Value::Null);
+        let id = match request.get("id") {
+            None => Value::Null,
+            Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+            // JSON-RPC 2.0 (4): an id is a string, a number or null; a request with another is
+            // invalid and runs nothing; its response's id is null, the id being unreadable.
+            Some(_) => {
+                let error = RpcError::new(code::INVALID_REQUEST, "the id must be a string, a number or null");
+                return Answer::Json(response(&Value::Null, Err(error)));
+            }
+        };
         let (Some("2.0"), Some(method)) = (
             request.get("jsonrpc").and_then(Value::as_str),
             request.get("method").and_then(Value::as_str),

@@ -81,6 +81,20 @@ async fn json_rpc_errors_have_the_codes_a2a_names() {
     assert_eq!(unknown["error"]["code"], -32601);
     let get = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "missing"}});
     assert_eq!(rpc(&base, ERIN, &get).await["error"]["code"], -32001);
+    // An id that is not a string, a number or null makes the request invalid: nothing runs.
+    for id in [json!({"a": 1}), json!([1]), json!(true)] {
+        let mut bad = send("SendMessage", json!([{"text": "Weather?"}]));
+        bad["id"] = id.clone();
+        let refused = rpc(&base, ERIN, &bad).await;
+        assert_eq!(refused["error"]["code"], -32600, "{id}: {refused}");
+        assert_eq!(refused["id"], Value::Null, "{id}: {refused}");
+    }
+    let listed = json!({"jsonrpc": "2.0", "id": "l", "method": "ListTasks", "params": {}});
+    assert_eq!(
+        rpc(&base, ERIN, &listed).await["result"]["tasks"],
+        json!([]),
+        "no task ran"
+    );
     let push = json!({"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig", "params": {}});
     assert_eq!(rpc(&base, ERIN, &push).await["error"]["code"], -32003);
     let file = send("SendMessage", json!([{"url": "https://example.com/x.png"}]));
