@@ -124,8 +124,9 @@ pub enum InvocationFailure {
     InvalidArguments,
     /// The server ran the tool and reported an error result (`isError`).
     ToolError,
-    /// The result's `structuredContent` does not fit the output schema the tool declares
-    /// (MCP 2025-06-18: clients should validate structured results against it).
+    /// The result's `structuredContent` does not fit the output schema the tool declares, or
+    /// the result has none although the tool declares one (MCP 2025-06-18: servers must
+    /// return structured results that fit it, clients should validate them).
     InvalidOutput,
     /// The server answered with a JSON-RPC error.
     ProtocolError,

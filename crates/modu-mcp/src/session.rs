@@ -267,7 +267,8 @@ impl McpSession {
     /// several as an array; non-text blocks as their JSON). A plain value the server's SDK
     /// wrapped as `structuredContent: {"result": …}` (FastMCP, the official Python SDK) comes
     /// back as that value, when the tool declares no output schema or only the wrapper's. A
-    /// `structuredContent` that does not fit the output schema the tool declares fails the
+    /// `structuredContent` that does not fit the output schema the tool declares, or a
+    /// non-error result without one from a tool that declares an output schema, fails the
     /// call ([`InvocationFailure::InvalidOutput`], naming the tool and what does not fit).
     ///
     /// The result is what the model may see: the server's credentials (bearer token, OAuth
@@ -461,10 +462,17 @@ impl McpSession {
         };
         let error_secrets = server.with_tokens(&server.secrets);
         let result_secrets = server.with_tokens(&server.credentials);
-        if result.is_error != Some(true)
-            && let Some(structured) = &result.structured_content
-            && let Err(problems) = descriptor.validate_output(structured)
-        {
+        // A tool that declares an output schema MUST return structured results that fit it
+        // (MCP 2025-06-18); a result without any is as wrong as one that does not fit.
+        let misfit = match (&result.structured_content, &descriptor.output_schema) {
+            _ if result.is_error == Some(true) => None,
+            (Some(structured), _) => descriptor.validate_output(structured).err(),
+            (None, Some(_)) => {
+                Some("the tool declares an output schema but the result has no structuredContent".to_owned())
+            }
+            (None, None) => None,
+        };
+        if let Some(problems) = misfit {
             let message = format!(
                 "the result of {external_name} does not fit the output schema the tool declares (the call ran: \
                      its effects, if any, happened; do not repeat it to get a result): {problems}"

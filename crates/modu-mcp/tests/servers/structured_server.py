@@ -3,9 +3,10 @@ answers with structuredContent that fits it or not.
 
 Usage: python structured_server.py [MARKER]
 
-weather(city, broken=False): declares `{temperature: number, unit: "C"|"F"}` (both required);
+weather(city, broken=False, missing=False): declares `{temperature: number, unit: "C"|"F"}` (both required);
 answers `{"temperature": 21.5, "unit": "C"}`, or, when `broken`, `{"temperature": "warm
-in CITY"}` (a string, and no unit) as a server with a stale schema does.
+in CITY"}` (a string, and no unit) as a server with a stale schema does, or, when `missing`,
+text content only (no structuredContent), as a server that forgot it does.
 """
 
 import anyio
@@ -28,7 +29,11 @@ async def list_tools(ctx, params):
             description="The temperature in a city.",
             inputSchema={
                 "type": "object",
-                "properties": {"city": {"type": "string"}, "broken": {"type": "boolean"}},
+                "properties": {
+                    "city": {"type": "string"},
+                    "broken": {"type": "boolean"},
+                    "missing": {"type": "boolean"},
+                },
                 "required": ["city"],
             },
             outputSchema=OUTPUT,
@@ -39,6 +44,8 @@ async def list_tools(ctx, params):
 
 async def call_tool(ctx, params):
     arguments = params.arguments or {}
+    if arguments.get("missing"):
+        return types.CallToolResult(content=[types.TextContent(type="text", text="21.5 C")])
     if arguments.get("broken"):
         structured = {"temperature": f"warm in {arguments.get('city')}"}
     else:
