@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use futures::future::join_all;
 use modu_core::Message;
 use rmcp::model::{ContentBlock, ErrorCode, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents, Role};
 use rmcp::service::ServiceError;
@@ -303,7 +304,8 @@ impl McpSession {
     /// A server that does not implement `resources/templates/list` (it answers "method not
     /// found") has no templates.
     ///
-    /// Across servers (`None`), a server whose listing fails does not fail the others': the
+    /// Across servers (`None`), every server is asked at once (the entries stay in the
+    /// servers' order), and a server whose listing fails does not fail the others': the
     /// value lists what the others listed and gains `failed: [{server, error}]` naming each
     /// failing server (the key is absent when none failed); only when every server failed is
     /// the first failure the `Err`.
@@ -313,8 +315,10 @@ impl McpSession {
         let mut failed = Vec::new();
         let covered = self.covered(server, "resources/list", |c| c.resources.is_some())?;
         let count = covered.len();
-        for connection in covered {
-            match resources_of(connection).await {
+        // Every server at once (a hung one costs its timeout once, not before the others are
+        // asked); the answers in the servers' order.
+        for listing in join_all(covered.into_iter().map(|c| resources_of(c))).await {
+            match listing {
                 Ok((listed, listed_templates)) => {
                     resources.extend(listed);
                     templates.extend(listed_templates);
@@ -360,7 +364,8 @@ impl McpSession {
 
     /// The prompts of `server` (`None`: every server that offers prompts).
     ///
-    /// Across servers (`None`), a server whose listing fails does not fail the others': the
+    /// Across servers (`None`), every server is asked at once (the prompts stay in the
+    /// servers' order), and a server whose listing fails does not fail the others': the
     /// listing holds what the others listed, and each failure in
     /// [`McpPromptListing::failed`]; only when every server failed is the first failure the
     /// `Err`.
@@ -369,8 +374,8 @@ impl McpSession {
         let mut failed = Vec::new();
         let covered = self.covered(server, "prompts/list", |c| c.prompts.is_some())?;
         let count = covered.len();
-        for connection in covered {
-            match prompts_of(connection).await {
+        for listing in join_all(covered.into_iter().map(|c| prompts_of(c))).await {
+            match listing {
                 Ok(listed) => prompts.extend(listed),
                 Err(e) => failed.push(e),
             }

@@ -133,3 +133,56 @@ async fn a_server_whose_listings_fail_leaves_the_others_listed_and_is_named() {
     assert!(session.list_prompts(Some("healthy")).await.unwrap().failed.is_empty());
     session.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_across_servers_ask_every_server_at_once_and_keep_their_order() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("concurrent-listings");
+    let flag = std::env::temp_dir().join(&marker).to_string_lossy().into_owned();
+    let at = |name: &str, mode: &str, timeout: u64| {
+        McpServerConfig::stdio(name, &python)
+            .with_args([
+                support::test_file("servers/listings_server.py"),
+                mode.to_owned(),
+                flag.clone(),
+                marker.clone(),
+            ])
+            .with_call_timeout(Duration::from_secs(timeout))
+    };
+    // "waits" answers only once "signals" has been asked, which a client asking one server at
+    // a time does only after giving up on "waits" (its 120 s timeout) and on "hangs", which
+    // never answers (2 s).
+    let config = McpConfig::new(vec![
+        at("waits", "wait", 120),
+        at("hangs", "hang", 2),
+        at("signals", "signal", 120),
+    ])
+    .unwrap();
+    let session = McpConnector::new(config)
+        .unwrap()
+        .open_session(None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listed = session.list_resources(None).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        listed,
+        json!({
+            "resources": [
+                {"server": "waits", "uri": "notes://one", "name": "one"},
+                {"server": "signals", "uri": "notes://one", "name": "one"},
+            ],
+            "resource_templates": [],
+            "failed": [{"server": "hangs",
+                "error": "MCP request resources/list to server hangs failed (timeout): no answer within 2.0s"}]
+        })
+    );
+    let prompts = session.list_prompts(None).await.unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<(&str, &str)> = prompts.iter().map(|p| (p.server.as_str(), p.name.as_str())).collect();
+    assert_eq!(names, [("waits", "greet"), ("signals", "greet")]);
+    let failed: Vec<Option<&str>> = prompts.failed.iter().map(|e| e.server()).collect();
+    assert_eq!(failed, [Some("hangs")]);
+    session.close().await;
+    for method in ["resources", "prompts"] {
+        let _ = std::fs::remove_file(format!("{flag}.{method}"));
+    }
+}
