@@ -15,6 +15,8 @@ pub enum ValidationRule {
     UnterminatedFrontMatter,
     /// The front matter is not valid YAML, or not a mapping.
     InvalidYaml,
+    /// `SKILL.md` is not UTF-8 text.
+    NotUtf8,
     /// A top-level key that the format does not define.
     UnknownKey,
     /// A key holds the wrong kind of value (a list where a string is expected, …).
@@ -58,6 +60,7 @@ impl ValidationRule {
             ValidationRule::MissingFrontMatter => "missing_front_matter",
             ValidationRule::UnterminatedFrontMatter => "unterminated_front_matter",
             ValidationRule::InvalidYaml => "invalid_yaml",
+            ValidationRule::NotUtf8 => "not_utf8",
             ValidationRule::UnknownKey => "unknown_key",
             ValidationRule::FieldType => "field_type",
             ValidationRule::NameMissing => "name_missing",

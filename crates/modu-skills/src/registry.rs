@@ -89,11 +89,13 @@ impl Skill {
         }
         let label = format!("{catalog}/{name}/SKILL.md");
         let text = String::from_utf8(skill_md).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let line = e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count() + 1;
             vec![SkillError::validation(
                 label.clone(),
-                None,
-                ValidationRule::InvalidYaml,
-                format!("SKILL.md is not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+                Some(line),
+                ValidationRule::NotUtf8,
+                format!("SKILL.md is not UTF-8 text (byte {at}); save it as UTF-8"),
             )]
         })?;
         let manifest = SkillManifest::parse_all(&label, Some(name), &text)?;

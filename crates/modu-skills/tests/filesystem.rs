@@ -290,6 +290,24 @@ fn missing_catalog_and_missing_skill_md() {
 }
 
 #[test]
+fn a_skill_md_that_is_not_utf8_has_its_own_rule_and_line() {
+    let (_d, root) = catalog();
+    fs::write(
+        root.join("other/SKILL.md"),
+        b"---\nname: other\ndescription: Caf\xe9 menus.\n---\n",
+    )
+    .unwrap();
+    let e = SkillRegistry::from_paths([&root]).unwrap_err();
+    assert_eq!(e.rule(), Some(ValidationRule::NotUtf8));
+    assert_eq!(ValidationRule::NotUtf8.id(), "not_utf8");
+    let SkillError::Validation { line, message, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*line, Some(3));
+    assert!(message.starts_with("SKILL.md is not UTF-8 text (byte 32)"), "{message}");
+}
+
+#[test]
 fn file_too_large() {
     let (_d, root) = catalog();
     write(&root.join("other/references/big.md"), &"x".repeat(2000));
