@@ -112,12 +112,19 @@ impl SkillManifest {
             match serde_saphyr::from_str(&yaml) {
                 Ok(map) => map,
                 Err(e) => {
-                    let line = e.location().and_then(|l| to_file_line(l.line()));
-                    let message = first_line(&e.to_string());
+                    let location = e.location();
+                    let line = location.as_ref().and_then(|l| to_file_line(l.line()));
+                    let message = yaml_message(&e);
+                    // The YAML library's own "at line N" counts front-matter lines; the error
+                    // carries the file line, and the column is the same in both.
+                    let column = location
+                        .filter(|l| l.column() > 0)
+                        .map(|l| format!(" (column {})", l.column()))
+                        .unwrap_or_default();
                     return Err(vec![err(
                         line,
                         ValidationRule::InvalidYaml,
-                        format!("the front matter is not a valid YAML mapping: {message}"),
+                        format!("the front matter is not a valid YAML mapping: {message}{column}"),
                     )]);
                 }
             }
@@ -442,6 +449,21 @@ fn kind(v: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "a mapping",
     }
+}
+
+/// What is wrong with the front matter, in the YAML library's words for users, without its
+/// location (which counts front-matter lines, not file lines) and without its hints to
+/// programmers (a duplicate key is just that).
+fn yaml_message(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::MessageFormatter;
+    let e = e.without_snippet();
+    if let serde_saphyr::Error::DuplicateMappingKey { key, .. } = e {
+        return match key {
+            Some(key) => format!("duplicate key {key:?}; each key may appear once"),
+            None => "duplicate key; each key may appear once".to_owned(),
+        };
+    }
+    first_line(&serde_saphyr::UserMessageFormatter.format_message(e))
 }
 
 fn first_line(s: &str) -> String {

@@ -87,6 +87,37 @@ fn invalid_yaml_reports_its_line() {
 }
 
 #[test]
+fn a_yaml_error_names_file_lines_only_and_a_duplicate_key_plainly() {
+    // `name` again on file line 4 (front-matter line 3).
+    let text = "---\nname: demo\ndescription: d\nname: other\n---\n";
+    let errors = parse(text).unwrap_err();
+    let [
+        SkillError::Validation {
+            line, rule, message, ..
+        },
+    ] = errors.as_slice()
+    else {
+        panic!("{errors:?}")
+    };
+    assert_eq!((*rule, *line), (ValidationRule::InvalidYaml, Some(4)));
+    assert!(
+        message.starts_with("the front matter is not a valid YAML mapping: duplicate key \"name\""),
+        "{message}"
+    );
+    assert!(!message.contains("line 3"), "a front-matter line number: {message}");
+    assert!(!message.contains("DuplicateKeyPolicy"), "the library's hint: {message}");
+    assert_eq!(errors[0].to_string().split(": ").next(), Some("skills/demo/SKILL.md:4"));
+    // A syntax error: its file line, and no other line number in the message.
+    let errors = parse("---\nname: demo\ndescription: d\nlicense: [MIT\n---\n").unwrap_err();
+    let [SkillError::Validation { line, message, .. }] = errors.as_slice() else {
+        panic!("{errors:?}")
+    };
+    let line = line.unwrap_or_else(|| panic!("no line: {message}"));
+    assert!(line >= 4, "{line}: {message}");
+    assert!(!message.contains("line "), "{message}");
+}
+
+#[test]
 fn unknown_key_is_rejected_with_its_line_and_a_hint() {
     let errors = parse("---\nname: demo\ndescription: d\nallowed_tools: a b\n---\n").unwrap_err();
     assert_eq!(errors.len(), 1);
