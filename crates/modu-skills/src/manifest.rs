@@ -315,8 +315,9 @@ impl SkillManifest {
             }
         }
 
-        // applies-to: a list of stages (or one stage as a string); omitted = all.
-        let applies_to = match map.get("applies-to") {
+        // applies-to: a list of stages (or one stage as a string); omitted (or null, like the
+        // other fields) = all.
+        let applies_to = match map.get("applies-to").filter(|v| !v.value.is_null()) {
             None => None,
             Some(spanned) => {
                 let items: Option<Vec<&Value>> = match &spanned.value {

@@ -118,6 +118,14 @@ fn a_yaml_error_names_file_lines_only_and_a_duplicate_key_plainly() {
 }
 
 #[test]
+fn null_applies_to_is_absent_like_the_other_fields() {
+    let m = parse("---\nname: demo\ndescription: d\napplies-to:\nallowed-tools: null\n---\n").unwrap();
+    assert_eq!(m.applies_to, None);
+    assert!(m.applies_to_stage(Stage::Finalize));
+    assert_eq!(m.allowed_tools, None);
+}
+
+#[test]
 fn unknown_key_is_rejected_with_its_line_and_a_hint() {
     let errors = parse("---\nname: demo\ndescription: d\nallowed_tools: a b\n---\n").unwrap_err();
     assert_eq!(errors.len(), 1);
