@@ -207,9 +207,10 @@ where
             if let (Some(asked), Some(own)) = (settings.max_tokens, own.max_tokens) {
                 settings.max_tokens = Some(asked.min(own));
             }
-            // Nor loosen the operator's tool policy: a tool the agent must call is still
-            // called, and an agent that calls one tool at a time never gets a batch of them.
-            if matches!(own.tool_choice, Some(ToolChoice::Required | ToolChoice::Named(_))) {
+            // Nor loosen the operator's tool policy: a request's choice counts only where the
+            // agent leaves the model free (`auto` or unset), so a tool the agent must call is
+            // still asked for, whatever choices later versions add.
+            if !matches!(own.tool_choice, None | Some(ToolChoice::Auto)) {
                 settings.tool_choice = None;
             }
             if own.parallel_tool_calls == Some(false) {

@@ -14,8 +14,9 @@
 //!   annotations; the name and `strict` are not read). A request cannot loosen the
 //!   agent's own limits: its output limit is at most the agent's; `tool_choice: "none"` leaves
 //!   an agent that must call a tool (`required` or a named tool) as it is; and
-//!   `parallel_tool_calls: true` leaves an agent set to one call at a time as it is (its calls
-//!   would otherwise run concurrently). `reasoning_effort` replaces the agent's (an operator
+//!   `parallel_tool_calls: true` leaves an agent set to `false` as it is (the model is still
+//!   asked for one call per answer; a model server may ignore that, and the calls of one
+//!   answer run concurrently). `reasoning_effort` replaces the agent's (an operator
 //!   who must pin it wraps the model in a chat layer that sets it).
 //! - Refused (400, `param` naming the field): a `tool_choice` (or legacy `function_call`) that
 //!   forces a tool (`"required"`, a named function: the agent's tools are its own),

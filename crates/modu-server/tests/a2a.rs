@@ -89,6 +89,14 @@ async fn json_rpc_errors_have_the_codes_a2a_names() {
         assert_eq!(refused["error"]["code"], -32600, "{id}: {refused}");
         assert_eq!(refused["id"], Value::Null, "{id}: {refused}");
     }
+    // Any number (negative, fractional) and any string are ids, answered under the same id.
+    for id in [json!(-1), json!(1.5), json!("x")] {
+        let mut asked = get.clone();
+        asked["id"] = id.clone();
+        let answered = rpc(&base, ERIN, &asked).await;
+        assert_eq!(answered["error"]["code"], -32001, "{id}: {answered}");
+        assert_eq!(answered["id"], id, "{id}: {answered}");
+    }
     let listed = json!({"jsonrpc": "2.0", "id": "l", "method": "ListTasks", "params": {}});
     assert_eq!(
         rpc(&base, ERIN, &listed).await["result"]["tasks"],
