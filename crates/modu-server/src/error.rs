@@ -38,8 +38,9 @@ pub enum ServerError {
     /// take; the body's `param` names the field.
     #[error("{message}")]
     InvalidParameter {
-        /// The field, as the request names it (`tool_choice`, `response_format`, …).
-        param: &'static str,
+        /// The field, as the request names it (`tool_choice`, `response_format`,
+        /// `messages[0].content`, …).
+        param: String,
         /// `unsupported_parameter` (the field cannot be honoured), `unsupported_value` (this
         /// value of it cannot) or `invalid_value` (the value is out of range).
         code: &'static str,
@@ -199,7 +200,7 @@ impl ServerError {
                 body["error"]["run_id"] = serde_json::Value::String(run_id.clone());
             }
             ServerError::InvalidParameter { param, .. } => {
-                body["error"]["param"] = serde_json::Value::from(*param);
+                body["error"]["param"] = serde_json::Value::from(param.as_str());
             }
             _ => {}
         }
@@ -252,7 +253,7 @@ impl From<JsonRejection> for ServerError {
 /// run or a store failure after.
 pub(crate) fn checked_id(param: &'static str, id: &str) -> Result<(), ServerError> {
     modu_core::StoreError::check_id(id).map_err(|refused| ServerError::InvalidParameter {
-        param,
+        param: param.to_owned(),
         code: "invalid_value",
         message: format!("{param} cannot be an id: {refused}"),
     })

@@ -94,7 +94,7 @@ async fn replied(
         Err(AgentError::UnknownInput { .. }) => Err(ServerError::not_found("no call with this id waits for input")),
         // The caller's own value against the schema the tool asked with: what does not fit.
         Err(AgentError::InvalidInput { message, .. }) => Err(ServerError::InvalidParameter {
-            param: "value",
+            param: "value".to_owned(),
             code: "invalid_value",
             message: format!("the value does not fit the requested schema: {message}"),
         }),

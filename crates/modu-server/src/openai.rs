@@ -93,11 +93,10 @@ struct WireFunction {
     arguments: String,
 }
 
-fn content_text(content: Option<WireContent>) -> Result<String, ServerError> {
+fn content_text(content: WireContent) -> Result<String, ServerError> {
     match content {
-        None => Ok(String::new()),
-        Some(WireContent::Text(text)) => Ok(text),
-        Some(WireContent::Parts(parts)) => {
+        WireContent::Text(text) => Ok(text),
+        WireContent::Parts(parts) => {
             let mut text = String::new();
             for part in parts {
                 match (part.kind.as_str(), part.text) {
@@ -110,14 +109,44 @@ fn content_text(content: Option<WireContent>) -> Result<String, ServerError> {
     }
 }
 
+/// 400 `invalid_value` naming the field (`messages[2].content`), as OpenAI answers it.
+fn invalid(param: String, message: String) -> ServerError {
+    ServerError::InvalidParameter {
+        param,
+        code: "invalid_value",
+        message,
+    }
+}
+
 /// The request's messages as modu messages.
+///
+/// A message's `content` is required (`null` or missing is refused, as OpenAI refuses it),
+/// but for an assistant message with tool calls; and the messages must hold a user or tool
+/// message, something for the agent to answer.
 fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
     let mut out: Vec<Message> = Vec::with_capacity(wire.len());
-    for m in wire {
-        let text = content_text(m.content)?;
+    let mut answerable = false;
+    for (index, m) in wire.into_iter().enumerate() {
+        let has_calls = m.role == "assistant" && m.tool_calls.as_ref().is_some_and(|calls| !calls.is_empty());
+        let text = match m.content {
+            Some(content) => content_text(content)?,
+            None if has_calls => String::new(),
+            None => {
+                return Err(invalid(
+                    format!("messages[{index}].content"),
+                    format!(
+                        "messages[{index}].content is required: a {} message needs content",
+                        m.role
+                    ),
+                ));
+            }
+        };
         let message = match m.role.as_str() {
             "system" | "developer" => Message::system(text),
-            "user" => Message::user(text),
+            "user" => {
+                answerable = true;
+                Message::user(text)
+            }
             "assistant" => {
                 let calls: Vec<ToolCall> = m
                     .tool_calls
@@ -142,6 +171,7 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
                         "the tool message with tool_call_id {call_id:?} answers no tool call of an earlier assistant message"
                     )));
                 };
+                answerable = true;
                 Message::tool_result(call_id, name, text, false)
             }
             other => return Err(ServerError::bad_request(format!("unknown message role {other:?}"))),
@@ -150,6 +180,12 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
     }
     if out.is_empty() {
         return Err(ServerError::bad_request("messages must not be empty"));
+    }
+    if !answerable {
+        return Err(invalid(
+            "messages".to_owned(),
+            "messages must hold a user message (or a tool result): there is nothing for the agent to answer".to_owned(),
+        ));
     }
     Ok(out)
 }

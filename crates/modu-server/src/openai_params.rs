@@ -83,7 +83,7 @@ enum Stop {
 
 fn refused(param: &'static str, code: &'static str, message: impl Into<String>) -> ServerError {
     ServerError::InvalidParameter {
-        param,
+        param: param.to_owned(),
         code,
         message: message.into(),
     }

@@ -184,6 +184,46 @@ async fn client_side_tools_and_bad_messages_are_refused() {
     assert!(text.contains("messages"), "{text}");
 }
 
+/// A message without content (`null` or missing) and a conversation with nothing to answer
+/// (no user or tool message) are 400 `invalid_request_error` naming the field, as OpenAI
+/// answers them, and run nothing; an assistant message with tool calls needs no content.
+#[tokio::test]
+async fn a_message_without_content_or_a_request_without_a_user_message_is_refused() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let base = server(Arc::clone(&runs)).await;
+    let url = format!("{base}/v1/chat/completions");
+    let refused = [
+        (json!([{"role": "user", "content": null}]), "messages[0].content"),
+        (
+            json!([{"role": "system", "content": "Be brief."}, {"role": "user"}]),
+            "messages[1].content",
+        ),
+        (
+            json!([{"role": "system", "content": null}, {"role": "user", "content": "hi"}]),
+            "messages[0].content",
+        ),
+        (json!([{"role": "system", "content": "Be brief."}]), "messages"),
+    ];
+    for (messages, param) in refused {
+        let request = json!({"model": "weather", "messages": messages});
+        let (status, text, _) = post(&url, Some(TOKEN), &request).await;
+        assert_eq!(status, 400, "{messages}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{text}");
+        assert_eq!(body["error"]["param"], param, "{text}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a refused request ran the agent");
+    let with_call = json!({"model": "weather", "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    ]});
+    let (status, text, _) = post(&url, Some(TOKEN), &with_call).await;
+    assert_eq!(status, 200, "{text}");
+}
+
 #[tokio::test]
 async fn a_tool_result_that_answers_no_call_is_refused() {
     let base = server(Arc::default()).await;
