@@ -199,13 +199,55 @@ fn usage_json(usage: &Usage) -> Value {
     json!({"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens, "total_tokens": total})
 }
 
+/// The request in `body`, or 400 `invalid_value` with `param` naming the field whose value
+/// does not fit (`temperature`, `messages[1].role`), as OpenAI answers it.
+fn parse_request(body: &Value) -> Result<ChatCompletionRequest, ServerError> {
+    if !body.is_object() {
+        return Err(ServerError::bad_request("the body must be a JSON object"));
+    }
+    let error = match serde_path_to_error::deserialize(body) {
+        Ok(request) => return Ok(request),
+        Err(error) => error,
+    };
+    // A flattened field's error (the sampling fields) has no path: the options read alone
+    // have it.
+    let error = match serde_path_to_error::deserialize::<_, RunOptions>(body) {
+        Err(options) if error.path().iter().next().is_none() && options.path().iter().next().is_some() => options,
+        _ => error,
+    };
+    let mut message = error.inner().to_string();
+    // serde's sentence for a value no form of the field takes names a type of the server.
+    if message.starts_with("data did not match any variant of untagged enum") {
+        message = "the value is not of a type this field takes".to_owned();
+    }
+    let path = error.path().iter().next().map(|_| error.path().to_string());
+    // A missing field is reported at the object that lacks it.
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(field, _)| field);
+    let param = match (path, missing) {
+        (Some(path), Some(field)) => format!("{path}.{field}"),
+        (Some(path), None) => path,
+        (None, Some(field)) => field.to_owned(),
+        (None, None) => return Err(ServerError::bad_request(message)),
+    };
+    Err(ServerError::InvalidParameter {
+        message: format!("{param}: {message}"),
+        param,
+        code: "invalid_value",
+    })
+}
+
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
     State(state): State<Arc<AppState>>,
     Caller(principal): Caller,
-    payload: Result<Json<ChatCompletionRequest>, JsonRejection>,
+    payload: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ServerError> {
-    let Json(request) = payload?;
+    let Json(body) = payload?;
+    let request = parse_request(&body)?;
+    drop(body);
     let agent = Arc::clone(state.agent(&request.model)?);
     if request.n.is_some_and(|n| n != 1) {
         return Err(ServerError::bad_request("only n = 1 is supported"));

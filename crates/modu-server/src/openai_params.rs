@@ -25,7 +25,9 @@
 //!   own; the message names the agent's schema),
 //!   `logprobs` / `top_logprobs` (the server returns none), legacy `functions`, and values out
 //!   of range (a `temperature` outside 0–2, a `top_p` outside 0–1, a penalty outside −2–2, a
-//!   token limit of 0, an unknown `reasoning_effort`).
+//!   token limit of 0, an unknown `reasoning_effort`), as is a value of the wrong type (a string
+//!   `temperature`, a negative `max_tokens`: `invalid_value`, `param` naming the field as
+//!   the body has it, `messages[1].role` for one in a message).
 //! - Not read: `logit_bias`, `user`,
 //!   `metadata`, `store`, `service_tier` and any other field: the agent's own settings apply.
 

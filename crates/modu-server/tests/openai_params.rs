@@ -148,6 +148,57 @@ async fn fields_the_agent_cannot_honour_are_refused_naming_the_param() {
     assert!(model.requests().is_empty(), "nothing ran");
 }
 
+/// A field of the wrong type (a string `temperature`, a negative `max_tokens`, a message
+/// without a role) is 400 `invalid_value` with `param` naming the field, as OpenAI answers
+/// it, and nothing runs.
+#[tokio::test]
+async fn a_field_of_the_wrong_type_is_refused_naming_the_param() {
+    let model = common::weather_model();
+    let base = serve(ModuServer::new().agent("weather", tuned_agent(model.clone())).router()).await;
+    let url = format!("{base}/v1/chat/completions");
+    let mut cases: Vec<(Value, &str)> = [
+        ("temperature", json!("hot")),
+        ("max_tokens", json!(-5)),
+        ("max_completion_tokens", json!(1.5)),
+        ("seed", json!("x")),
+        ("stop", json!(7)),
+        ("parallel_tool_calls", json!("yes")),
+        ("stream", json!("yes")),
+        ("n", json!(-1)),
+        ("model", json!(3)),
+        ("messages", json!("hi")),
+    ]
+    .into_iter()
+    .map(|(field, value)| {
+        let mut body = chat("weather", false);
+        body[field] = value;
+        (body, field)
+    })
+    .collect();
+    let mut no_role = chat("weather", false);
+    no_role["messages"][1] = json!({"content": "hi"});
+    cases.push((no_role, "messages[1].role"));
+    let mut bad_content = chat("weather", false);
+    bad_content["messages"][0]["content"] = json!(5);
+    cases.push((bad_content, "messages[0].content"));
+    for (body, param) in cases {
+        let (status, text, _) = post(&url, None, &body).await;
+        assert_eq!(status, 400, "{param}: {text}");
+        let error = &serde_json::from_str::<Value>(&text).unwrap()["error"];
+        assert_eq!(error["type"], "invalid_request_error", "{param}: {text}");
+        assert_eq!(error["param"], param, "{param}: {text}");
+        assert_eq!(error["code"], "invalid_value", "{param}: {text}");
+        assert!(!text.contains("enum"), "a server type is named: {text}");
+    }
+    let (status, text, _) = post(&url, None, &json!([1])).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        !text.contains("ChatCompletionRequest") && !text.contains("RunOptions"),
+        "{text}"
+    );
+    assert!(model.requests().is_empty(), "nothing ran");
+}
+
 /// A structured answer, as a client also describes it.
 #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 struct Forecast {
