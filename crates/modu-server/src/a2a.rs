@@ -73,6 +73,19 @@ fn rpc_url(state: &AppState, headers: &HeaderMap, card_path: &str, name: &str, r
     }
 }
 
+/// The media types the agent's answer comes in, as its card says: a structured agent's is
+/// one JSON data part; a text agent answers text (and data parts alongside a pause).
+fn output_modes(agent: &dyn Served) -> &'static [&'static str] {
+    if agent.response_format().is_some() {
+        &["application/json"]
+    } else {
+        &DEFAULT_OUTPUT_MODES
+    }
+}
+
+/// The card's `defaultOutputModes`.
+const DEFAULT_OUTPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
+
 fn card_json(name: &str, agent: &Arc<dyn Served>, url: String) -> Value {
     let own = agent.agent_name();
     let description = format!("The modu agent {own}, served as {name}");
@@ -97,7 +110,7 @@ fn card_json(name: &str, agent: &Arc<dyn Served>, url: String) -> Value {
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
         "capabilities": capabilities,
         "defaultInputModes": ["text/plain", "application/json"],
-        "defaultOutputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": DEFAULT_OUTPUT_MODES,
         "skills": [skill],
     })
 }
@@ -327,6 +340,7 @@ pub(crate) async fn send(
     params: Value,
 ) -> Result<Value, RpcError> {
     let history_length = crate::a2a_wire::history_length(&params)?;
+    crate::a2a_wire::check_output_modes(&params, output_modes(agent.as_ref()))?;
     let mut prepared = prepare(state, name, &agent, principal, params).await?;
     let live = match prepared.live.take() {
         Some(live) => live,
@@ -363,6 +377,7 @@ pub(crate) async fn stream(
     id: Value,
 ) -> Result<Response, RpcError> {
     let history_length = crate::a2a_wire::history_length(&params)?;
+    crate::a2a_wire::check_output_modes(&params, output_modes(agent.as_ref()))?;
     let mut prepared = prepare(&state, name, &agent, principal, params).await?;
     let live = match prepared.live.take() {
         Some(live) => live,

@@ -138,6 +138,53 @@ pub(crate) fn history_length(params: &Value) -> Result<Option<usize>, RpcError> 
     }
 }
 
+/// Whether a client that accepts `accepted` (a media type, maybe `type/*`, `*/*` or the bare
+/// type `text` of older A2A examples, maybe with parameters) takes the media type `mode`.
+fn accepts(accepted: &str, mode: &str) -> bool {
+    let accepted = accepted
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let (kind, _) = mode.split_once('/').unwrap_or((mode, ""));
+    accepted == "*/*" || accepted == "*" || accepted == mode || accepted == kind || accepted == format!("{kind}/*")
+}
+
+/// A `SendMessageRequest`'s `configuration.acceptedOutputModes` against the media types the
+/// agent answers in (`outputs`): -32005 when the client takes none of them (an empty or
+/// missing list takes anything), said before anything runs.
+pub(crate) fn check_output_modes(params: &Value, outputs: &[&str]) -> Result<(), RpcError> {
+    let accepted = match params.get("configuration").and_then(|c| c.get("acceptedOutputModes")) {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(modes)) => modes,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "configuration.acceptedOutputModes must be a list of media types",
+            ));
+        }
+    };
+    let mut modes = Vec::with_capacity(accepted.len());
+    for mode in accepted {
+        let Some(mode) = mode.as_str() else {
+            return Err(RpcError::invalid_params(
+                "configuration.acceptedOutputModes must be a list of media types",
+            ));
+        };
+        modes.push(mode);
+    }
+    if modes.is_empty() || modes.iter().any(|m| outputs.iter().any(|o| accepts(m, o))) {
+        return Ok(());
+    }
+    Err(RpcError::new(
+        code::CONTENT_TYPE_NOT_SUPPORTED,
+        format!(
+            "the agent answers in {}, which configuration.acceptedOutputModes does not accept",
+            outputs.join(", ")
+        ),
+    ))
+}
+
 /// `GetTaskRequest` and `CancelTaskRequest`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -522,3 +522,57 @@ async fn send_message_answers_with_at_most_history_length_messages() {
     body["params"]["configuration"] = json!({"historyLength": -1});
     assert_eq!(rpc(&base, ERIN, &body).await["error"]["code"], -32602);
 }
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Forecast {
+    city: String,
+    sky: String,
+}
+
+/// `configuration.acceptedOutputModes` is read: a client that takes none of the media types
+/// the agent answers in (a structured agent's `application/json`, as its card says) gets
+/// -32005 ContentTypeNotSupportedError and nothing runs; one that takes them (or any type,
+/// or gives no list) gets the answer.
+#[tokio::test]
+async fn accepted_output_modes_the_agent_cannot_answer_in_are_refused() {
+    let model = modu_testing::ScriptedModel::new()
+        .text("{\"city\": \"Paris\", \"sky\": \"sunny\"}")
+        .cycle();
+    let agent = modu_agent::Agent::builder(model.clone())
+        .output::<Forecast>()
+        .build()
+        .unwrap();
+    let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
+    let base = serve(ModuServer::new().agent("weather", agent).auth(tokens).router()).await;
+    for method in ["SendMessage", "SendStreamingMessage"] {
+        for modes in [json!(["text/plain"]), json!(["text/*", "image/png"])] {
+            let mut body = send(method, json!([{"text": "Weather in Paris?"}]));
+            body["params"]["configuration"] = json!({"acceptedOutputModes": modes});
+            let answer = rpc(&base, ERIN, &body).await;
+            assert_eq!(answer["error"]["code"], -32005, "{method} {modes}: {answer}");
+        }
+    }
+    assert!(model.requests().is_empty(), "a refused request ran the agent");
+    for modes in [
+        json!(["text/plain", "application/json"]),
+        json!(["*/*"]),
+        json!([]),
+        Value::Null,
+    ] {
+        let mut body = send("SendMessage", json!([{"text": "Weather in Paris?"}]));
+        body["params"]["configuration"] = json!({"acceptedOutputModes": modes});
+        let answer = rpc(&base, ERIN, &body).await;
+        let task = &answer["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{modes}: {answer}");
+        assert_eq!(task["artifacts"][0]["parts"][0]["data"]["sky"], "sunny", "{answer}");
+    }
+    // A text agent answers text: a client taking text/plain only gets it.
+    let text = server().await;
+    let mut body = send("SendMessage", json!([{"text": "Weather in Paris?"}]));
+    body["params"]["configuration"] = json!({"acceptedOutputModes": ["text/plain"]});
+    let answer = rpc(&text, ERIN, &body).await;
+    assert_eq!(
+        answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answer}"
+    );
+}
