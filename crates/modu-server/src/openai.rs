@@ -121,11 +121,10 @@ fn invalid(param: String, message: String) -> ServerError {
 /// The request's messages as modu messages.
 ///
 /// A message's `content` is required (`null` or missing is refused, as OpenAI refuses it),
-/// but for an assistant message with tool calls; and the messages must hold a user or tool
-/// message, something for the agent to answer.
+/// but for an assistant message with tool calls. Messages with no user message (a system
+/// prompt alone) are taken, as OpenAI takes them.
 fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
     let mut out: Vec<Message> = Vec::with_capacity(wire.len());
-    let mut answerable = false;
     for (index, m) in wire.into_iter().enumerate() {
         let has_calls = m.role == "assistant" && m.tool_calls.as_ref().is_some_and(|calls| !calls.is_empty());
         let text = match m.content {
@@ -143,10 +142,7 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
         };
         let message = match m.role.as_str() {
             "system" | "developer" => Message::system(text),
-            "user" => {
-                answerable = true;
-                Message::user(text)
-            }
+            "user" => Message::user(text),
             "assistant" => {
                 let calls: Vec<ToolCall> = m
                     .tool_calls
@@ -171,7 +167,6 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
                         "the tool message with tool_call_id {call_id:?} answers no tool call of an earlier assistant message"
                     )));
                 };
-                answerable = true;
                 Message::tool_result(call_id, name, text, false)
             }
             other => return Err(ServerError::bad_request(format!("unknown message role {other:?}"))),
@@ -180,12 +175,6 @@ fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
     }
     if out.is_empty() {
         return Err(ServerError::bad_request("messages must not be empty"));
-    }
-    if !answerable {
-        return Err(invalid(
-            "messages".to_owned(),
-            "messages must hold a user message (or a tool result): there is nothing for the agent to answer".to_owned(),
-        ));
     }
     Ok(out)
 }
