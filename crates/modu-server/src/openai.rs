@@ -188,23 +188,29 @@ fn usage_json(usage: &Usage) -> Value {
     json!({"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens, "total_tokens": total})
 }
 
-/// The request in `body`, or 400 `invalid_value` with `param` naming the field whose value
-/// does not fit (`temperature`, `messages[1].role`), as OpenAI answers it.
-fn parse_request(body: &Value) -> Result<ChatCompletionRequest, ServerError> {
-    if !body.is_object() {
+/// The request in `body` (JSON text, read straight into the request: no `Value` tree in
+/// between), or 400 `invalid_value` with `param` naming the field whose value does not fit
+/// (`temperature`, `messages[1].role`), as OpenAI answers it.
+fn parse_request(body: &str) -> Result<ChatCompletionRequest, ServerError> {
+    if !body.trim_start().starts_with('{') {
         return Err(ServerError::bad_request("the body must be a JSON object"));
     }
-    let error = match serde_path_to_error::deserialize(body) {
+    let error = match serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(body)) {
         Ok(request) => return Ok(request),
         Err(error) => error,
     };
     // A flattened field's error (the sampling fields) has no path: the options read alone
     // have it.
-    let error = match serde_path_to_error::deserialize::<_, RunOptions>(body) {
+    let options = serde_path_to_error::deserialize::<_, RunOptions>(&mut serde_json::Deserializer::from_str(body));
+    let error = match options {
         Err(options) if error.path().iter().next().is_none() && options.path().iter().next().is_some() => options,
         _ => error,
     };
     let mut message = error.inner().to_string();
+    // The position in the body ("at line 1 column 40") says less than the field named.
+    if let Some(at) = message.rfind(" at line ") {
+        message.truncate(at);
+    }
     // serde's sentence for a value no form of the field takes names a type of the server.
     if message.starts_with("data did not match any variant of untagged enum") {
         message = "the value is not of a type this field takes".to_owned();
@@ -232,10 +238,10 @@ fn parse_request(body: &Value) -> Result<ChatCompletionRequest, ServerError> {
 pub(crate) async fn chat_completions(
     State(state): State<Arc<AppState>>,
     Caller(principal): Caller,
-    payload: Result<Json<Value>, JsonRejection>,
+    payload: Result<Json<Box<serde_json::value::RawValue>>, JsonRejection>,
 ) -> Result<Response, ServerError> {
     let Json(body) = payload?;
-    let request = parse_request(&body)?;
+    let request = parse_request(body.get())?;
     drop(body);
     let agent = Arc::clone(state.agent(&request.model)?);
     if request.n.is_some_and(|n| n != 1) {

@@ -189,6 +189,10 @@ async fn a_field_of_the_wrong_type_is_refused_naming_the_param() {
         assert_eq!(error["param"], param, "{param}: {text}");
         assert_eq!(error["code"], "invalid_value", "{param}: {text}");
         assert!(!text.contains("enum"), "a server type is named: {text}");
+        assert!(
+            !text.contains("at line"),
+            "a body position instead of the field: {text}"
+        );
     }
     let (status, text, _) = post(&url, None, &json!([1])).await;
     assert_eq!(status, 400, "{text}");
