@@ -2,6 +2,9 @@
 //!
 //! Only what a chat completion stream needs: the `data` of each event (several `data:` lines of
 //! one event are joined with `\n`); `event`, `id`, `retry` and comments are read and ignored.
+//! Beyond the standard, an `error` field is kept too (llama.cpp's server before 2025's
+//! `data: {"error": …}` wrote a failure mid-answer as `error: {…}`): an event with one is
+//! handed over as [`Field::Error`], its data dropped.
 //! Lines end with LF, CRLF or CR; a leading UTF-8 byte order mark is skipped; an event not
 //! ended by a blank line when the body ends is dropped (as the standard says). The outcome
 //! does not depend on where the body is cut into network chunks.
@@ -18,6 +21,15 @@ pub(crate) enum Flow<E> {
     Stop(E),
 }
 
+/// Which field an event's value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Field {
+    /// `data` (the usual event).
+    Data,
+    /// `error` (the value of the event's `error` lines, joined as `data` lines are).
+    Error,
+}
+
 /// An incremental SSE decoder: feed it the body's chunks in order.
 #[derive(Default)]
 pub(crate) struct SseDecoder {
@@ -25,6 +37,8 @@ pub(crate) struct SseDecoder {
     partial: Vec<u8>,
     /// The data of the current event (each `data:` line followed by `\n`).
     data: Vec<u8>,
+    /// The `error` lines of the current event, like `data`.
+    error: Vec<u8>,
     /// The last chunk ended with CR: an LF starting the next one belongs to that line end.
     skip_lf: bool,
     /// The first line has been read (the byte order mark is only skipped there).
@@ -37,7 +51,7 @@ impl SseDecoder {
     /// Decodes `chunk`, calling `on_data` with the data of every event it completes, until
     /// `on_data` returns [`Flow::Stop`] (whose value is returned; the rest of the chunk is not
     /// read).
-    pub(crate) fn feed<E>(&mut self, mut chunk: &[u8], mut on_data: impl FnMut(&[u8]) -> Flow<E>) -> Option<E> {
+    pub(crate) fn feed<E>(&mut self, mut chunk: &[u8], mut on_data: impl FnMut(Field, &[u8]) -> Flow<E>) -> Option<E> {
         if self.skip_lf {
             if chunk.is_empty() {
                 return None;
@@ -52,6 +66,7 @@ impl SseDecoder {
             let rest = self.after_line_end(chunk, end);
             if self.partial.is_empty()
                 && self.data.is_empty()
+                && self.error.is_empty()
                 && self.started
                 && let (b"data", value) = field(&chunk[..end])
                 && matches!(rest.first(), Some(b'\n' | b'\r'))
@@ -59,7 +74,7 @@ impl SseDecoder {
                 let after = self.after_line_end(rest, 0);
                 // The usual event, one `data:` line with its blank line right after it in this
                 // chunk: its data is handed over in place, not copied.
-                if let Flow::Stop(e) = on_data(value) {
+                if let Flow::Stop(e) = on_data(Field::Data, value) {
                     return Some(e);
                 }
                 chunk = after;
@@ -98,19 +113,24 @@ impl SseDecoder {
         }
     }
 
-    fn line<E>(&mut self, mut line: &[u8], on_data: &mut impl FnMut(&[u8]) -> Flow<E>) -> Option<E> {
+    fn line<E>(&mut self, mut line: &[u8], on_data: &mut impl FnMut(Field, &[u8]) -> Flow<E>) -> Option<E> {
         if !self.started {
             self.started = true;
             line = line.strip_prefix(BOM).unwrap_or(line);
         }
         if line.is_empty() {
-            // The end of an event: dispatch its data, without the last `\n`.
-            if self.data.is_empty() {
+            // The end of an event: dispatch its error or its data, without the last `\n`.
+            let (field, value) = if !self.error.is_empty() {
+                (Field::Error, &mut self.error)
+            } else if !self.data.is_empty() {
+                (Field::Data, &mut self.data)
+            } else {
                 return None;
-            }
-            self.data.pop();
-            let flow = on_data(&self.data);
+            };
+            value.pop();
+            let flow = on_data(field, value);
             self.data.clear();
+            self.error.clear();
             return match flow {
                 Flow::Continue => None,
                 Flow::Stop(e) => Some(e),
@@ -120,10 +140,13 @@ impl SseDecoder {
             return None; // a comment
         }
         let (name, value) = field(line);
-        if name == b"data" {
-            self.data.extend_from_slice(value);
-            self.data.push(b'\n');
-        }
+        let buffer = match name {
+            b"data" => &mut self.data,
+            b"error" => &mut self.error,
+            _ => return None,
+        };
+        buffer.extend_from_slice(value);
+        buffer.push(b'\n');
         None
     }
 }
@@ -151,8 +174,12 @@ mod tests {
         let mut out = Vec::new();
         let mut start = 0;
         for &cut in cuts.iter().chain(std::iter::once(&body.len())) {
-            d.feed::<()>(&body[start..cut], |data| {
-                out.push(String::from_utf8(data.to_vec()).unwrap());
+            d.feed::<()>(&body[start..cut], |field, data| {
+                let data = String::from_utf8(data.to_vec()).unwrap();
+                out.push(match field {
+                    Field::Data => data,
+                    Field::Error => format!("error {data}"),
+                });
                 Flow::Continue
             });
             start = cut;
@@ -211,10 +238,23 @@ mod tests {
     }
 
     #[test]
+    fn error_fields_wherever_the_body_is_cut() {
+        // llama.cpp's `error: {…}` event between data events; an event with both keeps the error.
+        let body = b"data: a\n\nerror: {\"code\":500}\n\ndata: x\nerror: e\r\n\r\ndata: [DONE]\n\n";
+        let want = vec!["a", "error {\"code\":500}", "error e", "[DONE]"];
+        assert_eq!(events(body, &[]), want);
+        for a in 0..body.len() {
+            for b in a..=body.len() {
+                assert_eq!(events(body, &[a, b]), want, "cut at {a} and {b}");
+            }
+        }
+    }
+
+    #[test]
     fn stop_ends_the_chunk() {
         let mut d = SseDecoder::default();
         let mut seen = Vec::new();
-        let stop = d.feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", |data| {
+        let stop = d.feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", |_, data| {
             seen.push(data.to_vec());
             if data == b"2" {
                 Flow::Stop("done")

@@ -11,7 +11,7 @@ use modu_core::{ChatEvent, ModelError};
 
 use super::OpenAiClient;
 use crate::error::stream_error;
-use crate::sse::{Flow, SseDecoder};
+use crate::sse::{Field, Flow, SseDecoder};
 use crate::wire::{self, WireChunk};
 
 /// How long a stream waits, after `[DONE]`, for the end of its body (normally already on its
@@ -49,7 +49,8 @@ struct SseState<S> {
 /// (a bounded drain: [`DRAIN_BYTES`], [`DRAIN_WAIT`]) so the connection returns to the pool.
 ///
 /// - An event that is not valid JSON ends the stream with [`ModelError::InvalidResponse`].
-/// - An `{"error": …}` event ends it with the mapped error.
+/// - An `{"error": …}` event ends it with the mapped error, and so does an `error:` field
+///   (llama.cpp's server before 2025), even when `[DONE]` follows it.
 /// - A broken connection ends it with [`ModelError::Transport`].
 /// - A body that ends without `[DONE]` is accepted when a `finish_reason` was seen (the answer
 ///   is complete; only the terminator is missing) and is a [`ModelError::Transport`] otherwise
@@ -118,7 +119,9 @@ where
                         client,
                         ..
                     } = &mut st;
-                    match decoder.feed(chunk.as_ref(), |data| on_event(data, pending, saw_finish, client)) {
+                    match decoder.feed(chunk.as_ref(), |field, data| {
+                        on_event(field, data, pending, saw_finish, client)
+                    }) {
                         None => continue,
                         Some(Stop::Done) => {
                             st.phase = Phase::Draining;
@@ -139,19 +142,30 @@ where
 
 /// One event's data: a chunk's events into `pending`, or why the stream stops.
 fn on_event(
+    field: Field,
     data: &[u8],
     pending: &mut VecDeque<ChatEvent>,
     saw_finish: &mut bool,
     client: &OpenAiClient,
 ) -> Flow<Stop> {
     let data = data.trim_ascii();
+    let i = client.inner();
+    if field == Field::Error {
+        // llama.cpp: `error: {"code":500,"message":…,"type":"server_error"}`; a value that is
+        // not JSON is the message.
+        let error = match serde_json::from_slice::<serde_json::Value>(data) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            _ if data.is_empty() => serde_json::Value::from("the server reported an error in the stream"),
+            _ => serde_json::Value::from(String::from_utf8_lossy(data)),
+        };
+        return Flow::Stop(Stop::Failed(stream_error(&error, &i.model, &i.redactor, &i.chat_url)));
+    }
     if data.is_empty() {
         return Flow::Continue;
     }
     if data == b"[DONE]" {
         return Flow::Stop(Stop::Done);
     }
-    let i = client.inner();
     let chunk: WireChunk = match serde_json::from_slice(data) {
         Ok(c) => c,
         Err(e) => {

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod errors;
+mod raw_sse;
 mod reasoning;
 mod requests;
 mod streaming;
