@@ -124,12 +124,19 @@ pub(crate) fn status_error(
 }
 
 /// An error object sent inside a 200 stream (`data: {"error": {...}}`), on the stream of `url`.
+/// Its `code` is the status when it is an error status, as a number or a numeric string
+/// (LiteLLM's proxy sends `"code": "400"`); otherwise (OpenAI's `"server_error"`, none) the
+/// error is a 500.
 pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor, url: &str) -> ModelError {
     let body = serde_json::json!({ "error": error }).to_string();
     let code = error
         .get("code")
-        .and_then(Value::as_u64)
+        .and_then(|c| match c {
+            Value::String(s) => s.trim().parse::<u64>().ok(),
+            other => other.as_u64(),
+        })
         .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c))
         .and_then(|c| StatusCode::from_u16(c).ok())
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     status_error(code, &HeaderMap::new(), &body, model, redactor, url)

@@ -314,3 +314,39 @@ async fn a_streamed_run_emits_tool_call_argument_deltas() {
     assert_eq!(first_id.as_deref(), Some(call_id.as_str()));
     assert_eq!(arguments["days"], 3);
 }
+
+/// LiteLLM's proxy sends its error `code` as a string (`"code": "400"`), in the stream as in
+/// its error bodies: the status it names counts, as a number's would.
+#[tokio::test]
+async fn litellm_string_codes_in_a_stream_error_name_the_status() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    let litellm = |code: &str, message: &str| {
+        json!({"error": {"message": message, "type": null, "param": null, "code": code}}).to_string()
+    };
+    server.push(sse(vec![
+        chunk(json!({"content": "par"}), None),
+        litellm(
+            "400",
+            "litellm.BadRequestError: VertexAIException - invalid maxOutputTokens",
+        ),
+        "[DONE]".into(),
+    ]));
+    let (_, r) = stream_fold(&client(&server), hi()).await;
+    let err = r.unwrap_err();
+    assert!(matches!(err, ModelError::Status { status: 400, .. }), "{err:?}");
+    assert!(!err.is_retryable(), "a refused request is not retried: {err:?}");
+
+    server.push(sse(vec![
+        litellm("429", "litellm.RateLimitError: Resource has been exhausted"),
+        "[DONE]".into(),
+    ]));
+    let (_, r) = stream_fold(&client(&server), hi()).await;
+    assert!(matches!(r, Err(ModelError::RateLimited { .. })), "{r:?}");
+
+    server.push(sse(vec![
+        litellm("400", "This model's maximum context length is 8192 tokens."),
+        "[DONE]".into(),
+    ]));
+    let (_, r) = stream_fold(&client(&server), hi()).await;
+    assert!(matches!(r, Err(ModelError::ContextLengthExceeded { .. })), "{r:?}");
+}
