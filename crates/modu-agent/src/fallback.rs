@@ -98,7 +98,8 @@ impl Member {
 /// default [`FallbackModel::default_switch`] (what [`ModelError::is_retryable`] accepts —
 /// transport failures such as a refused connection, timeouts, 429, 5xx and 408 — plus
 /// [`ModelError::ModelNotFound`], a model the server does not serve, or a 404 naming no model
-/// (`Status` 404: an endpoint the server does not serve, such as a wrong base URL path), plus
+/// (`Status` 404: an endpoint the server does not serve, such as a wrong base URL path) or a
+/// `Status` 429 (a 429 that is no rate limit: an exhausted quota), plus
 /// [`ModelError::UnsupportedContent`], a model that cannot take the request's media: a
 /// text-only primary hands an image to a vision model behind it). Other errors (bad
 /// credentials, a request too long for the context window, an invalid request) end the call
@@ -199,13 +200,14 @@ impl FallbackModel {
 
     /// The default switch predicate: [`ModelError::is_retryable`] (transport, timeout, 429,
     /// 5xx, 408), [`ModelError::ModelNotFound`], a 404 naming no model (`Status` 404: an
-    /// endpoint the server does not serve) or [`ModelError::UnsupportedContent`].
+    /// endpoint the server does not serve), a `Status` 429 (a 429 that waiting does not fix,
+    /// such as an exhausted quota) or [`ModelError::UnsupportedContent`].
     pub fn default_switch(error: &ModelError) -> bool {
         error.is_retryable()
             || matches!(
                 error,
                 ModelError::ModelNotFound { .. }
-                    | ModelError::Status { status: 404, .. }
+                    | ModelError::Status { status: 404 | 429, .. }
                     | ModelError::UnsupportedContent { .. }
             )
     }

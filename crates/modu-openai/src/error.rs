@@ -84,6 +84,17 @@ pub fn is_context_length_error(body: &str) -> bool {
     .any(|p| lower.contains(p))
 }
 
+/// Whether a 429's body says the account's quota is used up (OpenAI: code or type
+/// `insufficient_quota`), which no wait fixes.
+fn is_quota_error(body: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return false;
+    };
+    ["/error/code", "/error/type"]
+        .iter()
+        .any(|p| v.pointer(p).and_then(Value::as_str) == Some("insufficient_quota"))
+}
+
 /// `Retry-After` as seconds or as an HTTP date (a date in the past means now).
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     modu_core::model::http::retry_after(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
@@ -95,7 +106,8 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// A 404 is [`ModelError::ModelNotFound`] only when its body speaks of a model (vLLM "The model
 /// `x` does not exist", OpenAI `model_not_found`); any other 404 (llama.cpp's "File Not
 /// Found", a proxy's page) says the endpoint `url` does not exist, and is a
-/// [`ModelError::Status`] naming it.
+/// [`ModelError::Status`] naming it. A 429 for an exhausted quota (`insufficient_quota`) is a
+/// `Status` 429 with the body (not retryable), not [`ModelError::RateLimited`].
 pub(crate) fn status_error(
     status: StatusCode,
     headers: &HeaderMap,
@@ -110,6 +122,15 @@ pub(crate) fn status_error(
     let message = error_message(&body);
     if let Some(wrong) = modu_core::model::http::wrong_endpoint(code, &message, &body, &display_url(url)) {
         return wrong;
+    }
+    if code == 429 && is_quota_error(&body) {
+        // Not a rate limit: waiting does not help (OpenAI: the credit or the spending limit is
+        // used up), and the message says what to do.
+        return ModelError::Status {
+            status: code,
+            body: trim_body(&body),
+            retry_after: None,
+        };
     }
     if code >= 400
         && let Some(modality) = crate::media::refused_modality(&message)

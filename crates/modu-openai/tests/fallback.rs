@@ -181,3 +181,24 @@ async fn a_text_only_primary_hands_an_image_to_the_vision_model_behind_it() -> T
     assert_eq!(vision.requests()[0]["messages"][0]["content"][1]["type"], "image_url");
     Ok(())
 }
+
+/// An exhausted quota (OpenAI's 429 `insufficient_quota`) is not retried on the primary, but
+/// the next model is asked: another account or server may have credit.
+#[tokio::test]
+async fn an_exhausted_quota_on_the_primary_falls_back_to_the_secondary() -> TestResult {
+    let primary = MockOpenAiServer::start().await?;
+    primary.push(MockReply::Error {
+        status: 429,
+        body: json!({"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota",
+                               "param": null, "code": "insufficient_quota"}}),
+        headers: vec![],
+    });
+    let secondary = MockOpenAiServer::start().await?;
+    secondary.push(MockReply::Text("hello from the secondary".into()));
+    let model = FallbackModel::new(OpenAiClient::new(primary.base_url(), "primary-model")?)
+        .with_fallback(OpenAiClient::new(secondary.base_url(), "secondary-model")?);
+    let answer = model.complete(ChatRequest::new(vec![Message::user("hi")])).await?;
+    assert_eq!(answer.message.text(), "hello from the secondary");
+    assert_eq!(primary.requests().len(), 1);
+    Ok(())
+}

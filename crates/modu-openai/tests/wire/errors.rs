@@ -65,6 +65,30 @@ async fn rate_limit_maps_to_rate_limited_with_the_wait() {
     assert!(err.is_retryable());
 }
 
+/// OpenAI answers 429 when the account's credit or spending limit is used up too (code
+/// `insufficient_quota`): waiting does not help, so it is not retried, and the message says
+/// what to do.
+#[tokio::test]
+async fn an_exhausted_quota_is_not_retried_and_keeps_its_message() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.push(MockReply::Error {
+        status: 429,
+        body: json!({"error": {
+            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}),
+        headers: vec![],
+    });
+    let agent: Agent = Agent::builder(client(&server))
+        .retry(RetryConfig::new(3).with_backoff(Duration::from_millis(10), Duration::from_millis(20)))
+        .build()
+        .unwrap();
+    let result = agent.run("hello").await;
+    assert!(result.output().is_none(), "{:?}", result.output());
+    assert_eq!(server.requests().len(), 1, "no retry of an exhausted quota");
+    let err = result.error().map(ToString::to_string).unwrap_or_default();
+    assert!(err.contains("exceeded your current quota"), "{err}");
+}
+
 #[tokio::test]
 async fn context_length_errors_from_vllm_and_llama_cpp() {
     let server = MockOpenAiServer::start().await.unwrap();
