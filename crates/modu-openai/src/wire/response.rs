@@ -99,6 +99,9 @@ pub(crate) struct WireDelta {
     /// vLLM 0.10 and later, OpenRouter.
     #[serde(default)]
     pub reasoning: Option<String>,
+    /// OpenAI: a refusal's text, in place of `content` (read as text).
+    #[serde(default)]
+    pub refusal: Option<String>,
     #[serde(default)]
     pub tool_calls: Option<Vec<WireToolCallIn>>,
 }
@@ -228,6 +231,9 @@ pub(crate) struct WireMessageIn {
     pub reasoning_content: Option<String>,
     #[serde(default)]
     pub reasoning: Option<String>,
+    /// OpenAI: a refusal's text, in place of `content` (read as text).
+    #[serde(default)]
+    pub refusal: Option<String>,
     #[serde(default)]
     pub tool_calls: Option<Vec<WireToolCallIn>>,
 }
@@ -269,6 +275,9 @@ pub(crate) fn chunk_events(chunk: WireChunk, out: &mut impl Extend<ChatEvent>, s
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                 out.extend(Some(ChatEvent::TextDelta { text }));
             }
+            if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+                out.extend(Some(ChatEvent::TextDelta { text }));
+            }
             for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                 let (name, arguments) = match call.function {
                     Some(f) => (f.name, f.arguments.map(WireArguments::into_string).unwrap_or_default()),
@@ -304,7 +313,12 @@ pub(crate) fn completion_response(completion: WireCompletion) -> Result<ChatResp
         .into_iter()
         .find(|c| c.index == 0)
         .ok_or_else(|| ModelError::invalid_response("the completion has no choices"))?;
-    let text = choice.message.content.unwrap_or_default();
+    // A refusal (OpenAI) comes with `content` null: its text is the answer.
+    let text = match (choice.message.content, choice.message.refusal) {
+        (Some(content), _) if !content.is_empty() => content,
+        (_, Some(refusal)) => refusal,
+        (content, None) => content.unwrap_or_default(),
+    };
     let reasoning = choice
         .message
         .reasoning_content

@@ -5,6 +5,7 @@
 mod errors;
 mod raw_sse;
 mod reasoning;
+mod refusal;
 mod requests;
 mod streaming;
 mod support;
