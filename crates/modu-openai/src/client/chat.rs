@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use modu_core::{ChatModel, ChatRequest, ChatResponse, ChatResponseBuilder, ChatStream, InputModalities, ModelError};
 
 use super::{OpenAiClient, sse_stream};
+use crate::error::stream_error;
 use crate::wire::{self, WireCompletion};
 
 #[async_trait]
@@ -84,6 +85,10 @@ impl OpenAiClient {
             .map_err(|e| self.transport_error(e, started, &i.chat_url))?;
         let completion: WireCompletion = serde_json::from_slice(&bytes)
             .map_err(|e| ModelError::invalid_response(format!("invalid chat.completion JSON: {e}")))?;
+        if let Some(error) = &completion.error {
+            // OpenRouter: `{"error": {"code": 502, "message": …}}` with status 200.
+            return Err(stream_error(error, &i.model, &i.redactor, &i.chat_url));
+        }
         wire::completion_response(completion)
     }
 }

@@ -253,6 +253,9 @@ pub(crate) struct WireCompletion {
     pub choices: Vec<WireChoice>,
     #[serde(default)]
     pub usage: Option<WireUsage>,
+    /// A failure after the server answered 200 (OpenRouter, once the model has started).
+    #[serde(default)]
+    pub error: Option<Value>,
 }
 
 pub(crate) fn finish_reason(s: &str) -> FinishReason {

@@ -219,6 +219,22 @@ async fn connection_dropped_mid_stream_is_a_transport_error() {
     assert!(seen.len() <= 3, "{seen:?}");
 }
 
+/// OpenRouter answers HTTP 200 once the model started, and a failure after that comes as an
+/// error object in the body (`{"error": {"code": 502, "message": …}}`), not a completion.
+#[tokio::test]
+async fn an_error_object_in_a_200_completion_is_mapped() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.push(MockReply::RawJson(
+        json!({"error": {"code": 502, "message": "Provider returned error", "metadata": {"provider_name": "X"}}}),
+    ));
+    let err = client(&server).complete(hi()).await.unwrap_err();
+    match &err {
+        ModelError::Status { status: 502, body, .. } => assert!(body.contains("Provider returned error"), "{body}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(err.is_retryable());
+}
+
 #[tokio::test]
 async fn invalid_json_in_a_chunk_is_an_invalid_response() {
     let server = MockOpenAiServer::start().await.unwrap();
