@@ -67,7 +67,8 @@ pub(crate) fn error_message(body: &str) -> String {
 ///
 /// Recognises vLLM ("This model's maximum context length is N tokens…", "…longer than the
 /// maximum model length…"), llama.cpp (type `exceed_context_size_error`, "the request exceeds
-/// the available context size") and OpenAI (code `context_length_exceeded`).
+/// the available context size"), OpenAI (code `context_length_exceeded`) and LiteLLM's proxy
+/// (`litellm.ContextWindowExceededError`, over Anthropic's "prompt is too long").
 pub fn is_context_length_error(body: &str) -> bool {
     let lower = body.to_ascii_lowercase();
     [
@@ -78,6 +79,8 @@ pub fn is_context_length_error(body: &str) -> bool {
         "longer than the maximum model length",
         "context length exceeded",
         "context window",
+        "contextwindowexceeded",
+        "prompt is too long",
         "too many tokens",
     ]
     .iter()

@@ -123,6 +123,20 @@ async fn context_length_errors_from_vllm_and_llama_cpp() {
     assert!(!err.is_retryable());
 }
 
+/// LiteLLM's proxy names its context error by its exception class, whatever the provider
+/// behind it said (Anthropic's "prompt is too long: N tokens > M maximum").
+#[tokio::test]
+async fn litellms_context_window_error_is_a_context_length_error() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    server.push(MockReply::Error {
+        status: 400,
+        body: json!({"error": {"message": "litellm.ContextWindowExceededError: litellm.BadRequestError: AnthropicError - {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 209303 tokens > 200000 maximum\"}}\nReceived Model Group=claude-3-5-sonnet", "type": null, "param": null, "code": "400"}}),
+        headers: vec![],
+    });
+    let err = client(&server).complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::ContextLengthExceeded { .. }), "{err:?}");
+}
+
 #[tokio::test]
 async fn api_key_is_sent_and_a_missing_key_is_an_authentication_error() {
     let server = MockOpenAiServer::start().await.unwrap();
