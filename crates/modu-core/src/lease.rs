@@ -5,7 +5,8 @@
 //! [`Fence`] token than every take before it. The conversation and checkpoint stores of the
 //! same backend accept a write that carries a fence only while that fence is the key's current,
 //! unexpired lease, checked atomically with the write
-//! ([`ConversationStore::append_fenced`], [`CheckpointStore::save_fenced`]). So a worker
+//! ([`ConversationStore::append_fenced`], [`ConversationStore::delete_fenced`],
+//! [`CheckpointStore::save_fenced`], [`CheckpointStore::delete_fenced`]). So a worker
 //! that paused past its lease (a long GC pause, a partition) cannot write over the worker that
 //! took the session over.
 //!

@@ -140,6 +140,17 @@ pub trait ConversationStore: Send + Sync {
             operation: "conversation.append_fenced",
         })
     }
+    /// [`delete`](Self::delete), only while `fence` is the live lease of its key, checked
+    /// atomically with the delete ([`StoreError::Fenced`] otherwise, and the session stays).
+    /// A worker holding a session's lease deletes with this, so a process whose lease expired
+    /// or was taken over cannot wipe the history the new holder appends to.
+    /// Stores without leases answer [`StoreError::Unsupported`] and delete nothing.
+    async fn delete_fenced(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        let _ = (session_id, fence);
+        Err(StoreError::Unsupported {
+            operation: "conversation.delete_fenced",
+        })
+    }
 }
 
 #[async_trait]
@@ -158,6 +169,9 @@ impl<T: ConversationStore + ?Sized> ConversationStore for std::sync::Arc<T> {
     }
     async fn append_fenced(&self, session_id: &str, messages: &[Message], fence: &Fence) -> Result<(), StoreError> {
         (**self).append_fenced(session_id, messages, fence).await
+    }
+    async fn delete_fenced(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        (**self).delete_fenced(session_id, fence).await
     }
 }
 

@@ -241,6 +241,16 @@ impl ConversationStore for PostgresConversationStore {
         tx.commit().await.map_err(query_err(OP))
     }
 
+    async fn delete_fenced(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
+        const OP: &str = "conversation.delete_fenced";
+        // The lease check and the delete are one transaction, as in a fenced append.
+        let mut tx = begin(&self.pool, OP).await?;
+        check_fence(&mut tx, fence, OP).await?;
+        drop_session(&mut tx, session_id, None, OP).await?;
+        tx.commit().await.map_err(query_err(OP))
+    }
+
     async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let err = query_err("conversation.list_sessions");
         let cut = self.ttl.map_or(i64::MIN, |ttl| cutoff(now_ms(), ttl));

@@ -66,6 +66,17 @@ end
 return 1
 "#;
 
+/// Deletes a session while a lease is held. KEYS: list, last-append key, lease key. ARGV: the
+/// fence's token. Returns 1 when deleted, -1 when the fence is not the live lease (nothing
+/// done).
+const DELETE_FENCED_SCRIPT_BODY: &str = r#"
+if not held(KEYS[3], ARGV[1]) then
+  return -1
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"#;
+
 /// Conversations in Redis: one list per session at `{prefix}:conversation:{session_id}`, one
 /// JSON message per element, and the time of the last append (ms since the Unix epoch) at
 /// `{prefix}:conversation-used:{session_id}`.
@@ -77,7 +88,8 @@ return 1
 /// batch was sent, the retry on a new connection cannot store it a second time. With a TTL,
 /// every append and load sets the keys' expiry again: sessions expire after `ttl` without
 /// access. [`ConversationStore::append_fenced`] is the same script with the lease check of a
-/// [`RedisLeaseStore`](crate::RedisLeaseStore) with the same prefix first.
+/// [`RedisLeaseStore`](crate::RedisLeaseStore) with the same prefix first;
+/// [`ConversationStore::delete_fenced`] is a script that checks that lease and deletes.
 #[derive(Clone)]
 pub struct RedisConversationStore {
     conn: ConnectionManager,
@@ -275,6 +287,27 @@ impl ConversationStore for RedisConversationStore {
             async move { conn.del(keys).await }
         })
         .await?;
+        Ok(())
+    }
+
+    async fn delete_fenced(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
+        let (key, used, lease) = (
+            self.key(session_id),
+            self.used_key(session_id),
+            lease_key(&self.prefix, &fence.key),
+        );
+        let script = format!("{HELD_FUNCTION}{DELETE_FENCED_SCRIPT_BODY}");
+        let mut cmd = eval(&script, &[&key, &used, &lease]);
+        cmd.arg(fence.token);
+        let done: i64 = with_retry(&self.conn, "conversation.delete_fenced", |mut conn| {
+            let cmd = &cmd;
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await?;
+        if done == FENCED_REPLY {
+            return Err(lease::fenced(fence));
+        }
         Ok(())
     }
 

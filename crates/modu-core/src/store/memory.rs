@@ -60,6 +60,18 @@ impl ConversationStore for InMemoryConversationStore {
         }
     }
 
+    async fn delete_fenced(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        StoreError::check_id(session_id)?;
+        match &self.fence_check {
+            Some(check) => check(fence, &mut || {
+                self.inner.with(|m| m.remove(session_id));
+            }),
+            None => Err(StoreError::Unsupported {
+                operation: "conversation.delete_fenced",
+            }),
+        }
+    }
+
     async fn load(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
         StoreError::check_id(session_id)?;
         Ok(self.inner.with(|m| match m.get_mut(session_id) {

@@ -162,6 +162,21 @@ pub(super) async fn lease_keys(s: Arc<FencedStores>) -> CaseResult {
         msgs.to_vec(),
         "fenced append"
     );
+    store(
+        "delete_fenced",
+        s.conversations.delete_fenced(&longest, &lease.fence()).await,
+    )?;
+    check_eq!(
+        store("load", s.conversations.load(&longest).await)?,
+        Vec::<Message>::new(),
+        "fenced delete"
+    );
+    for key in refused_ids(MAX_ID_BYTES) {
+        invalid(
+            &format!("delete_fenced of {}", short_id(&key)),
+            s.conversations.delete_fenced(&key, &lease.fence()).await,
+        )?;
+    }
     store("release", s.leases.release(&lease).await)?;
     for key in refused_ids(MAX_ID_BYTES) {
         invalid(

@@ -19,7 +19,7 @@ pub const LEASE_TTL_UNDER_TEST: Duration = Duration::from_millis(400);
 pub struct FencedStores {
     /// The leases.
     pub leases: Arc<dyn LeaseStore>,
-    /// Conversations whose `append_fenced` checks `leases`.
+    /// Conversations whose `append_fenced` and `delete_fenced` check `leases`.
     pub conversations: Arc<dyn ConversationStore>,
     /// Checkpoints whose `save_fenced` and `delete_fenced` check `leases`.
     pub checkpoints: Arc<dyn CheckpointStore>,
@@ -57,6 +57,13 @@ const LEASE_CASES: &[LeaseCase] = &[
     ("a_fenced_append_after_expiry_is_refused", |s| {
         Box::pin(append_expired(s))
     }),
+    ("a_fenced_delete_under_a_live_lease_deletes", |s| {
+        Box::pin(delete_live(s))
+    }),
+    (
+        "a_fenced_delete_with_a_stale_or_foreign_fence_is_refused_and_the_history_stays",
+        |s| Box::pin(delete_stale(s)),
+    ),
     ("fenced_checkpoint_writes_follow_the_lease", |s| {
         Box::pin(checkpoints(s))
     }),
@@ -243,6 +250,95 @@ async fn append_expired(s: Arc<FencedStores>) -> Result<(), String> {
     fenced("append with a token never handed out", forged)?;
     let loaded = store("load", s.conversations.load("s1").await)?;
     check!(loaded.is_empty(), "a refused write left messages: {loaded:?}");
+    Ok(())
+}
+
+async fn delete_live(s: Arc<FencedStores>) -> Result<(), String> {
+    let a = take(&s, "s1", "a").await?;
+    let msgs = [Message::user("hi"), Message::assistant("hello")];
+    store(
+        "append_fenced",
+        s.conversations.append_fenced("s1", &msgs, &a.fence()).await,
+    )?;
+    store(
+        "append to another session",
+        s.conversations.append("s2", &[Message::user("other")]).await,
+    )?;
+    store(
+        "delete_fenced under the live lease",
+        s.conversations.delete_fenced("s1", &a.fence()).await,
+    )?;
+    let loaded = store("load", s.conversations.load("s1").await)?;
+    check!(loaded.is_empty(), "the session survived its fenced delete: {loaded:?}");
+    let listed: Vec<String> = store("list_sessions", s.conversations.list_sessions().await)?
+        .into_iter()
+        .map(|summary| summary.session_id)
+        .collect();
+    check_eq!(listed, vec!["s2".to_owned()], "sessions after the fenced delete");
+    store(
+        "delete_fenced of a session that does not exist",
+        s.conversations.delete_fenced("s1", &a.fence()).await,
+    )?;
+    Ok(())
+}
+
+/// A delete under a lease that expired, was taken over, was released or was never handed out
+/// deletes nothing, and the holder's history stays whole.
+async fn delete_stale(s: Arc<FencedStores>) -> Result<(), String> {
+    let texts = |loaded: Vec<Message>| loaded.iter().map(Message::text).collect::<Vec<_>>();
+    let a = take(&s, "s1", "a").await?;
+    store(
+        "append under a",
+        s.conversations
+            .append_fenced("s1", &[Message::user("one")], &a.fence())
+            .await,
+    )?;
+    expire().await;
+    fenced(
+        "delete under an expired lease",
+        s.conversations.delete_fenced("s1", &a.fence()).await,
+    )?;
+    let b = take(&s, "s1", "b").await?;
+    store(
+        "append under b",
+        s.conversations
+            .append_fenced("s1", &[Message::user("two")], &b.fence())
+            .await,
+    )?;
+    fenced(
+        "delete under the taken-over lease",
+        s.conversations.delete_fenced("s1", &a.fence()).await,
+    )?;
+    fenced(
+        "delete with a token never handed out",
+        s.conversations
+            .delete_fenced("s1", &Fence::new("s1", b.token + 100))
+            .await,
+    )?;
+    check_eq!(
+        texts(store("load", s.conversations.load("s1").await)?),
+        vec!["one".to_owned(), "two".to_owned()],
+        "history after refused deletes"
+    );
+    store(
+        "append under b after the refused deletes",
+        s.conversations
+            .append_fenced("s1", &[Message::user("three")], &b.fence())
+            .await,
+    )?;
+    store("release", s.leases.release(&b).await)?;
+    fenced(
+        "delete after release",
+        s.conversations.delete_fenced("s1", &b.fence()).await,
+    )?;
+    check_eq!(
+        texts(store("load", s.conversations.load("s1").await)?),
+        vec!["one".to_owned(), "two".to_owned(), "three".to_owned()],
+        "history after a refused delete following release"
+    );
+    store("unfenced delete", s.conversations.delete("s1").await)?;
+    let loaded = store("load", s.conversations.load("s1").await)?;
+    check!(loaded.is_empty(), "the unfenced delete left messages: {loaded:?}");
     Ok(())
 }
 
