@@ -289,6 +289,9 @@ impl ConversationStore for LoggedConversations {
         self.events.event("append", &run_of(messages), "");
         Ok(())
     }
+    async fn delete_fenced(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        self.inner.delete_fenced(session_id, fence).await
+    }
 }
 
 /// A checkpoint store that logs its successful fenced saves and deletes.
