@@ -141,7 +141,9 @@ pub trait ConversationStore: Send + Sync {
         })
     }
     /// [`delete`](Self::delete), only while `fence` is the live lease of its key, checked
-    /// atomically with the delete ([`StoreError::Fenced`] otherwise, and the session stays).
+    /// atomically with the delete ([`StoreError::Fenced`] otherwise, and the session stays;
+    /// a store that sends the delete again after a broken connection may answer `Fenced` for
+    /// one it applied, if the lease ended in between).
     /// A worker holding a session's lease deletes with this, so a process whose lease expired
     /// or was taken over cannot wipe the history the new holder appends to.
     /// Stores without leases answer [`StoreError::Unsupported`] and delete nothing.

@@ -162,6 +162,9 @@ pub(crate) fn stream_error(error: &Value, model: &str, redactor: &Redactor, url:
         .and_then(|c| u16::try_from(c).ok())
         .filter(|c| (400..600).contains(c))
         .and_then(|c| StatusCode::from_u16(c).ok())
+        // An exhausted quota named by its code alone (`"code": "insufficient_quota"`) is the
+        // 429 OpenAI sends it as, not a server error to retry.
+        .or_else(|| is_quota_error(&body).then_some(StatusCode::TOO_MANY_REQUESTS))
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     status_error(code, &HeaderMap::new(), &body, model, redactor, url)
 }

@@ -63,6 +63,12 @@ struct WireMessage {
     tool_calls: Option<Vec<WireToolCall>>,
     #[serde(default)]
     tool_call_id: Option<String>,
+    /// An assistant message's refusal (its content is then null), as OpenAI's history has it.
+    #[serde(default)]
+    refusal: Option<String>,
+    /// The legacy form of an assistant's call (its content may then be null).
+    #[serde(default)]
+    function_call: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,14 +127,18 @@ fn invalid(param: String, message: String) -> ServerError {
 /// The request's messages as modu messages.
 ///
 /// A message's `content` is required (`null` or missing is refused, as OpenAI refuses it),
-/// but for an assistant message with tool calls. Messages with no user message (a system
+/// but for an assistant message with tool calls, a legacy `function_call` or a `refusal`
+/// (which is then its text), as OpenAI's own history has them. Messages with no user message (a system
 /// prompt alone) are taken, as OpenAI takes them.
 fn to_messages(wire: Vec<WireMessage>) -> Result<Vec<Message>, ServerError> {
     let mut out: Vec<Message> = Vec::with_capacity(wire.len());
     for (index, m) in wire.into_iter().enumerate() {
-        let has_calls = m.role == "assistant" && m.tool_calls.as_ref().is_some_and(|calls| !calls.is_empty());
+        let assistant = m.role == "assistant";
+        let has_calls =
+            assistant && (m.tool_calls.as_ref().is_some_and(|calls| !calls.is_empty()) || m.function_call.is_some());
         let text = match m.content {
             Some(content) => content_text(content)?,
+            None if assistant && m.refusal.is_some() => m.refusal.unwrap_or_default(),
             None if has_calls => String::new(),
             None => {
                 return Err(invalid(

@@ -224,6 +224,14 @@ async fn a_message_without_content_is_refused() {
     let system_only = json!({"model": "weather", "messages": [{"role": "system", "content": "Say hi."}]});
     let (status, text, _) = post(&url, Some(TOKEN), &system_only).await;
     assert_eq!(status, 200, "{text}");
+    // OpenAI's own history: a refusal has null content.
+    let refused_before = json!({"model": "weather", "messages": [
+        {"role": "user", "content": "Something I may not answer"},
+        {"role": "assistant", "content": null, "refusal": "I can't help with that."},
+        {"role": "user", "content": "Weather in Paris?"}
+    ]});
+    let (status, text, _) = post(&url, Some(TOKEN), &refused_before).await;
+    assert_eq!(status, 200, "{text}");
 }
 
 #[tokio::test]

@@ -85,8 +85,9 @@ impl OpenAiClient {
             .map_err(|e| self.transport_error(e, started, &i.chat_url))?;
         let completion: WireCompletion = serde_json::from_slice(&bytes)
             .map_err(|e| ModelError::invalid_response(format!("invalid chat.completion JSON: {e}")))?;
-        if let Some(error) = &completion.error {
-            // OpenRouter: `{"error": {"code": 502, "message": …}}` with status 200.
+        // OpenRouter: `{"error": {"code": 502, "message": …}}` with status 200. Only an answer
+        // without choices is the error: a proxy's empty `"error"` beside a real answer is not.
+        if let Some(error) = completion.error.as_ref().filter(|_| completion.choices.is_empty()) {
             return Err(stream_error(error, &i.model, &i.redactor, &i.chat_url));
         }
         wire::completion_response(completion)

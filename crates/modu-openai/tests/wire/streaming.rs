@@ -233,6 +233,21 @@ async fn an_error_object_in_a_200_completion_is_mapped() {
         other => panic!("{other:?}"),
     }
     assert!(err.is_retryable());
+    // An exhausted quota named by its code alone is OpenAI's 429, which no wait fixes.
+    server.push(MockReply::RawJson(
+        json!({"error": {"code": "insufficient_quota", "message": "You exceeded your current quota."}}),
+    ));
+    let err = client(&server).complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Status { status: 429, .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    // An answer with choices is the answer, whatever `error` a proxy leaves beside it.
+    server.push(MockReply::RawJson(json!({
+        "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
+        "error": ""
+    })));
+    let answer = client(&server).complete(hi()).await.unwrap();
+    assert_eq!(answer.message.text(), "fine");
 }
 
 #[tokio::test]
