@@ -8,6 +8,7 @@ mod reasoning;
 mod refusal;
 mod requests;
 mod streaming;
+mod strict;
 mod support;
 mod tokenize;
 mod usage;

@@ -125,8 +125,10 @@ async fn request_body_shapes() {
         );
     }
 
-    // response_format json_schema, strict, and vLLM guided-decoding extras merged in.
-    let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]});
+    // response_format json_schema, strict (the schema in strict mode's form: objects closed
+    // with additionalProperties false, see tests/wire/strict.rs), and vLLM guided-decoding
+    // extras merged in.
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"], "additionalProperties": false});
     let req = ChatRequest::new(vec![Message::user("2+3?")])
         .with_response_format(ResponseFormat::new("Answer", schema.clone()))
         .with_extra("guided_decoding_backend", json!("xgrammar"))
