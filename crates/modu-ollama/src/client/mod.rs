@@ -90,25 +90,59 @@ impl std::fmt::Debug for OllamaClient {
     }
 }
 
+/// The base URL of an `OLLAMA_HOST` value, as Ollama's `envconfig.Host` reads it: a URL is
+/// taken as it is; otherwise it is `host[:port][/path]` over http, port 11434 by default, the
+/// host 127.0.0.1 when only a port is given, and an IPv6 address put in brackets.
+fn host_url(host: &str) -> String {
+    const PORT: &str = "11434";
+    if host.contains("://") {
+        return host.to_owned();
+    }
+    if host == "ollama.com" {
+        return "https://ollama.com:443".to_owned();
+    }
+    let (hostport, path) = host.split_once('/').map_or((host, ""), |(h, p)| (h, p));
+    let hostport = if let Some(bracketed) = hostport.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        if bracketed.contains("]:") {
+            hostport.to_owned()
+        } else {
+            format!("{hostport}:{PORT}")
+        }
+    } else if hostport.matches(':').count() > 1 {
+        // A bare IPv6 address.
+        format!("[{hostport}]:{PORT}")
+    } else {
+        match hostport.split_once(':') {
+            Some(("", port)) => format!("127.0.0.1:{port}"),
+            Some(_) => hostport.to_owned(),
+            None if hostport.is_empty() => format!("127.0.0.1:{PORT}"),
+            None => format!("{hostport}:{PORT}"),
+        }
+    };
+    if path.is_empty() {
+        format!("http://{hostport}")
+    } else {
+        format!("http://{hostport}/{path}")
+    }
+}
+
 impl OllamaClient {
     /// A client for this server and model.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Result<Self, OllamaConfigError> {
         Self::builder().base_url(base_url).model(model).build()
     }
 
-    /// A builder reading `OLLAMA_HOST` (a URL, or `host:port` as the Ollama CLI accepts; default
-    /// `http://127.0.0.1:11434`).
+    /// A builder reading `OLLAMA_HOST` as the Ollama CLI does: a URL as given, or
+    /// `host[:port][/path]` over `http`, on port 11434 when none is given (`0.0.0.0` is
+    /// `http://0.0.0.0:11434`, `ollama.com` alone is `https://ollama.com:443`). Unset or empty:
+    /// `http://127.0.0.1:11434`.
     pub fn builder_from_env() -> OllamaClientBuilder {
-        let mut b = Self::builder();
-        if let Some(host) = std::env::var("OLLAMA_HOST").ok().filter(|h| !h.trim().is_empty()) {
-            let host = host.trim();
-            b = b.base_url(if host.contains("://") {
-                host.to_owned()
-            } else {
-                format!("http://{host}")
-            });
+        let b = Self::builder();
+        match std::env::var("OLLAMA_HOST") {
+            Ok(host) if !host.trim().is_empty() => b.base_url(host_url(host.trim())),
+            _ => b,
         }
-        b
     }
 
     /// The base URL, as configured: with its user info, if it has one (`Debug` and errors never
