@@ -70,6 +70,27 @@ impl Model {
         }
     }
 
+    /// Whether `names` (from [`Model::list_models`]) holds the configured model. Ollama lists
+    /// its models with their tag (`llama3.2:latest`); a name without one means `:latest`.
+    pub fn is_listed(&self, names: &[String]) -> bool {
+        let name = self.name();
+        match self {
+            Model::Openai(_) => names.contains(&name),
+            Model::Ollama(_) => {
+                let tagged = |n: &str| {
+                    let last = n.rsplit('/').next().unwrap_or(n);
+                    if last.contains(':') {
+                        n.to_owned()
+                    } else {
+                        format!("{n}:latest")
+                    }
+                };
+                let name = tagged(&name);
+                names.iter().any(|n| tagged(n) == name)
+            }
+        }
+    }
+
     /// The model name requests carry.
     pub fn name(&self) -> String {
         match self {

@@ -30,7 +30,7 @@ pub async fn run(config: Option<&Path>) -> CommandResult {
         Ok(model) => match model.list_models().await {
             Ok(names) => {
                 let name = model.name();
-                let note = if names.is_empty() || names.contains(&name) {
+                let note = if names.is_empty() || model.is_listed(&names) {
                     String::new()
                 } else {
                     format!(" (the server does not list `{name}`; it offers {})", names.join(", "))

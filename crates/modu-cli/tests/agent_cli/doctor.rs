@@ -121,6 +121,29 @@ async fn doctor_and_run_name_a_model_server_that_is_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_finds_an_ollama_model_named_without_its_tag() {
+    // Ollama lists `llama3.2:latest`; `llama3.2` is the same model (Ollama's default tag), the
+    // name its documentation and `ollama run llama3.2` use.
+    let mock = modu_testing::MockOllamaServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (model, listed) in [("llama3.2", true), ("llama3.2:latest", true), ("llama3.2:1b", false)] {
+        let out = output(
+            modu(dir.path(), "unused")
+                .env_remove("OPENAI_BASE_URL")
+                .env_remove("OPENAI_MODEL")
+                .env("OLLAMA_HOST", mock.base_url())
+                .env("MODU_MODEL__MODEL", model)
+                .arg("doctor"),
+        )
+        .await;
+        let stdout = text(&out.stdout);
+        let line = stdout.lines().find(|l| l.contains("model: ")).unwrap();
+        assert!(line.starts_with("✓ model: "), "{model}: {stdout}");
+        assert_eq!(!line.contains("the server does not list"), listed, "{model}: {line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_model_server_is_named_without_its_password() {
     let port = closed_port();
     let url = format!("http://alice:pa55-SECRET@127.0.0.1:{port}/v1");
