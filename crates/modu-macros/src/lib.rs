@@ -194,7 +194,7 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
             && let Some(c) = run_context_type(&pt.ty)
         {
             context_ty = Some(c);
-            call_args.push(quote!(__ctx));
+            call_args.push(quote!(__modu_ctx));
             continue;
         }
         let Pat::Ident(pi) = pt.pat.as_ref() else {
@@ -225,34 +225,34 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
 
     let invoke = if is_async {
         quote! {
-            let __ctx = ctx;
-            let _ = __ctx;
-            let __out = #fn_name(#(#call_args),*).await;
-            #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__out), __mapper)
+            let __modu_ctx = __modu_run;
+            let _ = __modu_ctx;
+            let __modu_out = #fn_name(#(#call_args),*).await;
+            #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__modu_out), __modu_mapper)
         }
     } else {
         quote! {
-            let __owned_ctx = ::core::clone::Clone::clone(ctx);
-            let __result = #krate::tool::run_blocking(move || {
-                let __ctx = &__owned_ctx;
-                let _ = __ctx;
-                let __out = #fn_name(#(#call_args),*);
-                #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__out), __mapper_static())
+            let __modu_owned_ctx = ::core::clone::Clone::clone(__modu_run);
+            let __modu_result = #krate::tool::run_blocking(move || {
+                let __modu_ctx = &__modu_owned_ctx;
+                let _ = __modu_ctx;
+                let __modu_out = #fn_name(#(#call_args),*);
+                #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__modu_out), __modu_mapper_static())
             })
             .await;
-            __result
+            __modu_result
         }
     };
 
     let mapper_fn = match &options.error_mapper {
         Some(path) => quote! {
-            fn __mapper_static() -> ::core::option::Option<&'static #krate::ErrorMapper> {
+            fn __modu_mapper_static() -> ::core::option::Option<&'static #krate::ErrorMapper> {
                 static MAPPER: ::std::sync::OnceLock<#krate::ErrorMapper> = ::std::sync::OnceLock::new();
                 ::core::option::Option::Some(MAPPER.get_or_init(|| #krate::__private::mapper_from_fn(#path)))
             }
         },
         None => quote! {
-            fn __mapper_static() -> ::core::option::Option<&'static #krate::ErrorMapper> {
+            fn __modu_mapper_static() -> ::core::option::Option<&'static #krate::ErrorMapper> {
                 ::core::option::Option::None
             }
         },
@@ -313,12 +313,12 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
 
                 async fn call(
                     &self,
-                    ctx: &#krate::RunContext<#ctx_ty>,
-                    arguments: #krate::__private::serde_json::Value,
+                    __modu_run: &#krate::RunContext<#ctx_ty>,
+                    __modu_arguments: #krate::__private::serde_json::Value,
                 ) -> ::core::result::Result<#krate::__private::serde_json::Value, #krate::ToolError> {
-                    let __mapper = __mapper_static();
-                    let _ = &__mapper;
-                    let #args_struct { #(#field_names),* } = #krate::tool::parse_arguments::<#args_struct>(arguments)?;
+                    let __modu_mapper = __modu_mapper_static();
+                    let _ = &__modu_mapper;
+                    let #args_struct { #(#field_names),* } = #krate::tool::parse_arguments::<#args_struct>(__modu_arguments)?;
                     #invoke
                 }
             }

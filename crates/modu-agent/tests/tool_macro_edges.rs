@@ -1,0 +1,39 @@
+//! `#[tool]` on functions whose names or parameters could clash with what the macro generates.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use modu_core::{RunContext, Tool};
+use modu_macros::tool;
+use serde_json::json;
+
+/// Search within a context the model names.
+#[tool]
+async fn search(ctx: String, arguments: Vec<String>) -> String {
+    format!("{ctx}: {}", arguments.join(","))
+}
+
+/// The same, synchronously.
+#[tool]
+fn search_sync(ctx: String, arguments: Vec<String>) -> String {
+    format!("{ctx}: {}", arguments.join(","))
+}
+
+/// A parameter named `ctx` beside the run context.
+#[tool]
+async fn scoped(run: &RunContext<u8>, ctx: String) -> String {
+    format!("{}:{ctx}", run.context())
+}
+
+#[tokio::test]
+async fn parameters_named_like_the_generated_code_are_the_models() {
+    let unit = RunContext::new(Arc::new(()), "run-1");
+    let args = json!({"ctx": "docs", "arguments": ["a", "b"]});
+    assert_eq!(Search.call(&unit, args.clone()).await.unwrap(), json!("docs: a,b"));
+    assert_eq!(SearchSync.call(&unit, args).await.unwrap(), json!("docs: a,b"));
+    let spec = Tool::<()>::spec(&Search);
+    assert!(spec.parameters["properties"].get("ctx").is_some());
+    assert!(spec.parameters["properties"].get("arguments").is_some());
+    let seven = RunContext::new(Arc::new(7u8), "run-2");
+    assert_eq!(Scoped.call(&seven, json!({"ctx": "x"})).await.unwrap(), json!("7:x"));
+}
