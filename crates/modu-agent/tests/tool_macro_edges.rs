@@ -37,3 +37,22 @@ async fn parameters_named_like_the_generated_code_are_the_models() {
     let seven = RunContext::new(Arc::new(7u8), "run-2");
     assert_eq!(Scoped.call(&seven, json!({"ctx": "x"})).await.unwrap(), json!("7:x"));
 }
+
+/// Match a pattern (a raw identifier as the function's name).
+#[tool]
+async fn r#match(pattern: String, r#type: String) -> String {
+    format!("{pattern}/{type}", type = r#type)
+}
+
+#[tokio::test]
+async fn a_raw_identifier_names_the_tool_without_its_prefix() {
+    let spec = Tool::<()>::spec(&Match);
+    assert_eq!(spec.name, "match");
+    assert!(spec.parameters["properties"].get("type").is_some());
+    let unit = RunContext::new(Arc::new(()), "run-3");
+    let out = Match
+        .call(&unit, json!({"pattern": "a*", "type": "glob"}))
+        .await
+        .unwrap();
+    assert_eq!(out, json!("a*/glob"));
+}

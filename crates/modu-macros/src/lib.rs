@@ -24,6 +24,7 @@
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote};
+use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::{FnArg, ItemFn, LitStr, Pat, ReturnType, Type, parse_macro_input};
 
@@ -161,8 +162,15 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
     let fn_name = &func.sig.ident;
     let vis = &func.vis;
     let is_async = func.sig.asyncness.is_some();
-    let tool_name = options.name.clone().unwrap_or_else(|| fn_name.to_string());
-    let struct_name = format_ident!("{}", camel_case(&fn_name.to_string()));
+    // `r#match` is the tool `match` and the struct `Match`.
+    let plain_name = fn_name.unraw().to_string();
+    let tool_name = options.name.clone().unwrap_or_else(|| plain_name.clone());
+    let struct_name = syn::parse_str::<syn::Ident>(&camel_case(&plain_name)).map_err(|_| {
+        syn::Error::new_spanned(
+            fn_name,
+            "#[tool] cannot make a struct name of this function's name in CamelCase; rename the function",
+        )
+    })?;
 
     let description = func
         .attrs
