@@ -58,11 +58,19 @@ pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
             options.needs_approval = true;
         } else if meta.path.is_ident("timeout_seconds") {
             let lit: syn::Lit = meta.value()?.parse()?;
-            options.timeout_seconds = Some(match lit {
+            let seconds = match &lit {
                 syn::Lit::Int(i) => i.base10_parse::<u64>()? as f64,
                 syn::Lit::Float(f) => f.base10_parse::<f64>()?,
                 other => return Err(syn::Error::new_spanned(other, "timeout_seconds takes a number")),
-            });
+            };
+            // Checked here: `Duration::from_secs_f64` would panic when the spec is built.
+            if std::time::Duration::try_from_secs_f64(seconds).map_or(true, |d| d.is_zero()) {
+                return Err(syn::Error::new_spanned(
+                    lit,
+                    "timeout_seconds must be more than 0 and fit a Duration",
+                ));
+            }
+            options.timeout_seconds = Some(seconds);
         } else if meta.path.is_ident("max_result_bytes") {
             let lit: syn::LitInt = meta.value()?.parse()?;
             options.max_result_bytes = Some(lit.base10_parse()?);
