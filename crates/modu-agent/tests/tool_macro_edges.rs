@@ -56,3 +56,25 @@ async fn a_raw_identifier_names_the_tool_without_its_prefix() {
         .unwrap();
     assert_eq!(out, json!("a*/glob"));
 }
+
+/// Convert a document.
+///
+/// Formats:
+/// - text
+///   - plain
+///   - markdown
+///
+///     indented code stays code
+#[tool]
+async fn convert(text: String) -> String {
+    text
+}
+
+#[test]
+fn the_description_keeps_the_doc_comments_indentation() {
+    let spec = Tool::<()>::spec(&Convert);
+    assert_eq!(
+        spec.description,
+        "Convert a document.\n\nFormats:\n- text\n  - plain\n  - markdown\n\n    indented code stays code"
+    );
+}

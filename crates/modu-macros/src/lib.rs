@@ -128,6 +128,25 @@ fn camel_case(name: &str) -> String {
         .collect()
 }
 
+/// The doc comment's text as rustdoc reads it: the indentation all its lines share (the space
+/// after `///`) taken off, so nested lists and indented code keep theirs.
+fn unindent(docs: &[String]) -> String {
+    let lines: Vec<&str> = docs.iter().flat_map(|d| d.split('\n')).map(str::trim_end).collect();
+    let indent = lines
+        .iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    lines
+        .iter()
+        .map(|l| l.get(indent..).unwrap_or_else(|| l.trim_start()))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_matches('\n')
+        .to_owned()
+}
+
 /// The `C` of a parameter of type `&RunContext<C>`, if it is one.
 fn run_context_type(ty: &Type) -> Option<Type> {
     let Type::Reference(r) = ty else { return None };
@@ -180,7 +199,7 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
         )
     })?;
 
-    let description = func
+    let doc_lines = func
         .attrs
         .iter()
         .filter(|a| a.path().is_ident("doc"))
@@ -188,15 +207,13 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
             syn::Meta::NameValue(nv) => match &nv.value {
                 syn::Expr::Lit(syn::ExprLit {
                     lit: syn::Lit::Str(s), ..
-                }) => Some(s.value().trim().to_owned()),
+                }) => Some(s.value()),
                 _ => None,
             },
             _ => None,
         })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .trim()
-        .to_owned();
+        .collect::<Vec<_>>();
+    let description = unindent(&doc_lines);
 
     let mut context_ty: Option<Type> = None;
     let mut field_names = Vec::new();
