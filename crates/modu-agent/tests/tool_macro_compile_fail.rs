@@ -4,4 +4,5 @@
 fn bad_tool_options_do_not_compile() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/tool_bad_timeout.rs");
+    t.compile_fail("tests/ui/tool_reference_param.rs");
 }

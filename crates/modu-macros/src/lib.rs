@@ -230,6 +230,14 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
             call_args.push(quote!(__modu_ctx));
             continue;
         }
+        if let Type::Reference(r) = pt.ty.as_ref() {
+            let message = if run_context_type(&pt.ty).is_some() {
+                "#[tool] takes a &RunContext<C> only as the first parameter"
+            } else {
+                "#[tool] parameters are deserialised from the model's arguments and cannot be borrowed; take an owned type (String, not &str)"
+            };
+            return Err(syn::Error::new_spanned(r, message));
+        }
         let Pat::Ident(pi) = pt.pat.as_ref() else {
             return Err(syn::Error::new_spanned(
                 &pt.pat,
