@@ -78,3 +78,24 @@ fn the_description_keeps_the_doc_comments_indentation() {
         "Convert a document.\n\nFormats:\n- text\n  - plain\n  - markdown\n\n    indented code stays code"
     );
 }
+
+/// Pick an item by the model's index.
+#[tool]
+async fn pick(index: usize) -> String {
+    let items = ["a", "b"];
+    items[index].to_owned()
+}
+
+#[tokio::test]
+async fn an_async_tool_that_panics_fails_its_call_as_a_sync_one_does() {
+    let unit = RunContext::new(Arc::new(()), "run-4");
+    let e = Pick.call(&unit, json!({"index": 5})).await.unwrap_err();
+    assert_eq!(e.reason, "tool_panicked");
+    let model = modu_testing::ScriptedModel::new()
+        .tool_calls([("pick", json!({"index": 7}))])
+        .text("done");
+    let agent = modu_agent::Agent::builder(model).tool(Pick).build().unwrap();
+    let result = agent.run("pick the eighth").await;
+    assert!(result.is_completed());
+    assert!(result.messages()[2].text().contains("tool_panicked"));
+}

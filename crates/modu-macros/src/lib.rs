@@ -18,7 +18,8 @@
 //! unknown fields are rejected. Sync functions run on the blocking pool. A function may return
 //! any `Serialize` value or a `Result<T, E>` with `E: Into<BoxError>`: a `ToolError` is passed
 //! through, other errors go to the `error_mapper` (if any) and otherwise become a generic
-//! execution error that reveals nothing of the original to the model.
+//! execution error that reveals nothing of the original to the model. A function that panics,
+//! sync or async, fails its call with the execution error `tool_panicked`.
 #![deny(missing_docs)]
 
 use proc_macro::TokenStream;
@@ -268,7 +269,23 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
         quote! {
             let __modu_ctx = __modu_run;
             let _ = __modu_ctx;
-            let __modu_out = #fn_name(#(#call_args),*).await;
+            // A panic fails the call (`tool_panicked`), as a sync tool's does on the blocking pool.
+            let mut __modu_fut = ::core::pin::pin!(#fn_name(#(#call_args),*));
+            let __modu_out = ::core::future::poll_fn(|__modu_cx| {
+                match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| {
+                    ::core::future::Future::poll(__modu_fut.as_mut(), __modu_cx)
+                })) {
+                    ::core::result::Result::Ok(::core::task::Poll::Ready(__modu_v)) => {
+                        ::core::task::Poll::Ready(::core::option::Option::Some(__modu_v))
+                    }
+                    ::core::result::Result::Ok(::core::task::Poll::Pending) => ::core::task::Poll::Pending,
+                    ::core::result::Result::Err(_) => ::core::task::Poll::Ready(::core::option::Option::None),
+                }
+            })
+            .await;
+            let ::core::option::Option::Some(__modu_out) = __modu_out else {
+                return ::core::result::Result::Err(#krate::ToolError::execution("tool_panicked"));
+            };
             #krate::__private::IntoToolOutput::into_tool_output(#wrapper(__modu_out), __modu_mapper)
         }
     } else {
