@@ -25,6 +25,12 @@ async fn scoped(run: &RunContext<u8>, ctx: String) -> String {
     format!("{}:{ctx}", run.context())
 }
 
+/// A parameter named as the function.
+#[tool]
+async fn echo(echo: String) -> String {
+    echo
+}
+
 #[tokio::test]
 async fn parameters_named_like_the_generated_code_are_the_models() {
     let unit = RunContext::new(Arc::new(()), "run-1");
@@ -36,6 +42,7 @@ async fn parameters_named_like_the_generated_code_are_the_models() {
     assert!(spec.parameters["properties"].get("arguments").is_some());
     let seven = RunContext::new(Arc::new(7u8), "run-2");
     assert_eq!(Scoped.call(&seven, json!({"ctx": "x"})).await.unwrap(), json!("7:x"));
+    assert_eq!(Echo.call(&unit, json!({"echo": "hi"})).await.unwrap(), json!("hi"));
 }
 
 /// Match a pattern (a raw identifier as the function's name).

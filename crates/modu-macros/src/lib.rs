@@ -219,6 +219,7 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
     let mut context_ty: Option<Type> = None;
     let mut field_names = Vec::new();
     let mut field_types = Vec::new();
+    let mut field_locals = Vec::new();
     let mut call_args = Vec::new();
     for (i, input) in func.sig.inputs.iter().enumerate() {
         let FnArg::Typed(pt) = input else {
@@ -246,9 +247,12 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
             ));
         };
         let ident = &pi.ident;
+        // Bound to a name of its own: a parameter may share the function's name.
+        let local = format_ident!("__modu_arg_{}", i);
         field_names.push(ident.clone());
+        field_locals.push(local.clone());
         field_types.push(pt.ty.as_ref().clone());
-        call_args.push(quote!(#ident));
+        call_args.push(quote!(#local));
     }
 
     let (impl_generics, ctx_ty) = match &context_ty {
@@ -376,7 +380,7 @@ fn expand(options: Options, func: ItemFn) -> syn::Result<TokenStream2> {
                 ) -> ::core::result::Result<#krate::__private::serde_json::Value, #krate::ToolError> {
                     let __modu_mapper = __modu_mapper_static();
                     let _ = &__modu_mapper;
-                    let #args_struct { #(#field_names),* } = #krate::tool::parse_arguments::<#args_struct>(__modu_arguments)?;
+                    let #args_struct { #(#field_names: #field_locals),* } = #krate::tool::parse_arguments::<#args_struct>(__modu_arguments)?;
                     #invoke
                 }
             }
