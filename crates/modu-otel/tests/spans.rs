@@ -401,3 +401,50 @@ async fn a_real_agent_as_tool_run_nests_under_its_tool_span() {
         assert_eq!(s.span_context.trace_id(), parent.span_context.trace_id(), "one trace");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_or_panicking_run_ends_its_spans_and_is_forgotten() {
+    let (provider, exporter) = provider();
+    let sink = Arc::new(OtelEventSink::builder(provider.tracer("test")).build());
+    let spec = ToolSpec::new("slow", "sleeps", json!({"type": "object"}));
+    let slow = FunctionTool::<()>::new(spec, |_ctx, _args| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(json!("done"))
+    });
+    let agent = Agent::builder(ScriptedModel::new().tool_call("slow", json!({})).text("never"))
+        .name("dropped")
+        .tool(slow)
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let run = tokio::time::timeout(Duration::from_millis(200), agent.run("go")).await;
+    assert!(run.is_err(), "the run should still be in its tool");
+
+    let spec = ToolSpec::new("boom", "panics", json!({"type": "object"}));
+    let boom = FunctionTool::<()>::new(spec, |_ctx, _args| async move {
+        if true {
+            panic!("the tool broke");
+        }
+        Ok(json!("done"))
+    });
+    let agent = Agent::builder(ScriptedModel::new().tool_call("boom", json!({})).text("never"))
+        .name("panicky")
+        .tool(boom)
+        .event_sink(sink.clone())
+        .build()
+        .unwrap();
+    let panicked = tokio::spawn(async move { agent.run("go").await }).await;
+    assert!(panicked.unwrap_err().is_panic());
+
+    assert_eq!(sink.open_runs(), 0, "a run that never ended is still held");
+    let spans = exporter.get_finished_spans().unwrap();
+    for (run, tool, error) in [("dropped", "slow", "cancelled"), ("panicky", "boom", "panicked")] {
+        let run_span = one(&spans, &format!("invoke_agent {run}"));
+        assert_eq!(attr_str(run_span, "error.type"), error);
+        assert!(matches!(run_span.status, Status::Error { .. }));
+        assert_eq!(
+            one(&spans, &format!("execute_tool {tool}")).parent_span_id,
+            run_span.span_context.span_id()
+        );
+    }
+}

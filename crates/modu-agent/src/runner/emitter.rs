@@ -78,6 +78,92 @@ impl Emitter {
     }
 }
 
+/// A run whose `RunStarted` went to a sink and whose terminal event has not gone yet.
+///
+/// Dropped while armed (the caller dropped the run's future or its stream, or the run
+/// panicked), it sends the sink the `RunFailed` the run could no longer send: `Cancelled`, or
+/// `Panicked` while a panic unwinds. A sink thus hears the end of every run it heard start (an
+/// OpenTelemetry span is ended, a run counter counts it). The sink's `publish` is polled once
+/// at the drop; one that does not finish at once goes on as a task on the current tokio
+/// runtime (and is lost without one). Boxed: the run's future holds one pointer.
+pub(crate) struct Unended(Option<Box<UnendedRun>>);
+
+struct UnendedRun {
+    sink: Arc<dyn EventSink>,
+    run_id: String,
+    agent: String,
+    usage: Arc<std::sync::Mutex<modu_core::context::RunUsage>>,
+    started: tokio::time::Instant,
+}
+
+impl Unended {
+    /// Armed when the run has a sink.
+    pub(crate) fn new(
+        emitter: &Emitter,
+        run_id: &str,
+        agent: &str,
+        usage: Arc<std::sync::Mutex<modu_core::context::RunUsage>>,
+        started: tokio::time::Instant,
+    ) -> Self {
+        Unended(emitter.sink.as_ref().map(|sink| {
+            Box::new(UnendedRun {
+                sink: Arc::clone(sink),
+                run_id: run_id.to_owned(),
+                agent: agent.to_owned(),
+                usage,
+                started,
+            })
+        }))
+    }
+
+    /// The run sent its terminal event.
+    pub(crate) fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unended {
+    fn drop(&mut self) {
+        let Some(run) = self.0.take() else { return };
+        let UnendedRun {
+            sink,
+            run_id,
+            agent,
+            usage,
+            started,
+        } = *run;
+        let error = if std::thread::panicking() {
+            crate::error::AgentError::Panicked {
+                message: "the run panicked (its message is in the caller's outcome)".to_owned(),
+            }
+        } else {
+            crate::error::AgentError::Cancelled
+        };
+        let event = AgentEvent::RunFailed {
+            run_id,
+            agent,
+            usage: usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).total,
+            error,
+            duration_ms: started.elapsed().as_millis() as u64,
+        };
+        let mut publish: BoxFuture<'static, ()> = Box::pin(async move {
+            use futures::FutureExt;
+            match std::panic::AssertUnwindSafe(sink.publish(&event)).catch_unwind().await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(error = %err, event = event.kind(), "event sink failed"),
+                Err(_) => tracing::error!(event = event.kind(), "event sink panicked"),
+            }
+        });
+        let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+        if publish.as_mut().poll(&mut cx).is_pending() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(publish)),
+                Err(_) => tracing::warn!("a dropped run's run_failed event is lost: no tokio runtime"),
+            }
+        }
+    }
+}
+
 /// The future of one [`Emitter::emit`]: ready at once unless it waits for a sink or for room.
 pub(crate) type Emitted<'a> = Either<Ready<()>, BoxFuture<'a, ()>>;
 

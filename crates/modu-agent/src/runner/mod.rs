@@ -164,6 +164,13 @@ where
                 })
                 .await;
         }
+        let mut unended = emitter::Unended::new(
+            &env.emitter,
+            env.ctx.run_id(),
+            &env.agent.name,
+            env.ctx.usage_handle(),
+            env.started,
+        );
         let outcome = self.drive().await;
         self.run_finished().await;
         // The tool sessions close after the run is recorded: a server slow to exit delays the
@@ -171,6 +178,7 @@ where
         let mut sessions = std::mem::take(&mut self.retired.sessions);
         sessions.append(&mut self.sessions);
         let ended = self.finish(outcome).await;
+        unended.disarm();
         if sessions.is_empty() {
             ended
         } else {
