@@ -189,6 +189,36 @@ async fn a_sink_that_wants_deltas_gets_them_from_a_run_and_one_that_does_not_get
     );
 }
 
+/// The logging and audit sinks want deltas only when told to log or write them; otherwise a
+/// run with only them asks for whole answers (they streamed every request before).
+#[tokio::test]
+async fn the_logging_and_audit_sinks_leave_runs_unstreamed_unless_they_keep_deltas() {
+    use modu_agent::sinks::{AuditEventSink, LoggingEventSink};
+    let model = counting(ScriptedModel::new().text("a").text("b").text("c").text("d"));
+    let run_with = |sink: Arc<dyn modu_core::EventSink>| {
+        let agent = Agent::builder(Arc::clone(&model)).event_sink(sink).build().unwrap();
+        async move { assert!(agent.run("q").await.is_completed()) }
+    };
+    run_with(Arc::new(LoggingEventSink::new())).await;
+    run_with(Arc::new(AuditEventSink::new(Vec::<u8>::new()))).await;
+    assert_eq!(
+        (
+            model.completed.load(Ordering::SeqCst),
+            model.streamed.load(Ordering::SeqCst)
+        ),
+        (2, 0)
+    );
+    run_with(Arc::new(LoggingEventSink::new().with_deltas(true))).await;
+    run_with(Arc::new(AuditEventSink::new(Vec::<u8>::new()).with_deltas(true))).await;
+    assert_eq!(
+        (
+            model.completed.load(Ordering::SeqCst),
+            model.streamed.load(Ordering::SeqCst)
+        ),
+        (2, 2)
+    );
+}
+
 fn transient() -> ModelError {
     ModelError::Transport {
         message: "reset".into(),

@@ -170,7 +170,9 @@ impl OtelEventSinkBuilder {
         self.meter(provider.meter_with_scope(instrumentation_scope()))
     }
 
-    /// Records message contents (masked). Off by default.
+    /// Records message contents (masked). Off by default. On, the sink asks runs for the
+    /// model's text deltas, so their model requests are streamed (off, a run nobody else
+    /// streams asks for whole answers).
     pub fn capture_content(mut self, yes: bool) -> Self {
         self.capture_content = yes;
         self
@@ -561,5 +563,10 @@ impl EventSink for OtelEventSink {
     async fn publish(&self, event: &AgentEvent) -> Result<(), SinkError> {
         self.handle(event);
         Ok(())
+    }
+    /// Only when content is captured (the model's text is joined from its deltas): a sink
+    /// that wants deltas makes every run stream its model requests.
+    fn wants_deltas(&self) -> bool {
+        self.capture_content
     }
 }

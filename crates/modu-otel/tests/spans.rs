@@ -189,6 +189,34 @@ async fn content_is_off_by_default() {
     }
 }
 
+/// A sink that wants deltas makes every run stream its model requests (runs nobody streams
+/// ask for whole answers otherwise), so the sink asks for them only to capture the text.
+#[tokio::test]
+async fn the_sink_asks_for_text_deltas_only_when_it_captures_content() {
+    let (provider, exporter) = provider();
+    let quiet = OtelEventSink::builder(provider.tracer("test")).build();
+    assert!(!quiet.wants_deltas(), "content off: no deltas wanted");
+    let capturing = Arc::new(
+        OtelEventSink::builder(provider.tracer("test"))
+            .capture_content(true)
+            .build(),
+    );
+    assert!(
+        capturing.wants_deltas(),
+        "content on: the model text is joined from deltas"
+    );
+    // With content on, the answer streamed to the sink lands on the chat span.
+    let model = ScriptedModel::new().text_deltas(["joined ", "answer"]);
+    let agent = Agent::builder(model).event_sink(capturing).build().unwrap();
+    assert!(agent.run("go").await.is_completed());
+    let spans = exporter.get_finished_spans().unwrap();
+    let chat = spans.iter().find(|s| s.name.starts_with("chat ")).unwrap();
+    assert!(
+        attr_str(chat, "gen_ai.output.messages").contains("joined answer"),
+        "{chat:?}"
+    );
+}
+
 fn started(run: &str, agent: &str, parent: Option<&str>) -> AgentEvent {
     serde_json::from_value(json!({
         "type": "run_started", "run_id": run, "agent": agent, "parent_run_id": parent,

@@ -106,4 +106,9 @@ impl<W: Write + Send> EventSink for AuditEventSink<W> {
             .and_then(|()| w.flush())
             .map_err(|e| SinkError::new(format!("audit: write failed: {e}")))
     }
+    /// Only when it writes them: a sink that wants deltas makes every run stream its model
+    /// requests (see [`EventSink::wants_deltas`]).
+    fn wants_deltas(&self) -> bool {
+        self.deltas
+    }
 }

@@ -231,4 +231,9 @@ impl EventSink for LoggingEventSink {
         self.log(event);
         Ok(())
     }
+    /// Only when it logs them: a sink that wants deltas makes every run stream its model
+    /// requests (see [`EventSink::wants_deltas`]).
+    fn wants_deltas(&self) -> bool {
+        self.deltas
+    }
 }
