@@ -5,11 +5,12 @@
 //! of its properties in `required`, and it takes only some keywords. A schema derived from a
 //! Rust type (schemars) has neither rule by default: a struct allows other properties, and an
 //! `Option` field or a `#[serde(default)]` one is not required. [`strict_schema`] rewrites such
-//! a schema into that subset where the rewrite keeps every answer the type parses (a
-//! property that becomes required may still be `null` when its schema allows it, and serde
-//! decides the rest), and says when it cannot (a map, a schema allowing any value, `allOf`,
-//! `not`, a root that is not an object): the request then goes without `strict`, the schema
-//! as it is.
+//! a schema into that subset so that every answer the rewritten schema allows still parses
+//! into the type (a property that becomes required stays nullable when its schema allows
+//! `null`; a `#[serde(default)]` one must then be given), and says when it cannot (a map, a
+//! schema allowing any value, `allOf`, `not`, an object with alternatives beside its
+//! properties as `#[serde(flatten)]` of an enum makes, a root that is not an object): the
+//! request then goes without `strict`, the schema as it is.
 
 use std::borrow::Cow;
 
@@ -31,9 +32,23 @@ const REFUSED: &[&str] = &[
     "prefixItems",
 ];
 
-/// Keywords that only describe or constrain what serde checks again, dropped from a strict
-/// schema because OpenAI refuses them there (`default`: every property is required anyway).
-const DROPPED: &[&str] = &["$schema", "$id", "$comment", "default", "examples", "deprecated"];
+/// Keywords dropped from a strict schema because OpenAI's strict mode does not take them:
+/// annotations (`default`: every property is required anyway) and the constraints it lists
+/// as unsupported (string lengths, which schemars gives a `char`; `uniqueItems`, which it
+/// gives a set; property counts). The answer is still parsed by serde.
+const DROPPED: &[&str] = &[
+    "$schema",
+    "$id",
+    "$comment",
+    "default",
+    "examples",
+    "deprecated",
+    "minLength",
+    "maxLength",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+];
 
 /// The string formats OpenAI's strict mode takes; others (schemars' `int64`, `uint8`,
 /// `double`, …) are dropped: serde checks the number's range when it parses.
@@ -99,6 +114,9 @@ fn is_strict(schema: &Value, root: bool) -> bool {
         let Some(properties) = o.get("properties").and_then(Value::as_object) else {
             return false;
         };
+        if o.contains_key("anyOf") {
+            return false;
+        }
         if o.get("additionalProperties") != Some(&Value::Bool(false)) {
             return false;
         }
@@ -140,6 +158,43 @@ fn subschemas(o: &Map<String, Value>) -> impl Iterator<Item = &Value> {
         .chain(o.get("items"))
 }
 
+/// Puts a `$ref`'s definition under the keywords beside the `$ref`: both apply, so
+/// `properties` and `required` are joined (schemars puts an internally tagged variant's tag
+/// there, beside a `$ref` to its fields); a description or title beside it is the one kept;
+/// any other keyword on both sides with different values has no single form (`None`).
+fn merge(o: &mut Map<String, Value>, definition: Map<String, Value>) -> Option<()> {
+    for (key, value) in definition {
+        match o.get_mut(&key) {
+            None => {
+                o.insert(key, value);
+            }
+            Some(existing) if *existing == value => {}
+            Some(_) if key == "description" || key == "title" => {}
+            Some(Value::Object(mine)) if key == "properties" => {
+                let Value::Object(theirs) = value else { return None };
+                for (name, schema) in theirs {
+                    match mine.get(&name) {
+                        Some(own) if *own != schema => return None,
+                        _ => {
+                            mine.insert(name, schema);
+                        }
+                    }
+                }
+            }
+            Some(Value::Array(mine)) if key == "required" => {
+                let Value::Array(theirs) = value else { return None };
+                for name in theirs {
+                    if !mine.contains(&name) {
+                        mine.push(name);
+                    }
+                }
+            }
+            Some(_) => return None,
+        }
+    }
+    Some(())
+}
+
 /// Rewrites `schema` in place into the strict subset; `None` when it cannot be.
 fn rewrite(schema: &mut Value, defs: &Value, depth: usize) -> Option<()> {
     let o = schema.as_object_mut()?;
@@ -160,9 +215,7 @@ fn rewrite(schema: &mut Value, defs: &Value, depth: usize) -> Option<()> {
         let Value::Object(definition) = defs.get(name)?.clone() else {
             return None;
         };
-        for (key, value) in definition {
-            o.entry(key).or_insert(value);
-        }
+        merge(o, definition)?;
         return rewrite(schema, defs, depth + 1);
     }
     for key in DROPPED {
@@ -189,6 +242,11 @@ fn rewrite(schema: &mut Value, defs: &Value, depth: usize) -> Option<()> {
         return None;
     }
     if is_object(o) {
+        if o.contains_key("anyOf") {
+            // Alternatives beside the object's own properties (`#[serde(flatten)]` of an enum):
+            // closing both the object and each alternative would leave no answer.
+            return None;
+        }
         match o.get("additionalProperties") {
             None => {
                 o.insert("additionalProperties".to_owned(), Value::Bool(false));
@@ -248,6 +306,52 @@ mod tests {
         ] {
             assert!(strict_schema(&schema).is_none(), "{schema}");
         }
+    }
+
+    #[test]
+    fn a_ref_beside_properties_keeps_both_sides_fields() {
+        // An internally tagged newtype variant: the tag beside a `$ref` to the fields.
+        let schema = json!({
+            "type": "object",
+            "properties": {"action": {"$ref": "#/$defs/Args", "type": "object",
+                "properties": {"kind": {"type": "string", "const": "Search"}}, "required": ["kind"]}},
+            "required": ["action"],
+            "$defs": {"Args": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
+        });
+        let strict = strict_schema(&schema).unwrap();
+        let action = &strict["properties"]["action"];
+        assert_eq!(action["required"], json!(["kind", "query"]), "{action}");
+        assert_eq!(action["properties"]["query"], json!({"type": "string"}));
+        // A conflicting keyword has no single form.
+        let conflict = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/N", "type": "string"}},
+                              "$defs": {"N": {"type": "integer"}}});
+        assert!(strict_schema(&conflict).is_none());
+    }
+
+    #[test]
+    fn an_object_with_alternatives_beside_its_properties_has_no_strict_form() {
+        // `struct Req { id: u32, #[serde(flatten)] op: Op }` with an externally tagged `Op`.
+        let schema = json!({
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "required": ["id"],
+            "oneOf": [{"type": "object", "properties": {"Search": {"type": "string"}}, "required": ["Search"]},
+                      {"type": "object", "properties": {"Stop": {"type": "null"}}, "required": ["Stop"]}]
+        });
+        assert!(strict_schema(&schema).is_none());
+    }
+
+    #[test]
+    fn constraints_strict_mode_does_not_take_are_dropped() {
+        let schema = json!({"type": "object", "properties": {
+            "c": {"type": "string", "minLength": 1, "maxLength": 1},
+            "set": {"type": "array", "items": {"type": "string"}, "uniqueItems": true, "maxItems": 3}}});
+        let strict = strict_schema(&schema).unwrap();
+        assert_eq!(strict["properties"]["c"], json!({"type": "string"}));
+        assert_eq!(
+            strict["properties"]["set"],
+            json!({"type": "array", "items": {"type": "string"}, "maxItems": 3})
+        );
     }
 
     #[test]

@@ -121,6 +121,39 @@ struct Report {
 }
 
 #[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct SearchArgs {
+    query: String,
+}
+
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(tag = "kind")]
+enum Action {
+    Search(SearchArgs),
+    Stop,
+}
+
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Step {
+    action: Action,
+    letter: char,
+    seen: std::collections::HashSet<String>,
+}
+
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Op {
+    Search { q: String },
+    Stop {},
+}
+
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Flattened {
+    id: u32,
+    #[serde(flatten)]
+    op: Op,
+}
+
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 struct Counts {
     by_name: HashMap<String, u32>,
 }
@@ -211,4 +244,48 @@ async fn a_schema_strict_mode_cannot_take_is_sent_as_it_is_without_strict() {
         sent["schema"],
         JsonCodec::<Report>::new().response_format().unwrap().schema
     );
+}
+
+/// The rewritten schema still takes the answers the type parses: an internally tagged
+/// variant keeps its fields (schemars puts the tag beside a `$ref` to them), and a shape with
+/// no strict form (`#[serde(flatten)]` of an enum: alternatives beside the properties) goes
+/// without `strict`.
+#[tokio::test]
+async fn the_strict_form_keeps_the_answers_the_type_takes() {
+    let server = MockOpenAiServer::start().await.unwrap();
+    let format = JsonCodec::<Step>::new().response_format().unwrap();
+    client(&server)
+        .complete(ChatRequest::new(vec![Message::user("step")]).with_response_format(format.clone()))
+        .await
+        .unwrap();
+    let sent = format_of(&format.schema, &server);
+    assert_eq!(sent["strict"], true, "{sent}");
+    let mut found = Vec::new();
+    openai_strict_violations(&sent["schema"], "", &mut found);
+    assert!(found.is_empty(), "{found:#?}\n{:#}", sent["schema"]);
+    let validator = modu_core::ArgumentValidator::new(&sent["schema"]).unwrap();
+    for answer in [
+        json!({"action": {"kind": "Search", "query": "rust"}, "letter": "x", "seen": ["a"]}),
+        json!({"action": {"kind": "Stop"}, "letter": "y", "seen": []}),
+    ] {
+        validator
+            .check(&answer)
+            .unwrap_or_else(|e| panic!("{answer} refused: {e}\n{:#}", sent["schema"]));
+        JsonCodec::<Step>::new().parse(&answer.to_string()).unwrap();
+    }
+    // A variant without its fields is refused by the schema, as serde refuses it.
+    assert!(
+        validator
+            .check(&json!({"action": {"kind": "Search"}, "letter": "x", "seen": []}))
+            .is_err()
+    );
+
+    let format = JsonCodec::<Flattened>::new().response_format().unwrap();
+    client(&server)
+        .complete(ChatRequest::new(vec![Message::user("op")]).with_response_format(format.clone()))
+        .await
+        .unwrap();
+    let sent = format_of(&format.schema, &server);
+    assert_eq!(sent["strict"], false, "{sent}");
+    assert_eq!(sent["schema"], format.schema);
 }
