@@ -28,6 +28,9 @@ fn ollama_host_is_read_as_the_ollama_cli_reads_it() {
         ("[::1]:9000", "http://[::1]:9000"),
         ("::1", "http://[::1]:11434"),
         (":11500", "http://127.0.0.1:11500"),
+        // An empty or invalid port is the default one.
+        ("gpu-box:", "http://gpu-box:11434"),
+        ("gpu-box:http", "http://gpu-box:11434"),
         ("myhost/prefix", "http://myhost:11434/prefix"),
         ("ollama.com", "https://ollama.com:443"),
         // A URL is taken as it is: its scheme's own default port.

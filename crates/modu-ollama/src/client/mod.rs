@@ -114,6 +114,10 @@ fn host_url(host: &str) -> String {
         format!("[{hostport}]:{PORT}")
     } else {
         match hostport.split_once(':') {
+            // An empty or invalid port is the default one, as Ollama reads it.
+            Some((host, port)) if port.parse::<u16>().is_err() => {
+                format!("{}:{PORT}", if host.is_empty() { "127.0.0.1" } else { host })
+            }
             Some(("", port)) => format!("127.0.0.1:{port}"),
             Some(_) => hostport.to_owned(),
             None if hostport.is_empty() => format!("127.0.0.1:{PORT}"),
