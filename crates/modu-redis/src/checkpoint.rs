@@ -360,15 +360,7 @@ impl CheckpointStore for RedisCheckpointStore {
         let script = format!("{HELD_FUNCTION}{DELETE_FENCED_SCRIPT_BODY}");
         let mut cmd = eval(&script, &[&key, &meta_key, &index, &expiry, &lease]);
         cmd.arg(run_id).arg(fence.token);
-        let done: i64 = with_retry(&self.conn, "checkpoint.delete_fenced", |mut conn| {
-            let cmd = &cmd;
-            async move { cmd.query_async(&mut conn).await }
-        })
-        .await?;
-        if done == FENCED_REPLY {
-            return Err(lease::fenced(fence));
-        }
-        Ok(())
+        lease::run_fenced(&self.conn, "checkpoint.delete_fenced", &cmd, fence).await
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Vec<u8>>, StoreError> {

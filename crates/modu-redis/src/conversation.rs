@@ -300,15 +300,7 @@ impl ConversationStore for RedisConversationStore {
         let script = format!("{HELD_FUNCTION}{DELETE_FENCED_SCRIPT_BODY}");
         let mut cmd = eval(&script, &[&key, &used, &lease]);
         cmd.arg(fence.token);
-        let done: i64 = with_retry(&self.conn, "conversation.delete_fenced", |mut conn| {
-            let cmd = &cmd;
-            async move { cmd.query_async(&mut conn).await }
-        })
-        .await?;
-        if done == FENCED_REPLY {
-            return Err(lease::fenced(fence));
-        }
-        Ok(())
+        lease::run_fenced(&self.conn, "conversation.delete_fenced", &cmd, fence).await
     }
 
     async fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {

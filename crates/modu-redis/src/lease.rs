@@ -35,6 +35,26 @@ pub(crate) fn fenced(fence: &Fence) -> StoreError {
     }
 }
 
+/// Runs a fenced script (retried like any command) that answers [`FENCED_REPLY`] when `fence`
+/// is not its key's live lease: `Fenced` then.
+pub(crate) async fn run_fenced(
+    conn: &ConnectionManager,
+    operation: &'static str,
+    cmd: &redis::Cmd,
+    fence: &Fence,
+) -> Result<(), StoreError> {
+    let done: i64 = with_retry(
+        conn,
+        operation,
+        |mut conn| async move { cmd.query_async(&mut conn).await },
+    )
+    .await?;
+    if done == FENCED_REPLY {
+        return Err(fenced(fence));
+    }
+    Ok(())
+}
+
 /// Takes a free lease. KEYS: lease, token counter, take id. ARGV: holder, ttl ms. Returns the
 /// token, or nil when a live lease holds the key. The take id makes a retry of the same call
 /// (after the connection broke) return the token the first attempt took instead of finding

@@ -102,12 +102,7 @@ fn is_strict(schema: &Value, root: bool) -> bool {
     if o.contains_key("$ref") && o.len() > 1 {
         return false;
     }
-    if !(o.contains_key("type")
-        || o.contains_key("anyOf")
-        || o.contains_key("$ref")
-        || o.contains_key("enum")
-        || o.contains_key("const"))
-    {
+    if !has_type(o) {
         return false;
     }
     if is_object(o) {
@@ -130,6 +125,13 @@ fn is_strict(schema: &Value, root: bool) -> bool {
         }
     }
     subschemas(o).all(|s| is_strict(s, false))
+}
+
+/// Whether `o` says what its values are (a schema any value fits has no strict form).
+fn has_type(o: &Map<String, Value>) -> bool {
+    ["type", "anyOf", "$ref", "enum", "const"]
+        .iter()
+        .any(|k| o.contains_key(*k))
 }
 
 fn is_object(o: &Map<String, Value>) -> bool {
@@ -232,12 +234,7 @@ fn rewrite(schema: &mut Value, defs: &Value, depth: usize) -> Option<()> {
             return None;
         }
     }
-    if !(o.contains_key("type")
-        || o.contains_key("anyOf")
-        || o.contains_key("$ref")
-        || o.contains_key("enum")
-        || o.contains_key("const"))
-    {
+    if !has_type(o) {
         // A schema any value fits (`serde_json::Value`): strict mode has no such schema.
         return None;
     }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use modu_agent::Agent;
-use modu_core::{ChatModel, ChatRequest, JsonCodec, Message, OutputCodec};
+use modu_core::{ChatModel, ChatRequest, JsonCodec, Message, OutputCodec, ResponseFormat};
 use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::{Value, json};
 
@@ -158,12 +158,20 @@ struct Counts {
     by_name: HashMap<String, u32>,
 }
 
-fn format_of(codec_schema: &Value, server: &MockOpenAiServer) -> Value {
+/// The `json_schema` of the last request the server received.
+fn last_sent(server: &MockOpenAiServer) -> Value {
     let body = server.requests().pop().unwrap();
-    let format = body["response_format"]["json_schema"].clone();
     assert_eq!(body["response_format"]["type"], "json_schema");
-    assert!(codec_schema.is_object());
-    format
+    body["response_format"]["json_schema"].clone()
+}
+
+/// Sends one request answering in `format`; the `json_schema` the server received.
+async fn send(server: &MockOpenAiServer, format: ResponseFormat) -> Value {
+    client(server)
+        .complete(ChatRequest::new(vec![Message::user("answer")]).with_response_format(format))
+        .await
+        .unwrap();
+    last_sent(server)
 }
 
 #[tokio::test]
@@ -176,11 +184,7 @@ async fn a_rust_types_schema_is_sent_in_openai_strict_form_and_its_answers_still
     openai_strict_violations(&format.schema, "", &mut before);
     assert!(!before.is_empty(), "{}", format.schema);
 
-    client(&server)
-        .complete(ChatRequest::new(vec![Message::user("report")]).with_response_format(format.clone()))
-        .await
-        .unwrap();
-    let sent = format_of(&format.schema, &server);
+    let sent = send(&server, format.clone()).await;
     assert_eq!(sent["strict"], true, "{sent}");
     assert_eq!(sent["name"], "Report");
     let mut found = Vec::new();
@@ -211,7 +215,7 @@ async fn a_rust_types_schema_is_sent_in_openai_strict_form_and_its_answers_still
         "{:?}",
         result.error()
     );
-    let sent = format_of(&format.schema, &server);
+    let sent = last_sent(&server);
     assert_eq!(sent["strict"], true);
     let mut found = Vec::new();
     openai_strict_violations(&sent["schema"], "", &mut found);
@@ -222,23 +226,16 @@ async fn a_rust_types_schema_is_sent_in_openai_strict_form_and_its_answers_still
 async fn a_schema_strict_mode_cannot_take_is_sent_as_it_is_without_strict() {
     let server = MockOpenAiServer::start().await.unwrap();
     let format = JsonCodec::<Counts>::new().response_format().unwrap();
-    client(&server)
-        .complete(ChatRequest::new(vec![Message::user("count")]).with_response_format(format.clone()))
-        .await
-        .unwrap();
-    let sent = format_of(&format.schema, &server);
+    let sent = send(&server, format.clone()).await;
     assert_eq!(sent["strict"], false, "a map has no strict form: {sent}");
     assert_eq!(sent["schema"], format.schema);
 
     // Asked without strict, the schema goes as it is.
-    client(&server)
-        .complete(
-            ChatRequest::new(vec![Message::user("report")])
-                .with_response_format(JsonCodec::<Report>::new().response_format().unwrap().strict(false)),
-        )
-        .await
-        .unwrap();
-    let sent = format_of(&format.schema, &server);
+    let sent = send(
+        &server,
+        JsonCodec::<Report>::new().response_format().unwrap().strict(false),
+    )
+    .await;
     assert_eq!(sent["strict"], false);
     assert_eq!(
         sent["schema"],
@@ -254,11 +251,7 @@ async fn a_schema_strict_mode_cannot_take_is_sent_as_it_is_without_strict() {
 async fn the_strict_form_keeps_the_answers_the_type_takes() {
     let server = MockOpenAiServer::start().await.unwrap();
     let format = JsonCodec::<Step>::new().response_format().unwrap();
-    client(&server)
-        .complete(ChatRequest::new(vec![Message::user("step")]).with_response_format(format.clone()))
-        .await
-        .unwrap();
-    let sent = format_of(&format.schema, &server);
+    let sent = send(&server, format.clone()).await;
     assert_eq!(sent["strict"], true, "{sent}");
     let mut found = Vec::new();
     openai_strict_violations(&sent["schema"], "", &mut found);
@@ -281,11 +274,7 @@ async fn the_strict_form_keeps_the_answers_the_type_takes() {
     );
 
     let format = JsonCodec::<Flattened>::new().response_format().unwrap();
-    client(&server)
-        .complete(ChatRequest::new(vec![Message::user("op")]).with_response_format(format.clone()))
-        .await
-        .unwrap();
-    let sent = format_of(&format.schema, &server);
+    let sent = send(&server, format.clone()).await;
     assert_eq!(sent["strict"], false, "{sent}");
     assert_eq!(sent["schema"], format.schema);
 }
