@@ -27,6 +27,7 @@ pub mod plan;
 pub mod redact;
 pub mod response;
 pub mod store;
+mod strict_schema;
 pub mod tokens;
 pub mod tool;
 pub mod tool_json;

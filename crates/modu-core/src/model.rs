@@ -89,6 +89,52 @@ impl ResponseFormat {
         self.strict = strict;
         self
     }
+
+    /// The schema and `strict` flag as an OpenAI-compatible server takes them (what
+    /// modu-openai sends, and what modu-server publishes for a structured agent).
+    ///
+    /// OpenAI refuses `strict: true` (400 "Invalid schema for response_format") unless every
+    /// object sets `additionalProperties: false` and lists all its properties in `required`,
+    /// and takes only a subset of JSON Schema; a schema derived from a Rust type has neither
+    /// rule by default. With [`strict`](Self::strict) set, this is the schema in that subset
+    /// (borrowed when it already is; otherwise rewritten: objects closed, every property
+    /// required, an `Option` field staying nullable, `oneOf` as `anyOf`, a `$ref` with keywords
+    /// beside it inlined, keywords strict mode refuses dropped) and `true`. A schema with no
+    /// such form (a map, a field taking any value, `allOf`, `not`, a root that is not an
+    /// object) and a format without `strict` give the schema as it is and `false`.
+    ///
+    /// Every answer the strict form allows parses into the type the schema was derived from,
+    /// except that a `#[serde(default)]` field must then be given.
+    ///
+    /// ```
+    /// use modu_core::model::ResponseFormat;
+    /// use serde_json::json;
+    ///
+    /// let format = ResponseFormat::new("answer", json!({
+    ///     "type": "object",
+    ///     "properties": {"text": {"type": "string"}, "note": {"type": ["string", "null"]}},
+    ///     "required": ["text"],
+    /// }));
+    /// let (schema, strict) = format.wire_schema();
+    /// assert!(strict);
+    /// let required = schema["required"].as_array().unwrap();
+    /// assert!(required.contains(&json!("text")) && required.contains(&json!("note")));
+    /// assert_eq!(schema["additionalProperties"], json!(false));
+    ///
+    /// // A map has no strict form: sent as it is, without `strict`.
+    /// let map = ResponseFormat::new("tags", json!({"type": "object", "additionalProperties": {"type": "string"}}));
+    /// assert!(!map.wire_schema().1);
+    /// ```
+    pub fn wire_schema(&self) -> (std::borrow::Cow<'_, serde_json::Value>, bool) {
+        match self
+            .strict
+            .then(|| crate::strict_schema::strict_schema(&self.schema))
+            .flatten()
+        {
+            Some(schema) => (schema, true),
+            None => (std::borrow::Cow::Borrowed(&self.schema), false),
+        }
+    }
 }
 
 /// How much a reasoning model should think before it answers.

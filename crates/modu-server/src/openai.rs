@@ -539,12 +539,15 @@ impl Stream for Guarded {
 }
 
 /// An agent as an OpenAI model object. A structured agent's also has `response_format`: the
-/// `json_schema` format it answers in, as a request may send it back.
+/// `json_schema` format it answers in, as a request may send it back and as OpenAI takes it
+/// ([`ResponseFormat::wire_schema`](modu_core::model::ResponseFormat::wire_schema): `strict`
+/// only with a schema in strict mode's subset).
 fn model_json(state: &AppState, name: &str, agent: &Arc<dyn Served>) -> Value {
     let mut model = json!({"id": name, "object": "model", "created": state.created, "owned_by": "modu"});
     if let Some(format) = agent.response_format() {
+        let (schema, strict) = format.wire_schema();
         model["response_format"] = json!({"type": "json_schema", "json_schema": {
-            "name": format.name, "schema": format.schema, "strict": format.strict,
+            "name": format.name, "schema": schema, "strict": strict,
         }});
     }
     model

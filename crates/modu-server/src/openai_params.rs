@@ -10,8 +10,8 @@
 //!   call tools). `tool_choice` `"auto"` and, for a text agent, `response_format` `{"type": "text"}` ask
 //!   for what the agent does anyway; so do, for an agent with structured output
 //!   (`AgentBuilder::output`), `response_format` `json_object` and `json_schema` with the
-//!   agent's own schema (compared without its `title`, `description` and `$schema`
-//!   annotations; the name and `strict` are not read). A request cannot loosen the
+//!   agent's own schema or its strict form as `/v1/models` publishes it (compared without
+//!   `title`, `description` and `$schema` annotations; the name and `strict` are not read). A request cannot loosen the
 //!   agent's own limits: its output limit is at most the agent's; `tool_choice: "none"` leaves
 //!   an agent that must call a tool (`required` or a named tool) as it is; and
 //!   `parallel_tool_calls: true` leaves an agent set to `false` as it is (the model is still
@@ -147,7 +147,9 @@ fn response_format(format: &Value, agent: Option<&ResponseFormat>) -> Result<(),
         ))),
         (Some("json_schema"), Some(agent)) => {
             let schema = format.get("json_schema").and_then(|s| s.get("schema"));
-            if schema.is_some_and(|schema| same_schema(schema, &agent.schema)) {
+            // The agent's schema, or its strict form as `/v1/models` publishes it.
+            let (published, _) = agent.wire_schema();
+            if schema.is_some_and(|schema| same_schema(schema, &agent.schema) || same_schema(schema, &published)) {
                 Ok(())
             } else {
                 Err(unsupported(format!(

@@ -321,7 +321,15 @@ async fn a_structured_agents_output_schema_is_published_for_clients() {
         .text(r#"{"city":"Paris","sky":"sunny"}"#)
         .cycle();
     let agent = modu_agent::Agent::builder(model).output::<Forecast>().build().unwrap();
-    let own = agent.response_format().unwrap().schema;
+    let format = agent.response_format().unwrap();
+    let own = format.schema.clone();
+    // Published as OpenAI's strict mode takes it (a derived schema is not in its subset as is:
+    // OpenAI would refuse it with `strict: true`).
+    let (strict_form, strict) = format.wire_schema();
+    let strict_form = strict_form.into_owned();
+    assert!(strict);
+    assert_ne!(strict_form, own);
+    assert_eq!(strict_form["additionalProperties"], false);
     let server = ModuServer::new()
         .agent("forecast", agent)
         .agent("weather", tuned_agent(common::weather_model()));
@@ -334,12 +342,17 @@ async fn a_structured_agents_output_schema_is_published_for_clients() {
     let format = &models["data"][0]["response_format"];
     assert_eq!(models["data"][0]["id"], "forecast", "{models}");
     assert_eq!(format["type"], "json_schema", "{models}");
-    assert_eq!(format["json_schema"]["schema"], own, "{models}");
+    assert_eq!(format["json_schema"]["schema"], strict_form, "{models}");
+    assert_eq!(format["json_schema"]["strict"], true, "{models}");
     assert!(models["data"][1].get("response_format").is_none(), "{models}");
-    let mut body = chat("forecast", false);
-    body["response_format"] = format.clone();
-    let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &body).await;
-    assert_eq!(status, 200, "{text}");
+    // Sent back as published, or with the agent's own schema: both are the agent's format.
+    for schema in [&strict_form, &own] {
+        let mut body = chat("forecast", false);
+        body["response_format"] = format.clone();
+        body["response_format"]["json_schema"]["schema"] = schema.clone();
+        let (status, text, _) = post(&format!("{base}/v1/chat/completions"), None, &body).await;
+        assert_eq!(status, 200, "{text}");
+    }
 
     let card = get("/a2a/forecast/.well-known/agent-card.json").await;
     assert_eq!(card["skills"][0]["outputModes"], json!(["application/json"]), "{card}");

@@ -3,7 +3,6 @@
 
 mod request;
 mod response;
-mod strict;
 
 pub use request::EmptyToolCallContent;
 pub(crate) use request::{MessageOptions, WireMessages, WireTools, encode_request, wire_messages, wire_tools};

@@ -352,15 +352,11 @@ pub(crate) fn wire_tool_choice(choice: &ToolChoice) -> WireToolChoice<'_> {
 }
 
 /// The response format as OpenAI takes it: a strict schema in strict mode's subset of JSON
-/// Schema (see [`super::strict`]), or, when the schema cannot be put in it, the schema as it
-/// is without `strict` (OpenAI refuses the request otherwise).
+/// Schema ([`ResponseFormat::wire_schema`]), or, when the schema cannot be put in it, the
+/// schema as it is without `strict` (OpenAI refuses the request otherwise).
 pub(crate) fn wire_response_format(format: &ResponseFormat) -> WireResponseFormat<'_> {
-    let strict = if format.strict {
-        super::strict::strict_schema(&format.schema)
-    } else {
-        None
-    };
-    if format.strict && strict.is_none() {
+    let (schema, strict) = format.wire_schema();
+    if format.strict && !strict {
         tracing::debug!(
             name = %format.name,
             "the output schema has no form OpenAI's strict mode takes (a map, any value, allOf, not, or a root that is not an object): sent without strict"
@@ -370,8 +366,8 @@ pub(crate) fn wire_response_format(format: &ResponseFormat) -> WireResponseForma
         kind: "json_schema",
         json_schema: WireJsonSchema {
             name: &format.name,
-            strict: strict.is_some(),
-            schema: strict.unwrap_or(Cow::Borrowed(&format.schema)),
+            strict,
+            schema,
         },
     }
 }

@@ -1,10 +1,11 @@
-//! OpenAI's strict structured outputs: the subset of JSON Schema `strict: true` takes.
+//! OpenAI's strict structured outputs: the subset of JSON Schema `strict: true` takes
+//! (read through [`ResponseFormat::wire_schema`](crate::model::ResponseFormat::wire_schema)).
 //!
 //! With `strict: true`, OpenAI refuses a `json_schema` response format (400 "Invalid schema
 //! for response_format") unless every object sets `additionalProperties: false` and lists all
 //! of its properties in `required`, and it takes only some keywords. A schema derived from a
 //! Rust type (schemars) has neither rule by default: a struct allows other properties, and an
-//! `Option` field or a `#[serde(default)]` one is not required. [`strict_schema`] rewrites such
+//! `Option` field or a `#[serde(default)]` one is not required. `strict_schema` rewrites such
 //! a schema into that subset so that every answer the rewritten schema allows still parses
 //! into the type (a property that becomes required stays nullable when its schema allows
 //! `null`; a `#[serde(default)]` one must then be given), and says when it cannot (a map, a
