@@ -177,11 +177,15 @@ pub fn partial_json(text: &str) -> Option<Value> {
 }
 
 /// A `\uXXXX` escape cut short at the end of `body`: where it starts.
+///
+/// Searched in bytes: the last five bytes of a string being written may start inside a
+/// character of more than one byte (Korean text, say), where a `str` cannot be cut.
 fn open_unicode_escape(body: &str) -> Option<usize> {
-    let tail = body.len().saturating_sub(5);
-    let at = body[tail..].rfind("\\u")? + tail;
-    let digits = &body[at + 2..];
-    (digits.len() < 4 && digits.bytes().all(|b| b.is_ascii_hexdigit()) && !is_escaped(body, at)).then_some(at)
+    let bytes = body.as_bytes();
+    let tail = bytes.len().saturating_sub(5);
+    let at = bytes[tail..].windows(2).rposition(|w| w == b"\\u")? + tail;
+    let digits = &bytes[at + 2..];
+    (digits.len() < 4 && digits.iter().all(u8::is_ascii_hexdigit) && !is_escaped(body, at)).then_some(at)
 }
 
 /// Whether the backslash at `at` is itself escaped (preceded by an odd number of backslashes).
@@ -251,6 +255,8 @@ mod tests {
         assert_eq!(partial_json(r#"{"ke"#), Some(json!({})));
         assert_eq!(partial_json(r#"[{"a": 1}, {"b""#), Some(json!([{"a": 1}, {}])));
         assert_eq!(partial_json("  {"), Some(json!({})));
+        assert_eq!(partial_json(r#"{"a": "한국"#), Some(json!({"a": "한국"})));
+        assert_eq!(partial_json(r#"{"a": "é\u00"#), Some(json!({"a": "é"})));
     }
 
     #[test]

@@ -157,3 +157,33 @@ async fn a_corrective_requests_snapshots_start_a_new_series_after_its_model_call
     }
     Ok(())
 }
+
+/// A structured answer written in Korean (or any text of characters longer than one byte),
+/// streamed a character at a time as servers send it: every prefix that ends inside a string
+/// gives a snapshot, and the run completes with the whole answer.
+#[tokio::test]
+async fn an_answer_in_korean_streams_its_snapshots_without_panicking() -> TestResult {
+    let json_text = r#"{"result": 5, "explanation": "이와 삼을 더하면 오입니다", "steps": ["둘", "셋"]}"#;
+    let deltas: Vec<String> = json_text.chars().map(String::from).collect();
+    let agent = Agent::builder(ScriptedModel::new().text_deltas(deltas))
+        .output::<Answer>()
+        .build()?;
+    let mut stream = agent.stream("2 + 3?");
+    let mut explanations: Vec<String> = Vec::new();
+    let mut output = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            StreamItem::Event(AgentEvent::OutputPartial { snapshot, .. }) => {
+                explanations.extend(snapshot["explanation"].as_str().map(str::to_owned));
+            }
+            StreamItem::Event(_) => {}
+            StreamItem::Completed(r) => output = Some(r.output),
+            StreamItem::Failed(r) => return Err(format!("run failed: {:?}", r.error).into()),
+            StreamItem::Paused(p) => return Err(format!("run paused: {:?}", p.approvals).into()),
+        }
+    }
+    let output = output.ok_or("no output")?;
+    assert_eq!(output.explanation, "이와 삼을 더하면 오입니다");
+    assert!(explanations.iter().any(|e| e == "이와 삼"), "{explanations:?}");
+    Ok(())
+}
