@@ -107,9 +107,30 @@ impl RunCompaction {
 /// A run's summary of its oldest rounds so far (kept for the run's life in this process).
 #[derive(Debug, Default)]
 pub(crate) struct RunSummary {
-    /// Rounds the summary covers, counted from the run's first round.
+    /// Rounds the summary covers, counted from the first round of the requests it is for.
     rounds: usize,
     text: String,
+    /// The first call id of each round it covers: a request whose first rounds are others (a
+    /// strict run's next step, whose requests hold only that step's rounds) needs its own.
+    calls: Vec<String>,
+}
+
+impl RunSummary {
+    /// Whether the summary covers the first rounds of `messages` (`rounds` of them).
+    fn covers(&self, messages: &[Message], rounds: &[(usize, usize)]) -> bool {
+        self.calls.len() == self.rounds
+            && rounds.len() >= self.rounds
+            && self
+                .calls
+                .iter()
+                .zip(rounds)
+                .all(|(id, &(start, _))| first_call(&messages[start]) == Some(id.as_str()))
+    }
+}
+
+/// The id of a round's first call.
+fn first_call(message: &Message) -> Option<&str> {
+    message.tool_calls.first().map(|c| c.id.as_str())
 }
 
 /// What a compaction did to one request.
@@ -205,6 +226,9 @@ impl RunCompaction {
         if eligible == 0 {
             return Ok((0, Usage::default()));
         }
+        if !summary.covers(messages, &rounds) {
+            *summary = RunSummary::default();
+        }
         // The fewest rounds whose removal (with a summary about as long as the current one)
         // makes the request fit; all eligible ones if none does.
         let limit = self.budget.input_budget();
@@ -228,6 +252,10 @@ impl RunCompaction {
                 .map_err(|e| AgentError::from_model(&e))?;
             summary.text = text;
             summary.rounds = take;
+            summary.calls = rounds[..take]
+                .iter()
+                .filter_map(|&(start, _)| first_call(&messages[start]).map(str::to_owned))
+                .collect();
             usage = used;
         }
         let message = Message::assistant(format!("{}{}", SUMMARY_HEADER, summary.text));

@@ -267,3 +267,116 @@ async fn a_strict_steps_tool_results_are_trimmed_too() {
         "a step's tool result went out whole ({biggest} bytes)"
     );
 }
+
+/// The page a `fetch_page` result is of.
+fn page_of(result: &str) -> String {
+    let after = result.split("page ").nth(1).unwrap_or_default();
+    after.chars().take_while(char::is_ascii_digit).collect()
+}
+
+/// Writes which pages the messages it is given read: "pages: 0 1 …".
+struct PageSummarizer;
+
+#[async_trait]
+impl ConversationSummarizer for PageSummarizer {
+    async fn summarize(&self, previous: Option<&str>, messages: &[Message]) -> Result<(String, Usage), ModelError> {
+        let mut text = previous.unwrap_or("pages:").to_owned();
+        for m in messages.iter().filter(|m| m.role == Role::Tool) {
+            text.push(' ');
+            text.push_str(&page_of(&m.text()));
+        }
+        Ok((text, Usage::default()))
+    }
+}
+
+/// A strict Plan-and-Execute run's steps each have their own tool rounds: the summary of the
+/// first step's rounds is not put in place of the second step's (which would lose what they
+/// read and tell the model it read pages it did not see in that step).
+#[tokio::test]
+async fn a_strict_steps_rounds_are_summarised_as_its_own() {
+    let page = || {
+        FunctionTool::<()>::new(
+            ToolSpec::new(
+                "fetch_page",
+                "Fetch a page",
+                json!({"type": "object", "properties": {"page": {"type": "integer"}}}),
+            ),
+            |_ctx, args| {
+                let page = args["page"].as_i64().unwrap_or_default();
+                async move { Ok(json!(format!("page {page}: {}", "w".repeat(4_000)))) }
+            },
+        )
+    };
+    let done_step = |result: &str| json!({"status": "completed", "result": result}).to_string();
+    let mut limits = RunLimits::default();
+    limits.max_step_attempts = 5;
+    let mut model = ScriptedModel::new().text(
+        json!({"steps": [
+            {"description": "read the first pages", "allowed_tools": ["fetch_page"]},
+            {"description": "read the next pages", "allowed_tools": ["fetch_page"]},
+        ]})
+        .to_string(),
+    );
+    // A step's rounds: each call's step result reports the step unfinished but the last.
+    for pages in [[0, 1, 2], [10, 11, 12]] {
+        for (n, p) in pages.into_iter().enumerate() {
+            model = model.tool_call("fetch_page", json!({"page": p}));
+            model = model.text(if n < 2 {
+                json!({"status": "failed", "result": "more pages to read"}).to_string()
+            } else {
+                done_step("pages read")
+            });
+        }
+    }
+    let model = model.text("final");
+    let compaction = RunCompaction::summarize(
+        TokenBudget::new(3_000, 400, 100),
+        Arc::new(ApproximateTokenCounter::default()),
+        Arc::new(PageSummarizer),
+    )
+    .keep_recent(1);
+    let agent = Agent::builder(model.clone())
+        .tool(page())
+        .limits(limits)
+        .decision_policy(modu_agent::plan::PlanAndExecutePolicy::new(
+            modu_agent::plan::LlmPlanGenerator::agent_model(),
+        ))
+        .run_compaction(compaction)
+        .build()
+        .unwrap();
+    let done = agent.run("read the pages").await;
+    assert!(done.is_completed(), "{:?}", done.error());
+    let sent = model.requests();
+    let mut summarised = 0;
+    for (i, request) in sent.iter().enumerate() {
+        let read: Vec<String> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .map(|m| page_of(&m.text()))
+            .collect();
+        let Some(summary) = request
+            .messages
+            .iter()
+            .find(|m| m.text().starts_with("Summary of this run's earlier tool calls"))
+        else {
+            continue;
+        };
+        summarised += 1;
+        let text = summary.text();
+        let named: Vec<&str> = text
+            .rsplit("pages:")
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        // The summary and the results sent beside it are one step's: pages 0–2 or pages 10–12.
+        let first_step = |p: &str| p.len() == 1;
+        let all: Vec<&str> = named.iter().copied().chain(read.iter().map(String::as_str)).collect();
+        assert!(
+            all.iter().all(|p| first_step(p)) || all.iter().all(|p| !first_step(p)),
+            "request {i} sends a summary of pages {named:?} beside the results of pages {read:?}"
+        );
+    }
+    assert!(summarised >= 2, "both steps were summarised: {summarised}");
+}
