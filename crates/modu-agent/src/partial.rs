@@ -168,6 +168,9 @@ pub fn partial_json(text: &str) -> Option<Value> {
             } else if let Some(cut) = open_unicode_escape(body) {
                 body = &body[..cut];
             }
+            if let Some(cut) = lone_high_surrogate(body) {
+                body = &body[..cut];
+            }
             value_done(&mut stack);
             format!("{body}\"{}", closers(&stack))
         }
@@ -186,6 +189,16 @@ fn open_unicode_escape(body: &str) -> Option<usize> {
     let at = bytes[tail..].windows(2).rposition(|w| w == b"\\u")? + tail;
     let digits = &bytes[at + 2..];
     (digits.len() < 4 && digits.iter().all(u8::is_ascii_hexdigit) && !is_escaped(body, at)).then_some(at)
+}
+
+/// A `\uD800`–`\uDBFF` escape at the end of `body`: the first half of a character beyond
+/// the BMP whose second half has not arrived (alone it is not JSON). Where it starts.
+fn lone_high_surrogate(body: &str) -> Option<usize> {
+    let at = body.len().checked_sub(6)?;
+    let escape = body.as_bytes().get(at..)?;
+    let hex = std::str::from_utf8(escape.get(2..)?).ok()?;
+    let unit = u16::from_str_radix(hex, 16).ok()?;
+    (escape.starts_with(b"\\u") && (0xD800..=0xDBFF).contains(&unit) && !is_escaped(body, at)).then_some(at)
 }
 
 /// Whether the backslash at `at` is itself escaped (preceded by an odd number of backslashes).
@@ -257,6 +270,12 @@ mod tests {
         assert_eq!(partial_json("  {"), Some(json!({})));
         assert_eq!(partial_json(r#"{"a": "한국"#), Some(json!({"a": "한국"})));
         assert_eq!(partial_json(r#"{"a": "é\u00"#), Some(json!({"a": "é"})));
+        // A surrogate pair cut after its first half, or inside its second.
+        assert_eq!(partial_json(r#"{"a": "x\ud83d"#), Some(json!({"a": "x"})));
+        assert_eq!(partial_json(r#"{"a": "x\ud83d\"#), Some(json!({"a": "x"})));
+        assert_eq!(partial_json(r#"{"a": "x\ud83d\ude0"#), Some(json!({"a": "x"})));
+        assert_eq!(partial_json(r#"{"a": "x\ud83d\ude00"#), Some(json!({"a": "x😀"})));
+        assert_eq!(partial_json(r#"{"a": "x\\ud83d"#), Some(json!({"a": "x\\ud83d"})));
     }
 
     #[test]
