@@ -179,6 +179,25 @@ pub fn partial_json(text: &str) -> Option<Value> {
     serde_json::from_str(&completed).ok()
 }
 
+/// The part of a structured answer's text so far where its JSON is, as the output codec reads
+/// the whole answer: after a reasoning model's `<think>…</think>` (`None` while it thinks) and
+/// after a code fence's opening line (`None` until that line is over).
+pub(crate) fn answer_json(text: &str) -> Option<&str> {
+    let mut rest = text.trim_start();
+    if let Some(thinking) = rest.strip_prefix("<think>") {
+        rest = thinking.split_once("</think>")?.1.trim_start();
+    }
+    if let Some(fenced) = rest.strip_prefix("```") {
+        let fenced = fenced.trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+        // Until a line break or space ends it, "```js" may still become "```json".
+        if !fenced.starts_with(char::is_whitespace) {
+            return None;
+        }
+        rest = fenced.trim_start();
+    }
+    Some(rest)
+}
+
 /// A `\uXXXX` escape cut short at the end of `body`: where it starts.
 ///
 /// Searched in bytes: the last five bytes of a string being written may start inside a
@@ -276,6 +295,17 @@ mod tests {
         assert_eq!(partial_json(r#"{"a": "x\ud83d\ude0"#), Some(json!({"a": "x"})));
         assert_eq!(partial_json(r#"{"a": "x\ud83d\ude00"#), Some(json!({"a": "x😀"})));
         assert_eq!(partial_json(r#"{"a": "x\\ud83d"#), Some(json!({"a": "x\\ud83d"})));
+    }
+
+    #[test]
+    fn an_answers_json_starts_after_its_thinking_and_its_fence() {
+        use super::answer_json;
+        assert_eq!(answer_json(" {\"a\""), Some("{\"a\""));
+        assert_eq!(answer_json("<think>{\"b\": 1}"), None);
+        assert_eq!(answer_json("<think>{\"b\": 1}</think>\n{\"a\""), Some("{\"a\""));
+        assert_eq!(answer_json("```js"), None);
+        assert_eq!(answer_json("```json\n{\"a\""), Some("{\"a\""));
+        assert_eq!(answer_json("<think>x</think>```\n["), Some("["));
     }
 
     #[test]

@@ -187,3 +187,40 @@ async fn an_answer_in_korean_streams_its_snapshots_without_panicking() -> TestRe
     assert!(explanations.iter().any(|e| e == "이와 삼"), "{explanations:?}");
     Ok(())
 }
+
+/// The output codec takes a code fence off an answer and reads the JSON after a reasoning
+/// model's thinking; the snapshots of such an answer are those of its JSON, and the last one is
+/// the final output's.
+#[tokio::test]
+async fn a_fenced_or_thinking_answer_streams_the_snapshots_of_its_json() -> TestResult {
+    let json_text = r#"{"result": 5, "explanation": "2 + 3", "steps": ["add"]}"#;
+    for text in [
+        format!("```json\n{json_text}\n```"),
+        format!("<think>The user wants {{\"result\": 1}}? No.</think>\n\n{json_text}"),
+        format!("<think>Fenced, then.</think>\n```\n{json_text}\n```"),
+    ] {
+        let deltas: Vec<String> = text.chars().map(String::from).collect();
+        let agent = Agent::builder(ScriptedModel::new().text_deltas(deltas))
+            .output::<Answer>()
+            .build()?;
+        let mut stream = agent.stream("2 + 3?");
+        let mut snapshots: Vec<Value> = Vec::new();
+        let mut output = None;
+        while let Some(item) = stream.next().await {
+            match item {
+                StreamItem::Event(AgentEvent::OutputPartial { snapshot, .. }) => snapshots.push(snapshot),
+                StreamItem::Event(_) => {}
+                StreamItem::Completed(r) => output = Some(r.output),
+                StreamItem::Failed(r) => return Err(format!("run failed: {:?}", r.error).into()),
+                StreamItem::Paused(p) => return Err(format!("run paused: {:?}", p.approvals).into()),
+            }
+        }
+        let full = serde_json::to_value(output.ok_or("no output")?)?;
+        assert_eq!(snapshots.last(), Some(&full), "{text:?}: {snapshots:?}");
+        assert!(
+            snapshots.iter().all(|s| s.get("result").is_none_or(|r| r == 5)),
+            "{text:?}: the thinking is not the answer: {snapshots:?}"
+        );
+    }
+    Ok(())
+}

@@ -211,7 +211,8 @@ fn answer_streamed(
     }
 }
 
-/// The structured answer's text so far, and the last snapshot sent.
+/// The structured answer's text so far, and the last snapshot sent. The snapshots are of its
+/// JSON as the output codec finds it (after thinking, inside a code fence).
 #[derive(Default)]
 struct PartialOutput {
     text: String,
@@ -222,7 +223,7 @@ impl PartialOutput {
     /// Adds a delta; the new snapshot when it differs from the last one sent.
     fn push(&mut self, delta: &str) -> Option<serde_json::Value> {
         self.text.push_str(delta);
-        let snapshot = crate::partial::partial_json(&self.text)?;
+        let snapshot = crate::partial::partial_json(crate::partial::answer_json(&self.text)?)?;
         if self.sent.as_ref() == Some(&snapshot) {
             return None;
         }
