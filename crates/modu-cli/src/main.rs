@@ -15,10 +15,28 @@
 // A command line prints its results.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// `println!` that does not panic when stdout is closed: see [`write_out`].
+macro_rules! outln {
+    () => {
+        $crate::write_out(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*), true)
+    };
+}
+
+/// `print!` that does not panic when stdout is closed: see [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*), false)
+    };
+}
 
 mod build;
 mod commands;
@@ -118,5 +136,22 @@ async fn dispatch(command: Command, config: Option<PathBuf>) -> commands::Comman
         Command::Doctor => commands::doctor::run(config).await,
         Command::Serve(args) => commands::serve::run(args, config).await,
         Command::Skills(cmd) => commands::skills::run(cmd),
+    }
+}
+
+/// Writes to stdout (and a newline when `newline`). A reader that has gone (`modu sessions list
+/// | head -1`) is not an error: what it left unread is not wanted, and the command's exit code
+/// stays its own. Any other write error (a full disk) ends the command with exit code 1, as
+/// it cannot report its results.
+fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(args)
+        .and_then(|()| if newline { stdout.write_all(b"\n") } else { Ok(()) });
+    if let Err(e) = written
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
     }
 }

@@ -6,11 +6,11 @@ use super::{CommandResult, Failure, load_config};
 use crate::build;
 
 fn ok(what: &str) {
-    println!("✓ {what}");
+    outln!("✓ {what}");
 }
 
 fn bad(what: &str) {
-    println!("✗ {}", crate::ui::one_line(what));
+    outln!("✗ {}", crate::ui::one_line(what));
 }
 
 /// Prints one ✓ or ✗ line per check; exit 1 when any check fails (the configuration included).

@@ -69,7 +69,7 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                     eprintln!("no runs in {}", stores.description);
                 }
                 for run in &runs {
-                    println!(
+                    outln!(
                         "{}\t{}\t{}\t{}\t{}",
                         run.run_id,
                         run.meta.status,
@@ -108,23 +108,25 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                 }
                 print_json(&value)?;
             } else {
-                println!("run:      {}", summary.run_id);
-                println!("status:   {}", summary.meta.status);
-                println!("agent:    {}", summary.meta.agent);
-                println!("session:  {}", summary.meta.session_id.as_deref().unwrap_or("-"));
-                println!("updated:  {}", rfc3339(summary.updated_at));
+                outln!("run:      {}", summary.run_id);
+                outln!("status:   {}", summary.meta.status);
+                outln!("agent:    {}", summary.meta.agent);
+                outln!("session:  {}", summary.meta.session_id.as_deref().unwrap_or("-"));
+                outln!("updated:  {}", rfc3339(summary.updated_at));
                 match &details {
                     Ok(d) => {
-                        println!(
+                        outln!(
                             "progress: turns {}, tool calls {}, messages {}",
-                            d.turns, d.tool_calls, d.messages
+                            d.turns,
+                            d.tool_calls,
+                            d.messages
                         );
                         if d.pending.is_empty() {
-                            println!("pending approvals: none");
+                            outln!("pending approvals: none");
                         } else {
-                            println!("pending approvals:");
+                            outln!("pending approvals:");
                             for request in &d.pending {
-                                println!(
+                                outln!(
                                     "  {}  {}({})",
                                     request.call_id,
                                     request.tool_name,
@@ -133,7 +135,7 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                             }
                         }
                     }
-                    Err(e) => println!("details:  unavailable ({})", crate::ui::one_line(e)),
+                    Err(e) => outln!("details:  unavailable ({})", crate::ui::one_line(e)),
                 }
             }
             Ok(())
@@ -261,7 +263,7 @@ fn summary_json(s: &CheckpointSummary) -> Value {
 
 fn print_json(value: &Value) -> CommandResult {
     let text = serde_json::to_string_pretty(value).map_err(|e| Failure::Invalid(e.to_string()))?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 

@@ -327,3 +327,26 @@ async fn a_model_call_cut_mid_answer_is_retried_on_a_new_line() {
     );
     assert_eq!(mock.requests().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_into_a_closed_pipe_is_not_a_panic() {
+    // `modu run --json … | head -1`, `modu sessions list | head -1`: the reader has gone
+    // before everything is written.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["run", "--json", "Say hello"][..], &["sessions", "list"][..]] {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        cmd.args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        drop(child.stdout.take());
+        let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("modu did not finish within 60 s")
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
