@@ -254,9 +254,16 @@ fn input_not_durable() -> ToolError {
 }
 
 /// A step key for a model request: the SHA-256 of its JSON (what is sent; extensions are not
-/// part of it), 128 bits in hex.
+/// part of it) with every object's keys sorted, 128 bits in hex. Sorted because serde_json
+/// keeps objects in insertion order: a value a tool built from a `HashMap` would otherwise
+/// give each worker's replay its own key.
 fn request_hash(request: &ChatRequest) -> String {
-    let bytes = serde_json::to_vec(request).unwrap_or_default();
+    let bytes = serde_json::to_value(request)
+        .map(|mut value| {
+            value.sort_all_objects();
+            value.to_string().into_bytes()
+        })
+        .unwrap_or_default();
     let digest = Sha256::digest(&bytes);
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -130,7 +130,7 @@ fn fingerprint<C, O: Send + 'static>(
     // A stable hash of a canonical description.
     let mut names: Vec<(String, String)> = tools
         .iter()
-        .map(|t| (t.tool.spec().name.clone(), t.tool.spec().parameters.to_string()))
+        .map(|t| (t.tool.spec().name.clone(), sorted_json(&t.tool.spec().parameters)))
         .collect();
     names.sort();
     let mut desc = serde_json::json!({
@@ -154,6 +154,14 @@ fn fingerprint<C, O: Send + 'static>(
         handoffs.sort();
         desc["handoffs"] = serde_json::json!(handoffs);
     }
-    let desc = desc.to_string();
-    crate::canonical::stable_hash(&desc)
+    crate::canonical::stable_hash(&sorted_json(&desc))
+}
+
+/// `value` as JSON text with every object's keys in sorted order, whatever order they were
+/// built or parsed in (serde_json keeps insertion order): the text fingerprints were always
+/// hashed from, so checkpoints saved by earlier versions still resume.
+fn sorted_json(value: &serde_json::Value) -> String {
+    let mut value = value.clone();
+    value.sort_all_objects();
+    value.to_string()
 }

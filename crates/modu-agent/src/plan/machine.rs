@@ -455,7 +455,7 @@ impl Policy for Strict {
             .as_ref()
             .filter(|(new_id, _)| new_id == &call.id)
             .map(|(_, old)| sanitize_id(old));
-        let (arguments, arguments_source) = match (mode, &report.validated) {
+        let (arguments, arguments_source) = match (mode, report.validated.as_deref()) {
             (ToolTraceMode::Arguments, Some(v)) => (Some(trace_arguments(v)), Some(ArgumentsSource::Validated)),
             (ToolTraceMode::Arguments, None) => (
                 Some(trace_arguments(
@@ -472,7 +472,7 @@ impl Policy for Strict {
             ok: !is_error,
             error: error.clone(),
             canonical: requested.as_ref().map(canonical_json).unwrap_or_default(),
-            effective_hash: report.validated.as_ref().map(json_hash),
+            effective_hash: report.validated.as_deref().map(json_hash),
         };
         let mut entry = ToolTraceEntry::new(
             sanitize_id(&st.current_step_id()),

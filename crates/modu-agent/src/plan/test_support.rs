@@ -161,7 +161,7 @@ pub(crate) fn finish_call(
     let report = CallReport {
         outcome,
         attempts: u32::from(ran),
-        validated: ran.then(|| json!({"q": "x"})),
+        validated: ran.then(|| Box::new(json!({"q": "x"}))),
         identity: call.name.clone(),
         duration_ms: 1,
     };

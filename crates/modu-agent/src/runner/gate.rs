@@ -211,9 +211,12 @@ where
                         let identity = tool.entry.tool.identity(&args).into_owned();
                         // The arguments as the tool sees them (defaults in, nulls out): only a strict
                         // run's trace keeps them.
-                        let effective = self
-                            .traces_arguments()
-                            .then(|| crate::canonical::effective_arguments(&tool.entry.tool.spec().parameters, &args));
+                        let effective = self.traces_arguments().then(|| {
+                            Box::new(crate::canonical::effective_arguments(
+                                &tool.entry.tool.spec().parameters,
+                                &args,
+                            ))
+                        });
                         let answers = gate.inputs.get(&call.id).cloned().unwrap_or_default();
                         let scope = Arc::new(CallScope::new(&call.id, nested_resume, answers));
                         Ok((tool, args, identity, effective, scope))

@@ -296,8 +296,9 @@ pub(crate) struct CallReport {
     /// How often it ran (0: refused before running).
     pub(crate) attempts: u32,
     /// The arguments it ran with, schema defaults filled in (`None`: refused before running).
-    /// Filled for a strict run only: no other policy reads them.
-    pub(crate) validated: Option<serde_json::Value>,
+    /// Filled for a strict run only: no other policy reads them (boxed: every tool call's
+    /// future holds one, most of them `None`).
+    pub(crate) validated: Option<Box<serde_json::Value>>,
     /// The tool that ran or was refused ([`crate::Tool::identity`]; the called name when the
     /// call never got past lookup and argument checks).
     pub(crate) identity: String,

@@ -440,6 +440,8 @@ mod tests {
     /// concurrent run takes, and beyond glibc's per-thread cache (1,032 bytes) an allocation
     /// of it is slower. The rare steps (a guarded request, a corrective request, a concurrent
     /// batch, the strict policy) are boxed or in functions of their own for that reason.
+    /// (2,200 bytes until serde_json's `preserve_order` made a `serde_json::Value` 72 bytes
+    /// instead of 32: a tool call's arguments are held across its awaits.)
     #[test]
     fn a_standard_runs_future_stays_small() {
         let agent = crate::Agent::builder(modu_testing::ScriptedModel::new().text("done"))
@@ -453,6 +455,6 @@ mod tests {
         let (run, _span) = new_run(Arc::clone(&agent.inner), start, emitter, Instant::now(), None);
         let future = run.execute();
         let size = std::mem::size_of_val(&future);
-        assert!(size <= 2_200, "a standard run's future is {size} bytes");
+        assert!(size <= 2_500, "a standard run's future is {size} bytes");
     }
 }

@@ -278,3 +278,61 @@ async fn the_strict_form_keeps_the_answers_the_type_takes() {
     assert_eq!(sent["strict"], false, "{sent}");
     assert_eq!(sent["schema"], format.schema);
 }
+
+/// A verdict whose reasoning the model must write before its answer: OpenAI writes the keys of
+/// a structured answer in the schema's order, so putting a field first is how a user gets it
+/// generated first.
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Verdict {
+    reasoning: String,
+    confidence: f64,
+    answer: String,
+}
+
+/// A server that answers every chat request with one fixed completion and keeps the request
+/// bodies as they came, byte for byte (the mock parses them into JSON values).
+async fn recording_server(answer: &str) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::routing::post;
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&bodies);
+    let completion = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": answer}}],
+    });
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: String| {
+            kept.lock().unwrap().push(body);
+            let completion = completion.clone();
+            async move { axum::Json(completion) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, bodies)
+}
+
+#[tokio::test]
+async fn an_output_types_fields_are_sent_in_their_declared_order() {
+    let (url, bodies) = recording_server(r#"{"reasoning":"2 and 3 make 5","confidence":0.9,"answer":"5"}"#).await;
+    let model = modu_openai::OpenAiClient::new(url, "m").unwrap();
+    let agent = Agent::builder(model).output::<Verdict>().build().unwrap();
+    let result = agent.run("What is 2 + 3?").await;
+    assert_eq!(result.output().map(|v| v.answer.as_str()), Some("5"), "{result:?}");
+    let body = bodies.lock().unwrap().pop().unwrap();
+    let at = |key: &str| {
+        body.find(&format!("\"{key}\":{{"))
+            .unwrap_or_else(|| panic!("{key} not in {body}"))
+    };
+    assert!(
+        at("reasoning") < at("confidence") && at("confidence") < at("answer"),
+        "the schema's properties are not in the type's order: {body}"
+    );
+    // `required` lists them in the same order.
+    assert!(
+        body.contains(r#""required":["reasoning","confidence","answer"]"#),
+        "{body}"
+    );
+}
