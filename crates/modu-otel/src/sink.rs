@@ -98,7 +98,9 @@ impl State {
 /// on failed calls), both with `gen_ai.operation.name = chat` and `gen_ai.request.model` (and
 /// `gen_ai.response.model` on answered calls), with the bucket boundaries the conventions
 /// advise. Cached and reasoning tokens are span attributes only (`gen_ai.token.type` has no
-/// value for them).
+/// value for them). A model call a tool makes on the run's behalf (MCP sampling served by
+/// `RunContext::model`, reported as `ToolModelCall`) counts in the token usage too (it reports
+/// no duration).
 ///
 /// # Content
 ///
@@ -304,6 +306,19 @@ impl OtelEventSink {
         attrs
     }
 
+    /// Records a chat call's input and output tokens; the call's metric attributes.
+    fn record_tokens(&self, m: &Instruments, model: &str, answered: &str, usage: &modu_core::Usage) -> Vec<KeyValue> {
+        let mut attrs = self.chat_metric_attrs(model);
+        attrs.push(kv(sc::RESPONSE_MODEL, answered.to_owned()));
+        let mut input = attrs.clone();
+        input.push(kv(sc::TOKEN_TYPE, "input"));
+        let mut output = attrs.clone();
+        output.push(kv(sc::TOKEN_TYPE, "output"));
+        m.token_usage.record(usage.input_tokens, &input);
+        m.token_usage.record(usage.output_tokens, &output);
+        attrs
+    }
+
     /// Handles one event (synchronously).
     pub fn handle(&self, event: &AgentEvent) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -413,15 +428,15 @@ impl OtelEventSink {
                     chat.span.end();
                 }
                 if let Some(m) = &self.instruments {
-                    let mut attrs = self.chat_metric_attrs(model);
-                    attrs.push(kv(sc::RESPONSE_MODEL, answered.to_owned()));
-                    let mut input = attrs.clone();
-                    input.push(kv(sc::TOKEN_TYPE, "input"));
-                    let mut output = attrs.clone();
-                    output.push(kv(sc::TOKEN_TYPE, "output"));
-                    m.token_usage.record(usage.input_tokens, &input);
-                    m.token_usage.record(usage.output_tokens, &output);
+                    let attrs = self.record_tokens(m, model, answered, usage);
                     m.duration.record(*duration_ms as f64 / 1000.0, &attrs);
+                }
+            }
+            // A model call a tool made on the run's behalf (MCP sampling): its tokens are
+            // spent like the run's own (it reports no duration).
+            AgentEvent::ToolModelCall { model, usage, .. } => {
+                if let Some(m) = &self.instruments {
+                    self.record_tokens(m, model, model, usage);
                 }
             }
             AgentEvent::ModelCallFailed {

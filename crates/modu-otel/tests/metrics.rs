@@ -150,3 +150,76 @@ async fn genai_metrics_through_the_opentelemetry_sdk() {
     assert_eq!(token_points, vec![(false, true, 3, 90), (true, true, 3, 360)]);
     assert_eq!(duration_points.iter().sum::<u64>(), 3);
 }
+
+/// A model call a tool makes on the run's behalf (an MCP server's sampling request, reported
+/// with `RunContext::report_model_call`) spends tokens like the run's own: both the core
+/// metrics and the GenAI token usage count them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_calls_made_by_tools_count_in_both_sinks_metrics() {
+    let recorder = InMemoryMetricRecorder::new();
+    let exporter = InMemoryMetricExporter::default();
+    let meters = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let tracers = SdkTracerProvider::builder().build();
+    let otel = OtelEventSink::builder(tracers.tracer("t"))
+        .meter_provider(&meters)
+        .build();
+    let sink = CompositeEventSink::builder()
+        .sink("metrics", Arc::new(MetricsEventSink::new(Arc::new(recorder.clone()))))
+        .sink("otel", Arc::new(otel))
+        .build();
+    let sampling = FunctionTool::<()>::new(
+        ToolSpec::new("summarize", "s", json!({"type": "object"})),
+        |ctx, _a| async move {
+            ctx.report_model_call("helper-model", modu_core::Usage::new(50, 7), "mcp_sampling")
+                .await;
+            Ok(json!("summary"))
+        },
+    );
+    let model = ScriptedModel::new()
+        .with_usage(120, 30)
+        .tool_call("summarize", json!({}))
+        .text("done");
+    let agent = Agent::builder(model)
+        .tool(sampling)
+        .event_sink(Arc::new(sink.clone()))
+        .build()
+        .unwrap();
+    assert!(agent.run("go").await.is_completed());
+    assert!(sink.flush(Duration::from_secs(5)).await);
+
+    let m = recorder.snapshot();
+    assert_eq!(
+        m.counter(names::MODEL_CALLS, &[("model", "helper-model"), ("outcome", "ok")]),
+        1
+    );
+    assert_eq!(m.counter(names::TOKENS_INPUT, &[("model", "helper-model")]), 50);
+    assert_eq!(m.counter(names::TOKENS_OUTPUT, &[("model", "helper-model")]), 7);
+    assert_eq!(m.counter(names::TOKENS_INPUT, &[("model", "scripted")]), 240);
+    // No duration is reported for it: the latency histogram holds the run's own two calls.
+    assert_eq!(m.histogram(names::MODEL_DURATION_MS, &[]).count(), 2);
+
+    tokio::task::spawn_blocking(move || meters.force_flush())
+        .await
+        .unwrap()
+        .unwrap();
+    let exported = exporter.get_finished_metrics().unwrap();
+    let mut helper = Vec::new();
+    for scope in exported.last().expect("one export").scope_metrics() {
+        for metric in scope.metrics() {
+            if let ("gen_ai.client.token.usage", AggregatedMetrics::U64(MetricData::Histogram(h))) =
+                (metric.name(), metric.data())
+            {
+                for p in h.data_points() {
+                    let attrs: Vec<&KeyValue> = p.attributes().collect();
+                    if attrs_match(&attrs, &[("gen_ai.request.model", "helper-model")]) {
+                        helper.push((attrs_match(&attrs, &[("gen_ai.token.type", "input")]), p.sum()));
+                    }
+                }
+            }
+        }
+    }
+    helper.sort();
+    assert_eq!(helper, vec![(false, 7), (true, 50)]);
+}

@@ -20,13 +20,14 @@ pub mod names {
     pub const RUNS_PAUSED: &str = "modu.runs.paused";
     /// Histogram: run duration in milliseconds. Labels: `agent`, `outcome` (`ok`/`paused`/`error`).
     pub const RUN_DURATION_MS: &str = "modu.run.duration_ms";
-    /// Counter: model calls. Labels: `model`, `outcome` (`ok` or the error kind).
+    /// Counter: model calls, the run's own and those its tools make on its behalf (MCP
+    /// sampling). Labels: `model`, `outcome` (`ok` or the error kind).
     pub const MODEL_CALLS: &str = "modu.model.calls";
     /// Histogram: model call latency in milliseconds (successful calls). Labels: `model`.
     pub const MODEL_DURATION_MS: &str = "modu.model.duration_ms";
-    /// Counter: input (prompt) tokens. Labels: `model`.
+    /// Counter: input (prompt) tokens, of the run's model calls and its tools' ones. Labels: `model`.
     pub const TOKENS_INPUT: &str = "modu.tokens.input";
-    /// Counter: output (completion) tokens. Labels: `model`.
+    /// Counter: output (completion) tokens, of the run's model calls and its tools' ones. Labels: `model`.
     pub const TOKENS_OUTPUT: &str = "modu.tokens.output";
     /// Counter: tool calls. Labels: `tool`, `outcome` (`ok` or the `ToolErrorKind`, e.g.
     /// `execution`, `timeout`, `validation`, `not_found`).
@@ -258,6 +259,13 @@ impl MetricsEventSink {
                 r.add_counter(names::TOKENS_INPUT, usage.input_tokens, &[("model", model)]);
                 r.add_counter(names::TOKENS_OUTPUT, usage.output_tokens, &[("model", model)]);
                 r.record_histogram(names::MODEL_DURATION_MS, *duration_ms as f64, &[("model", model)]);
+            }
+            // A model call a tool made on the run's behalf (MCP sampling): its tokens are
+            // spent like the run's own (it reports no duration).
+            AgentEvent::ToolModelCall { model, usage, .. } => {
+                r.add_counter(names::MODEL_CALLS, 1, &[("model", model), ("outcome", "ok")]);
+                r.add_counter(names::TOKENS_INPUT, usage.input_tokens, &[("model", model)]);
+                r.add_counter(names::TOKENS_OUTPUT, usage.output_tokens, &[("model", model)]);
             }
             AgentEvent::ModelCallFailed { model, error_kind, .. } => {
                 r.add_counter(
