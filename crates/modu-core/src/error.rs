@@ -194,8 +194,9 @@ pub enum AgentError {
         guardrail: String,
         /// Which check it made.
         kind: crate::tripwire::GuardrailKind,
-        /// Its tripwire.
-        tripwire: crate::tripwire::Tripwire,
+        /// Its tripwire (boxed: it carries a JSON value, and every `Result` with an
+        /// `AgentError` would otherwise be as large as it).
+        tripwire: Box<crate::tripwire::Tripwire>,
     },
 }
 

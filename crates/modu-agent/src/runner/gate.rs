@@ -35,7 +35,8 @@ pub(super) struct ApprovalGate<'a> {
 /// Why a call did not run.
 pub(super) enum Refusal {
     Error(ToolError),
-    Approval(ApprovalRequest),
+    /// Boxed: a request carries the call's arguments, rare beside the other outcomes.
+    Approval(Box<ApprovalRequest>),
 }
 
 /// How one call of a batch ended.
@@ -116,7 +117,7 @@ where
                     .then_some(ApprovalDecision::Approved);
                 match always.or(in_code) {
                     Some(d) => Some(d),
-                    None => return Err(Refusal::Approval(request)),
+                    None => return Err(Refusal::Approval(Box::new(request))),
                 }
             }
             None => None,
@@ -198,7 +199,7 @@ where
                 }
 
                 match checked {
-                    Err(Refusal::Approval(request)) => return Ok(RawToolRun::NeedsApproval(request)),
+                    Err(Refusal::Approval(request)) => return Ok(RawToolRun::NeedsApproval(*request)),
                     Err(Refusal::Error(error)) => {
                         let identity = self
                             .tools

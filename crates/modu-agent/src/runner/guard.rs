@@ -205,7 +205,7 @@ where
             Some((c, tripwire)) => Err(AgentError::GuardrailTripped {
                 guardrail: c.guardrail.clone(),
                 kind: c.kind,
-                tripwire: tripwire.clone(),
+                tripwire: Box::new(tripwire.clone()),
             }),
             None => Ok(()),
         }
