@@ -254,16 +254,32 @@ fn input_not_durable() -> ToolError {
 }
 
 /// A step key for a model request: the SHA-256 of its JSON (what is sent; extensions are not
-/// part of it) with every object's keys sorted, 128 bits in hex. Sorted because serde_json
-/// keeps objects in insertion order: a value a tool built from a `HashMap` would otherwise
-/// give each worker's replay its own key.
+/// part of it), 128 bits in hex. The JSON values inside it (tool schemas, the output schema,
+/// extras) are written with their keys sorted, as serde_json wrote every map before
+/// `preserve_order`: keys journaled by earlier versions still match, and a value built from a
+/// `HashMap` gives every worker's replay the same key.
 fn request_hash(request: &ChatRequest) -> String {
-    let bytes = serde_json::to_value(request)
-        .map(|mut value| {
-            value.sort_all_objects();
-            value.to_string().into_bytes()
-        })
-        .unwrap_or_default();
+    let mut sorted = request.clone();
+    sorted.tools = Arc::new(
+        request
+            .tools
+            .iter()
+            .map(|tool| {
+                let mut tool = tool.clone();
+                let mut parameters = (*tool.parameters).clone();
+                parameters.sort_all_objects();
+                tool.parameters = Arc::new(parameters);
+                tool
+            })
+            .collect(),
+    );
+    if let Some(format) = &mut sorted.response_format {
+        format.schema.sort_all_objects();
+    }
+    for value in sorted.extras.values_mut() {
+        value.sort_all_objects();
+    }
+    let bytes = serde_json::to_vec(&sorted).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
