@@ -9,8 +9,9 @@
 //! - **Input** ([`InputGuardrail`]): on a fresh run's input, once, with the first model
 //!   request. [`GuardrailMode::Concurrent`] (the default) sends the request at the same time and
 //!   drops it when a tripwire fires first; the answer is acted on (tools run, output accepted)
-//!   only after every input guardrail passed. [`GuardrailMode::Blocking`] checks before the
-//!   request is sent. A resumed run is not checked again once they passed; one that stopped
+//!   only after every input guardrail passed, but a streamed run's reader may already have
+//!   received that answer's deltas when a slower guardrail trips. [`GuardrailMode::Blocking`]
+//!   checks before the request is sent. A resumed run is not checked again once they passed; one that stopped
 //!   before its first request (cancelled) is checked with the first request of its resume.
 //! - **Output** ([`OutputGuardrail`]): on the final output once it parsed, as JSON; the
 //!   [`output`] constructor decodes it into your type, so a structured output is checked typed.
@@ -73,7 +74,8 @@ pub enum ToolVerdict {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GuardrailMode {
-    /// With the request; the request is dropped when a tripwire fires first.
+    /// With the request; the request is dropped when a tripwire fires first (its answer is
+    /// not acted on, though a streamed run's reader may have received its deltas).
     #[default]
     Concurrent,
     /// Before the request.
