@@ -25,20 +25,21 @@ fn budget() -> TokenBudget {
 }
 
 fn pages() -> FunctionTool<()> {
+    pages_of("lorem ipsum ".repeat(RESULT_CHARS / 12))
+}
+
+/// `fetch_page`: each page is its number and `filler`.
+fn pages_of(filler: String) -> FunctionTool<()> {
     FunctionTool::new(
         ToolSpec::new(
             "fetch_page",
             "Fetch a page",
             json!({"type": "object", "properties": {"page": {"type": "integer"}}}),
         ),
-        |_ctx, args| {
+        move |_ctx, args| {
             let page = args["page"].as_i64().unwrap_or_default();
-            async move {
-                Ok(json!(format!(
-                    "page {page}: {}",
-                    "lorem ipsum ".repeat(RESULT_CHARS / 12)
-                )))
-            }
+            let text = format!("page {page}: {filler}");
+            async move { Ok(json!(text)) }
         },
     )
 }
@@ -294,19 +295,7 @@ impl ConversationSummarizer for PageSummarizer {
 /// read and tell the model it read pages it did not see in that step).
 #[tokio::test]
 async fn a_strict_steps_rounds_are_summarised_as_its_own() {
-    let page = || {
-        FunctionTool::<()>::new(
-            ToolSpec::new(
-                "fetch_page",
-                "Fetch a page",
-                json!({"type": "object", "properties": {"page": {"type": "integer"}}}),
-            ),
-            |_ctx, args| {
-                let page = args["page"].as_i64().unwrap_or_default();
-                async move { Ok(json!(format!("page {page}: {}", "w".repeat(4_000)))) }
-            },
-        )
-    };
+    let page = || pages_of("w".repeat(4_000));
     let done_step = |result: &str| json!({"status": "completed", "result": result}).to_string();
     let mut limits = RunLimits::default();
     limits.max_step_attempts = 5;

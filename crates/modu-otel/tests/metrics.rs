@@ -91,6 +91,26 @@ fn attrs_match(attrs: &[&KeyValue], want: &[(&str, &str)]) -> bool {
         .all(|(k, v)| attrs.iter().any(|kv| kv.key.as_str() == *k && kv.value.as_str() == *v))
 }
 
+/// The `gen_ai.client.token.usage` points of the last export (cumulative: the totals), each
+/// with its attributes, count and sum.
+fn token_usage_points(exporter: &InMemoryMetricExporter) -> Vec<(Vec<KeyValue>, u64, u64)> {
+    let exported = exporter.get_finished_metrics().unwrap();
+    let mut points = Vec::new();
+    for scope in exported.last().expect("one export").scope_metrics() {
+        for metric in scope.metrics() {
+            if let ("gen_ai.client.token.usage", AggregatedMetrics::U64(MetricData::Histogram(h))) =
+                (metric.name(), metric.data())
+            {
+                assert_eq!(metric.unit(), "{token}");
+                for p in h.data_points() {
+                    points.push((p.attributes().cloned().collect(), p.count(), p.sum()));
+                }
+            }
+        }
+    }
+    points
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn genai_metrics_through_the_opentelemetry_sdk() {
     let exporter = InMemoryMetricExporter::default();
@@ -204,20 +224,11 @@ async fn model_calls_made_by_tools_count_in_both_sinks_metrics() {
         .await
         .unwrap()
         .unwrap();
-    let exported = exporter.get_finished_metrics().unwrap();
     let mut helper = Vec::new();
-    for scope in exported.last().expect("one export").scope_metrics() {
-        for metric in scope.metrics() {
-            if let ("gen_ai.client.token.usage", AggregatedMetrics::U64(MetricData::Histogram(h))) =
-                (metric.name(), metric.data())
-            {
-                for p in h.data_points() {
-                    let attrs: Vec<&KeyValue> = p.attributes().collect();
-                    if attrs_match(&attrs, &[("gen_ai.request.model", "helper-model")]) {
-                        helper.push((attrs_match(&attrs, &[("gen_ai.token.type", "input")]), p.sum()));
-                    }
-                }
-            }
+    for (attrs, _, sum) in token_usage_points(&exporter) {
+        let attrs: Vec<&KeyValue> = attrs.iter().collect();
+        if attrs_match(&attrs, &[("gen_ai.request.model", "helper-model")]) {
+            helper.push((attrs_match(&attrs, &[("gen_ai.token.type", "input")]), sum));
         }
     }
     helper.sort();

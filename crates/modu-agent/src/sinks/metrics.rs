@@ -255,18 +255,12 @@ impl MetricsEventSink {
             } => {
                 // Tokens count for the model that answered (a fallback chain's member).
                 let model = answered_by.as_ref().unwrap_or(model);
-                r.add_counter(names::MODEL_CALLS, 1, &[("model", model), ("outcome", "ok")]);
-                r.add_counter(names::TOKENS_INPUT, usage.input_tokens, &[("model", model)]);
-                r.add_counter(names::TOKENS_OUTPUT, usage.output_tokens, &[("model", model)]);
+                answered_call(r, model, usage);
                 r.record_histogram(names::MODEL_DURATION_MS, *duration_ms as f64, &[("model", model)]);
             }
             // A model call a tool made on the run's behalf (MCP sampling): its tokens are
             // spent like the run's own (it reports no duration).
-            AgentEvent::ToolModelCall { model, usage, .. } => {
-                r.add_counter(names::MODEL_CALLS, 1, &[("model", model), ("outcome", "ok")]);
-                r.add_counter(names::TOKENS_INPUT, usage.input_tokens, &[("model", model)]);
-                r.add_counter(names::TOKENS_OUTPUT, usage.output_tokens, &[("model", model)]);
-            }
+            AgentEvent::ToolModelCall { model, usage, .. } => answered_call(r, model, usage),
             AgentEvent::ModelCallFailed { model, error_kind, .. } => {
                 r.add_counter(
                     names::MODEL_CALLS,
@@ -299,6 +293,13 @@ impl MetricsEventSink {
             _ => {}
         }
     }
+}
+
+/// Counts an answered model call of `model` and the tokens it used.
+fn answered_call(r: &dyn MetricRecorder, model: &str, usage: &crate::message::Usage) {
+    r.add_counter(names::MODEL_CALLS, 1, &[("model", model), ("outcome", "ok")]);
+    r.add_counter(names::TOKENS_INPUT, usage.input_tokens, &[("model", model)]);
+    r.add_counter(names::TOKENS_OUTPUT, usage.output_tokens, &[("model", model)]);
 }
 
 #[async_trait]
