@@ -178,9 +178,10 @@ pub enum AgentError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
-    /// The run panicked (a tool, a layer or a model client it called). A streamed run reports
-    /// it as its failure; `modu_agent::Agent::run` lets the panic unwind to its caller, as any
-    /// `async fn` does. Its checkpoint, if it saved one, is kept, but the failure is not
+    /// The run panicked (a tool, a layer or a model client it called). Every way of running
+    /// reports it as the run's failure, naming the run (`modu_agent::Agent::run`, `resume`,
+    /// `recover_orphans` and the streams): the panic does not unwind into the caller. Its
+    /// checkpoint, if it saved one, is kept, but the failure is not
     /// [`AgentError::is_resumable`]: a resume would most likely panic the same way.
     #[error("the run panicked: {message}")]
     Panicked {

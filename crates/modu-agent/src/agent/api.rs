@@ -27,7 +27,8 @@ where
 {
     /// Runs the agent to its answer.
     ///
-    /// Never panics on bad input: a failure is a [`RunOutcome::Failed`].
+    /// Never panics: a failure is a [`RunOutcome::Failed`], a run that panicked (a tool, a model
+    /// or a layer of yours) too, with [`AgentError::Panicked`].
     pub async fn run(&self, request: impl Into<AgentRequest<C>>) -> RunOutcome<O> {
         // The caller's future stays small: the run's state machine (a few KB) is boxed
         // where the run is set up, so moving this future (into `join_all`, a

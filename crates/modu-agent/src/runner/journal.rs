@@ -192,7 +192,7 @@ where
             env.emitter.emit(event).await;
         }
         let mut report = crate::outcome::RunReport::new(run_id, agent.name.clone());
-        report.messages = self.state.messages;
+        report.messages = std::mem::take(&mut self.state.messages);
         report.usage = usage;
         report.usage_by_model = env.ctx.usage_by_model();
         report.stats = stats;
