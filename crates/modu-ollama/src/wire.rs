@@ -37,6 +37,9 @@ pub(crate) struct WireMessage<'a> {
     pub tool_calls: Vec<WireToolCallOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<&'a str>,
+    /// For a tool result: the id of the call it answers (Ollama's `tool_call_id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
     /// Inline images, base64 (Ollama's `images`).
@@ -46,6 +49,9 @@ pub(crate) struct WireMessage<'a> {
 
 #[derive(Serialize)]
 pub(crate) struct WireToolCallOut<'a> {
+    /// The call's id, which the tool result's `tool_call_id` names (none when empty).
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub id: &'a str,
     pub function: WireFunctionOut<'a>,
 }
 
@@ -83,6 +89,7 @@ pub(crate) fn wire_messages(messages: &[Message], replay: ReasoningReplay) -> Ve
                 .tool_calls
                 .iter()
                 .map(|c| WireToolCallOut {
+                    id: &c.id,
                     function: WireFunctionOut {
                         name: &c.name,
                         arguments: serde_json::from_str(&c.arguments)
@@ -91,6 +98,11 @@ pub(crate) fn wire_messages(messages: &[Message], replay: ReasoningReplay) -> Ve
                 })
                 .collect(),
             tool_name: if m.role == Role::Tool { m.name.as_deref() } else { None },
+            tool_call_id: if m.role == Role::Tool {
+                m.tool_call_id.as_deref().filter(|id| !id.is_empty())
+            } else {
+                None
+            },
             images: m.content.iter().filter_map(inline_image).collect(),
         })
         .collect()

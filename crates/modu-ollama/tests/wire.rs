@@ -221,8 +221,8 @@ async fn request_body_format_options_keep_alive_and_history() {
         body["messages"],
         json!([
             {"role": "user", "content": "What is the weather today in Paris?"},
-            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_current_weather", "arguments": {"location": "Paris, FR"}}}]},
-            {"role": "tool", "content": "22 degrees celsius", "tool_name": "get_current_weather"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "function": {"name": "get_current_weather", "arguments": {"location": "Paris, FR"}}}]},
+            {"role": "tool", "content": "22 degrees celsius", "tool_name": "get_current_weather", "tool_call_id": "call_0"},
         ])
     );
 
