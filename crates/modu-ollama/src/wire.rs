@@ -267,10 +267,11 @@ pub(crate) fn encode_request(
     serde_json::to_vec(&value).map_err(invalid)
 }
 
+/// A tool call's function, as Ollama sends it. Its `index` is not read: every call arrives
+/// whole, and Ollama 0.12.0 to 0.20.5 sent `index: 0` for every parallel call of several
+/// models (ollama#15467), so the client numbers the calls itself.
 #[derive(Deserialize)]
 pub(crate) struct WireFunctionIn {
-    #[serde(default)]
-    pub index: Option<usize>,
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]
@@ -318,8 +319,9 @@ pub(crate) struct LineState {
     pub done: bool,
 }
 
-/// Turns one line into events. Tool calls arrive whole: each gets the next index (or the
-/// `function.index` Ollama sends) and its object arguments as JSON text.
+/// Turns one line into events. Tool calls arrive whole: each gets the next index of the answer
+/// (never one an earlier call has, whatever `function.index` says) and its object arguments as
+/// JSON text.
 pub(crate) fn line_events(line: WireLine, st: &mut LineState, out: &mut Vec<ChatEvent>) {
     if let Some(message) = line.message {
         if let Some(text) = message.thinking.filter(|t| !t.is_empty()) {
@@ -329,8 +331,8 @@ pub(crate) fn line_events(line: WireLine, st: &mut LineState, out: &mut Vec<Chat
             out.push(ChatEvent::TextDelta { text });
         }
         for call in message.tool_calls.into_iter().flatten() {
-            let index = call.function.index.unwrap_or(st.next_index);
-            st.next_index = st.next_index.max(index.saturating_add(1));
+            let index = st.next_index;
+            st.next_index = st.next_index.saturating_add(1);
             let arguments = match call.function.arguments {
                 None | Some(Value::Null) => "{}".to_owned(),
                 Some(Value::String(s)) => s,
