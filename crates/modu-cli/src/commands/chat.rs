@@ -29,7 +29,7 @@ pub struct ChatArgs {
 /// input during an approval prompt ends the chat with exit code 1, the run left paused.
 pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
     if let Some(id) = &args.session {
-        super::check_id("--session", id)?;
+        super::check_session(id)?;
     }
     let loaded = load_config(config)?;
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;

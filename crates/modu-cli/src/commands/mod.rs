@@ -33,6 +33,17 @@ pub fn check_id(argument: &str, id: &str) -> CommandResult {
     modu::StoreError::check_id(id).map_err(|e| Failure::Usage(format!("{argument}: {e}")))
 }
 
+/// `--session ID` of `run` and `chat`: [`check_id`], and not empty (an empty `--session "$UNSET"`
+/// would otherwise keep a conversation under an id no one means).
+pub fn check_session(id: &str) -> CommandResult {
+    if id.trim().is_empty() {
+        return Err(Failure::Usage(
+            "--session is empty: give a session id, or leave --session out to start a new session".into(),
+        ));
+    }
+    check_id("--session", id)
+}
+
 /// The configuration for an agent command: `--config FILE`, else `./modu.toml`, else
 /// defaults, then the `MODU_<TABLE>__<KEY>` variables. A bad configuration is a usage error.
 pub fn load_config(file: Option<&Path>) -> Result<Loaded, Failure> {

@@ -32,7 +32,7 @@ pub struct RunArgs {
 /// Runs the agent once.
 pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     if let Some(id) = &args.session {
-        super::check_id("--session", id)?;
+        super::check_session(id)?;
     }
     let loaded = load_config(config)?;
     let json = args.json || loaded.config.output.mode == OutputMode::Json;

@@ -220,3 +220,18 @@ async fn an_id_no_store_takes_is_a_usage_error_naming_the_argument() {
     }
     assert!(mock.requests().is_empty(), "no model request was made");
 }
+
+#[tokio::test]
+async fn an_empty_session_id_is_a_usage_error() {
+    // `--session "$UNSET"`: the conversation would be kept under the empty id, which `sessions
+    // list` shows as nothing.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["run", "--session", "", "hi"][..], &["chat", "--session", " "][..]] {
+        let out = crate::support::with_stdin(modu(dir.path(), &mock.base_url()).args(args), "hi\n").await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: --session is empty"), "{args:?}: {stderr}");
+    }
+    assert!(mock.requests().is_empty(), "no model request was made");
+}
