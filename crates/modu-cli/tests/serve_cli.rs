@@ -181,6 +181,33 @@ async fn modu_serve_refuses_an_empty_token_instead_of_serving_without_authentica
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_refuses_an_empty_modu_serve_token_as_it_refuses_an_empty_token() {
+    // `MODU_SERVE_TOKEN=$TOKEN` with TOKEN unset: the same mistake as `--token ""`.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MODU_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.current_dir(dir.path())
+        .env("MODU_SERVE_TOKEN", "")
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("modu serve started serving with an empty MODU_SERVE_TOKEN")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: MODU_SERVE_TOKEN is empty"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("serving"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modu_serve_never_sends_its_environment_to_an_mcp_server_a_request_names() {
     // What the caller's own "MCP server" receives: every byte of every request.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

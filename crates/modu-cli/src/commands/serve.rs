@@ -57,15 +57,36 @@ fn cors(origins: &[String]) -> Result<Option<modu::server::cors::CorsLayer>, Fai
     ))
 }
 
+/// The bearer token: `--token`, else `$MODU_SERVE_TOKEN`, else none. An empty one is a usage
+/// error: `--token "$UNSET"` or `MODU_SERVE_TOKEN=` would otherwise serve without
+/// authentication (with `--token ""`, even when MODU_SERVE_TOKEN holds the real token).
+fn token(arg: Option<String>) -> Result<Option<String>, Failure> {
+    let token = match arg {
+        Some(token) if token.trim().is_empty() => {
+            return Err(Failure::Usage(
+                "--token is empty: give the token, or leave --token out to serve without authentication".into(),
+            ));
+        }
+        Some(token) => token,
+        None => match std::env::var(TOKEN_VAR) {
+            Ok(token) if token.trim().is_empty() => {
+                return Err(Failure::Usage(format!(
+                    "{TOKEN_VAR} is empty: set it to the token, or unset it to serve without authentication"
+                )));
+            }
+            Ok(token) => token,
+            Err(std::env::VarError::NotPresent) => return Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(Failure::Usage(format!("{TOKEN_VAR} is not valid UTF-8")));
+            }
+        },
+    };
+    Ok(Some(token))
+}
+
 /// Serves the agent of the configuration under its `[agent] name`, and prints the URL.
 pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
-    // `--token "$UNSET"` would otherwise serve without authentication, even with
-    // MODU_SERVE_TOKEN set.
-    if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-        return Err(Failure::Usage(
-            "--token is empty: give the token, or leave --token out to serve without authentication".into(),
-        ));
-    }
+    let token = token(args.token)?;
     let loaded = load_config(config)?;
     let addr: std::net::SocketAddr = args
         .addr
@@ -78,10 +99,6 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     if !built.active_skills.is_empty() {
         server = server.run_metadata(name.clone(), "skills", serde_json::json!(built.active_skills));
     }
-    let token = args
-        .token
-        .or_else(|| std::env::var(TOKEN_VAR).ok())
-        .filter(|t| !t.is_empty());
     let authenticated = token.is_some();
     if let Some(token) = token {
         server = server.auth(BearerTokens::new().token(token, Principal::new("modu", Vec::<String>::new())));
