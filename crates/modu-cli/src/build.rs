@@ -127,11 +127,18 @@ pub fn model(section: &ModelSection) -> Result<Model, String> {
             Provider::Openai
         }
     });
-    let api_key_env = section
-        .api_key_env
-        .clone()
-        .or_else(|| (provider == Provider::Openai).then(|| "OPENAI_API_KEY".to_owned()));
-    let api_key = api_key_env.as_deref().and_then(var);
+    // A variable the file names must hold the key: a mistyped or unexported one would
+    // otherwise send no key, and the server's 401 would not say why. Left out, OPENAI_API_KEY
+    // is optional (local servers take no key).
+    let api_key = match &section.api_key_env {
+        Some(name) => Some(var(name).ok_or_else(|| {
+            format!(
+                "[model] api_key_env names {name:?}, which is not set (or empty): set it to the API key, or remove api_key_env to send no key"
+            )
+        })?),
+        None if provider == Provider::Openai => var("OPENAI_API_KEY"),
+        None => None,
+    };
     let connect = section
         .connect_timeout_seconds
         .map(|s| seconds(s, "connect_timeout_seconds"))

@@ -116,7 +116,8 @@ pub struct ModelSection {
     pub base_url: Option<String>,
     /// The model name; default `OPENAI_MODEL` (or `OLLAMA_MODEL`).
     pub model: Option<String>,
-    /// The environment variable holding the API key (default `OPENAI_API_KEY` for openai).
+    /// The environment variable holding the API key; when named here it must be set. Default:
+    /// `OPENAI_API_KEY` for openai, sent when set.
     pub api_key_env: Option<String>,
     /// Seconds to open a connection.
     pub connect_timeout_seconds: Option<f64>,

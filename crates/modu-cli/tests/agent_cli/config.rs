@@ -181,3 +181,39 @@ async fn ollama_host_does_not_override_a_configured_base_url() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "You said: Say hello\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_env_naming_an_unset_variable_is_a_config_error() {
+    // A mistyped or unexported variable would send no key: the server's 401 would not say why.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        "[model]\nmodel = \"mock-model\"\napi_key_env = \"MODU_TEST_UNSET_KEY\"\n",
+    )
+    .unwrap();
+    let out = output(modu(dir.path(), &mock.base_url()).args(["run", "Say hello"])).await;
+    assert_eq!(
+        text(&out.stderr),
+        "error: [model] api_key_env names \"MODU_TEST_UNSET_KEY\", which is not set (or empty): set it to the API key, or remove api_key_env to send no key\n"
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(mock.requests().is_empty(), "no model request was made");
+
+    // Set, it is sent; left out, OPENAI_API_KEY is optional (a local server takes no key).
+    let out = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_TEST_UNSET_KEY", "sk-test")
+            .args(["run", "Say hello"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(dir.path().join("modu.toml"), "[model]\nmodel = \"mock-model\"\n").unwrap();
+    let out = output(
+        modu(dir.path(), &mock.base_url())
+            .env_remove("OPENAI_API_KEY")
+            .args(["run", "Say hello"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
