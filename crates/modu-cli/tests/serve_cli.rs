@@ -208,6 +208,68 @@ async fn modu_serve_refuses_an_empty_modu_serve_token_as_it_refuses_an_empty_tok
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modu_serve_listens_on_a_host_name() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MODU_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.current_dir(dir.path())
+        .args(["serve", "--addr", "localhost:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("modu serve printed no URL within 30 s")
+        .unwrap();
+    let Some(first) = first else {
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
+        panic!("modu serve --addr localhost:0 did not serve: {stderr}");
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let url = first.split_whitespace().find(|w| w.starts_with("http://")).unwrap();
+    // A loopback address: no warning about other machines.
+    assert!(
+        url.starts_with("http://127.0.0.1:") || url.starts_with("http://[::1]:"),
+        "{first}"
+    );
+    let models: Value = reqwest::get(format!("{url}/v1/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "helper");
+    child.kill().await.unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    // A name that does not resolve is a usage error.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"))
+        .current_dir(dir.path())
+        .args(["serve", "--addr", "no-such-host.invalid:8080"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --addr \"no-such-host.invalid:8080\" is not HOST:PORT"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modu_serve_never_sends_its_environment_to_an_mcp_server_a_request_names() {
     // What the caller's own "MCP server" receives: every byte of every request.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

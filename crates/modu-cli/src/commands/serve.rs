@@ -15,7 +15,7 @@ const TOKEN_VAR: &str = "MODU_SERVE_TOKEN";
 /// Arguments of `modu serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The address to listen on (port 0 picks a free port).
+    /// The address to listen on: an IP address or a host name, and a port (0 picks a free one).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
     pub addr: String,
     /// Require `Authorization: Bearer TOKEN` on every request (default: $MODU_SERVE_TOKEN;
@@ -88,10 +88,14 @@ fn token(arg: Option<String>) -> Result<Option<String>, Failure> {
 pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     let token = token(args.token)?;
     let loaded = load_config(config)?;
-    let addr: std::net::SocketAddr = args
-        .addr
-        .parse()
-        .map_err(|e| Failure::Usage(format!("--addr {:?} is not HOST:PORT: {e}", args.addr)))?;
+    // A host name (`localhost:8080`) listens on the first address it resolves to that binds.
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(args.addr.as_str())
+        .await
+        .map_err(|e| Failure::Usage(format!("--addr {:?} is not HOST:PORT: {e}", args.addr)))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(Failure::Usage(format!("--addr {:?} resolves to no address", args.addr)));
+    }
     let cors = cors(&args.cors_origins)?;
     let built = build::agent(&loaded.config, None).await?;
     let name = loaded.config.agent.name.clone();
@@ -106,9 +110,9 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     if let Some(cors) = cors {
         server = server.cors(cors);
     }
-    let listener = tokio::net::TcpListener::bind(addr)
+    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
         .await
-        .map_err(|e| Failure::Invalid(format!("cannot listen on {addr}: {e}")))?;
+        .map_err(|e| Failure::Invalid(format!("cannot listen on {}: {e}", args.addr)))?;
     let local = listener
         .local_addr()
         .map_err(|e| Failure::Invalid(format!("cannot read the address listened on: {e}")))?;
