@@ -121,6 +121,12 @@ fn main() -> ExitCode {
             eprintln!("error: {}", ui::one_line(&message));
             ExitCode::from(2)
         }
+        Err(Failure::Output(e)) => {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("error: cannot write to stdout: {e}");
+            }
+            ExitCode::from(1)
+        }
     }
 }
 
@@ -141,17 +147,16 @@ async fn dispatch(command: Command, config: Option<PathBuf>) -> commands::Comman
 
 /// Writes to stdout (and a newline when `newline`). A reader that has gone (`modu sessions list
 /// | head -1`) is not an error: what it left unread is not wanted, and the command's exit code
-/// stays its own. Any other write error (a full disk) ends the command with exit code 1, as
-/// it cannot report its results.
-fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+/// stays its own. Any other write error (a full disk) is [`Failure::Output`]: the command
+/// returns it (with `?`), dropping what it holds (MCP server processes, store connections), and
+/// exits with code 1, as it cannot report its results.
+fn write_out(args: std::fmt::Arguments<'_>, newline: bool) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     let written = stdout
         .write_fmt(args)
         .and_then(|()| if newline { stdout.write_all(b"\n") } else { Ok(()) });
-    if let Err(e) = written
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        eprintln!("error: cannot write to stdout: {e}");
-        std::process::exit(1);
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::Output(e)),
+        _ => Ok(()),
     }
 }

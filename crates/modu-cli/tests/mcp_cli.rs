@@ -201,3 +201,76 @@ async fn read_and_get_need_a_server_when_several_are_configured() {
         "error: no MCP server named `nope` (configured: everything, second)\n"
     );
 }
+
+/// A minimal stdio MCP server (two tools) that exits when its stdin closes.
+const STUB_SERVER: &str = r"
+const rl = require('readline').createInterface({ input: process.stdin });
+rl.on('line', (line) => {
+  let m;
+  try { m = JSON.parse(line); } catch { return; }
+  if (m.id === undefined) return;
+  const tools = [1, 2].map((n) => ({ name: `tool${n}`, description: 'd', inputSchema: { type: 'object' } }));
+  const reply = m.method === 'initialize'
+    ? { result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'stub', version: '1.0.0' } } }
+    : m.method === 'tools/list' ? { result: { tools } } : { error: { code: -32601, message: 'unknown' } };
+  process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id: m.id, ...reply }) + '\n');
+});
+rl.on('close', () => process.exit(0));
+";
+
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_stdout_ends_the_command_and_stops_its_mcp_servers() {
+    // The server's process group holds a helper that outlives the server's stdin: only the
+    // group kill when the MCP session is dropped stops it (`std::process::exit` skipped that).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("server.js"), STUB_SERVER).unwrap();
+    std::fs::write(
+        dir.path().join("modu.toml"),
+        "[[mcp.servers]]\nname = \"stub\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 300 & echo $! > helper.pid; exec node server.js\"]\n",
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MODU_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.current_dir(dir.path())
+        .args(["mcp", "tools"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("modu did not finish within 60 s")
+        .unwrap();
+    let pid = std::fs::read_to_string(dir.path().join("helper.pid")).unwrap();
+    let pid = pid.trim();
+    let mut helper_stopped = false;
+    for _ in 0..20 {
+        if !alive(pid) {
+            helper_stopped = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = std::process::Command::new("kill").arg(pid).status();
+    assert_eq!(
+        text(&out.stderr),
+        "error: cannot write to stdout: No space left on device (os error 28)\n"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(helper_stopped, "the MCP server's process group was left running");
+}

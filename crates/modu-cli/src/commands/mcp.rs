@@ -133,7 +133,7 @@ pub async fn run(cmd: McpCommand, config: Option<&Path>) -> CommandResult {
                         }));
                     } else {
                         let description = tool.description.lines().next().unwrap_or_default();
-                        outln!("{}\t{description}", tool.external_name);
+                        outln!("{}\t{description}", tool.external_name)?;
                     }
                 }
                 session.close().await;
@@ -150,7 +150,7 @@ pub async fn run(cmd: McpCommand, config: Option<&Path>) -> CommandResult {
     }
     if json {
         let text = serde_json::to_string_pretty(&listed).map_err(|e| Failure::Invalid(e.to_string()))?;
-        outln!("{text}");
+        outln!("{text}")?;
     }
     if broken.is_empty() {
         Ok(())
@@ -208,7 +208,7 @@ async fn with_server<T>(
 
 fn print_json(value: &Value) -> CommandResult {
     let text = serde_json::to_string_pretty(value).map_err(|e| Failure::Invalid(e.to_string()))?;
-    outln!("{text}");
+    outln!("{text}")?;
     Ok(())
 }
 
@@ -247,17 +247,17 @@ async fn resources(
         for content in read["contents"].as_array().into_iter().flatten() {
             match (content.get("text").and_then(Value::as_str), content.get("blob")) {
                 (Some(text), _) => {
-                    out!("{text}");
+                    out!("{text}")?;
                     if !text.ends_with('\n') {
-                        outln!();
+                        outln!()?;
                     }
                 }
                 (None, Some(blob)) => {
                     let mime = content.get("mimeType").and_then(Value::as_str).unwrap_or("binary");
                     let bytes = blob.as_str().map_or(0, |b| b.len() / 4 * 3);
-                    outln!("[{mime} contents, about {bytes} bytes; --json prints them in base64]");
+                    outln!("[{mime} contents, about {bytes} bytes; --json prints them in base64]")?;
                 }
-                (None, None) => outln!("{content}"),
+                (None, None) => outln!("{content}")?,
             }
         }
         return Ok(());
@@ -290,7 +290,7 @@ async fn resources(
                 field(r, "server"),
                 field(r, "uri"),
                 field(r, "name")
-            );
+            )?;
         }
         for t in &templates {
             outln!(
@@ -298,7 +298,7 @@ async fn resources(
                 field(t, "server"),
                 field(t, "uriTemplate"),
                 field(t, "name")
-            );
+            )?;
         }
     }
     report(failures, "listing resources")
@@ -346,7 +346,7 @@ async fn prompts(
                 "messages": messages,
             }));
         }
-        outln!("{}", prompt.text());
+        outln!("{}", prompt.text())?;
         return Ok(());
     }
     let (connector, selected) = connect(config, server.as_deref()).await?;
@@ -386,7 +386,7 @@ async fn prompts(
                 prompt.name,
                 arguments.join(","),
                 description.lines().next().unwrap_or_default()
-            );
+            )?;
         }
     }
     report(failures, "listing prompts")

@@ -21,6 +21,8 @@ pub enum Failure {
     Invalid(String),
     /// The command was called wrongly, or the configuration is wrong (exit 2).
     Usage(String),
+    /// Stdout cannot be written (exit 1; a reader that has gone is not reported).
+    Output(std::io::Error),
 }
 
 /// What a command returns.

@@ -70,7 +70,7 @@ pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
         .map_err(Failure::Invalid)?;
     if args.json {
         let text = serde_json::to_string_pretty(&result).map_err(|e| Failure::Invalid(e.to_string()))?;
-        outln!("{text}");
+        outln!("{text}")?;
     }
     super::run::finish(&built, &result).await
 }

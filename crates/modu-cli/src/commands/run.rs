@@ -77,7 +77,7 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     };
     if json {
         let text = serde_json::to_string_pretty(&result).map_err(|e| Failure::Invalid(e.to_string()))?;
-        outln!("{text}");
+        outln!("{text}")?;
     }
     finish(&built, &result).await
 }

@@ -76,7 +76,7 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                         run.meta.agent,
                         run.meta.session_id.as_deref().unwrap_or("-"),
                         rfc3339(run.updated_at)
-                    );
+                    )?;
                 }
             }
             Ok(())
@@ -108,11 +108,11 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                 }
                 print_json(&value)?;
             } else {
-                outln!("run:      {}", summary.run_id);
-                outln!("status:   {}", summary.meta.status);
-                outln!("agent:    {}", summary.meta.agent);
-                outln!("session:  {}", summary.meta.session_id.as_deref().unwrap_or("-"));
-                outln!("updated:  {}", rfc3339(summary.updated_at));
+                outln!("run:      {}", summary.run_id)?;
+                outln!("status:   {}", summary.meta.status)?;
+                outln!("agent:    {}", summary.meta.agent)?;
+                outln!("session:  {}", summary.meta.session_id.as_deref().unwrap_or("-"))?;
+                outln!("updated:  {}", rfc3339(summary.updated_at))?;
                 match &details {
                     Ok(d) => {
                         outln!(
@@ -120,22 +120,22 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                             d.turns,
                             d.tool_calls,
                             d.messages
-                        );
+                        )?;
                         if d.pending.is_empty() {
-                            outln!("pending approvals: none");
+                            outln!("pending approvals: none")?;
                         } else {
-                            outln!("pending approvals:");
+                            outln!("pending approvals:")?;
                             for request in &d.pending {
                                 outln!(
                                     "  {}  {}({})",
                                     request.call_id,
                                     request.tool_name,
                                     masked_arguments(request)
-                                );
+                                )?;
                             }
                         }
                     }
-                    Err(e) => outln!("details:  unavailable ({})", crate::ui::one_line(e)),
+                    Err(e) => outln!("details:  unavailable ({})", crate::ui::one_line(e))?,
                 }
             }
             Ok(())
@@ -263,7 +263,7 @@ fn summary_json(s: &CheckpointSummary) -> Value {
 
 fn print_json(value: &Value) -> CommandResult {
     let text = serde_json::to_string_pretty(value).map_err(|e| Failure::Invalid(e.to_string()))?;
-    outln!("{text}");
+    outln!("{text}")?;
     Ok(())
 }
 

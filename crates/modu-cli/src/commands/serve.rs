@@ -117,11 +117,11 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
         .local_addr()
         .map_err(|e| Failure::Invalid(format!("cannot read the address listened on: {e}")))?;
     let url = format!("http://{local}");
-    outln!("serving {name} on {url}");
-    outln!("  dev UI:  {url}/");
-    outln!("  OpenAI:  {url}/v1/chat/completions (model \"{name}\")");
-    outln!("  AG-UI:   {url}/agui/{name}");
-    outln!("  A2A:     {url}/a2a/{name} (card {url}/a2a/{name}/.well-known/agent-card.json)");
+    outln!("serving {name} on {url}")?;
+    outln!("  dev UI:  {url}/")?;
+    outln!("  OpenAI:  {url}/v1/chat/completions (model \"{name}\")")?;
+    outln!("  AG-UI:   {url}/agui/{name}")?;
+    outln!("  A2A:     {url}/a2a/{name} (card {url}/a2a/{name}/.well-known/agent-card.json)")?;
     if !authenticated && !local.ip().is_loopback() {
         eprintln!("warning: {local} is reachable from other machines and no token is set (--token)");
     }

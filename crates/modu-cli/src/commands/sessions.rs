@@ -52,14 +52,14 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
                     .map(|s| serde_json::json!({"session_id": s.session_id, "last_used": rfc3339(s.last_used)}))
                     .collect();
                 let text = serde_json::to_string_pretty(&items).map_err(|e| Failure::Invalid(e.to_string()))?;
-                outln!("{text}");
+                outln!("{text}")?;
                 return Ok(());
             }
             if sessions.is_empty() {
                 eprintln!("no sessions in {}", stores.description);
             }
             for s in sessions {
-                outln!("{}\t{}", s.session_id, rfc3339(s.last_used));
+                outln!("{}\t{}", s.session_id, rfc3339(s.last_used))?;
             }
             Ok(())
         }
@@ -74,10 +74,10 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
                 let value = serde_json::to_value(&messages).map_err(|e| Failure::Invalid(e.to_string()))?;
                 let text = serde_json::to_string_pretty(&masker.mask_value(&value))
                     .map_err(|e| Failure::Invalid(e.to_string()))?;
-                outln!("{text}");
+                outln!("{text}")?;
             } else {
                 for m in &messages {
-                    outln!("{}", masker.mask_text(&render(m)));
+                    outln!("{}", masker.mask_text(&render(m)))?;
                 }
             }
             Ok(())

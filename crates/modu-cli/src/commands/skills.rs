@@ -171,11 +171,11 @@ fn init(name: &str, path: &Path) -> CommandResult {
         folder.join("references/README.md"),
         "Reference material the model can read on demand (modu_skill_read, modu_skill_search).\n",
     )?;
-    outln!("created {}", folder.join("SKILL.md").display());
+    outln!("created {}", folder.join("SKILL.md").display())?;
     outln!(
         "next: edit the description and body, then run `modu skills validate {}`",
         path.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -229,7 +229,7 @@ fn validate(dir: &Path) -> CommandResult {
             plural(problems, "problem")
         )));
     }
-    outln!("ok: {} valid{lock_note}", plural(registry.len(), "skill"));
+    outln!("ok: {} valid{lock_note}", plural(registry.len(), "skill"))?;
     Ok(())
 }
 
@@ -280,22 +280,22 @@ fn inspect(dir: &Path, as_json: bool) -> CommandResult {
             "skills": scan.skills.iter().map(skill_json).collect::<Vec<_>>(),
             "errors": scan.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
         });
-        outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default())?;
     } else {
         for skill in &scan.skills {
             let m = skill.manifest();
-            outln!("{} {}", m.name, m.version().unwrap_or("(no version)"));
-            outln!("  description:   {}", m.description);
-            outln!("  source:        {}", skill.source_id());
-            outln!("  digest:        {}", skill.digest());
+            outln!("{} {}", m.name, m.version().unwrap_or("(no version)"))?;
+            outln!("  description:   {}", m.description)?;
+            outln!("  source:        {}", skill.source_id())?;
+            outln!("  digest:        {}", skill.digest())?;
             if let Some(tools) = &m.allowed_tools {
-                outln!("  allowed-tools: {}", tools.join(" "));
+                outln!("  allowed-tools: {}", tools.join(" "))?;
             }
             let stages = m.applies_to.as_ref().map_or("plan act finalize (all)".to_owned(), |s| {
                 s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
             });
-            outln!("  applies-to:    {stages}");
-            outln!("  files:");
+            outln!("  applies-to:    {stages}")?;
+            outln!("  files:")?;
             for f in skill.files() {
                 let note = if f.readable {
                     "readable by the model"
@@ -304,7 +304,7 @@ fn inspect(dir: &Path, as_json: bool) -> CommandResult {
                 } else {
                     "digest only"
                 };
-                outln!("    {:<40} {:>8} B  {note}", f.path, f.size);
+                outln!("    {:<40} {:>8} B  {note}", f.path, f.size)?;
             }
         }
     }
@@ -347,6 +347,6 @@ fn lock(dir: &Path) -> CommandResult {
         .lockfile()
         .write(&path)
         .map_err(|e| Failure::Invalid(e.to_string()))?;
-    outln!("wrote {} ({})", path.display(), plural(registry.len(), "skill"));
+    outln!("wrote {} ({})", path.display(), plural(registry.len(), "skill"))?;
     Ok(())
 }
