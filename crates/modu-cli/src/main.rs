@@ -42,6 +42,7 @@ mod build;
 mod commands;
 mod config;
 mod oauth;
+mod time;
 mod ui;
 
 use commands::Failure;

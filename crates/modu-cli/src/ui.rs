@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -16,6 +16,9 @@ use modu::{
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+
+use crate::commands::Failure;
+pub use crate::time::rfc3339;
 
 /// Whether to draw the progress indicator: only when stdout and stderr are both terminals.
 pub fn progress_enabled() -> bool {
@@ -175,14 +178,23 @@ impl EventSink for ToolCallPrinter {
 }
 
 /// Streams one run; returns its result. Text goes to stdout (flushed per delta), tool calls to
-/// stderr.
-pub async fn stream(agent: &Agent<()>, request: AgentRequest<()>, show: Show) -> RunOutcome<String> {
+/// stderr. Stdout that cannot be written stops the run: [`Failure::Output`] (a closed pipe
+/// included: its reader wants no more).
+pub async fn stream(agent: &Agent<()>, request: AgentRequest<()>, show: Show) -> Result<RunOutcome<String>, Failure> {
     show_run(agent, agent.stream(request), show).await
 }
 
-/// Resumes a run, streaming it; returns its result.
-pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> RunOutcome<String> {
+/// Resumes a run, streaming it; returns its result (or stops it as [`stream`] does).
+pub async fn resume(agent: &Agent<()>, run_id: &str, show: Show) -> Result<RunOutcome<String>, Failure> {
     show_run(agent, agent.resume_stream(run_id, ()), show).await
+}
+
+/// Writes `bytes` to stdout now; an error is the command's ([`Failure::Output`]).
+fn put(stdout: &mut std::io::Stdout, bytes: &[u8]) -> Result<(), Failure> {
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(Failure::Output)
 }
 
 /// Ends a reasoning line on stderr (and its dimming).
@@ -192,8 +204,9 @@ fn end_reasoning(dim: bool) {
     let _ = stderr.flush();
 }
 
-/// Shows a streaming run (new or resumed) until its result.
-async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> RunOutcome<String> {
+/// Shows a streaming run (new or resumed) until its result. Returning early drops `stream`,
+/// which stops the run.
+async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) -> Result<RunOutcome<String>, Failure> {
     let mut spinner = Spinner::start(show.progress);
     let mut printed = false;
     // Text of the current model call is on screen (a retry after a failure restarts it).
@@ -228,8 +241,7 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
             StreamItem::Event(AgentEvent::ModelDelta { text, .. } | AgentEvent::FinalDelta { text, .. }) => {
                 spinner.stop();
                 if show.text && !text.is_empty() {
-                    let _ = stdout.write_all(text.as_bytes());
-                    let _ = stdout.flush();
+                    put(&mut stdout, text.as_bytes())?;
                     printed = true;
                     partial = true;
                     at_line_start = text.ends_with('\n');
@@ -240,8 +252,7 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                 // What the model wrote before it called tools ends its line: the next model
                 // call's text starts on a new one.
                 if partial && !at_line_start {
-                    let _ = writeln!(stdout);
-                    let _ = stdout.flush();
+                    put(&mut stdout, b"\n")?;
                     at_line_start = true;
                 }
                 partial = false;
@@ -249,8 +260,7 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
             StreamItem::Event(AgentEvent::ModelCallFailed { will_retry: true, .. }) => {
                 // The retried call streams its answer from the start: end the partial line.
                 if partial {
-                    let _ = writeln!(stdout);
-                    let _ = stdout.flush();
+                    put(&mut stdout, b"\n")?;
                     eprintln!("(the model server failed mid-answer; retrying)");
                     at_line_start = true;
                     partial = false;
@@ -260,9 +270,13 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
             StreamItem::Completed(_) | StreamItem::Paused(_) | StreamItem::Failed(_) => {
                 let Some(result) = item.into_outcome() else { continue };
                 spinner.stop();
+                // The run has ended: a reader that has gone leaves its result as it is.
+                let ended = |written: Result<(), Failure>| match written {
+                    Err(Failure::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other,
+                };
                 if printed && !at_line_start {
-                    let _ = writeln!(stdout);
-                    let _ = stdout.flush();
+                    ended(put(&mut stdout, b"\n"))?;
                 }
                 // An answer that did not stream (a finished Plan-and-Execute run's stored answer,
                 // replayed on resume) is printed whole.
@@ -270,20 +284,22 @@ async fn show_run(agent: &Agent<()>, mut stream: RunStream<String>, show: Show) 
                     && !printed
                     && let Some(text) = result.output()
                 {
-                    let _ = writeln!(stdout, "{text}");
-                    let _ = stdout.flush();
+                    ended(put(&mut stdout, format!("{text}\n").as_bytes()))?;
                 }
                 if result.stats().answer_cut {
                     eprintln!(
                         "(the answer was cut at the model's output limit: raise `max_tokens` under [model] in modu.toml, or the server's context, for a whole one)"
                     );
                 }
-                return result;
+                return Ok(result);
             }
         }
     }
     spinner.stop();
-    RunOutcome::Failed(FailedRun::new(AgentError::Cancelled, RunReport::new("", agent.name())))
+    Ok(RunOutcome::Failed(FailedRun::new(
+        AgentError::Cancelled,
+        RunReport::new("", agent.name()),
+    )))
 }
 
 /// Lines of stdin, shared by prompts and approval answers (works with a pipe).
@@ -328,13 +344,15 @@ pub fn approval_prompt(request: &ApprovalRequest) -> String {
 
 /// Asks about every waiting call, records the answers and resumes (streaming as `show` says),
 /// until the run no longer waits. At end of input the run stays paused (resume it later with
-/// `modu resume`).
+/// `modu resume`). An answer that cannot be recorded is [`Failure::Invalid`]; stdout that
+/// cannot be written, [`Failure::Output`].
 pub async fn settle(
     agent: &Agent<()>,
     mut result: RunOutcome<String>,
     input: &mut Input,
     show: Show,
-) -> Result<RunOutcome<String>, String> {
+) -> Result<RunOutcome<String>, Failure> {
+    let invalid = |e: AgentError| Failure::Invalid(e.to_string());
     while result.is_paused() {
         let run_id = result.run_id().to_owned();
         for request in result.approvals() {
@@ -344,15 +362,12 @@ pub async fn settle(
                 return Ok(result);
             };
             if is_yes(&answer) {
-                agent
-                    .approve(&run_id, &request.call_id)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                agent.approve(&run_id, &request.call_id).await.map_err(invalid)?;
             } else {
                 agent
                     .reject(&run_id, &request.call_id, Some("the user said no".into()))
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(invalid)?;
             }
         }
         for request in result.inputs() {
@@ -373,11 +388,11 @@ pub async fn settle(
                     Err(AgentError::InvalidInput { message, .. }) => {
                         eprintln!("  that does not fit: {message}");
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(invalid(e)),
                 }
             }
         }
-        result = show_run(agent, agent.resume_stream(&run_id, ()), show).await;
+        result = show_run(agent, agent.resume_stream(&run_id, ()), show).await?;
     }
     Ok(result)
 }
@@ -455,34 +470,6 @@ async fn ask_value(
     }
 }
 
-/// `time` as RFC 3339 in UTC, to the second (`2026-05-01T12:34:56Z`); times before 1970 show
-/// as the epoch.
-pub fn rfc3339(time: SystemTime) -> String {
-    let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 /// Errors are one line, whatever a library put in them.
 pub fn one_line(message: &str) -> String {
     let lines: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
@@ -525,21 +512,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    #[test]
-    fn rfc3339_in_utc() {
-        let at = |secs: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(secs));
-        assert_eq!(at(0), "1970-01-01T00:00:00Z");
-        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(at(1_709_251_199), "2024-02-29T23:59:59Z");
-        assert_eq!(at(1_735_689_600), "2025-01-01T00:00:00Z");
-        assert_eq!(at(4_102_444_800), "2100-01-01T00:00:00Z");
-        // Sub-second parts are cut, not rounded.
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_millis(1_735_689_599_999)),
-            "2024-12-31T23:59:59Z"
-        );
-        assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(5)), "1970-01-01T00:00:00Z");
-    }
     use serde_json::json;
 
     #[test]

@@ -77,14 +77,16 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
         if line == "/exit" || line == "/quit" {
             break;
         }
-        let mut result = ui::stream(&built.agent, built.request(line, &session), show).await;
+        let mut result = ui::stream(&built.agent, built.request(line, &session), show).await?;
         if result.is_paused() {
             match ui::settle(&built.agent, result, &mut input, show).await {
                 Ok(settled) => result = settled,
-                Err(message) => {
+                Err(Failure::Invalid(message)) => {
                     eprintln!("error: {message}");
                     continue;
                 }
+                // Stdout cannot be written: the chat cannot go on.
+                Err(e) => return Err(e),
             }
         }
         if result.is_paused() {

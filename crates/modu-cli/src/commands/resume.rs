@@ -64,10 +64,8 @@ pub async fn run(args: ResumeArgs, config: Option<&Path>) -> CommandResult {
         progress: ui::progress_enabled(),
         reasoning: !args.hide_reasoning,
     };
-    let result = ui::resume(agent, &args.run_id, show).await;
-    let result = ui::settle(agent, result, &mut input, show)
-        .await
-        .map_err(Failure::Invalid)?;
+    let result = ui::resume(agent, &args.run_id, show).await?;
+    let result = ui::settle(agent, result, &mut input, show).await?;
     if args.json {
         let text = serde_json::to_string_pretty(&result).map_err(|e| Failure::Invalid(e.to_string()))?;
         outln!("{text}")?;

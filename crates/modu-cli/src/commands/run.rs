@@ -66,12 +66,10 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
         progress: ui::progress_enabled(),
         reasoning: !args.hide_reasoning,
     };
-    let first = ui::stream(&built.agent, built.request(&prompt, &session), show).await;
+    let first = ui::stream(&built.agent, built.request(&prompt, &session), show).await?;
     let result = if first.is_paused() {
         let mut input = Input::stdin();
-        ui::settle(&built.agent, first, &mut input, show)
-            .await
-            .map_err(Failure::Invalid)?
+        ui::settle(&built.agent, first, &mut input, show).await?
     } else {
         first
     };

@@ -350,3 +350,57 @@ async fn output_into_a_closed_pipe_is_not_a_panic() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
     }
 }
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_that_cannot_be_written_ends_the_run_with_an_error() {
+    // `modu run … > file` on a full disk: the answer is lost, which is not a success.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (args, input) in [(&["run", "Say hello"][..], ""), (&["chat"][..], "hi\nagain\n")] {
+        let mut cmd = modu(dir.path(), &mock.base_url());
+        cmd.args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stdin, input.as_bytes())
+            .await
+            .unwrap();
+        drop(stdin);
+        let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("modu did not finish within 60 s")
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.ends_with("error: cannot write to stdout: No space left on device (os error 28)\n"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // The chat ended at its first answer: `again` was never sent.
+    assert_eq!(mock.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_into_a_closed_pipe_stops_the_run_quietly() {
+    // `modu run "…" | head -c 0`: the reader has gone before the answer streams; the run stops
+    // (it did not finish: exit code 1) without an error line.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = modu(dir.path(), &mock.base_url());
+    cmd.args(["run", "Say hello"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("modu did not finish within 60 s")
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("error") && !stderr.contains("panicked"), "{stderr}");
+}
