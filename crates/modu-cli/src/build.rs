@@ -213,6 +213,9 @@ pub struct Stores {
     pub checkpoints: Arc<dyn CheckpointStore>,
     /// "sqlite .modu/modu.db", for messages.
     pub description: String,
+    /// Whether what is stored outlives this command (not the memory store): only then can
+    /// `modu resume` continue a run later.
+    pub kept: bool,
 }
 
 /// Opens the configured store (creating the SQLite file and its folder when needed).
@@ -231,6 +234,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
                 description: "memory".into(),
+                kept: false,
             })
         }
         StoreKind::Sqlite => {
@@ -250,6 +254,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
                 description: format!("sqlite {}", path.display()),
+                kept: true,
             })
         }
         StoreKind::Redis => {
@@ -269,6 +274,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
                 description: format!("redis {}", modu::redis::redact_credentials(&url)),
+                kept: true,
             })
         }
         StoreKind::Postgres => {
@@ -287,6 +293,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
                 conversations: Arc::new(c),
                 checkpoints: Arc::new(k),
                 description: format!("postgres {}", modu::postgres::redact_credentials(&url)),
+                kept: true,
             })
         }
     }

@@ -92,9 +92,9 @@ pub async fn run(args: ChatArgs, config: Option<&Path>) -> CommandResult {
         if result.is_paused() {
             // End of input during an approval prompt: leave the run paused, say how to go on.
             return Err(Failure::Invalid(format!(
-                "run {} is waiting for approval; answer with `modu resume {}`",
+                "run {} is waiting for approval; {}",
                 result.run_id(),
-                result.run_id()
+                super::run::resume_hint(&built, result.run_id())
             )));
         }
         if let Some(error) = &result.error() {

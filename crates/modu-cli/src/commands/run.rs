@@ -86,17 +86,30 @@ pub async fn finish(built: &Built, result: &modu::RunOutcome<String>) -> Command
     if let Some(paused) = result.pause() {
         let names: Vec<&str> = paused.approvals.iter().map(|r| r.tool_name.as_str()).collect();
         return Err(Failure::Invalid(format!(
-            "run {run_id} is waiting for approval of {}; answer with `modu resume {run_id}`",
+            "run {run_id} is waiting for approval of {}; {}",
             names.join(", "),
+            resume_hint(built, run_id),
         )));
     }
     match result.error() {
         None => Ok(()),
         Some(error) => {
-            if !run_id.is_empty() && built.agent.has_checkpoint(run_id).await.unwrap_or(false) {
+            // The memory store's checkpoint ends with this command: `modu resume` cannot find it.
+            if built.stores.kept && !run_id.is_empty() && built.agent.has_checkpoint(run_id).await.unwrap_or(false) {
                 eprintln!("hint: continue this run with `modu resume {run_id}`");
             }
             Err(Failure::Invalid(ui::run_error(error, &built.model.base_url())))
         }
+    }
+}
+
+/// How to go on with a paused run: `modu resume` when the store keeps it, else that it ends
+/// with this command.
+pub fn resume_hint(built: &Built, run_id: &str) -> String {
+    if built.stores.kept {
+        format!("answer with `modu resume {run_id}`")
+    } else {
+        "the memory store forgets it when this command ends (a persistent [store] kind keeps it for `modu resume`)"
+            .into()
     }
 }

@@ -218,3 +218,26 @@ async fn runs_purge_removes_expired_checkpoints() {
         "purged 0 expired checkpoint(s) from sqlite .modu/modu.db\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_in_the_memory_store_does_not_point_at_modu_resume() {
+    // The memory store's checkpoint ends with the command: `modu resume` would not find it.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Error {
+        status: 503,
+        body: json!({"error": {"message": "the model is loading"}}),
+        headers: Vec::new(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let failed = output(
+        modu(dir.path(), &mock.base_url())
+            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
+            .env("MODU_STORE__KIND", "memory")
+            .args(["run", "Count to 3"]),
+    )
+    .await;
+    let stderr = text(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error: "), "{stderr}");
+    assert!(!stderr.contains("modu resume"), "{stderr}");
+}
