@@ -269,6 +269,37 @@ async fn modu_serve_listens_on_a_host_name() {
     );
 }
 
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_stops_modu_serve_while_a_request_stays_open() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let (mut child, url) = serve(dir.path(), &[]).await;
+    // A client that never finishes its request: the first Ctrl-C waits for it.
+    let mut open = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut open, b"GET /v1/models HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let pid = child.id().unwrap().to_string();
+    let interrupt = || {
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+    };
+    assert!(interrupt().success());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(interrupt().success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("modu serve still runs 10 s after a second Ctrl-C")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modu_serve_never_sends_its_environment_to_an_mcp_server_a_request_names() {
     // What the caller's own "MCP server" receives: every byte of every request.

@@ -116,6 +116,9 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     let local = listener
         .local_addr()
         .map_err(|e| Failure::Invalid(format!("cannot read the address listened on: {e}")))?;
+    // Listening for Ctrl-C before the URL is printed: a press right after it stops the server
+    // (not the process, as the default handler would).
+    let mut interrupts = Interrupts::listen()?;
     let url = format!("http://{local}");
     outln!("serving {name} on {url}")?;
     outln!("  dev UI:  {url}/")?;
@@ -125,10 +128,42 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     if !authenticated && !local.ip().is_loopback() {
         eprintln!("warning: {local} is reachable from other machines and no token is set (--token)");
     }
-    axum::serve(listener, server.router())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+    // Ctrl-C lets the requests under way finish; a second Ctrl-C stops at once (a client that
+    // keeps its request open, or a long stream, would otherwise keep the server running).
+    let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
+    let serving = axum::serve(listener, server.router()).with_graceful_shutdown(async {
+        let _ = stopping.await;
+    });
+    tokio::select! {
+        served = serving => served.map_err(|e| Failure::Invalid(format!("the server stopped: {e}"))),
+        () = async {
+            interrupts.next().await;
+            let _ = stop.send(());
+            eprintln!("stopping: waiting for the requests under way (Ctrl-C again to stop now)");
+            interrupts.next().await;
+        } => Ok(()),
+    }
+}
+
+/// Ctrl-C presses, from when [`Interrupts::listen`] is called.
+struct Interrupts {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn listen() -> Result<Interrupts, Failure> {
+        Ok(Interrupts {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .map_err(|e| Failure::Invalid(format!("cannot listen for Ctrl-C: {e}")))?,
         })
-        .await
-        .map_err(|e| Failure::Invalid(format!("the server stopped: {e}")))
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        self.signal.recv().await;
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
