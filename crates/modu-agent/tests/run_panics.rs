@@ -84,6 +84,55 @@ async fn a_resumed_run_that_panics_returns_a_failure_naming_the_run() {
     assert_eq!(outcome.report().run_id, run_id);
 }
 
+#[tokio::test]
+async fn a_layer_that_panics_before_the_run_starts_fails_the_run_the_request_named() {
+    let layer = tower::util::MapRequestLayer::new(|request: AgentRequest<()>| -> AgentRequest<()> {
+        if std::hint::black_box(true) {
+            panic!("the layer broke");
+        }
+        request
+    });
+    let agent: Agent<()> = Agent::builder(ScriptedModel::new().text("done").cycle())
+        .agent_layer(layer)
+        .build()
+        .unwrap();
+    let outcome = agent.run(AgentRequest::from("go").run_id("run-9")).await;
+    assert_eq!(panicked_with(&outcome), "the layer broke");
+    assert_eq!(outcome.report().run_id, "run-9");
+}
+
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct Task {
+    topic: String,
+}
+
+#[tokio::test]
+async fn a_nested_agent_that_panics_fails_its_call_without_its_message() {
+    let child: Agent<()> = Agent::builder(ScriptedModel::new().tool_call("boom", json!({})).text("never"))
+        .tool(boom(false))
+        .build()
+        .unwrap();
+    let parent_model = ScriptedModel::new()
+        .tool_call("research", json!({"topic": "x"}))
+        .text("the researcher failed");
+    let parent: Agent<()> = Agent::builder(parent_model.clone())
+        .tool(child.as_tool::<Task>("research", "Research"))
+        .build()
+        .unwrap();
+    let outcome = parent.run("go").await;
+    assert_eq!(
+        outcome.output().map(String::as_str),
+        Some("the researcher failed"),
+        "{:?}",
+        outcome.error()
+    );
+    // The parent's model is told the call failed, in modu's words: a panic's text is whatever
+    // the panicking code formatted.
+    let result = parent_model.requests()[1].messages.last().unwrap().text();
+    assert!(result.contains("the run panicked"), "{result}");
+    assert!(!result.contains("the tool broke"), "{result}");
+}
+
 /// Workers on one in-memory backend (leases, fenced conversation and checkpoint stores).
 mod orphans {
     use std::sync::Arc;

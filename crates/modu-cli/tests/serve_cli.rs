@@ -292,6 +292,11 @@ async fn a_second_ctrl_c_stops_modu_serve_while_a_request_stays_open() {
     };
     assert!(interrupt().success());
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The first Ctrl-C waits for the open request.
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "modu serve stopped at the first Ctrl-C"
+    );
     assert!(interrupt().success());
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await

@@ -165,7 +165,8 @@ where
     ) -> RunOutcome<O> {
         let started = Instant::now();
         let deadline = self.inner.limits.timeout.map(|t| started + t);
-        let loaded = match with_deadline(deadline, self.inner.limits.timeout, self.load_checkpoint(run_id)).await {
+        let load = crate::runner::panics::unwound(self.load_checkpoint(run_id));
+        let loaded = match with_deadline(deadline, self.inner.limits.timeout, load).await {
             Ok(loaded) => loaded,
             Err(timeout) => Err(timeout),
         };

@@ -193,6 +193,9 @@ pub(crate) fn nested_failure(error: &crate::error::AgentError) -> String {
         AgentError::Store { operation, .. } => format!("store operation {operation} failed"),
         AgentError::ToolProvider { provider, .. } => format!("tool provider {provider} failed"),
         AgentError::ContextProvider { provider, .. } => format!("context provider {provider} failed"),
+        // A panic's message is whatever the code that panicked formatted (a server's reply in
+        // an `expect`, say).
+        AgentError::Panicked { .. } => "the run panicked".to_owned(),
         other => return other.to_string(),
     };
     tracing::warn!(error = %error, "a nested run failed");

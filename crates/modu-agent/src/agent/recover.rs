@@ -79,7 +79,7 @@ where
         let claims = candidates.into_iter().map(|item| {
             let context = Arc::clone(&context);
             async move {
-                let checkpoint = match self.load_checkpoint(&item.run_id).await {
+                let checkpoint = match crate::runner::panics::unwound(self.load_checkpoint(&item.run_id)).await {
                     Ok(checkpoint) => checkpoint,
                     // Finished (and removed) since it was listed.
                     Err(AgentError::CheckpointNotFound { .. }) => return None,

@@ -213,12 +213,3 @@ impl crate::context::CallReports for Emitter {
         }))
     }
 }
-
-/// A panic's message: its text payload, or a word that it had none.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a text payload".to_owned())
-}

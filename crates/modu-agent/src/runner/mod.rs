@@ -50,6 +50,7 @@ mod guard;
 mod handoff;
 mod journal;
 mod lease;
+pub(crate) mod panics;
 pub(crate) mod policy;
 mod spans;
 mod standard;
@@ -143,25 +144,12 @@ struct Kept {
     planner_chat: Option<crate::middleware::ChatService>,
 }
 
-std::thread_local! {
-    /// The id of the run that last unwound on this thread (see `Drop for Run`).
-    static PANICKED_RUN: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
-}
-
-/// Takes the id of the run that last unwound on this thread: the run whose panic the caller
-/// just caught (`start::run_through_layers`), which names its failure with it.
-pub(crate) fn take_panicked_run() -> Option<String> {
-    PANICKED_RUN.take()
-}
-
 impl<C, O> Drop for Run<C, O> {
     fn drop(&mut self) {
-        // A run dropped while a panic unwinds names itself for the catch above it (nothing is
-        // kept per run for this). Every run has a catch of its own (`run_through_layers`),
-        // which takes the id as soon as the unwind reaches it: a nested run's panic is caught
-        // at the nested run's.
+        // A run dropped while a panic unwinds names itself for the catch above it (see
+        // `panics`): a nested run's panic is caught at the nested run's own catch.
         if std::thread::panicking() {
-            PANICKED_RUN.set(Some(self.env.ctx.run_id().to_owned()));
+            panics::unwinding(self.env.ctx.run_id());
         }
     }
 }

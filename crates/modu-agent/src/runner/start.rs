@@ -1,7 +1,6 @@
 //! How a run starts: fresh or resumed, both through the agent stack (built once with the
 //! agent), both into [`execute_from`], which sets up the [`Run`].
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -54,8 +53,10 @@ where
     C: Send + Sync + 'static,
     O: Send + 'static,
 {
-    let given = GivenName::of(&request);
-    super::take_panicked_run();
+    let given = match &request.resume {
+        Some(resume) => Some(resume.checkpoint.run_id.clone()),
+        None => request.run_id.clone(),
+    };
     let run = match &inner.agent_service {
         None => Either::Left(run_raw(Arc::clone(inner), request)),
         Some(service) => Either::Right(tower::ServiceExt::oneshot(service.clone(), request).map(
@@ -65,33 +66,10 @@ where
             },
         )),
     };
-    // A panic (a tool's closure, a user's model or layer) ends the run as a failure naming it,
-    // as a stream's does: it never unwinds into the caller, nor into the other runs of a
-    // `recover_orphans`. Sinks hear `RunFailed Panicked` from the run's drop.
-    let inner = Arc::clone(inner);
-    AssertUnwindSafe(run).catch_unwind().map(move |ended| {
-        ended.unwrap_or_else(|panic| {
-            let message = super::emitter::panic_message(&*panic);
-            // The run names itself as it unwinds; a panic before it started (in a layer) has
-            // only the id the request gave.
-            let run_id = super::take_panicked_run().or(given.0).unwrap_or_default();
-            RunOutcome::failed(run_id, inner.name.clone(), AgentError::Panicked { message })
-        })
-    })
-}
-
-/// The id a request gives its run (a resumed run's, or the caller's), for a run that panics
-/// before it started. A new run's id is made when it starts (agent layers see a fresh request
-/// without one).
-struct GivenName(Option<String>);
-
-impl GivenName {
-    fn of<C>(request: &AgentRequest<C>) -> Self {
-        match &request.resume {
-            Some(resume) => Self(Some(resume.checkpoint.run_id.clone())),
-            None => Self(request.run_id.clone()),
-        }
-    }
+    // A panic (a tool's closure, a user's model or layer) ends the run as a failure naming it:
+    // it never unwinds into the caller, nor into the other runs of a `recover_orphans`. Sinks
+    // hear `RunFailed Panicked` from the run's drop.
+    super::panics::Caught::new(run, given, Arc::clone(inner))
 }
 
 /// The agent stack, built once with the agent: its layers around the innermost [`RunService`].

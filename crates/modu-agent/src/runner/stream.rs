@@ -155,7 +155,7 @@ impl<O> RunStream<O> {
     /// reader may not have read yet ([`RunStream::named`] fills it in then).
     #[cold]
     fn panicked(&self, panic: &(dyn std::any::Any + Send)) -> RunOutcome<O> {
-        let message = super::emitter::panic_message(panic);
+        let message = super::panics::panic_message(panic);
         let run_id = self.run_id.clone().unwrap_or_default();
         RunOutcome::failed(run_id, self.agent.clone(), AgentError::Panicked { message })
     }

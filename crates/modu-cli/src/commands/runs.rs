@@ -48,7 +48,7 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
     if let RunsCommand::Show { run_id, .. } | RunsCommand::Delete { run_id } = &cmd {
         super::check_id("the run id", run_id)?;
     }
-    let loaded = load_config(config)?;
+    let mut loaded = load_config(config)?;
     let stores = build::stores(&loaded.config.store).await.map_err(Failure::Invalid)?;
     let store = stores.checkpoints.as_ref();
     let failed = |e: StoreError| Failure::Invalid(format!("{}: {e}", stores.description));
@@ -86,6 +86,9 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
                 .await
                 .map_err(failed)?
                 .ok_or_else(|| missing(&run_id))?;
+            // Reading a stored run calls no model: the API key the config names need not be
+            // set (the agent is built only to read the checkpoint it wrote).
+            loaded.config.model.api_key_env = None;
             let built = build::agent(&loaded.config, None).await?;
             let details = details(&built.agent, &run_id).await;
             if json {
