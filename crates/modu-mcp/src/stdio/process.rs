@@ -97,6 +97,20 @@ pub(super) async fn exited(child: &mut Box<dyn ChildWrapper>) -> bool {
     matches!(tokio::time::timeout(EXIT_WAIT, child.wait()).await, Ok(Ok(_)))
 }
 
+/// Kills what is left of the process group of a server that has exited: the helpers it
+/// started and left running (the group outlives its leader while they run). Nothing left is
+/// the usual case (the signal then finds no process).
+pub(super) fn kill_the_rest(child: &mut Box<dyn ChildWrapper>) {
+    match child.start_kill() {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(ESRCH) => {}
+        Err(e) => tracing::debug!(error = %e, "killing what is left of an MCP server's process group failed"),
+    }
+}
+
+/// "No such process" (3 on every Unix this crate runs on).
+const ESRCH: i32 = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;

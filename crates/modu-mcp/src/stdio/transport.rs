@@ -16,7 +16,7 @@ use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 
 #[cfg(unix)]
 use super::process::SIGTERM;
-use super::process::{ChildGuard, EXIT_STATUS_WAIT, exited};
+use super::process::{ChildGuard, EXIT_STATUS_WAIT, exited, kill_the_rest};
 use super::{DecodeFailure, DecodeFailures, ExitStatusSlot, IdScanner, MAX_MESSAGE_BYTES};
 
 enum ReadOutcome {
@@ -353,13 +353,17 @@ impl Transport<RoleClient> for StdioTransport {
     }
 
     /// Closes stdin, waits for the server to exit, then sends SIGTERM to its process group,
-    /// waits again, then kills the group.
+    /// waits again, then kills the group. Once the server has exited, what is left of its
+    /// process group (the helpers it started and did not end) is killed too.
     async fn close(&mut self) -> Result<(), Self::Error> {
         drop(self.stdin.lock().await.take());
+        // The child stays in its guard while this waits: a close cancelled midway still kills
+        // the group.
         let Some(child) = self.child.0.as_mut() else {
             return Ok(());
         };
         if exited(child).await {
+            kill_the_rest(child);
             self.child.0 = None;
             return Ok(());
         }
@@ -367,12 +371,14 @@ impl Transport<RoleClient> for StdioTransport {
         match child.signal(SIGTERM) {
             Ok(()) => {
                 if exited(child).await {
+                    kill_the_rest(child);
                     self.child.0 = None;
                     return Ok(());
                 }
             }
             Err(e) => tracing::debug!(error = %e, "SIGTERM to an MCP server failed"),
         }
+        // SIGKILL to the whole group.
         let result = Box::into_pin(child.kill()).await;
         self.child.0 = None;
         result

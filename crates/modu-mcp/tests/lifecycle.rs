@@ -1,0 +1,87 @@
+//! The lifecycle of a stdio server's processes: a graceful close leaves nothing of the server's
+//! process group behind, whatever the server did with its own children (README: "closing
+//! (stdin EOF, then SIGTERM, then SIGKILL) leaves no process behind").
+#![cfg(unix)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use modu_mcp::{McpConfig, McpConnector, McpServerConfig, McpSession};
+
+/// The misbehaving test server behind a shell that first starts `sleep 1000` in the
+/// background (in the server's process group, as a Node or shell server's helper would be)
+/// and writes its pid to `pid_file`.
+fn server_with_helper(python: &str, pid_file: &Path) -> McpServerConfig {
+    let script = r#"sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "$0"; shift; exec "$@""#;
+    McpServerConfig::stdio("helper", "sh").with_args([
+        "-c".to_owned(),
+        script.to_owned(),
+        pid_file.to_string_lossy().into_owned(),
+        "unused".to_owned(),
+        python.to_owned(),
+        support::test_file("peers/misbehaving_server.py"),
+        "stdio".to_owned(),
+    ])
+}
+
+async fn open(server: McpServerConfig) -> McpSession {
+    McpConnector::new(McpConfig::new(vec![server]).unwrap())
+        .unwrap()
+        .open_session(None)
+        .await
+        .unwrap()
+}
+
+fn temp_file(name: &str) -> PathBuf {
+    std::env::temp_dir().join(support::marker(name))
+}
+
+fn read_pid(file: &Path) -> u32 {
+    std::fs::read_to_string(file).unwrap().trim().parse().unwrap()
+}
+
+/// Waits up to `within` for `pid` to be gone; `true` when it is.
+async fn gone(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while support::alive(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// Ends a helper the test left behind (only the pid it started).
+fn kill(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_close_ends_the_helpers_the_server_started() {
+    let Some(python) = support::python() else { return };
+    let pid_file = temp_file("helper-pid");
+    let session = open(server_with_helper(&python, &pid_file)).await;
+    assert_eq!(session.child_pids().len(), 1);
+    let helper = read_pid(&pid_file);
+    assert!(support::alive(helper), "the helper runs while the session is open");
+
+    // The server exits at the end of its stdin: the close is graceful.
+    let started = Instant::now();
+    session.close().await;
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let ended = gone(helper, Duration::from_secs(2)).await;
+    if !ended {
+        kill(helper);
+    }
+    let _ = std::fs::remove_file(&pid_file);
+    assert!(
+        ended,
+        "the server's helper process {helper} outlived the session's close"
+    );
+}
