@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use modu_mcp::{McpConfig, McpConnector, McpServerConfig, McpSession};
+use serde_json::json;
 
 /// The misbehaving test server behind a shell that first starts `sleep 1000` in the
 /// background (in the server's process group, as a Node or shell server's helper would be)
@@ -84,4 +85,41 @@ async fn a_graceful_close_ends_the_helpers_the_server_started() {
         ended,
         "the server's helper process {helper} outlived the session's close"
     );
+}
+
+/// A call whose request is larger than the pipe to the server's stdin (64 KiB on Linux),
+/// sent while the server does not read (busy in another call): its write blocks.
+async fn block_the_servers_stdin(session: &std::sync::Arc<McpSession>) -> tokio::task::JoinHandle<()> {
+    let busy = {
+        let session = std::sync::Arc::clone(session);
+        tokio::spawn(async move {
+            let _ = session.call_tool("m__busy", json!({"seconds": 60})).await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let session = std::sync::Arc::clone(session);
+    let big = tokio::spawn(async move {
+        let _ = session
+            .call_tool("m__ok", json!({"text": "x".repeat(1024 * 1024)}))
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    busy.abort();
+    big
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_server_that_stopped_reading_its_stdin_does_not_hang() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("stopped-reading");
+    let server = support::misbehaving_stdio("m", &python, &[&marker]).with_call_timeout(Duration::from_secs(120));
+    let session = std::sync::Arc::new(open(server).await);
+    let big = block_the_servers_stdin(&session).await;
+
+    // stdin EOF cannot be delivered while the write blocks: SIGTERM ends it (3 s later).
+    let started = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(15), session.close()).await;
+    assert!(closed.is_ok(), "close still waits after {:?}", started.elapsed());
+    big.abort();
+    support::assert_no_children(&marker, Duration::from_secs(2)).await;
 }

@@ -40,6 +40,9 @@ pub(crate) struct StdioTransport {
     child: ChildGuard,
     stdout: BufReader<ChildStdout>,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    /// Set when closing starts: a write blocked on a server that does not read its stdin
+    /// gives up, so closing can close stdin and go on.
+    closing: tokio::sync::watch::Sender<bool>,
     line: Vec<u8>,
     max_line: usize,
     oversized: Option<Oversized>,
@@ -77,6 +80,7 @@ impl StdioTransport {
             child: ChildGuard(Some(child), exit),
             stdout: BufReader::with_capacity(64 * 1024, stdout),
             stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            closing: tokio::sync::watch::Sender::new(false),
             line: Vec::new(),
             max_line: MAX_MESSAGE_BYTES,
             oversized: None,
@@ -289,18 +293,22 @@ impl Transport<RoleClient> for StdioTransport {
             _ => {}
         }
         let stdin = Arc::clone(&self.stdin);
+        let mut closing = self.closing.subscribe();
         async move {
             let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             bytes.push(b'\n');
-            let mut guard = stdin.lock().await;
-            let Some(writer) = guard.as_mut() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "the server's stdin is closed",
-                ));
+            let write = async {
+                let mut guard = stdin.lock().await;
+                let Some(writer) = guard.as_mut() else {
+                    return Err(stdin_closed());
+                };
+                writer.write_all(&bytes).await?;
+                writer.flush().await
             };
-            writer.write_all(&bytes).await?;
-            writer.flush().await
+            tokio::select! {
+                result = write => result,
+                _ = closing.wait_for(|closing| *closing) => Err(stdin_closed()),
+            }
         }
     }
 
@@ -356,6 +364,9 @@ impl Transport<RoleClient> for StdioTransport {
     /// waits again, then kills the group. Once the server has exited, what is left of its
     /// process group (the helpers it started and did not end) is killed too.
     async fn close(&mut self) -> Result<(), Self::Error> {
+        // Writes under way give up (one blocked on a server that stopped reading would hold
+        // stdin forever), then stdin is closed.
+        self.closing.send_replace(true);
         drop(self.stdin.lock().await.take());
         // The child stays in its guard while this waits: a close cancelled midway still kills
         // the group.
@@ -383,6 +394,10 @@ impl Transport<RoleClient> for StdioTransport {
         self.child.0 = None;
         result
     }
+}
+
+fn stdin_closed() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::NotConnected, "the server's stdin is closed")
 }
 
 /// The index of the first `\n` (a plain loop: fast even in unoptimised test builds).

@@ -22,6 +22,8 @@ raw lines to stdout, which the SDKs would refuse to produce. Tools:
 - banner_then_ok()                a line that is not JSON, then a normal result
 - slow(seconds)                   answers after `seconds` (in a thread)
 - crash()                         exits without answering
+- busy(seconds)                   answers after `seconds` without reading stdin meanwhile (a
+                                  single-threaded server busy in a tool)
 
 `id_last` puts "id" after "result", as the TypeScript SDK orders its answers.
 --delay-initialize waits before answering initialize; --fail-initialize then exits instead
@@ -94,6 +96,8 @@ TOOLS = [
     {"name": "crash", "description": "Exit without answering.", "inputSchema": OBJECT},
     {"name": "slow", "description": "Answer after some seconds.",
      "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}},
+    {"name": "busy", "description": "Answer after some seconds, not reading meanwhile.",
+     "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}},
 ]
 
 
@@ -144,6 +148,9 @@ def call_tool(request_id, name: str, args: dict) -> None:
             time.sleep(float(args["seconds"]))
             send({"jsonrpc": "2.0", "id": request_id, "result": text_result("slept")})
         threading.Thread(target=later, daemon=True).start()
+    elif name == "busy":
+        time.sleep(float(args["seconds"]))
+        send({"jsonrpc": "2.0", "id": request_id, "result": text_result("done")})
     else:
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"unknown tool {name}"}})
 
