@@ -88,8 +88,11 @@ async fn a_graceful_close_ends_the_helpers_the_server_started() {
 }
 
 /// A call whose request is larger than the pipe to the server's stdin (64 KiB on Linux),
-/// sent while the server does not read (busy in another call): its write blocks.
-async fn block_the_servers_stdin(session: &std::sync::Arc<McpSession>) -> tokio::task::JoinHandle<()> {
+/// sent while the server does not read (busy in another call): its write blocks. Returns the
+/// call's outcome and how long it took.
+async fn block_the_servers_stdin(
+    session: &std::sync::Arc<McpSession>,
+) -> tokio::task::JoinHandle<(Result<serde_json::Value, modu_mcp::McpError>, Duration)> {
     let busy = {
         let session = std::sync::Arc::clone(session);
         tokio::spawn(async move {
@@ -99,9 +102,11 @@ async fn block_the_servers_stdin(session: &std::sync::Arc<McpSession>) -> tokio:
     tokio::time::sleep(Duration::from_millis(300)).await;
     let session = std::sync::Arc::clone(session);
     let big = tokio::spawn(async move {
-        let _ = session
+        let started = Instant::now();
+        let out = session
             .call_tool("m__ok", json!({"text": "x".repeat(1024 * 1024)}))
             .await;
+        (out, started.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     busy.abort();
@@ -121,5 +126,30 @@ async fn closing_a_server_that_stopped_reading_its_stdin_does_not_hang() {
     let closed = tokio::time::timeout(Duration::from_secs(15), session.close()).await;
     assert!(closed.is_ok(), "close still waits after {:?}", started.elapsed());
     big.abort();
+    support::assert_no_children(&marker, Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_timeout_holds_while_the_server_does_not_read_its_stdin() {
+    let Some(python) = support::python() else { return };
+    let marker = support::marker("timeout-holds");
+    let server = support::misbehaving_stdio("m", &python, &[&marker]).with_call_timeout(Duration::from_secs(2));
+    let session = std::sync::Arc::new(open(server).await);
+    let big = block_the_servers_stdin(&session).await;
+
+    // The call fails at its timeout although its cancellation cannot be written either.
+    let outcome = tokio::time::timeout(Duration::from_secs(15), big).await;
+    let Ok(outcome) = outcome else {
+        session.close().await;
+        panic!("the call with a 2 s timeout is still waiting after 15 s");
+    };
+    let (out, took) = outcome.unwrap();
+    let e = out.unwrap_err();
+    assert!(
+        matches!(&e, modu_mcp::McpError::ToolInvocation(i) if i.failure == modu_mcp::InvocationFailure::Timeout),
+        "{e}"
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    session.close().await;
     support::assert_no_children(&marker, Duration::from_secs(2)).await;
 }

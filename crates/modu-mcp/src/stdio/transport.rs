@@ -19,6 +19,9 @@ use super::process::SIGTERM;
 use super::process::{ChildGuard, EXIT_STATUS_WAIT, exited, kill_the_rest};
 use super::{DecodeFailure, DecodeFailures, ExitStatusSlot, IdScanner, MAX_MESSAGE_BYTES};
 
+/// How long a cancellation waits for stdin when another write holds it.
+const CANCELLATION_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 enum ReadOutcome {
     /// A whole line is read: in `line`, or scanned in `oversized`.
     Line,
@@ -279,15 +282,17 @@ impl Transport<RoleClient> for StdioTransport {
     type Error = std::io::Error;
 
     fn send(&mut self, item: ClientJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let mut cancellation = false;
         match &item {
             JsonRpcMessage::Request(request) => {
                 self.pending().insert(request.id.clone());
             }
             JsonRpcMessage::Notification(n) => {
-                if let ClientNotification::CancelledNotification(cancelled) = &n.notification
-                    && let Some(id) = &cancelled.params.request_id
-                {
-                    self.pending().remove(id);
+                if let ClientNotification::CancelledNotification(cancelled) = &n.notification {
+                    cancellation = true;
+                    if let Some(id) = &cancelled.params.request_id {
+                        self.pending().remove(id);
+                    }
                 }
             }
             _ => {}
@@ -298,7 +303,20 @@ impl Transport<RoleClient> for StdioTransport {
             let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             bytes.push(b'\n');
             let write = async {
-                let mut guard = stdin.lock().await;
+                // A cancellation is best effort: when another write holds stdin (blocked on a
+                // server that does not read it), waiting for it would hold the cancelled
+                // call past its timeout (rmcp returns the timeout once this is sent).
+                let mut guard = if cancellation {
+                    match tokio::time::timeout(CANCELLATION_WAIT, stdin.lock()).await {
+                        Ok(guard) => guard,
+                        Err(_) => {
+                            tracing::debug!("the MCP server does not read its stdin; cancellation not sent");
+                            return Ok(());
+                        }
+                    }
+                } else {
+                    stdin.lock().await
+                };
                 let Some(writer) = guard.as_mut() else {
                     return Err(stdin_closed());
                 };
