@@ -461,8 +461,14 @@ async fn a_dropped_or_panicking_run_ends_its_spans_and_is_forgotten() {
         .event_sink(sink.clone())
         .build()
         .unwrap();
-    let panicked = tokio::spawn(async move { agent.run("go").await }).await;
-    assert!(panicked.unwrap_err().is_panic());
+    let panicked = tokio::spawn(async move { agent.run("go").await }).await.unwrap();
+    // The run's panic is its failure (it unwound into the caller before `Agent::run` caught it;
+    // guarantees.md, "A stream is its run").
+    assert!(
+        matches!(panicked.error(), Some(modu_core::AgentError::Panicked { .. })),
+        "{:?}",
+        panicked.error()
+    );
 
     assert_eq!(sink.open_runs(), 0, "a run that never ended is still held");
     let spans = exporter.get_finished_spans().unwrap();
