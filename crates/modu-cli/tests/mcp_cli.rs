@@ -7,8 +7,8 @@ use std::process::{Output, Stdio};
 
 use serde_json::Value;
 
-/// `modu <args>` in `dir`, with nothing leaking in from the machine.
-async fn modu(dir: &Path, args: &[&str]) -> Output {
+/// The built `modu` in `dir`, with nothing leaking in from the machine's environment.
+fn command(dir: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
     cmd.current_dir(dir);
     for (key, _) in std::env::vars_os() {
@@ -17,6 +17,12 @@ async fn modu(dir: &Path, args: &[&str]) -> Output {
             cmd.env_remove(&key);
         }
     }
+    cmd
+}
+
+/// `modu <args>` in `dir`, with nothing leaking in from the machine.
+async fn modu(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = command(dir);
     cmd.args(args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -239,14 +245,8 @@ async fn a_full_stdout_ends_the_command_and_stops_its_mcp_servers() {
         "[[mcp.servers]]\nname = \"stub\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 300 & echo $! > helper.pid; exec node server.js\"]\n",
     )
     .unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("MODU_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.current_dir(dir.path())
-        .args(["mcp", "tools"])
+    let mut cmd = command(dir.path());
+    cmd.args(["mcp", "tools"])
         .stdin(Stdio::null())
         .stdout(std::fs::File::create("/dev/full").unwrap())
         .stderr(Stdio::piped())

@@ -9,6 +9,19 @@ use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
+/// The built `modu` in `dir`, with nothing leaking in from the machine's environment.
+fn command(dir: &std::path::Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
+    cmd.current_dir(dir);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("MODU_") || k.starts_with("OPENAI_") || k.starts_with("OLLAMA_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd
+}
+
 /// Starts `modu serve` in `dir`; returns the child and the URL it printed.
 async fn serve(dir: &std::path::Path, extra: &[&str]) -> (tokio::process::Child, String) {
     serve_with_env(dir, extra, &[]).await
@@ -20,14 +33,7 @@ async fn serve_with_env(
     extra: &[&str],
     envs: &[(&str, &str)],
 ) -> (tokio::process::Child, String) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
-    cmd.current_dir(dir);
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if k.starts_with("MODU_") || k.starts_with("OPENAI_") || k.starts_with("OLLAMA_") {
-            cmd.env_remove(&key);
-        }
-    }
+    let mut cmd = command(dir);
     cmd.envs(envs.iter().copied())
         .args(["serve", "--addr", "127.0.0.1:0"])
         .args(extra)
@@ -159,14 +165,8 @@ async fn modu_serve_refuses_an_empty_token_instead_of_serving_without_authentica
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
     // `--token "$TOKEN"` with TOKEN unset, while MODU_SERVE_TOKEN holds the real token.
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("MODU_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.current_dir(dir.path())
-        .env("MODU_SERVE_TOKEN", "s3cret")
+    let mut cmd = command(dir.path());
+    cmd.env("MODU_SERVE_TOKEN", "s3cret")
         .args(["serve", "--addr", "127.0.0.1:0", "--token", ""])
         .stdin(Stdio::null())
         .kill_on_drop(true);
@@ -186,14 +186,8 @@ async fn modu_serve_refuses_an_empty_modu_serve_token_as_it_refuses_an_empty_tok
     let mock = MockOpenAiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("MODU_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.current_dir(dir.path())
-        .env("MODU_SERVE_TOKEN", "")
+    let mut cmd = command(dir.path());
+    cmd.env("MODU_SERVE_TOKEN", "")
         .args(["serve", "--addr", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .kill_on_drop(true);
@@ -212,14 +206,8 @@ async fn modu_serve_listens_on_a_host_name() {
     let mock = MockOpenAiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_modu"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("MODU_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.current_dir(dir.path())
-        .args(["serve", "--addr", "localhost:0"])
+    let mut cmd = command(dir.path());
+    cmd.args(["serve", "--addr", "localhost:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

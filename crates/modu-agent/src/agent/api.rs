@@ -68,7 +68,7 @@ where
         request.stream = Some(tx);
         let inner = Arc::clone(&self.inner);
         let run = Box::pin(async move { run_through_layers(&inner, request).await });
-        RunStream::new(rx, run, self.inner.name.clone(), public_only)
+        RunStream::new(rx, run, public_only)
     }
 
     /// Continues a run from its last checkpoint: a paused run once its waiting calls are
@@ -126,7 +126,7 @@ where
         let run_id = run_id.to_owned();
         let run = Box::pin(async move { agent.resume_with(&run_id, context, Some(tx), token).await });
         let public_only = matches!(self.inner.policy, crate::plan::DecisionPolicy::PlanAndExecute(_));
-        RunStream::new(rx, run, self.inner.name.clone(), public_only)
+        RunStream::new(rx, run, public_only)
     }
 
     /// Resumes a nested run from the state its parent kept, with the decisions made on the

@@ -1,18 +1,16 @@
 //! [`RunStream`]: a run's events as they happen, then its result.
 
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
+use futures::Stream;
 use futures::future::BoxFuture;
 use futures::task::AtomicWaker;
-use futures::{FutureExt, Stream};
 use sync_wrapper::SyncWrapper;
 use tokio::sync::mpsc;
 
-use crate::error::AgentError;
 use crate::event::AgentEvent;
 use crate::outcome::{CompletedRun, FailedRun, PausedRun, RunOutcome};
 
@@ -29,10 +27,6 @@ pub struct RunStream<O> {
     woken: Arc<RunWoken>,
     /// The waker the run is polled with (it sets `woken`).
     run_waker: Waker,
-    agent: String,
-    /// The run's id, once its `RunStarted` event was read (named in the failure of a run that
-    /// panicked).
-    run_id: Option<String>,
     /// Only the events a user sees (strict runs' `stream`).
     public_only: bool,
     /// The run's result, once the run has ended, handed out after the last event (boxed as
@@ -142,41 +136,9 @@ impl<O> RunStream<O> {
         loop {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(event)) if !self.shows(&event) => continue,
-                Poll::Ready(Some(event)) => {
-                    self.saw(&event);
-                    return Poll::Ready(Some(*event));
-                }
+                Poll::Ready(Some(event)) => return Poll::Ready(Some(*event)),
                 other => return other.map(|e| e.map(|e| *e)),
             }
-        }
-    }
-
-    /// The failure of a run that panicked. Its id comes from its `RunStarted` event, which the
-    /// reader may not have read yet ([`RunStream::named`] fills it in then).
-    #[cold]
-    fn panicked(&self, panic: &(dyn std::any::Any + Send)) -> RunOutcome<O> {
-        let message = super::panics::panic_message(panic);
-        let run_id = self.run_id.clone().unwrap_or_default();
-        RunOutcome::failed(run_id, self.agent.clone(), AgentError::Panicked { message })
-    }
-
-    /// `ended`, with the run id of a panicked run's failure filled in from the events read
-    /// since it panicked.
-    fn named(&self, mut ended: Ended<O>) -> Ended<O> {
-        if let (Ended::Failed(failed), Some(run_id)) = (&mut ended, &self.run_id)
-            && failed.report.run_id.is_empty()
-        {
-            failed.report.run_id.clone_from(run_id);
-        }
-        ended
-    }
-
-    /// Remembers the run's id from its first event.
-    fn saw(&mut self, event: &AgentEvent) {
-        if self.run_id.is_none()
-            && let AgentEvent::RunStarted { run_id, .. } = event
-        {
-            self.run_id = Some(run_id.clone());
         }
     }
 
@@ -186,7 +148,6 @@ impl<O> RunStream<O> {
     fn waiting_event(&mut self) -> Option<AgentEvent> {
         while let Ok(event) = self.rx.try_recv() {
             if self.shows(&event) {
-                self.saw(&event);
                 return Some(*event);
             }
         }
@@ -213,18 +174,16 @@ impl<O> Stream for RunStream<O> {
             }
             drop(coop);
             let Some(run) = this.run.as_mut() else {
-                return Poll::Ready(this.finished.take().map(|ended| this.named(ended).into()));
+                return Poll::Ready(this.finished.take().map(Into::into));
             };
             this.woken.reader.register(cx.waker());
             // Polled only when something woke it since it last waited (else it has no news).
             if this.woken.woken.swap(false, Ordering::AcqRel) {
                 let mut run_cx = Context::from_waker(&this.run_waker);
-                let polled = AssertUnwindSafe(run.get_mut().as_mut())
-                    .catch_unwind()
-                    .poll_unpin(&mut run_cx);
-                if let Poll::Ready(ended) = polled {
+                // A panic of the run is its failure already (`runner::panics`).
+                if let Poll::Ready(ended) = run.get_mut().as_mut().poll(&mut run_cx) {
                     this.run = None;
-                    this.finished = Some(ended.unwrap_or_else(|panic| this.panicked(&*panic)).into());
+                    this.finished = Some(ended.into());
                     continue;
                 }
             }
@@ -244,7 +203,6 @@ impl<O> RunStream<O> {
     pub(crate) fn new(
         rx: mpsc::Receiver<Box<AgentEvent>>,
         run: BoxFuture<'static, RunOutcome<O>>,
-        agent: String,
         public_only: bool,
     ) -> Self {
         // Woken to begin with: the first poll starts the run.
@@ -257,8 +215,6 @@ impl<O> RunStream<O> {
             run: Some(SyncWrapper::new(run)),
             run_waker: Waker::from(Arc::clone(&woken)),
             woken,
-            agent,
-            run_id: None,
             public_only,
             finished: None,
         }

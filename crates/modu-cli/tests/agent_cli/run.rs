@@ -3,7 +3,7 @@
 use modu_testing::{MockOpenAiServer, MockReply};
 use serde_json::{Value, json};
 
-use crate::support::{command, everything_config, modu, output, session_of, text, transcript, with_stdin};
+use crate::support::{command, everything_config, fed, modu, output, session_of, text, transcript, with_stdin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_streams_the_answer_and_names_a_new_session() {
@@ -341,10 +341,7 @@ async fn output_into_a_closed_pipe_is_not_a_panic() {
             .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         drop(child.stdout.take());
-        let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
-            .await
-            .expect("modu did not finish within 60 s")
-            .unwrap();
+        let out = fed(child, "").await;
         let stderr = text(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
@@ -363,16 +360,7 @@ async fn a_streamed_answer_that_cannot_be_written_ends_the_run_with_an_error() {
             .stdin(std::process::Stdio::piped())
             .stdout(std::fs::File::create("/dev/full").unwrap())
             .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        tokio::io::AsyncWriteExt::write_all(&mut stdin, input.as_bytes())
-            .await
-            .unwrap();
-        drop(stdin);
-        let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
-            .await
-            .expect("modu did not finish within 60 s")
-            .unwrap();
+        let out = fed(cmd.spawn().unwrap(), input).await;
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(
@@ -396,10 +384,7 @@ async fn a_streamed_answer_into_a_closed_pipe_stops_the_run_quietly() {
         .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     drop(child.stdout.take());
-    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("modu did not finish within 60 s")
-        .unwrap();
+    let out = fed(child, "").await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("error") && !stderr.contains("panicked"), "{stderr}");

@@ -245,27 +245,13 @@ async fn a_failed_run_in_the_memory_store_does_not_point_at_modu_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_show_reads_a_run_without_the_api_key_the_config_names() {
     let mock = MockOpenAiServer::start().await.unwrap();
-    mock.push(MockReply::Error {
-        status: 503,
-        body: json!({"error": {"message": "the model is loading"}}),
-        headers: Vec::new(),
-    });
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("modu.toml"),
         "[model]\napi_key_env = \"MODU_TEST_RUNS_KEY\"\n",
     )
     .unwrap();
-    let failed = output(
-        modu(dir.path(), &mock.base_url())
-            .env("MODU_TEST_RUNS_KEY", "sk-test")
-            .env("MODU_LIMITS__RETRY_ATTEMPTS", "1")
-            .args(["run", "--json", "--session", "s", "Count to 3"]),
-    )
-    .await;
-    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
-    let result: Value = serde_json::from_slice(&failed.stdout).unwrap();
-    let run_id = result["run_id"].as_str().unwrap().to_owned();
+    let run_id = failed_run(dir.path(), &mock, "s", &[("MODU_TEST_RUNS_KEY", "sk-test")]).await;
 
     // Reading a stored run calls no model: the key need not be in this shell.
     let show = output(modu(dir.path(), &mock.base_url()).args(["runs", "show", &run_id])).await;

@@ -40,10 +40,15 @@ pub(crate) async fn output(cmd: &mut tokio::process::Command) -> Output {
 
 pub(crate) async fn with_stdin(cmd: &mut tokio::process::Command, input: &str) -> Output {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.as_bytes()).await.unwrap();
-    drop(stdin);
+    fed(cmd.spawn().unwrap(), input).await
+}
+
+/// Writes `input` to a spawned `modu`'s stdin (when it is piped), closes it, and waits up to
+/// 60 s for the command to end.
+pub(crate) async fn fed(mut child: tokio::process::Child, input: &str) -> Output {
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input.as_bytes()).await.unwrap();
+    }
     tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
         .await
         .expect("modu did not finish within 60 s")
