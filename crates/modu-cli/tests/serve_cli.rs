@@ -293,6 +293,51 @@ async fn a_second_ctrl_c_stops_modu_serve_while_a_request_stays_open() {
     assert!(status.success(), "{status}");
 }
 
+/// `docker stop`, systemd and Kubernetes stop a service with SIGTERM and kill it only after a
+/// grace period: the run under way finishes and its answer reaches the client.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_modu_serve_after_the_run_under_way_answers() {
+    let mock = MockOpenAiServer::start().await.unwrap();
+    mock.push(MockReply::Delayed(
+        Duration::from_millis(1500),
+        Box::new(MockReply::Text("Finished.".into())),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("modu.toml"), config(&mock)).unwrap();
+    let (mut child, url) = serve(dir.path(), &[]).await;
+    let answer = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&json!({"model": "helper", "messages": [{"role": "user", "content": "Hi"}]}))
+            .send()
+            .await?
+            .json::<Value>()
+            .await
+    });
+    // The run is under way once the model has its request.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while mock.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the model got no request");
+    let pid = child.id().unwrap().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let completion = answer.await.unwrap().expect("SIGTERM cut off the run under way");
+    assert_eq!(completion["choices"][0]["message"]["content"], "Finished.");
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("modu serve still runs 10 s after SIGTERM with no request open")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modu_serve_never_sends_its_environment_to_an_mcp_server_a_request_names() {
     // What the caller's own "MCP server" receives: every byte of every request.

@@ -1,5 +1,5 @@
 //! `modu serve`: the configured agent over HTTP (OpenAI-compatible, AG-UI, A2A and run
-//! control, from modu-server) until Ctrl-C.
+//! control, from modu-server) until Ctrl-C or `SIGTERM`.
 
 use std::path::Path;
 
@@ -116,8 +116,8 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     let local = listener
         .local_addr()
         .map_err(|e| Failure::Invalid(format!("cannot read the address listened on: {e}")))?;
-    // Listening for Ctrl-C before the URL is printed: a press right after it stops the server
-    // (not the process, as the default handler would).
+    // Listening for Ctrl-C and SIGTERM before the URL is printed: a stop right after it stops
+    // the server gracefully (not the process at once, as the default handlers would).
     let mut interrupts = Interrupts::listen()?;
     let url = format!("http://{local}");
     outln!("serving {name} on {url}")?;
@@ -128,8 +128,9 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     if !authenticated && !local.ip().is_loopback() {
         eprintln!("warning: {local} is reachable from other machines and no token is set (--token)");
     }
-    // Ctrl-C lets the requests under way finish; a second Ctrl-C stops at once (a client that
-    // keeps its request open, or a long stream, would otherwise keep the server running).
+    // Ctrl-C or SIGTERM lets the requests under way finish; a second one stops at once (a
+    // client that keeps its request open, or a long stream, would otherwise keep the server
+    // running).
     let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
     let serving = axum::serve(listener, server.router()).with_graceful_shutdown(async {
         let _ = stopping.await;
@@ -145,24 +146,36 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
     }
 }
 
-/// Ctrl-C presses, from when [`Interrupts::listen`] is called.
+/// Stop requests, from when [`Interrupts::listen`] is called: Ctrl-C (`SIGINT`) and, on Unix,
+/// `SIGTERM`, the signal `docker stop`, systemd and Kubernetes send before they kill. Either
+/// one starts the graceful stop; the next one of either stops at once.
 struct Interrupts {
     #[cfg(unix)]
-    signal: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
 }
 
 impl Interrupts {
     fn listen() -> Result<Interrupts, Failure> {
+        #[cfg(unix)]
+        let listen = |kind: tokio::signal::unix::SignalKind, name: &str| {
+            tokio::signal::unix::signal(kind).map_err(|e| Failure::Invalid(format!("cannot listen for {name}: {e}")))
+        };
         Ok(Interrupts {
             #[cfg(unix)]
-            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-                .map_err(|e| Failure::Invalid(format!("cannot listen for Ctrl-C: {e}")))?,
+            interrupt: listen(tokio::signal::unix::SignalKind::interrupt(), "Ctrl-C")?,
+            #[cfg(unix)]
+            terminate: listen(tokio::signal::unix::SignalKind::terminate(), "SIGTERM")?,
         })
     }
 
     async fn next(&mut self) {
         #[cfg(unix)]
-        self.signal.recv().await;
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
     }
