@@ -15,7 +15,7 @@ use crate::ui::{self, Input, Show};
 /// Arguments of `modu run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The prompt; `-` reads it from stdin.
+    /// The prompt; `-` reads it from stdin. It may not be empty.
     pub prompt: String,
     /// Print the whole RunOutcome as JSON instead of streaming the answer.
     #[arg(long)]
@@ -36,7 +36,8 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     }
     let loaded = load_config(config)?;
     let json = args.json || loaded.config.output.mode == OutputMode::Json;
-    let prompt = if args.prompt == "-" {
+    let from_stdin = args.prompt == "-";
+    let prompt = if from_stdin {
         let mut text = String::new();
         std::io::stdin()
             .read_to_string(&mut text)
@@ -45,6 +46,18 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     } else {
         args.prompt
     };
+    // `modu run "$UNSET"` or an empty file: a model request about nothing costs tokens and
+    // answers nothing the user asked.
+    if prompt.trim().is_empty() {
+        let from = if from_stdin {
+            "the prompt read from stdin"
+        } else {
+            "the prompt"
+        };
+        return Err(Failure::Usage(format!(
+            "{from} is empty: give the prompt, or `-` to read it from stdin"
+        )));
+    }
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
     let session = match args.session {
         // A given id that holds nothing is said to start a new session (a mistyped id would

@@ -389,3 +389,21 @@ async fn a_streamed_answer_into_a_closed_pipe_stops_the_run_quietly() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("error") && !stderr.contains("panicked"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_prompt_is_a_usage_error_and_asks_no_model() {
+    // `modu run "$UNSET"`, or `-` over an empty file: a model request about nothing.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (args, stdin, said) in [
+        (&["run", ""][..], "", "error: the prompt is empty"),
+        (&["run", " \n"][..], "", "error: the prompt is empty"),
+        (&["run", "-"][..], "\n", "error: the prompt read from stdin is empty"),
+    ] {
+        let out = with_stdin(modu(dir.path(), &mock.base_url()).args(args), stdin).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(said), "{args:?}: {stderr}");
+    }
+    assert!(mock.requests().is_empty(), "a model request was made");
+}
