@@ -218,6 +218,25 @@ pub struct Stores {
     pub kept: bool,
 }
 
+/// Opens the configured store to read or delete what it holds: as [`stores`], but a SQLite
+/// file that does not exist yet is not created (`modu sessions list` in the wrong folder, or
+/// with a mistyped `path`, would leave a new `.modu/` behind); it reads as an empty store.
+pub async fn existing_stores(section: &StoreSection) -> Result<Stores, String> {
+    if section.kind == StoreKind::Sqlite {
+        let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
+        // An error (a folder it may not read) falls through to `stores`, which names it.
+        if matches!(tokio::fs::try_exists(&path).await, Ok(false)) {
+            return Ok(Stores {
+                conversations: Arc::new(InMemoryConversationStore::new()),
+                checkpoints: Arc::new(InMemoryCheckpointStore::new()),
+                description: format!("sqlite {}", path.display()),
+                kept: true,
+            });
+        }
+    }
+    stores(section).await
+}
+
 /// Opens the configured store (creating the SQLite file and its folder when needed).
 pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
     let ttl = section.ttl_seconds.map(Duration::from_secs);

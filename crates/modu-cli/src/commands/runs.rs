@@ -49,7 +49,9 @@ pub async fn run(cmd: RunsCommand, config: Option<&Path>) -> CommandResult {
         super::check_id("the run id", run_id)?;
     }
     let mut loaded = load_config(config)?;
-    let stores = build::stores(&loaded.config.store).await.map_err(Failure::Invalid)?;
+    let stores = build::existing_stores(&loaded.config.store)
+        .await
+        .map_err(Failure::Invalid)?;
     let store = stores.checkpoints.as_ref();
     let failed = |e: StoreError| Failure::Invalid(format!("{}: {e}", stores.description));
     let missing = |run_id: &str| {

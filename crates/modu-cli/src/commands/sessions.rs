@@ -40,7 +40,9 @@ pub async fn run(cmd: SessionsCommand, config: Option<&Path>) -> CommandResult {
         super::check_id("the session id", id)?;
     }
     let loaded = load_config(config)?;
-    let stores = build::stores(&loaded.config.store).await.map_err(Failure::Invalid)?;
+    let stores = build::existing_stores(&loaded.config.store)
+        .await
+        .map_err(Failure::Invalid)?;
     let store = &stores.conversations;
     let failed = |e: modu::StoreError| Failure::Invalid(format!("{}: {e}", stores.description));
     match cmd {

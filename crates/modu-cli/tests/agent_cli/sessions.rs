@@ -235,3 +235,36 @@ async fn an_empty_session_id_is_a_usage_error() {
     }
     assert!(mock.requests().is_empty(), "no model request was made");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_sqlite_store_that_does_not_exist_creates_nothing() {
+    // `modu sessions list` in the wrong folder (or with a mistyped `[store] path`) reads an
+    // empty store; it leaves no new `.modu/modu.db` behind for a later run to write to.
+    let mock = MockOpenAiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (args, code, said) in [
+        (&["sessions", "list"][..], 0, "no sessions in sqlite .modu/modu.db\n"),
+        (
+            &["sessions", "show", "s1"][..],
+            1,
+            "error: no session `s1` in sqlite .modu/modu.db\n",
+        ),
+        (
+            &["sessions", "delete", "s1"][..],
+            1,
+            "error: no session `s1` in sqlite .modu/modu.db\n",
+        ),
+        (&["runs", "list"][..], 0, "no runs in sqlite .modu/modu.db\n"),
+        (&["runs", "show", "r1"][..], 1, ""),
+        (&["runs", "delete", "r1"][..], 1, ""),
+    ] {
+        let out = output(modu(dir.path(), &mock.base_url()).args(args)).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        if !said.is_empty() {
+            assert_eq!(stderr, said, "{args:?}");
+        }
+        assert!(!dir.path().join(".modu").exists(), "{args:?} created .modu/");
+    }
+    assert!(mock.requests().is_empty());
+}
