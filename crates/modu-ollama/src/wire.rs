@@ -23,10 +23,36 @@ pub(crate) struct WireRequest<'a> {
     pub options: Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_alive: Option<&'a Value>,
-    /// Thinking on or off (`ChatRequest::reasoning_effort`; absent: the model's default).
+    /// Thinking off, or its level (`ChatRequest::reasoning_effort`; absent: the model's
+    /// default).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub think: Option<bool>,
+    pub think: Option<Think>,
     pub stream: bool,
+}
+
+/// Ollama's `think`: `false`, or a level. Ollama (0.11 and later) takes `"low"`, `"medium"`
+/// and `"high"`: a model with levels (gpt-oss) thinks that hard, any other thinking model
+/// just thinks. `true` would be `"medium"` whatever effort was asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Think {
+    /// `false`: no thinking.
+    Off(bool),
+    /// `"low"`, `"medium"` or `"high"`.
+    Level(&'static str),
+}
+
+impl Think {
+    fn from_effort(effort: ReasoningEffort) -> Think {
+        match effort {
+            ReasoningEffort::None => Think::Off(false),
+            // Ollama has no level below "low".
+            ReasoningEffort::Minimal | ReasoningEffort::Low => Think::Level("low"),
+            ReasoningEffort::Medium => Think::Level("medium"),
+            // High, and any level added above it.
+            _ => Think::Level("high"),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -251,7 +277,7 @@ pub(crate) fn encode_request(
         format: request.response_format.as_ref().map(|f| &f.schema),
         options,
         keep_alive,
-        think: request.reasoning_effort.map(|e| e != ReasoningEffort::None),
+        think: request.reasoning_effort.map(Think::from_effort),
         stream,
     };
     let extras: BTreeMap<&String, &Value> = request.extras.iter().filter(|(k, _)| k.as_str() != "options").collect();

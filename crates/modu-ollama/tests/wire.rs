@@ -417,7 +417,7 @@ async fn thinking_is_read_as_reasoning_and_think_is_sent() {
     );
     assert_eq!(response.message.reasoning().as_deref(), Some("Count the r's."));
     assert_eq!(response.message.text(), "3");
-    assert_eq!(server.requests()[0]["think"], true);
+    assert_eq!(server.requests()[0]["think"], "high");
 
     // Thinking off, and the earlier thinking is not sent back by default.
     server.push(OllamaReply::Text("ok".into()));
@@ -452,6 +452,28 @@ async fn thinking_is_read_as_reasoning_and_think_is_sent() {
     let sent = &server.requests()[2];
     assert_eq!(sent["messages"][1]["thinking"], "Count the r's.");
     assert!(sent.get("think").is_none(), "no effort set: the model's default");
+}
+
+#[tokio::test]
+async fn each_reasoning_effort_is_sent_as_ollamas_think_level() {
+    // `think: true` is "medium" on a model with levels (gpt-oss), whatever effort was asked.
+    use modu_core::ReasoningEffort as E;
+    let server = MockOllamaServer::start().await.unwrap();
+    let cases = [
+        (E::None, json!(false)),
+        (E::Minimal, json!("low")),
+        (E::Low, json!("low")),
+        (E::Medium, json!("medium")),
+        (E::High, json!("high")),
+    ];
+    for (i, (effort, think)) in cases.into_iter().enumerate() {
+        server.push(OllamaReply::Text("ok".into()));
+        client(&server)
+            .complete(hi().with_reasoning_effort(effort))
+            .await
+            .unwrap();
+        assert_eq!(server.requests()[i]["think"], think, "{effort:?}");
+    }
 }
 
 #[tokio::test]
