@@ -16,7 +16,8 @@
 //! Tools: `record` appends one `done` line (its effect), works `RECORD_MS`, and returns
 //! `{"recorded": true, "exec": <exec>}`; `slow` appends `start`, works `SLOW_MS`, then appends
 //! `done`. `approve_me` needs approval and appends `done`. `ask_me` appends `asked`, asks a person
-//! for a note (`RunContext::ask_user`), then appends `done`.
+//! for a note (`RunContext::ask_user`), then appends `done`. `panic_me` appends `done`, then
+//! panics with `the tool broke`.
 //!
 //! ```text
 //! PORT=9080 OPENAI_BASE_URL=http://127.0.0.1:8000/v1 LEDGER=/tmp/ledger \
@@ -174,6 +175,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     );
 
+    let panic_me = FunctionTool::new(
+        ToolSpec::new("panic_me", "Panics.", schema()),
+        |ctx: RunContext<Worker>, _args| async move {
+            let ledger = ctx.context().ledger.clone();
+            let exec = append(&ledger, &ctx, "panic_me", "done")?;
+            if !exec.is_empty() {
+                panic!("the tool broke");
+            }
+            Ok(serde_json::json!({"exec": exec}))
+        },
+    );
+
     let builder = Agent::builder(model)
         .context::<Worker>()
         .name("durable-worker")
@@ -188,6 +201,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(slow_tool)
         .tool(approve_me)
         .tool(ask_me)
+        .tool(panic_me)
         .build()?;
 
     let session = DurableSession::new(

@@ -10,11 +10,17 @@
 //!
 //! A step whose entry ends with Restate's cancellation (the invocation was cancelled) gets no
 //! outcome: [`drive`] stops the run and returns the cancellation, for the handler to return.
+//!
+//! A step whose work panics (a tool, a model, a layer of the user's) is journaled as that panic,
+//! and the run panics again with its message where it waits for the step: the agent ends the
+//! run with `AgentError::Panicked`, as outside Restate. Unjournaled, the panic ended the
+//! handler's attempt, and Restate retried it (and the call) again and again.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use restate_sdk::context::{ContextSideEffects, ObjectContext, RunFuture, RunRetryPolicy};
@@ -71,6 +77,30 @@ pub(crate) struct StepRequest {
     pub(crate) reply: oneshot::Sender<Result<Outcome, String>>,
 }
 
+/// The key of the journaled error of a step whose work panicked (`{"modu_panic": message}`).
+const PANIC_KEY: &str = "modu_panic";
+
+/// The outcome journaled for a work that panicked with `panic`.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a text payload".to_owned());
+    Outcome::Err(serde_json::json!({ PANIC_KEY: message }))
+}
+
+/// The message of a journaled panic, if `outcome` is one.
+fn panic_of(outcome: &Outcome) -> Option<String> {
+    let Outcome::Err(serde_json::Value::Object(map)) = outcome else {
+        return None;
+    };
+    match (map.len(), map.get(PANIC_KEY)) {
+        (1, Some(serde_json::Value::String(message))) => Some(message.clone()),
+        _ => None,
+    }
+}
+
 /// The handle the layers find in the task-local scope of a durable run.
 #[derive(Clone)]
 pub(crate) struct JournalHandle {
@@ -89,7 +119,8 @@ pub(crate) fn current() -> Option<JournalHandle> {
 impl JournalHandle {
     /// Asks the journal for a step and waits for its outcome (a step Restate gave up retrying
     /// ends with `Outcome::Err` holding the last attempt's message). `Err` when the journal is
-    /// gone (the handler ended).
+    /// gone (the handler ended). A step whose work panicked panics again here, with the
+    /// panic's message, for the agent's run to end with it.
     pub(crate) async fn step(
         &self,
         base: String,
@@ -105,7 +136,13 @@ impl JournalHandle {
                 reply,
             })
             .map_err(|_| "the durable run's journal is closed".to_owned())?;
-        rx.await.map_err(|_| "the durable run's journal is closed".to_owned())?
+        let outcome = rx
+            .await
+            .map_err(|_| "the durable run's journal is closed".to_owned())??;
+        if let Some(message) = panic_of(&outcome) {
+            std::panic::resume_unwind(Box::new(message));
+        }
+        Ok(outcome)
     }
 }
 
@@ -226,7 +263,11 @@ fn entry<'ctx>(
     let (acks, closure_held) = (Arc::clone(acks), Arc::clone(&held));
     let mut fut = ctx
         .run(move || async move {
-            let attempt = work().await;
+            // A panic is the step's outcome (journaled, so the call is not made again).
+            let attempt = match std::panic::AssertUnwindSafe(work()).catch_unwind().await {
+                Ok(attempt) => attempt,
+                Err(panic) => Attempt::Done(panicked(&*panic)),
+            };
             // The semaphore is never closed; without a permit the entry would only risk the
             // wait this guards against.
             if let Ok(permit) = acks.acquire_owned().await {
