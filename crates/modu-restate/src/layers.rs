@@ -293,17 +293,42 @@ struct JournaledModelError {
     status: Option<u16>,
     #[serde(default)]
     retry_after_ms: Option<u64>,
+    /// The model a `ModelNotFound` or `UnsupportedContent` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+    /// The modality an `UnsupportedContent` refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    modality: Option<modu_core::Modality>,
+    /// How long a `Timeout` waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
 }
 
 fn model_error_json(e: &ModelError) -> serde_json::Value {
+    let (mut model, mut modality, mut timeout_ms) = (None, None, None);
     let (message, status) = match e {
         ModelError::Transport { message, .. } => (message.clone(), None),
         ModelError::Authentication { status, message } => (message.clone(), Some(*status)),
-        ModelError::ModelNotFound { message, .. }
-        | ModelError::ContextLengthExceeded { message }
+        ModelError::ModelNotFound { model: name, message } => {
+            model = Some(name.clone());
+            (message.clone(), None)
+        }
+        ModelError::UnsupportedContent {
+            model: name,
+            modality: refused,
+            message,
+        } => {
+            (model, modality) = (Some(name.clone()), *refused);
+            (message.clone(), None)
+        }
+        ModelError::ContextLengthExceeded { message }
         | ModelError::InvalidResponse { message }
         | ModelError::InvalidRequest { message } => (message.clone(), None),
         ModelError::Status { status, body, .. } => (body.clone(), Some(*status)),
+        ModelError::Timeout(waited) => {
+            timeout_ms = Some(waited.as_millis() as u64);
+            (e.to_string(), None)
+        }
         other => (other.to_string(), None),
     };
     let journaled = JournaledModelError {
@@ -311,6 +336,9 @@ fn model_error_json(e: &ModelError) -> serde_json::Value {
         message,
         status,
         retry_after_ms: e.retry_after().map(|d| d.as_millis() as u64),
+        model,
+        modality,
+        timeout_ms,
     };
     serde_json::to_value(journaled).unwrap_or(serde_json::Value::Null)
 }
@@ -332,14 +360,19 @@ fn model_error_from_json(value: serde_json::Value) -> ModelError {
             message: e.message,
             source: None,
         },
-        ModelErrorKind::Timeout => ModelError::Timeout(Duration::ZERO),
+        ModelErrorKind::Timeout => ModelError::Timeout(Duration::from_millis(e.timeout_ms.unwrap_or(0))),
         ModelErrorKind::RateLimited => ModelError::RateLimited { retry_after },
         ModelErrorKind::Authentication => ModelError::Authentication {
             status: e.status.unwrap_or(401),
             message: e.message,
         },
         ModelErrorKind::ModelNotFound => ModelError::ModelNotFound {
-            model: String::new(),
+            model: e.model.unwrap_or_default(),
+            message: e.message,
+        },
+        ModelErrorKind::UnsupportedContent => ModelError::UnsupportedContent {
+            model: e.model.unwrap_or_default(),
+            modality: e.modality,
             message: e.message,
         },
         ModelErrorKind::ContextLengthExceeded => ModelError::ContextLengthExceeded { message: e.message },
@@ -350,5 +383,58 @@ fn model_error_from_json(value: serde_json::Value) -> ModelError {
         },
         ModelErrorKind::InvalidResponse => ModelError::InvalidResponse { message: e.message },
         _ => ModelError::InvalidRequest { message: e.message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model error read back from the journal is the error the model call returned: the
+    /// same kind and the same text (what the run's error and its events show).
+    #[test]
+    fn a_journaled_model_error_reads_back_as_the_same_error() {
+        let errors = [
+            ModelError::Transport {
+                message: "connection reset".into(),
+                source: None,
+            },
+            ModelError::Timeout(Duration::from_secs(60)),
+            ModelError::RateLimited {
+                retry_after: Some(Duration::from_secs(3)),
+            },
+            ModelError::Authentication {
+                status: 403,
+                message: "bad key".into(),
+            },
+            ModelError::ModelNotFound {
+                model: "gpt-9".into(),
+                message: "no such model".into(),
+            },
+            ModelError::ContextLengthExceeded {
+                message: "too long".into(),
+            },
+            ModelError::Status {
+                status: 503,
+                body: "overloaded".into(),
+                retry_after: Some(Duration::from_millis(1500)),
+            },
+            ModelError::invalid_response("not JSON"),
+            ModelError::InvalidRequest {
+                message: "bad field".into(),
+            },
+            ModelError::UnsupportedContent {
+                model: "text-only".into(),
+                modality: Some(modu_core::Modality::Image),
+                message: "images are not taken".into(),
+            },
+        ];
+        for error in errors {
+            let read = model_error_from_json(model_error_json(&error));
+            assert_eq!(read.kind(), error.kind(), "{error}");
+            assert_eq!(read.to_string(), error.to_string());
+            assert_eq!(read.retry_after(), error.retry_after(), "{error}");
+            assert_eq!(read.is_retryable(), error.is_retryable(), "{error}");
+        }
     }
 }
