@@ -61,11 +61,16 @@ pub async fn open(path: impl AsRef<Path>) -> Result<SqlitePool, StoreError> {
 }
 
 /// Opens an in-memory database (one connection, so every query sees the same data), migrated.
-/// For tests and examples.
+/// For tests and examples. The database lives as long as its one connection, so the pool
+/// never closes it (no idle timeout, no maximum lifetime): the data lasts as long as the pool.
 pub async fn open_in_memory() -> Result<SqlitePool, StoreError> {
     let options = SqliteConnectOptions::from_str("sqlite::memory:").map_err(query_err("open"))?;
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
+        // sqlx closes a connection idle for 10 minutes or 30 minutes old by default: that
+        // would drop every table and row, and the next query would find no table.
+        .idle_timeout(None)
+        .max_lifetime(None)
         .connect_with(options)
         .await
         .map_err(query_err("open"))?;

@@ -229,3 +229,23 @@ async fn sqlite_newer_schema_is_refused() {
     assert!(matches!(err, modu_core::StoreError::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("version 99"), "{err}");
 }
+
+/// An in-memory database is its one connection: sqlx's defaults close a connection idle for
+/// 10 minutes or 30 minutes old, which dropped every table and row of `open_in_memory` (the
+/// next query failed with "no such table"). Its pool keeps the connection for good.
+#[tokio::test]
+async fn an_in_memory_pool_never_closes_its_connection() {
+    let pool = modu_sqlite::open_in_memory().await.unwrap();
+    let options = pool.options();
+    assert_eq!(
+        options.get_idle_timeout(),
+        None,
+        "an idle in-memory database is dropped"
+    );
+    assert_eq!(
+        options.get_max_lifetime(),
+        None,
+        "an in-memory database is dropped when its connection ages"
+    );
+    assert_eq!(options.get_max_connections(), 1);
+}
