@@ -16,8 +16,10 @@
 //!   `TASK_STATE_WORKING` while it runs and ends with it, as if A2A had resumed it
 //!   (`SubscribeToTask` gives the task, then its answer and last status when the run ends).
 //! - A `SendMessage` / `SendStreamingMessage` task holds at most its request's
-//!   `configuration.historyLength` newest messages (as `GetTask`'s `historyLength`); the rest
-//!   of `configuration` is not read.
+//!   `configuration.historyLength` newest messages (as `GetTask`'s `historyLength`). A
+//!   `SendMessage` with `configuration.returnImmediately` is answered with the task as it
+//!   stands (working) once its run has started; the run goes on for the client to poll
+//!   (`GetTask`). Push notification configurations are not read.
 //! - A data part `{"mcp": {...}}` is the run's MCP selection, checked as AG-UI's
 //!   `forwardedProps.mcp` (inline stdio servers refused; one selection per message).
 //! - `GetTask` reads a task; `CancelTask` cancels a task: a running one (its paused run resumed
@@ -340,13 +342,14 @@ pub(crate) async fn send(
     params: Value,
 ) -> Result<Value, RpcError> {
     let history_length = crate::a2a_wire::history_length(&params)?;
+    let return_immediately = crate::a2a_wire::return_immediately(&params)?;
     crate::a2a_wire::check_output_modes(&params, output_modes(agent.as_ref()))?;
     let mut prepared = prepare(state, name, &agent, principal, params).await?;
     let live = match prepared.live.take() {
         Some(live) => live,
         None => live_task(state, name, &prepared.task_id, principal)?,
     };
-    let mut guard = TaskGuard {
+    let guard = TaskGuard {
         state: Arc::clone(state),
         id: prepared.task_id.clone(),
         armed: true,
@@ -358,10 +361,24 @@ pub(crate) async fn send(
         }
         None => agent.resume(principal, &prepared.task_id, live.cancel.clone()),
     };
-    let finished = run_detached(Arc::clone(state), name.to_owned(), prepared.task_id.clone(), live, run).await;
-    guard.armed = false;
-    if let Some(finished) = finished {
-        state.tasks.finish(&prepared.task_id, &finished);
+    let ended = {
+        let (state, name, task_id) = (Arc::clone(state), name.to_owned(), prepared.task_id.clone());
+        async move {
+            // The whole guard moves in (not its field alone): it marks the task cancelled
+            // when this future is dropped before the run ended.
+            let mut guard = guard;
+            let finished = run_detached(Arc::clone(&state), name, task_id.clone(), live, run).await;
+            guard.armed = false;
+            if let Some(finished) = finished {
+                state.tasks.finish(&task_id, &finished);
+            }
+        }
+    };
+    if return_immediately {
+        // The run goes on, on its own task; the client polls `GetTask` for its end.
+        tokio::spawn(ended);
+    } else {
+        ended.await;
     }
     let task = state.tasks.get(&prepared.task_id, name, principal)?;
     Ok(json!({"task": task_json(&prepared.task_id, &task, history_length)}))

@@ -138,6 +138,18 @@ pub(crate) fn history_length(params: &Value) -> Result<Option<usize>, RpcError> 
     }
 }
 
+/// A `SendMessageRequest`'s `configuration.returnImmediately` (A2A 1.0; a2a-sdk's polling
+/// clients set it): answer with the task as it stands once its run has started, not at its end.
+pub(crate) fn return_immediately(params: &Value) -> Result<bool, RpcError> {
+    match params.get("configuration").and_then(|c| c.get("returnImmediately")) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(on)) => Ok(*on),
+        Some(_) => Err(RpcError::invalid_params(
+            "configuration.returnImmediately must be a boolean",
+        )),
+    }
+}
+
 /// Whether a client that accepts `accepted` (a media type, maybe `type/*`, `*/*` or the bare
 /// type `text` of older A2A examples, maybe with parameters) takes the media type `mode`.
 fn accepts(accepted: &str, mode: &str) -> bool {
