@@ -235,7 +235,9 @@ impl ModuServer {
     /// Cancels a run when the last client following it goes away before it ended (off by
     /// default: a run is driven by its own task and goes on without its client, which can
     /// reconnect with `Last-Event-ID`). A cancelled run stops at its next boundary, its
-    /// checkpoint kept when the agent has a checkpoint store.
+    /// checkpoint kept when the agent has a checkpoint store. A client the server disconnects
+    /// because it fell more than [`EVENT_BUFFER`] events behind is told the run goes on, and
+    /// it does: that disconnect cancels nothing.
     pub fn cancel_on_disconnect(mut self, on: bool) -> Self {
         self.cancel_on_disconnect = on;
         self

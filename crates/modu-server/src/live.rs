@@ -372,7 +372,9 @@ impl Drop for Follower {
     fn drop(&mut self) {
         let mut log = lock(&self.run.log);
         log.followers = log.followers.saturating_sub(1);
-        if log.followers == 0 && !log.done && self.run.cancel_on_disconnect {
+        // A follower that fell behind was disconnected by the server, and told the run goes
+        // on: its client did not go away, so it cancels nothing.
+        if log.followers == 0 && !log.done && self.run.cancel_on_disconnect && !self.behind {
             self.run.cancel.cancel();
         }
     }

@@ -2,6 +2,7 @@
 //! a run going on when its client disconnects, and reconnecting with `Last-Event-ID`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod behind;
 #[path = "../common/mod.rs"]
 mod common;
 mod reconnect;
