@@ -30,22 +30,32 @@ pub(crate) struct WireRequest<'a> {
     pub stream: bool,
 }
 
-/// Ollama's `think`: `false`, or a level. Ollama (0.11 and later) takes `"low"`, `"medium"`
-/// and `"high"`: a model with levels (gpt-oss) thinks that hard, any other thinking model
-/// just thinks. `true` would be `"medium"` whatever effort was asked.
+/// Ollama's `think`: on or off, or a level. Only gpt-oss models take a level (`"low"`,
+/// `"medium"`, `"high"`): many Ollama releases answer 400 "think value … is not supported for
+/// this model" to a level for any other model, so those get `true`. A gpt-oss model given
+/// `true` thinks at `"medium"` whatever effort was asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub(crate) enum Think {
-    /// `false`: no thinking.
-    Off(bool),
+    /// `true` or `false`.
+    On(bool),
     /// `"low"`, `"medium"` or `"high"`.
     Level(&'static str),
 }
 
 impl Think {
-    fn from_effort(effort: ReasoningEffort) -> Think {
+    /// `think` for `effort` on `model` (its Ollama name, such as `gpt-oss:20b`).
+    fn new(effort: ReasoningEffort, model: &str) -> Think {
+        if effort == ReasoningEffort::None {
+            return Think::On(false);
+        }
+        // Ollama picks its gpt-oss (harmony) handling by the model's family; the name is what
+        // a client knows. `gpt-oss:20b`, `gpt-oss:120b-cloud`, `hf.co/…/gpt-oss-20b-GGUF`.
+        let name = model.to_ascii_lowercase();
+        if !(name.contains("gpt-oss") || name.contains("gptoss")) {
+            return Think::On(true);
+        }
         match effort {
-            ReasoningEffort::None => Think::Off(false),
             // Ollama has no level below "low".
             ReasoningEffort::Minimal | ReasoningEffort::Low => Think::Level("low"),
             ReasoningEffort::Medium => Think::Level("medium"),
@@ -277,7 +287,7 @@ pub(crate) fn encode_request(
         format: request.response_format.as_ref().map(|f| &f.schema),
         options,
         keep_alive,
-        think: request.reasoning_effort.map(Think::from_effort),
+        think: request.reasoning_effort.map(|effort| Think::new(effort, model)),
         stream,
     };
     let extras: BTreeMap<&String, &Value> = request.extras.iter().filter(|(k, _)| k.as_str() != "options").collect();

@@ -417,7 +417,7 @@ async fn thinking_is_read_as_reasoning_and_think_is_sent() {
     );
     assert_eq!(response.message.reasoning().as_deref(), Some("Count the r's."));
     assert_eq!(response.message.text(), "3");
-    assert_eq!(server.requests()[0]["think"], "high");
+    assert_eq!(server.requests()[0]["think"], true);
 
     // Thinking off, and the earlier thinking is not sent back by default.
     server.push(OllamaReply::Text("ok".into()));
@@ -455,24 +455,29 @@ async fn thinking_is_read_as_reasoning_and_think_is_sent() {
 }
 
 #[tokio::test]
-async fn each_reasoning_effort_is_sent_as_ollamas_think_level() {
-    // `think: true` is "medium" on a model with levels (gpt-oss), whatever effort was asked.
+async fn a_gpt_oss_model_gets_the_reasoning_effort_as_its_think_level() {
+    // `think: true` is "medium" on gpt-oss whatever effort was asked; any other model gets a
+    // boolean, since many Ollama releases refuse a level for it (HTTP 400).
     use modu_core::ReasoningEffort as E;
     let server = MockOllamaServer::start().await.unwrap();
     let cases = [
-        (E::None, json!(false)),
-        (E::Minimal, json!("low")),
-        (E::Low, json!("low")),
-        (E::Medium, json!("medium")),
-        (E::High, json!("high")),
+        ("gpt-oss:20b", E::None, json!(false)),
+        ("gpt-oss:20b", E::Minimal, json!("low")),
+        ("gpt-oss:120b-cloud", E::Low, json!("low")),
+        ("hf.co/unsloth/GPT-OSS-20b-GGUF", E::Medium, json!("medium")),
+        ("gpt-oss:20b", E::High, json!("high")),
+        ("qwen3:8b", E::High, json!(true)),
+        ("qwen3:8b", E::Low, json!(true)),
+        ("deepseek-r1", E::None, json!(false)),
     ];
-    for (i, (effort, think)) in cases.into_iter().enumerate() {
+    for (i, (model, effort, think)) in cases.into_iter().enumerate() {
         server.push(OllamaReply::Text("ok".into()));
-        client(&server)
+        OllamaClient::new(server.base_url(), model)
+            .unwrap()
             .complete(hi().with_reasoning_effort(effort))
             .await
             .unwrap();
-        assert_eq!(server.requests()[i]["think"], think, "{effort:?}");
+        assert_eq!(server.requests()[i]["think"], think, "{model} {effort:?}");
     }
 }
 
