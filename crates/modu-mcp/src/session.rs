@@ -550,7 +550,10 @@ impl Drop for CancelOnDrop {
                 Some("the client stopped waiting for this call".to_owned()),
             );
             if let Err(e) = peer.notify_cancelled(params).await {
-                tracing::debug!(error = %e, "sending notifications/cancelled failed");
+                // Described, not displayed: the HTTP client's error names the URL, which may
+                // carry a secret (`?api_key=...`).
+                let error = describe::service(&e).message;
+                tracing::debug!(%error, "sending notifications/cancelled failed");
             }
         });
     }
