@@ -296,16 +296,27 @@ struct JournaledModelError {
     /// The model a `ModelNotFound` or `UnsupportedContent` names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     model: Option<String>,
-    /// The modality an `UnsupportedContent` refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The modality an `UnsupportedContent` refused. One this version does not know (written
+    /// by a newer worker during a rolling deploy) reads as none rather than failing the entry.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_modality"
+    )]
     modality: Option<modu_core::Modality>,
     /// How long a `Timeout` waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeout_ms: Option<u64>,
+    timeout_ns: Option<u64>,
+}
+
+/// A journaled modality, or none when this version does not know it.
+fn lenient_modality<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<modu_core::Modality>, D::Error> {
+    let value = <Option<serde_json::Value> as serde::Deserialize>::deserialize(d)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 fn model_error_json(e: &ModelError) -> serde_json::Value {
-    let (mut model, mut modality, mut timeout_ms) = (None, None, None);
+    let (mut model, mut modality, mut timeout_ns) = (None, None, None);
     let (message, status) = match e {
         ModelError::Transport { message, .. } => (message.clone(), None),
         ModelError::Authentication { status, message } => (message.clone(), Some(*status)),
@@ -326,7 +337,7 @@ fn model_error_json(e: &ModelError) -> serde_json::Value {
         | ModelError::InvalidRequest { message } => (message.clone(), None),
         ModelError::Status { status, body, .. } => (body.clone(), Some(*status)),
         ModelError::Timeout(waited) => {
-            timeout_ms = Some(waited.as_millis() as u64);
+            timeout_ns = Some(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
             (e.to_string(), None)
         }
         other => (other.to_string(), None),
@@ -338,7 +349,7 @@ fn model_error_json(e: &ModelError) -> serde_json::Value {
         retry_after_ms: e.retry_after().map(|d| d.as_millis() as u64),
         model,
         modality,
-        timeout_ms,
+        timeout_ns,
     };
     serde_json::to_value(journaled).unwrap_or(serde_json::Value::Null)
 }
@@ -360,7 +371,7 @@ fn model_error_from_json(value: serde_json::Value) -> ModelError {
             message: e.message,
             source: None,
         },
-        ModelErrorKind::Timeout => ModelError::Timeout(Duration::from_millis(e.timeout_ms.unwrap_or(0))),
+        ModelErrorKind::Timeout => ModelError::Timeout(Duration::from_nanos(e.timeout_ns.unwrap_or(0))),
         ModelErrorKind::RateLimited => ModelError::RateLimited { retry_after },
         ModelErrorKind::Authentication => ModelError::Authentication {
             status: e.status.unwrap_or(401),
@@ -400,6 +411,7 @@ mod tests {
                 source: None,
             },
             ModelError::Timeout(Duration::from_secs(60)),
+            ModelError::Timeout(Duration::from_micros(1500)),
             ModelError::RateLimited {
                 retry_after: Some(Duration::from_secs(3)),
             },
@@ -436,5 +448,26 @@ mod tests {
             assert_eq!(read.retry_after(), error.retry_after(), "{error}");
             assert_eq!(read.is_retryable(), error.is_retryable(), "{error}");
         }
+    }
+
+    /// An entry a newer worker wrote with a modality this version does not know still reads:
+    /// the same kind and message, without the modality.
+    #[test]
+    fn a_journaled_error_with_an_unknown_modality_still_reads() {
+        let mut json = model_error_json(&ModelError::UnsupportedContent {
+            model: "text-only".into(),
+            modality: Some(modu_core::Modality::Image),
+            message: "images are not taken".into(),
+        });
+        json["modality"] = serde_json::json!("hologram");
+        let read = model_error_from_json(json);
+        assert!(
+            matches!(
+                &read,
+                ModelError::UnsupportedContent { model, modality: None, message }
+                    if model == "text-only" && message == "images are not taken"
+            ),
+            "{read:?}"
+        );
     }
 }

@@ -49,14 +49,11 @@ pub async fn run(args: RunArgs, config: Option<&Path>) -> CommandResult {
     // `modu run "$UNSET"` or an empty file: a model request about nothing costs tokens and
     // answers nothing the user asked.
     if prompt.trim().is_empty() {
-        let from = if from_stdin {
-            "the prompt read from stdin"
+        return Err(Failure::Usage(if from_stdin {
+            "the prompt read from stdin is empty (stdin held no text)".to_owned()
         } else {
-            "the prompt"
-        };
-        return Err(Failure::Usage(format!(
-            "{from} is empty: give the prompt, or `-` to read it from stdin"
-        )));
+            "the prompt is empty: give the prompt, or `-` to read it from stdin".to_owned()
+        }));
     }
     let built = build::agent(&loaded.config, Some(Arc::new(ui::ToolCallPrinter::default()))).await?;
     let session = match args.session {

@@ -140,11 +140,17 @@ pub async fn run(args: ServeArgs, config: Option<&Path>) -> CommandResult {
         () = async {
             interrupts.next().await;
             let _ = stop.send(());
-            eprintln!("stopping: waiting for the requests under way (Ctrl-C again to stop now)");
+            eprintln!("stopping: waiting for the requests under way ({AGAIN} again to stop now)");
             interrupts.next().await;
         } => Ok(()),
     }
 }
+
+/// What stops `modu serve` at once once it is stopping.
+#[cfg(unix)]
+const AGAIN: &str = "Ctrl-C or SIGTERM";
+#[cfg(not(unix))]
+const AGAIN: &str = "Ctrl-C";
 
 /// Stop requests, from when [`Interrupts::listen`] is called: Ctrl-C (`SIGINT`) and, on Unix,
 /// `SIGTERM`, the signal `docker stop`, systemd and Kubernetes send before they kill. Either
