@@ -199,7 +199,7 @@ impl OAuthTokenSource {
 /// when the server answers 401, drops the token and retries once with a new one.
 #[derive(Clone)]
 pub(crate) struct OAuthHttpClient {
-    pub(crate) inner: reqwest::Client,
+    pub(crate) inner: crate::http_client::UrlFreeHttp,
     pub(crate) tokens: Arc<OAuthTokenSource>,
     pub(crate) server: Arc<str>,
 }

@@ -10,6 +10,8 @@ use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+
+use crate::http_client::UrlFreeHttp;
 use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -457,7 +459,7 @@ impl McpConnector {
                 found(token);
             }
             let client = OAuthFlowHttpClient {
-                inner: self.http.clone(),
+                inner: UrlFreeHttp(self.http.clone()),
                 flow: Arc::clone(&flow),
             };
             let transport = StreamableHttpClientTransport::with_client(client, transport_config);
@@ -475,7 +477,7 @@ impl McpConnector {
             let token = tokens.token(name).await?;
             found(token);
             let client = OAuthHttpClient {
-                inner: self.http.clone(),
+                inner: UrlFreeHttp(self.http.clone()),
                 tokens: Arc::clone(&tokens),
                 server: Arc::from(name),
             };
@@ -483,7 +485,8 @@ impl McpConnector {
             let result = handler.serve(Watched::new(transport, Arc::clone(signals))).await;
             (result, Some(tokens))
         } else {
-            let transport = StreamableHttpClientTransport::with_client(self.http.clone(), transport_config);
+            let transport =
+                StreamableHttpClientTransport::with_client(UrlFreeHttp(self.http.clone()), transport_config);
             let result = handler.serve(Watched::new(transport, Arc::clone(signals))).await;
             (result, None)
         };

@@ -11,6 +11,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handler;
+mod http_client;
 mod index;
 mod listing;
 pub mod oauth;

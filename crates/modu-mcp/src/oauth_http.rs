@@ -21,7 +21,7 @@ use crate::oauth_flow::{Challenge, OAuthFlow};
 /// stream GET and the session DELETE carry the token but never start an authorization.
 #[derive(Clone)]
 pub(crate) struct OAuthFlowHttpClient {
-    pub(crate) inner: reqwest::Client,
+    pub(crate) inner: crate::http_client::UrlFreeHttp,
     pub(crate) flow: Arc<OAuthFlow>,
 }
 

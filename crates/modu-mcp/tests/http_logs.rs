@@ -40,8 +40,10 @@ async fn mcp(kill: Arc<Mutex<Option<std::sync::mpsc::Sender<()>>>>, body: Bytes)
         "tools/list" => json!({"tools": [{"name": "hang", "inputSchema": {"type": "object"}}]}),
         _ => futures::future::pending().await,
     };
+    // A session id, so closing the session sends a DELETE.
     (
         [(header::CONTENT_TYPE, "application/json")],
+        [(header::HeaderName::from_static("mcp-session-id"), "s1")],
         json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
     )
         .into_response()
@@ -103,13 +105,22 @@ impl tracing::Subscriber for CaptureLogs {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
-/// A dropped call's `notifications/cancelled` fails at the connection (the server died): the
-/// line modu-mcp logs about it names neither the URL's secret nor rmcp's types. The runtime
-/// has one thread, so the test's subscriber sees every task.
-#[tokio::test(flavor = "current_thread")]
-async fn a_failed_cancellation_logs_no_secret_of_the_url() {
-    let logs = Arc::new(Mutex::new(String::new()));
-    let _guard = tracing::subscriber::set_default(CaptureLogs(Arc::clone(&logs)));
+/// Waits until every line of `wanted` was logged, or 5 s pass.
+async fn logged(logs: &Arc<Mutex<String>>, wanted: &[&str]) {
+    for _ in 0..100 {
+        let seen = logs.lock().unwrap().clone();
+        if wanted.iter().all(|w| seen.contains(w)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Opens a session on a server that dies on the `notifications/cancelled` of a dropped call,
+/// waits for that failure to be logged, closes the session (its DELETE fails at the
+/// connection, the server being gone) and waits for the lines `wanted` names; returns every
+/// log line. The runtime has one thread, so the test's subscriber sees every task.
+async fn a_session_on_a_dying_server(logs: &Arc<Mutex<String>>, wanted: &[&str]) -> String {
     let server = McpServerConfig::streamable_http("dies", start());
     let connector = McpConnector::new(McpConfig::new(vec![server]).unwrap()).unwrap();
     let session = connector.open_session(None).await.unwrap();
@@ -117,15 +128,20 @@ async fn a_failed_cancellation_logs_no_secret_of_the_url() {
     // server dies on it.
     let call = tokio::time::timeout(Duration::from_millis(300), session.call_tool("dies__hang", json!({}))).await;
     assert!(call.is_err(), "{call:?}");
-    let wanted = "sending notifications/cancelled failed";
-    for _ in 0..100 {
-        if logs.lock().unwrap().contains(wanted) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    logged(logs, &["sending notifications/cancelled failed"]).await;
     session.close().await;
-    let logs = logs.lock().unwrap().clone();
+    logged(logs, wanted).await;
+    logs.lock().unwrap().clone()
+}
+
+/// A dropped call's `notifications/cancelled` fails at the connection (the server died): the
+/// line modu-mcp logs about it names neither the URL's secret nor rmcp's types.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_cancellation_logs_no_secret_of_the_url() {
+    let logs = Arc::new(Mutex::new(String::new()));
+    let _guard = tracing::subscriber::set_default(CaptureLogs(Arc::clone(&logs)));
+    let wanted = "sending notifications/cancelled failed";
+    let logs = a_session_on_a_dying_server(&logs, &[wanted]).await;
     let own: Vec<&str> = logs
         .lines()
         .filter(|l| l.split(' ').nth(1).is_some_and(|t| t.starts_with("modu_mcp")))
@@ -135,5 +151,24 @@ async fn a_failed_cancellation_logs_no_secret_of_the_url() {
     for line in own {
         assert!(!line.contains(SECRET), "the URL's secret logged: {line}");
         assert!(!line.contains("rmcp::"), "rmcp's types logged: {line}");
+    }
+}
+
+/// rmcp logs a session's failed DELETE at close at `ERROR` with the HTTP client's error; the
+/// README's advice (`rmcp=error` where servers may echo credentials) holds: no `ERROR` or
+/// `WARN` line of any crate names the URL's secret.
+#[tokio::test(flavor = "current_thread")]
+async fn rmcp_logs_no_secret_of_the_url_at_error_or_warn() {
+    let logs = Arc::new(Mutex::new(String::new()));
+    let _guard = tracing::subscriber::set_default(CaptureLogs(Arc::clone(&logs)));
+    let wanted = "fail to delete session";
+    let logs = a_session_on_a_dying_server(&logs, &[wanted]).await;
+    // rmcp reported the failed DELETE (so the absence below means something).
+    assert!(
+        logs.lines().any(|l| l.starts_with("ERROR rmcp") && l.contains(wanted)),
+        "{logs}"
+    );
+    for line in logs.lines().filter(|l| l.starts_with("ERROR") || l.starts_with("WARN")) {
+        assert!(!line.contains(SECRET), "the URL's secret logged: {line}");
     }
 }
