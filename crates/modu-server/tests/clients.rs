@@ -409,6 +409,25 @@ async fn the_a2a_sdk_client_sends_streams_and_answers_input_required() {
         "{subscribed}"
     );
     assert_eq!(out["subscribeEnded"], "UnsupportedOperationError");
+    // A polling client (`ClientConfig(polling=True)`, so `returnImmediately`) gets the task
+    // while the slow tool works, then polls GetTask to its completion.
+    let polled = &out["polled"];
+    assert_eq!(polled["kinds"], serde_json::json!(["task"]), "{polled}");
+    assert_eq!(polled["state"], "TASK_STATE_WORKING", "{polled}");
+    let end = &out["polledEnd"];
+    assert_eq!(end["id"], polled["taskId"]);
+    assert_eq!(end["status"]["state"], "TASK_STATE_COMPLETED", "{end}");
+    assert!(
+        out["polls"].as_u64().unwrap() > 1,
+        "the first poll found the task ended"
+    );
+    assert!(
+        end["artifacts"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("sunny, eventually"),
+        "{end}"
+    );
     // weather: 2 runs; approval: the approved call only.
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

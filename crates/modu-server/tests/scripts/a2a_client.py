@@ -132,6 +132,21 @@ async def main():
             out["subscribeEnded"] = "no error"
         except Exception as e:  # noqa: BLE001
             out["subscribeEnded"] = type(e).__name__
+
+        # A polling client (its requests say returnImmediately): the task comes back while
+        # the slow tool still works; GetTask then follows it to its end.
+        polling = ClientFactory(ClientConfig(httpx_client=http, streaming=False, polling=True))
+        slow_polled = await polling.create_from_url(f"{base}/a2a/slow")
+        out["polled"] = summary(await collect(slow_polled, request([{"text": "Weather?"}])))
+        polls = 0
+        while polls < 100:
+            polls += 1
+            task = await slow_polled.get_task(GetTaskRequest(id=out["polled"]["taskId"]))
+            out["polledEnd"] = json_format.MessageToDict(task)
+            if out["polledEnd"]["status"]["state"] not in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
+                break
+            await asyncio.sleep(0.1)
+        out["polls"] = polls
     print(json.dumps(out))
 
 
