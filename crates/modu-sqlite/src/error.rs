@@ -15,7 +15,8 @@ pub enum SqliteStoreError {
         /// The cause.
         message: String,
     },
-    /// A query failed (locked past the busy timeout, I/O, disk full, …).
+    /// A query failed (I/O, disk full, …). A lock still held past the busy timeout is
+    /// [`StoreError::Timeout`] instead, as PostgreSQL's lock and statement timeouts are.
     #[error("sqlite {operation} failed: {message}")]
     Query {
         /// The store operation (`"conversation.append"`, …).
@@ -48,10 +49,19 @@ pub(crate) fn query_err(operation: &'static str) -> impl Fn(sqlx::Error) -> Stor
             message: format!("{operation}: {e}"),
         },
         sqlx::Error::PoolTimedOut => StoreError::Timeout,
+        // SQLITE_BUSY and SQLITE_LOCKED (and their extended codes): another connection or
+        // process held the lock past the busy timeout.
+        sqlx::Error::Database(ref db) if db.code().is_some_and(|c| gave_up_waiting(&c)) => StoreError::Timeout,
         other => SqliteStoreError::Query {
             operation,
             message: other.to_string(),
         }
         .into(),
     }
+}
+
+/// Whether a SQLite result code (primary or extended) is `SQLITE_BUSY` (5) or `SQLITE_LOCKED`
+/// (6): the primary code is the low byte.
+fn gave_up_waiting(code: &str) -> bool {
+    code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
 }
