@@ -49,8 +49,9 @@ pub(crate) fn query_err(operation: &'static str) -> impl Fn(sqlx::Error) -> Stor
             message: format!("{operation}: {e}"),
         },
         sqlx::Error::PoolTimedOut => StoreError::Timeout,
-        // SQLITE_BUSY and SQLITE_LOCKED (and their extended codes): another connection or
-        // process held the lock past the busy timeout.
+        // SQLITE_BUSY (and its extended codes): another connection or process held the lock
+        // past the busy timeout. SQLITE_LOCKED is no wait (a conflict inside one connection)
+        // and stays a query error with its message.
         sqlx::Error::Database(ref db) if db.code().is_some_and(|c| gave_up_waiting(&c)) => StoreError::Timeout,
         other => SqliteStoreError::Query {
             operation,
@@ -60,8 +61,8 @@ pub(crate) fn query_err(operation: &'static str) -> impl Fn(sqlx::Error) -> Stor
     }
 }
 
-/// Whether a SQLite result code (primary or extended) is `SQLITE_BUSY` (5) or `SQLITE_LOCKED`
-/// (6): the primary code is the low byte.
+/// Whether a SQLite result code (primary or extended) is `SQLITE_BUSY` (5): the primary code
+/// is the low byte.
 fn gave_up_waiting(code: &str) -> bool {
-    code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+    code.parse::<i32>().is_ok_and(|c| c & 0xff == 5)
 }
