@@ -36,6 +36,7 @@ pub use memory::{
     ConversationMemoryPolicy, ConversationSummarizer, KeepAll, MemoryInput, MemoryView, ModelConversationSummarizer,
     RecentTurns, SummarizingPolicy, TokenBudget, TokenBudgetPolicy,
 };
+pub use runner::panics::panic_message;
 pub use runner::{CHECKPOINT_SCHEMA_VERSION, RunStream, StreamItem};
 pub use session_queue::SessionQueue;
 /// The token that cancels a run (`AgentRequest::cancel_token`, `Agent::resume_cancellable`):

@@ -32,8 +32,8 @@ use modu::{
 
 use crate::commands::Failure;
 use crate::config::{
-    Config, DEFAULT_SQLITE_PATH, LimitsSection, McpSection, McpToolsMode, MemoryPolicyKind, MemorySection,
-    ModelSection, PolicyKind, Provider, SkillsSection, StoreKind, StoreSection,
+    Config, LimitsSection, McpSection, McpToolsMode, MemoryPolicyKind, MemorySection, ModelSection, PolicyKind,
+    Provider, SkillsSection, StoreKind, StoreSection,
 };
 
 /// The configured model client.
@@ -223,7 +223,7 @@ pub struct Stores {
 /// with a mistyped `path`, would leave a new `.modu/` behind); it reads as an empty store.
 pub async fn existing_stores(section: &StoreSection) -> Result<Stores, String> {
     if section.kind == StoreKind::Sqlite {
-        let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
+        let path = section.sqlite_path();
         // An error (a folder it may not read) falls through to `stores`, which names it.
         if matches!(tokio::fs::try_exists(&path).await, Ok(false)) {
             return Ok(Stores {
@@ -257,7 +257,7 @@ pub async fn stores(section: &StoreSection) -> Result<Stores, String> {
             })
         }
         StoreKind::Sqlite => {
-            let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
+            let path = section.sqlite_path();
             let pool = modu::sqlite::open(&path).await.map_err(|e| e.to_string())?;
             let mut c = modu::sqlite::SqliteConversationStore::from_pool(pool.clone())
                 .await
@@ -406,7 +406,7 @@ async fn mcp_token_store(section: &StoreSection) -> Result<Arc<dyn McpTokenStore
     Ok(match section.kind {
         StoreKind::Memory => Arc::new(InMemoryTokenStore::new()),
         StoreKind::Sqlite => {
-            let path = section.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into());
+            let path = section.sqlite_path();
             Arc::new(modu::sqlite::SqliteMcpTokenStore::open(&path).await.map_err(failed)?)
         }
         StoreKind::Redis => {

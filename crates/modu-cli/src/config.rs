@@ -167,6 +167,13 @@ pub struct StoreSection {
     pub ttl_seconds: Option<u64>,
 }
 
+impl StoreSection {
+    /// The SQLite file: `path`, or [`DEFAULT_SQLITE_PATH`].
+    pub fn sqlite_path(&self) -> PathBuf {
+        self.path.clone().unwrap_or_else(|| DEFAULT_SQLITE_PATH.into())
+    }
+}
+
 /// The memory policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

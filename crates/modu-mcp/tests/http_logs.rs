@@ -15,6 +15,8 @@ use axum::routing::post;
 use modu_mcp::{McpConfig, McpConnector, McpServerConfig};
 use serde_json::{Value, json};
 
+mod support;
+
 const SECRET: &str = "SEKRET4711";
 
 /// A one-tool server whose `hang` never answers and which dies (its runtime shut down, every
@@ -76,35 +78,6 @@ fn start() -> String {
     url_rx.recv().unwrap()
 }
 
-/// Every event (level, target, fields), for a subscriber set on the test's thread only.
-struct CaptureLogs(Arc<Mutex<String>>);
-
-impl tracing::Subscriber for CaptureLogs {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields<'a>(&'a mut String);
-        impl tracing::field::Visit for Fields<'_> {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!(" {field}={value:?}"));
-            }
-        }
-        let mut line = format!("{} {}:", event.metadata().level(), event.metadata().target());
-        event.record(&mut Fields(&mut line));
-        let mut logs = self.0.lock().unwrap();
-        logs.push_str(&line);
-        logs.push('\n');
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 /// Waits until every line of `wanted` was logged, or 5 s pass.
 async fn logged(logs: &Arc<Mutex<String>>, wanted: &[&str]) {
     for _ in 0..100 {
@@ -138,8 +111,7 @@ async fn a_session_on_a_dying_server(logs: &Arc<Mutex<String>>, wanted: &[&str])
 /// line modu-mcp logs about it names neither the URL's secret nor rmcp's types.
 #[tokio::test(flavor = "current_thread")]
 async fn a_failed_cancellation_logs_no_secret_of_the_url() {
-    let logs = Arc::new(Mutex::new(String::new()));
-    let _guard = tracing::subscriber::set_default(CaptureLogs(Arc::clone(&logs)));
+    let (logs, _guard) = support::capture_logs();
     let wanted = "sending notifications/cancelled failed";
     let logs = a_session_on_a_dying_server(&logs, &[wanted]).await;
     let own: Vec<&str> = logs
@@ -159,8 +131,7 @@ async fn a_failed_cancellation_logs_no_secret_of_the_url() {
 /// `WARN` line of any crate names the URL's secret.
 #[tokio::test(flavor = "current_thread")]
 async fn rmcp_logs_no_secret_of_the_url_at_error_or_warn() {
-    let logs = Arc::new(Mutex::new(String::new()));
-    let _guard = tracing::subscriber::set_default(CaptureLogs(Arc::clone(&logs)));
+    let (logs, _guard) = support::capture_logs();
     let wanted = "fail to delete session";
     let logs = a_session_on_a_dying_server(&logs, &[wanted]).await;
     // rmcp reported the failed DELETE (so the absence below means something).

@@ -22,6 +22,8 @@ use modu_mcp::oauth::{
 use modu_mcp::{McpAuthConfig, McpConfig, McpConnector, McpError, McpServerConfig};
 use serde_json::{Value, json};
 
+mod support;
+
 #[derive(Default)]
 struct Shared {
     base: String,
@@ -456,42 +458,11 @@ async fn a_server_configured_with_auth_oauth_signs_in_through_the_applications_c
     assert!(e.to_string().contains("MODU_TEST_UNSET_OAUTH_SECRET"), "{e}");
 }
 
-/// Every event at `DEBUG` and above (level, target, fields), for a subscriber set on the
-/// test's thread only.
-struct CaptureLogs(Arc<Mutex<String>>);
-
-impl tracing::Subscriber for CaptureLogs {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() <= tracing::Level::DEBUG
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields<'a>(&'a mut String);
-        impl tracing::field::Visit for Fields<'_> {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!(" {field}={value:?}"));
-            }
-        }
-        let mut line = format!("{} {}:", event.metadata().level(), event.metadata().target());
-        event.record(&mut Fields(&mut line));
-        let mut logs = self.0.lock().unwrap();
-        logs.push_str(&line);
-        logs.push('\n');
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 /// The authorization code and the tokens are in no log line at `DEBUG` (rmcp logs the code it
 /// exchanges there). The runtime has one thread, so the test's subscriber sees every task.
 #[tokio::test(flavor = "current_thread")]
 async fn the_code_and_the_tokens_are_in_no_debug_log_line() {
-    let logs = Arc::new(Mutex::new(String::new()));
-    let _guard = tracing::subscriber::set_default(CaptureLogs(Arc::clone(&logs)));
+    let (logs, _guard) = support::capture_logs();
     let (base, state) = fixture().await;
     let consent = Arc::new(AutoConsent::default());
     let session = connector(&base, McpOAuth::new(REDIRECT, consent.clone()))

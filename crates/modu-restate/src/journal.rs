@@ -82,12 +82,7 @@ const PANIC_KEY: &str = "modu_panic";
 
 /// The outcome journaled for a work that panicked with `panic`.
 fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a text payload".to_owned());
-    Outcome::Err(serde_json::json!({ PANIC_KEY: message }))
+    Outcome::Err(serde_json::json!({ PANIC_KEY: modu_agent::panic_message(panic) }))
 }
 
 /// The message of a journaled panic, if `outcome` is one.

@@ -16,18 +16,7 @@ const ERIN: &str = "erin-token";
 
 /// An agent whose `get_weather` holds every call until `gate` has a permit.
 async fn gated_server(gate: Arc<tokio::sync::Semaphore>) -> String {
-    let spec = modu_core::ToolSpec::new(
-        "get_weather",
-        "The weather in a city",
-        json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-    );
-    let tool = modu_core::FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
-        let gate = Arc::clone(&gate);
-        async move {
-            let _open = gate.acquire().await.unwrap();
-            Ok(json!({"city": args["city"], "forecast": "sunny"}))
-        }
-    });
+    let tool = common::gated_weather_tool(Arc::default(), gate, false);
     let agent = modu_agent::Agent::builder(common::weather_model())
         .tool(tool)
         .build()

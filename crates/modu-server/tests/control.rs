@@ -213,31 +213,13 @@ async fn approvals_are_listed_decided_and_resumed_over_http_by_their_owner_only(
 /// A server whose tool needs approval and holds every call until `gate` has a permit.
 async fn gated_server(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> String {
     let agent = Agent::builder(weather_model())
-        .tool(gated_tool(runs, gate))
+        .tool(common::gated_weather_tool(runs, gate, true))
         .checkpoint_store(Arc::new(InMemoryCheckpointStore::new()))
         .conversation_store(Arc::new(InMemoryConversationStore::new()))
         .build()
         .unwrap();
     let tokens = BearerTokens::new().token(ERIN, Principal::new("erin", ["weather"]));
     serve(ModuServer::new().agent("approval", agent).auth(tokens).router()).await
-}
-
-/// A tool that needs approval and holds every call until `gate` has a permit.
-fn gated_tool(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> FunctionTool<()> {
-    let spec = ToolSpec::new(
-        "get_weather",
-        "The weather in a city",
-        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-    )
-    .needs_approval(true);
-    FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        let gate = Arc::clone(&gate);
-        async move {
-            let _open = gate.acquire().await.unwrap();
-            Ok(json!({"city": args["city"], "forecast": "sunny"}))
-        }
-    })
 }
 
 async fn until_tool_runs(runs: &AtomicUsize, n: usize) {
@@ -467,7 +449,7 @@ async fn a_busy_session_is_reported_as_session_busy() {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let leases = modu_core::InMemoryLeaseStore::new();
     let agent = Agent::builder(weather_model())
-        .tool(gated_tool(Arc::clone(&runs), Arc::clone(&gate)))
+        .tool(common::gated_weather_tool(Arc::clone(&runs), Arc::clone(&gate), true))
         .checkpoint_store(Arc::new(leases.fence_checkpoints(InMemoryCheckpointStore::new())))
         .conversation_store(Arc::new(leases.fence_conversations(InMemoryConversationStore::new())))
         .session_leases(

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::{post, serve, sse_json, weather_model};
 use modu_agent::Agent;
 use modu_core::{
-    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStore, FunctionTool, InMemoryCheckpointStore,
-    InMemoryConversationStore, StoreError, ToolSpec,
+    CheckpointMeta, CheckpointPage, CheckpointQuery, CheckpointStore, InMemoryCheckpointStore,
+    InMemoryConversationStore, StoreError,
 };
 use modu_server::{BearerTokens, ModuServer, Principal};
 use serde_json::{Value, json};
@@ -30,20 +30,7 @@ async fn gated_server_with(
     gate: Arc<tokio::sync::Semaphore>,
     checkpoints: Arc<dyn CheckpointStore>,
 ) -> String {
-    let spec = ToolSpec::new(
-        "get_weather",
-        "The weather in a city",
-        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-    )
-    .needs_approval(true);
-    let tool = FunctionTool::<()>::new(spec, move |_ctx, args: Value| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        let gate = Arc::clone(&gate);
-        async move {
-            let _open = gate.acquire().await.unwrap();
-            Ok(json!({"city": args["city"], "forecast": "sunny"}))
-        }
-    });
+    let tool = common::gated_weather_tool(runs, gate, true);
     let agent = Agent::builder(weather_model())
         .tool(tool)
         .checkpoint_store(checkpoints)

@@ -30,8 +30,10 @@ pub(super) fn unwinding(run_id: &str) {
     PANICKED_RUN.set(Some(run_id.to_owned()));
 }
 
-/// A panic's message: its text payload, or a word that it had none.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+/// A panic's message (what [`AgentError::Panicked`] carries): its text payload, or a word that
+/// it had none. For runtimes that catch a run's panics themselves, such as modu-restate's
+/// journal.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

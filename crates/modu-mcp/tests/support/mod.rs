@@ -211,3 +211,44 @@ pub fn alive(pid: u32) -> bool {
         })
         .is_some_and(|state| state != "Z")
 }
+
+/// Every event at `DEBUG` and above (level, target, fields), for a subscriber set on the
+/// test's thread only.
+pub struct CaptureLogs(pub std::sync::Arc<std::sync::Mutex<String>>);
+
+impl tracing::Subscriber for CaptureLogs {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::DEBUG
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Fields<'a>(&'a mut String);
+        impl tracing::field::Visit for Fields<'_> {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {field}={value:?}"));
+            }
+        }
+        let mut line = format!("{} {}:", event.metadata().level(), event.metadata().target());
+        event.record(&mut Fields(&mut line));
+        let mut logs = self.0.lock().unwrap();
+        logs.push_str(&line);
+        logs.push('\n');
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Captures every log event at `DEBUG` and above on this thread until the guard drops: the
+/// lines (`LEVEL target: fields`) and the guard. On a current-thread runtime it sees every task.
+pub fn capture_logs() -> (
+    std::sync::Arc<std::sync::Mutex<String>>,
+    tracing::subscriber::DefaultGuard,
+) {
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let guard = tracing::subscriber::set_default(CaptureLogs(std::sync::Arc::clone(&logs)));
+    (logs, guard)
+}

@@ -75,6 +75,29 @@ pub fn weather_tool(runs: Arc<AtomicUsize>, needs_approval: bool) -> FunctionToo
     })
 }
 
+/// `get_weather`, counting its calls in `runs` and holding every call until `gate` has a
+/// permit (so a test can act while a run is in its tool).
+pub fn gated_weather_tool(
+    runs: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Semaphore>,
+    needs_approval: bool,
+) -> FunctionTool<()> {
+    let spec = ToolSpec::new(
+        "get_weather",
+        "The weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+    .needs_approval(needs_approval);
+    FunctionTool::new(spec, move |_ctx, args: Value| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let gate = Arc::clone(&gate);
+        async move {
+            let _open = gate.acquire().await.unwrap();
+            Ok(json!({"city": args["city"], "forecast": "sunny"}))
+        }
+    })
+}
+
 /// The weather agent on [`weather_model`], with RBAC: only the role `weather` may call the tool.
 pub fn weather_agent(runs: Arc<AtomicUsize>) -> Agent {
     Agent::builder(weather_model())

@@ -8,32 +8,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_dropped_for_falling_behind_does_not_cancel_the_run() {
-    let delta = "x".repeat(200);
-    let model = ScriptedModel::new()
-        .respond(move |request: &ChatRequest| {
-            if request.messages.last().is_some_and(|m| m.role == Role::Tool) {
-                return vec![
-                    ChatEvent::TextDelta { text: "Done.".into() },
-                    ChatEvent::Finish {
-                        reason: FinishReason::Stop,
-                    },
-                ];
-            }
-            let mut events: Vec<ChatEvent> = (0..5_000)
-                .map(|_| ChatEvent::TextDelta { text: delta.clone() })
-                .collect();
-            events.push(ChatEvent::ToolCallDelta {
-                index: 0,
-                id: Some("call_1".into()),
-                name: Some("gate".into()),
-                arguments: "{}".into(),
-            });
-            events.push(ChatEvent::Finish {
-                reason: FinishReason::ToolCalls,
-            });
-            events
-        })
-        .cycle();
+    let model = flood_then_call(5_000, &"x".repeat(200), "gate", "Done.");
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let started = Arc::new(AtomicUsize::new(0));
     let spec = ToolSpec::new("gate", "Waits", json!({"type": "object", "properties": {}}));

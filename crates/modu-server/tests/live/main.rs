@@ -83,6 +83,37 @@ fn slow_agent(counts: Arc<Counts>, tool_time: Duration) -> Agent {
         .unwrap()
 }
 
+/// A model that streams `deltas` text deltas of `delta`, then calls `tool` (no arguments), and
+/// answers `answer` once it has the tool's result: a run whose log outgrows a slow reader.
+fn flood_then_call(deltas: usize, delta: &str, tool: &str, answer: &str) -> ScriptedModel {
+    let (delta, tool, answer) = (delta.to_owned(), tool.to_owned(), answer.to_owned());
+    ScriptedModel::new()
+        .respond(move |request: &ChatRequest| {
+            if request.messages.last().is_some_and(|m| m.role == Role::Tool) {
+                return vec![
+                    ChatEvent::TextDelta { text: answer.clone() },
+                    ChatEvent::Finish {
+                        reason: FinishReason::Stop,
+                    },
+                ];
+            }
+            let mut events: Vec<ChatEvent> = (0..deltas)
+                .map(|_| ChatEvent::TextDelta { text: delta.clone() })
+                .collect();
+            events.push(ChatEvent::ToolCallDelta {
+                index: 0,
+                id: Some("call_1".into()),
+                name: Some(tool.clone()),
+                arguments: "{}".into(),
+            });
+            events.push(ChatEvent::Finish {
+                reason: FinishReason::ToolCalls,
+            });
+            events
+        })
+        .cycle()
+}
+
 fn tokens() -> BearerTokens {
     BearerTokens::new()
         .token(ERIN, Principal::new("erin", ["user"]))

@@ -153,29 +153,7 @@ async fn a_finished_runs_id_re_posted_without_last_event_id_is_refused_not_run_a
 #[tokio::test]
 async fn a2a_subscribe_to_task_after_events_no_longer_kept_is_invalid_params_not_internal() {
     let deltas = modu_server::EVENT_BUFFER + 50;
-    let model = ScriptedModel::new()
-        .respond(move |request: &ChatRequest| {
-            if request.messages.last().is_some_and(|m| m.role == Role::Tool) {
-                return vec![
-                    ChatEvent::TextDelta { text: "done".into() },
-                    ChatEvent::Finish {
-                        reason: FinishReason::Stop,
-                    },
-                ];
-            }
-            let mut events: Vec<ChatEvent> = (0..deltas).map(|_| ChatEvent::TextDelta { text: "x".into() }).collect();
-            events.push(ChatEvent::ToolCallDelta {
-                index: 0,
-                id: Some("call_1".into()),
-                name: Some("slow".into()),
-                arguments: "{}".into(),
-            });
-            events.push(ChatEvent::Finish {
-                reason: FinishReason::ToolCalls,
-            });
-            events
-        })
-        .cycle();
+    let model = flood_then_call(deltas, "x", "slow", "done");
     let started = Arc::new(AtomicUsize::new(0));
     let tool_started = Arc::clone(&started);
     let spec = ToolSpec::new("slow", "A slow tool", json!({"type": "object", "properties": {}}));
